@@ -1,0 +1,52 @@
+/* prep_main.c - pstrain-prep: prepare, inspect and verify HDF5 data sets. */
+#include <stdio.h>
+#include <string.h>
+
+#include "prep.h"
+#include "pstrain/common.h"
+#include "pstrain/version.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: pstrain-prep COMMAND [options]\n"
+            "\n"
+            "  idx     --train-images F --train-labels F [--test-images F --test-labels F]\n"
+            "          [--classes NAME,...] [--chunk-images N] [--compression 0-9] [--force] -o OUT.h5\n"
+            "  png     DIR [--test-dir DIR] [--size HxW] [--channels 1|3] [--val-fraction F]\n"
+            "          [--seed S] [--strict] [--max-pixels N] [--force] -o OUT.h5\n"
+            "  info    FILE.h5\n"
+            "  verify  FILE.h5          exit 0 only if the file is a sound data set\n"
+            "  preview FILE.h5 [--split train] [--count 64] [--seed S] -o GRID.png\n"
+            "\n"
+            "  pstrain-prep --version, pstrain-prep COMMAND --help\n");
+}
+
+int main(int argc, char **argv)
+{
+    pst_set_progname("pstrain-prep");
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {
+        {"idx", prep_cmd_idx},       {"png", prep_cmd_png},         {"info", prep_cmd_info},
+        {"verify", prep_cmd_verify}, {"preview", prep_cmd_preview},
+    };
+    if (!strcmp(cmd, "--version")) {
+        pst_version_print(stdout, "pstrain-prep");
+        return 0;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < PST_ARRAY_LEN(cmds); i++)
+        if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "pstrain-prep: unknown command '%s' (try pstrain-prep --help)\n", cmd);
+    return 2;
+}

@@ -1,0 +1,73 @@
+/*
+ * pstrain/common.h - small utilities every module uses.
+ *
+ * Errors are values: a function that can fail for reasons outside the
+ * program (bad input, I/O, a library) returns a negative status and, when
+ * given a pst_err, leaves a one-line message in it that names the file, the
+ * field and what was expected. Programming errors are assert()s.
+ *
+ * The rest: checked allocation (out of memory is fatal), a monotonic clock,
+ * and fatal-error helpers for the command-line programs.
+ */
+#ifndef PSTRAIN_COMMON_H
+#define PSTRAIN_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define PST_ERR_LEN 1024
+
+/* An error message carried back to the caller. */
+typedef struct pst_err {
+    char msg[PST_ERR_LEN];
+} pst_err;
+
+/* Formats the message into `e` (when not NULL) and returns -1, so that
+ * `return pst_fail(e, "...")` reads naturally. A message already in `e` is
+ * replaced. */
+int pst_fail(pst_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prepends "prefix: " to the message in `e` (for adding context on the way
+ * up) and returns -1. */
+int pst_err_prefix(pst_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The program name used by pst_die/pst_warn ("pstrain", "pstrain-prep"). */
+void pst_set_progname(const char *name);
+const char *pst_progname(void);
+
+/* Prints "prog: message" to stderr and exits with status 1. */
+void pst_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Prints "prog: warning: message" to stderr. */
+void pst_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Allocation that cannot fail: on out-of-memory the process ends with a
+ * message naming the size (and, under MPI, the caller is expected to have
+ * installed a hook that aborts the job; see pst_set_die_hook). */
+void *pst_malloc(size_t n);
+void *pst_calloc(size_t count, size_t size);
+void *pst_realloc(void *p, size_t n);
+char *pst_strdup(const char *s);
+/* 64-byte aligned (cache line / AVX-512) allocation; free with free(). */
+void *pst_aligned_alloc(size_t n);
+
+/* Called by pst_die before exiting (MPI programs set it to MPI_Abort). */
+void pst_set_die_hook(void (*hook)(int status));
+
+/* Seconds on a monotonic clock. */
+double pst_now(void);
+
+/* Parses a whole string as a number; -1 on junk, overflow or empty. */
+int pst_parse_i64(const char *s, int64_t *out);
+int pst_parse_int(const char *s, int *out);
+int pst_parse_double(const char *s, double *out);
+
+/* Writes all of buf or fails with errno set. */
+int pst_write_all(int fd, const void *buf, size_t n);
+
+#define PST_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define PST_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PST_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

@@ -1,0 +1,76 @@
+/*
+ * pstrain/h5ds.h - reading and checking pstrain data sets (HDF5).
+ *
+ * Layout (DESIGN.md section 5, written by pstrain-prep):
+ *   /<split>/images  uint8 [N][H][W][C], chunked by whole images, shuffle+deflate
+ *   /<split>/labels  int32 [N]                  split = train | val | test
+ *   /classes         variable-length UTF-8 strings [K]
+ *   attributes of /: format = "pstrain-dataset", format_version = 1, height,
+ *                    width, channels, num_classes, mean[C], std[C] (train
+ *                    pixels scaled to [0,1]), source, created
+ *
+ * h5ds_verify() is the one definition of a sound data set: `pstrain-prep
+ * verify` prints its problems, and h5ds_open() refuses a file that has any,
+ * so `pstrain train` never starts on a bad file. Serial HDF5 only (no MPI-IO):
+ * works in programs that never call MPI_Init.
+ *
+ * Thread safety: Debian's HDF5 is not thread-safe; call h5ds_* from one
+ * thread at a time.
+ */
+#ifndef PSTRAIN_H5DS_H
+#define PSTRAIN_H5DS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pstrain/common.h"
+
+#define H5DS_FORMAT "pstrain-dataset"
+#define H5DS_FORMAT_VERSION 1
+#define H5DS_MAX_CHANNELS 4
+#define H5DS_MAX_SPLITS 3
+
+typedef struct h5ds_split {
+    char name[8];         /* "train", "val", "test" */
+    int64_t count;        /* number of examples */
+    int64_t chunk_images; /* images per HDF5 chunk of /<split>/images */
+} h5ds_split;
+
+typedef struct h5ds {
+    char path[4096];
+    int64_t file; /* hid_t of the open file */
+    int height, width, channels, num_classes;
+    float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
+    char **class_names; /* num_classes strings, owned */
+    int nsplits;
+    h5ds_split splits[H5DS_MAX_SPLITS];
+    char source[256], created[64];
+} h5ds;
+
+/* Called once per problem found by h5ds_verify, with a one-line message
+ * naming the dataset or attribute and what was expected. */
+typedef void (*h5ds_problem_fn)(void *ctx, const char *problem);
+
+/* Checks everything that makes a data set sound: format attributes, shapes
+ * and dtypes, image/label counts, labels in [0, num_classes), mean/std
+ * present and finite, class names. Reports each problem through `report`
+ * (may be NULL) and returns how many there were (0 = sound), or -1 with
+ * `e` set when the file cannot be opened as HDF5 at all. */
+int h5ds_verify(const char *path, h5ds_problem_fn report, void *ctx, pst_err *e);
+
+/* Opens a data set for reading after h5ds_verify found no problem; on
+ * failure returns -1 with the first problem (prefixed by the path) in `e`. */
+int h5ds_open(h5ds *ds, const char *path, pst_err *e);
+/* Closes the file and frees what h5ds_open allocated. NULL-safe, idempotent. */
+void h5ds_close(h5ds *ds);
+
+/* The split named `name`, or NULL when the file has none. */
+const h5ds_split *h5ds_find_split(const h5ds *ds, const char *name);
+
+/* Reads examples [first, first+count) of a split: `images` receives
+ * count*H*W*C bytes, `labels` (may be NULL) count int32. Reading whole
+ * chunks (first and count multiples of chunk_images) is the fast path. */
+int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t *images,
+              int32_t *labels, pst_err *e);
+
+#endif

@@ -1,0 +1,92 @@
+/*
+ * pstrain/model.h - the built-in models and the one-slab parameter layout.
+ *
+ * A model owns three contiguous float slabs of nn_model_size() floats:
+ * parameters, gradients, and (in optim.h) the optimizer's slots. Variables
+ * (weights, biases, batch-norm scale/shift and batch-norm moving mean and
+ * variance) are views into the slab: nn_var gives each one's name, shape,
+ * offset and size, in model order. A parameter server's shard is a set of
+ * ranges of this slab, and moving a whole model is one transfer.
+ *
+ * Non-trainable state (batch-norm moving statistics) lives in the parameter
+ * slab too. After nn_model_train_step, the gradient slab holds, at the
+ * offsets of non-trainable variables, their NEW values (not a gradient): the
+ * caller (optimizer driver or parameter server) writes them back - averaged
+ * over workers in sync mode - instead of applying an optimizer. See
+ * nn_model_apply_state().
+ *
+ * Shapes: inputs are batch-major NHWC float32 (N batch, H, W, C channels),
+ * K classes. Weight decay (L2) is added to the gradients of weight kernels
+ * (not biases, not batch-norm) inside train_step.
+ */
+#ifndef PSTRAIN_MODEL_H
+#define PSTRAIN_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pstrain/common.h"
+
+#define NN_VAR_NAME_LEN 48
+
+typedef struct nn_var {
+    char name[NN_VAR_NAME_LEN]; /* e.g. "conv1/kernel", "mixed_a/b1x1/bn/moving_mean" */
+    int ndim;
+    int shape[4];   /* axis 0 first; dense kernels are [in][out], conv [kh][kw][cin][cout] */
+    size_t offset;  /* in floats, into the slabs */
+    size_t size;    /* floats */
+    bool trainable; /* false: batch-norm moving statistics */
+} nn_var;
+
+typedef struct nn_model_cfg {
+    const char *name; /* "mlp", "lenet5", "inception-mini" */
+    int height, width, channels, num_classes;
+    int max_batch;         /* activations are allocated for this many examples */
+    uint64_t seed;         /* initialization and dropout */
+    float weight_decay;    /* L2 coefficient, 0 = none */
+    float label_smoothing; /* 0 = none */
+} nn_model_cfg;
+
+typedef struct nn_model nn_model;
+
+/* Builds a model. Fails (with a message naming the model and the image size)
+ * when the model does not fit the image size, or the name is unknown. */
+int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e);
+void nn_model_free(nn_model *m); /* NULL-safe */
+
+/* Names of the built-in models, NULL-terminated. */
+const char *const *nn_model_names(void);
+
+size_t nn_model_size(const nn_model *m); /* floats in each slab */
+float *nn_model_params(nn_model *m);
+float *nn_model_grads(nn_model *m);
+int nn_model_nvars(const nn_model *m);
+const nn_var *nn_model_var(const nn_model *m, int i);
+
+/* Text description: one line per layer with output shape and parameter
+ * count, and the totals. Stored with checkpoints. */
+void nn_model_describe(const nn_model *m, FILE *out);
+
+/* Forward + loss + backward on a batch of n <= max_batch examples.
+ * x: n*H*W*C normalised floats; labels: n ints in [0, K). Overwrites the
+ * gradient slab (mean over the batch, plus weight decay) and, for
+ * non-trainable variables, puts their new values there (see above). Returns
+ * the mean loss; *ncorrect (may be NULL) gets the number of correct argmax
+ * predictions. Dropout draws from (seed, step) so results are reproducible. */
+float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, int n,
+                          int64_t step, int *ncorrect);
+
+/* Inference forward (batch norm uses the moving statistics, no dropout).
+ * Returns the mean loss; *ncorrect and pred[n] (either may be NULL). */
+float nn_model_eval(nn_model *m, const float *x, const int32_t *labels, int n, int *ncorrect,
+                    int32_t *pred);
+
+/* Copies the new values of non-trainable variables from `src` (a gradient
+ * slab, or an average of several) into `params`, for the slab range
+ * [begin, end). */
+void nn_model_apply_state(const nn_model *m, float *params, const float *src, size_t begin,
+                          size_t end);
+
+#endif

@@ -1,0 +1,164 @@
+/* common.c - error values, checked allocation, clock, number parsing. */
+#include "pstrain/common.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *g_progname = "pstrain";
+static void (*g_die_hook)(int status);
+
+int pst_fail(pst_err *e, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int pst_err_prefix(pst_err *e, const char *fmt, ...)
+{
+    if (!e) return -1;
+    char prefix[PST_ERR_LEN], old[PST_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, e->msg, sizeof old);
+    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    return -1;
+}
+
+void pst_set_progname(const char *name)
+{
+    g_progname = name;
+}
+
+const char *pst_progname(void)
+{
+    return g_progname;
+}
+
+void pst_set_die_hook(void (*hook)(int status))
+{
+    g_die_hook = hook;
+}
+
+void pst_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", g_progname);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    if (g_die_hook) g_die_hook(1);
+    exit(1);
+}
+
+void pst_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: warning: ", g_progname);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void *pst_malloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) pst_die("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *pst_calloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) pst_die("out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+void *pst_realloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) pst_die("out of memory reallocating %zu bytes", n);
+    return q;
+}
+
+char *pst_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = pst_malloc(n);
+    memcpy(d, s, n);
+    return d;
+}
+
+void *pst_aligned_alloc(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0)
+        pst_die("out of memory allocating %zu aligned bytes", n);
+    return p;
+}
+
+double pst_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int pst_parse_i64(const char *s, int64_t *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int pst_parse_int(const char *s, int *out)
+{
+    int64_t v;
+    if (pst_parse_i64(s, &v) || v < INT_MIN || v > INT_MAX) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int pst_parse_double(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int pst_write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}

@@ -1,0 +1,105 @@
+/*
+ * pstrain/train.h - a training run: its configuration, its result, and the
+ * two ways to run it (one process, or roles over MPI ranks).
+ *
+ * `pstrain train` parses its flags into a train_cfg (src/run/cli.c) and
+ * calls train_run(), which picks train_single() when MPI_COMM_WORLD has one
+ * rank and dist_train() otherwise. Both fill a train_result on the rank that
+ * reports (the only rank in one process, rank 0 = root under MPI), which the
+ * CLI turns into the --summary-json file.
+ */
+#ifndef PSTRAIN_TRAIN_H
+#define PSTRAIN_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pstrain/common.h"
+#include "pstrain/optim.h"
+#include "pstrain/pipeline.h"
+
+typedef enum train_mode { TRAIN_SYNC, TRAIN_ASYNC } train_mode;
+typedef enum place_kind { PLACE_ROUND_ROBIN, PLACE_GREEDY, PLACE_PARTITION } place_kind;
+
+typedef struct train_cfg {
+    const char *data_path;
+    const char *model; /* "mlp", "lenet5", "inception-mini" */
+    int epochs;        /* stop after this many epochs (0: use steps) */
+    int64_t steps;     /* stop after this many global steps (0: use epochs) */
+    int batch;         /* per worker */
+    opt_cfg opt;
+    float lr, lr_decay, lr_decay_epochs;
+    float weight_decay, label_smoothing;
+    uint64_t seed;
+    pipe_cfg pipe; /* prep threads, queue, augmentation, limit */
+
+    /* distributed */
+    int ps;                      /* parameter-server ranks */
+    place_kind placement;
+    int64_t partition_bytes;     /* default 256 KiB */
+    train_mode mode;
+    int replicas_to_aggregate;   /* 0 = all workers */
+
+    /* reporting */
+    int eval_every;      /* epochs; 0 = only at the end */
+    double log_every;    /* seconds between progress/metrics lines */
+    const char *metrics_path, *summary_path, *trace_path;
+    bool dry_run;        /* print the model (and plan) and exit */
+    bool quiet;
+} train_cfg;
+
+/* Defaults documented in `pstrain train --help`. */
+train_cfg train_cfg_defaults(void);
+
+/* Per-role time breakdown in seconds, summed over the run. */
+typedef struct worker_timing {
+    double wait_data, pull, compute, push, wait_version;
+} worker_timing;
+typedef struct ps_timing {
+    double apply, idle;
+} ps_timing;
+
+/* Data accounting of one epoch (distributed: across all workers). */
+typedef struct epoch_stats {
+    int epoch;
+    int64_t examples, unique, duplicates, missing;
+    int nworkers;
+    int64_t *per_worker; /* examples seen by each worker, owned */
+} epoch_stats;
+
+typedef struct train_result {
+    int ranks, ps, workers;
+    int64_t steps;       /* global steps (optimizer updates in sync mode) */
+    int epochs;          /* epochs completed */
+    int64_t examples;    /* training examples processed */
+    double train_seconds, images_per_sec;
+    float final_loss;    /* mean loss over the last logging interval */
+    bool has_test;
+    double test_accuracy, test_loss;
+    int64_t test_examples;
+    int nepochs_stats;
+    epoch_stats *epoch_stats;  /* owned */
+    int nps;
+    int64_t *per_ps_bytes;     /* owned */
+    double imbalance;
+    int64_t dropped_stale;     /* sync mode with backup workers */
+    int nworker_timing;
+    worker_timing *wtiming;    /* per worker, owned */
+    ps_timing *pstiming;       /* per PS, owned */
+} train_result;
+
+void train_result_free(train_result *r); /* frees the owned arrays; NULL-safe */
+
+/* Runs a training job: collective over MPI_COMM_WORLD (MPI must be
+ * initialised with at least MPI_THREAD_FUNNELED). Returns 0 on success; on
+ * error -1 with the message in e (under MPI, fatal errors on any rank end in
+ * MPI_Abort with "rank R (role): message" instead). */
+int train_run(const train_cfg *cfg, train_result *res, pst_err *e);
+int train_single(const train_cfg *cfg, train_result *res, pst_err *e);
+int dist_train(const train_cfg *cfg, train_result *res, pst_err *e);
+
+/* Writes the --summary-json object of DESIGN.md section 6. */
+int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r,
+                        pst_err *e);
+
+#endif

@@ -60,20 +60,21 @@ typedef struct pipe_batch {
     uint8_t *pixels; /* count*H*W*C */
 } pipe_batch;
 
-typedef struct pipe pipe;
+/* (Named `pipeline`, not `pipe`: unistd.h declares pipe().) */
+typedef struct pipeline pipeline;
 
 /* Starts the pipeline threads. The pipeline reads through `ds`, which must
  * stay open, and must not be used by another thread meanwhile. */
-int pipe_new(pipe **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e);
+int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e);
 /* Next batch; blocks until one is ready. Returns 1 with *b filled (the
  * memory stays valid until the next pipe_next call), 0 after the last
  * epoch, -1 on a read error (message in e). */
-int pipe_next(pipe *p, pipe_batch *b, pst_err *e);
+int pipe_next(pipeline *p, pipe_batch *b, pst_err *e);
 /* Number of batches per epoch (ceil(count / B)). */
-int64_t pipe_batches_per_epoch(const pipe *p);
-int64_t pipe_examples_per_epoch(const pipe *p);
+int64_t pipe_batches_per_epoch(const pipeline *p);
+int64_t pipe_examples_per_epoch(const pipeline *p);
 /* Stops the threads and frees. NULL-safe. */
-void pipe_free(pipe *p);
+void pipe_free(pipeline *p);
 
 /* out[i] = (px[i]/255 - mean[c]) / std[c] for n pixels of C channels. */
 void pipe_normalize(const uint8_t *px, int64_t n_pixels, int C, const float *mean,

@@ -1,0 +1,123 @@
+/* summary.c - the --summary-json object of a training run (DESIGN.md section 6). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pstrain/blas.h"
+#include "pstrain/train.h"
+
+void train_result_free(train_result *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->nepochs_stats; i++) free(r->epoch_stats[i].per_worker);
+    free(r->epoch_stats);
+    free(r->per_ps_bytes);
+    free(r->wtiming);
+    free(r->pstiming);
+    memset(r, 0, sizeof *r);
+}
+
+static void jstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void jnum(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.8g", v);
+    else
+        fputs("null", f);
+}
+
+static const char *place_name(place_kind k)
+{
+    return k == PLACE_GREEDY ? "greedy" : k == PLACE_PARTITION ? "partition" : "round-robin";
+}
+
+int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r,
+                        pst_err *e)
+{
+    /* Written under a temporary name and renamed: readers never see half a file. */
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
+    fprintf(f, "{\n  \"model\": ");
+    jstr(f, cfg->model);
+    fprintf(f, ",\n  \"mode\": \"%s\",\n", cfg->mode == TRAIN_ASYNC ? "async" : "sync");
+    fprintf(f, "  \"optimizer\": \"%s\",\n", opt_name(cfg->opt.kind));
+    fprintf(f, "  \"ranks\": %d,\n  \"ps\": %d,\n  \"workers\": %d,\n", r->ranks, r->ps, r->workers);
+    fprintf(f, "  \"batch\": %d,\n  \"seed\": %llu,\n", cfg->batch, (unsigned long long)cfg->seed);
+    fprintf(f, "  \"steps\": %lld,\n  \"epochs\": %d,\n  \"examples\": %lld,\n",
+            (long long)r->steps, r->epochs, (long long)r->examples);
+    fprintf(f, "  \"images_per_sec\": ");
+    jnum(f, r->images_per_sec);
+    fprintf(f, ",\n  \"train_seconds\": ");
+    jnum(f, r->train_seconds);
+    fprintf(f, ",\n  \"final_loss\": ");
+    jnum(f, r->final_loss);
+    if (r->has_test) {
+        fprintf(f, ",\n  \"test_accuracy\": ");
+        jnum(f, r->test_accuracy);
+        fprintf(f, ",\n  \"test_loss\": ");
+        jnum(f, r->test_loss);
+        fprintf(f, ",\n  \"test_examples\": %lld", (long long)r->test_examples);
+    }
+    fprintf(f, ",\n  \"dropped_stale\": %lld", (long long)r->dropped_stale);
+    fprintf(f, ",\n  \"data\": {\"epochs\": [");
+    for (int i = 0; i < r->nepochs_stats; i++) {
+        const epoch_stats *s = &r->epoch_stats[i];
+        fprintf(f, "%s\n    {\"epoch\": %d, \"examples\": %lld, \"unique\": %lld, "
+                   "\"duplicates\": %lld, \"missing\": %lld, \"per_worker\": [",
+                i ? "," : "", s->epoch, (long long)s->examples, (long long)s->unique,
+                (long long)s->duplicates, (long long)s->missing);
+        for (int w = 0; w < s->nworkers; w++)
+            fprintf(f, "%s%lld", w ? ", " : "", (long long)s->per_worker[w]);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "%s]},\n", r->nepochs_stats ? "\n  " : "");
+    fprintf(f, "  \"placement\": {\"strategy\": \"%s\", \"per_ps_bytes\": [",
+            place_name(cfg->placement));
+    for (int i = 0; i < r->nps; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)r->per_ps_bytes[i]);
+    fprintf(f, "], \"imbalance\": ");
+    jnum(f, r->imbalance);
+    fprintf(f, "},\n  \"timing\": {\"workers\": [");
+    for (int i = 0; i < r->nworker_timing && r->wtiming; i++) {
+        const worker_timing *w = &r->wtiming[i];
+        fprintf(f, "%s{\"wait_data\": %.4f, \"pull\": %.4f, \"compute\": %.4f, \"push\": %.4f, "
+                   "\"wait_version\": %.4f}",
+                i ? ", " : "", w->wait_data, w->pull, w->compute, w->push, w->wait_version);
+    }
+    fprintf(f, "], \"ps\": [");
+    for (int i = 0; i < r->nps && r->pstiming; i++)
+        fprintf(f, "%s{\"apply\": %.4f, \"idle\": %.4f}", i ? ", " : "", r->pstiming[i].apply,
+                r->pstiming[i].idle);
+    fprintf(f, "]},\n  \"blis_arch\": ");
+    jstr(f, nn_blis_arch());
+    fprintf(f, "\n}\n");
+    if (fflush(f) != 0 || ferror(f)) {
+        fclose(f);
+        remove(tmp);
+        return pst_fail(e, "%s: write failed: %s", path, strerror(errno));
+    }
+    fclose(f);
+    if (rename(tmp, path) != 0) {
+        int err = errno;
+        remove(tmp);
+        return pst_fail(e, "%s: cannot rename summary into place: %s", path, strerror(err));
+    }
+    return 0;
+}

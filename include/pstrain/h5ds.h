@@ -33,7 +33,9 @@
 typedef struct h5ds_split {
     char name[8];         /* "train", "val", "test" */
     int64_t count;        /* number of examples */
-    int64_t chunk_images; /* images per HDF5 chunk of /<split>/images */
+    int64_t chunk_images; /* images per HDF5 chunk of /<split>/images (whole-image
+                           * chunks; other layouts: a read unit of about 1 MiB) */
+    int64_t images_id, labels_id; /* hid_t of the open datasets (internal) */
 } h5ds_split;
 
 typedef struct h5ds {
@@ -67,9 +69,11 @@ void h5ds_close(h5ds *ds);
 /* The split named `name`, or NULL when the file has none. */
 const h5ds_split *h5ds_find_split(const h5ds *ds, const char *name);
 
-/* Reads examples [first, first+count) of a split: `images` receives
- * count*H*W*C bytes, `labels` (may be NULL) count int32. Reading whole
- * chunks (first and count multiples of chunk_images) is the fast path. */
+/* Reads examples [first, first+count) of a split: `images` (may be NULL)
+ * receives count*H*W*C bytes, `labels` (may be NULL) count int32. Reading
+ * whole chunks (first and count multiples of chunk_images) is the fast path;
+ * other reads go through a 32 MiB chunk cache per split, so that nearby
+ * single-image reads do not decompress a chunk each. */
 int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t *images,
               int32_t *labels, pst_err *e);
 

@@ -1,0 +1,797 @@
+/*
+ * h5ds.c - reading and checking pstrain data sets (layout in pstrain/h5ds.h).
+ *
+ * One pass (check_file) both verifies a file and, when asked, fills an h5ds
+ * with what it read: h5ds_verify and h5ds_open can never disagree about what
+ * a sound data set is. HDF5's automatic error printing is turned off; the
+ * innermost message of HDF5's error stack is folded into our one-line errors.
+ */
+#include "pstrain/h5ds.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *const split_names[H5DS_MAX_SPLITS] = {"train", "val", "test"};
+
+/* Decompressed-chunk cache per images dataset. Whole-chunk reads (the fast
+ * path) need none, but random reads of single images would otherwise
+ * decompress a whole chunk per image (NOTES-MPI.md, chunk-cache pitfall). */
+#define H5DS_CACHE_BYTES ((size_t)32 << 20)
+#define H5DS_CACHE_SLOTS 16411 /* prime, ~100x the chunks a 32 MiB cache holds */
+/* Labels are range-checked in blocks of this many. */
+#define H5DS_LABEL_BLOCK ((int64_t)1 << 20)
+
+/* ---- HDF5 error stack -> one short reason ---------------------------------- */
+
+static herr_t innermost_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+    if (n == 0 && err->desc) snprintf(data, 256, "%s", err->desc);
+    return 0;
+}
+
+/* The innermost (most specific) description on HDF5's error stack, which
+ * is then cleared. */
+static const char *h5_reason(char buf[256])
+{
+    snprintf(buf, 256, "HDF5 gave no reason");
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, buf);
+    H5Eclear2(H5E_DEFAULT);
+    return buf;
+}
+
+static void h5_quiet(void)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+/* ---- problems ---------------------------------------------------------------- */
+
+typedef struct vctx {
+    h5ds_problem_fn report;
+    void *ctx;
+    int count;
+} vctx;
+
+static void __attribute__((format(printf, 2, 3))) problem(vctx *v, const char *fmt, ...)
+{
+    char msg[PST_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    v->count++;
+    if (v->report) v->report(v->ctx, msg);
+}
+
+/* "uint8", "int32", "float64", "string", ... for messages. */
+static const char *type_desc(hid_t t, char buf[32])
+{
+    H5T_class_t cls = H5Tget_class(t);
+    size_t size = H5Tget_size(t);
+    switch (cls) {
+    case H5T_INTEGER:
+        snprintf(buf, 32, "%sint%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", size * 8);
+        break;
+    case H5T_FLOAT:
+        snprintf(buf, 32, "float%zu", size * 8);
+        break;
+    case H5T_STRING:
+        snprintf(buf, 32, "string");
+        break;
+    case H5T_COMPOUND:
+        snprintf(buf, 32, "compound");
+        break;
+    case H5T_ENUM:
+        snprintf(buf, 32, "enum");
+        break;
+    case H5T_VLEN:
+        snprintf(buf, 32, "vlen");
+        break;
+    case H5T_ARRAY:
+        snprintf(buf, 32, "array");
+        break;
+    default:
+        snprintf(buf, 32, "an unsupported type");
+        break;
+    }
+    return buf;
+}
+
+static bool is_int_type(hid_t t, size_t size, bool is_signed)
+{
+    return H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == size &&
+           (H5Tget_sign(t) == H5T_SGN_2) == is_signed;
+}
+
+static const char *shape_desc(int rank, const hsize_t *dims, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    if (rank == 0) snprintf(buf, n, "a scalar");
+    for (int i = 0; i < rank && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "[%llu]", (unsigned long long)dims[i]);
+    return buf;
+}
+
+/* ---- root attributes ----------------------------------------------------------- */
+
+/* Opens attribute `name` of `obj`, or reports it missing and returns -1. */
+static hid_t attr_open(vctx *v, hid_t obj, const char *name, const char *expect)
+{
+    char why[256];
+    htri_t ex = H5Aexists(obj, name);
+    if (ex <= 0) {
+        if (ex < 0)
+            problem(v, "root attribute '%s': cannot be checked (%s)", name, h5_reason(why));
+        else
+            problem(v, "root attribute '%s': missing (expected %s)", name, expect);
+        return -1;
+    }
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    if (a < 0) problem(v, "root attribute '%s': cannot be opened (%s)", name, h5_reason(why));
+    return a;
+}
+
+/* Number of elements of an attribute's dataspace, or -1. */
+static hssize_t attr_npoints(hid_t a)
+{
+    hid_t s = H5Aget_space(a);
+    if (s < 0) return -1;
+    hssize_t n = H5Sget_simple_extent_npoints(s);
+    H5Sclose(s);
+    return n;
+}
+
+/* An integer scalar attribute within [lo, hi]. Returns 0 and sets *out, or
+ * -1 after reporting the problem. */
+static int check_attr_int(vctx *v, hid_t root, const char *name, int64_t lo, int64_t hi,
+                          int64_t *out)
+{
+    char expect[96], tbuf[32], why[256];
+    snprintf(expect, sizeof expect, "an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+    hid_t a = attr_open(v, root, name, expect), t = -1;
+    int rc = -1;
+    if (a < 0) return -1;
+    t = H5Aget_type(a);
+    if (t < 0 || H5Tget_class(t) != H5T_INTEGER) {
+        problem(v, "root attribute '%s': type %s, expected %s", name,
+                t < 0 ? "unknown" : type_desc(t, tbuf), expect);
+        goto done;
+    }
+    if (attr_npoints(a) != 1) {
+        problem(v, "root attribute '%s': has %lld values, expected one", name,
+                (long long)attr_npoints(a));
+        goto done;
+    }
+    int64_t x;
+    if (H5Aread(a, H5T_NATIVE_INT64, &x) < 0) {
+        problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+        goto done;
+    }
+    if (x < lo || x > hi) {
+        problem(v, "root attribute '%s' = %lld, expected %s", name, (long long)x, expect);
+        goto done;
+    }
+    *out = x;
+    rc = 0;
+done:
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return rc;
+}
+
+/* A scalar string attribute (fixed or variable length) copied into buf
+ * (truncated to n-1 bytes). 0 or -1 after reporting. */
+static int check_attr_str(vctx *v, hid_t root, const char *name, char *buf, size_t n)
+{
+    char tbuf[32], why[256];
+    hid_t a = attr_open(v, root, name, "a string"), t = -1, mt = -1;
+    int rc = -1;
+    if (a < 0) return -1;
+    t = H5Aget_type(a);
+    if (t < 0 || H5Tget_class(t) != H5T_STRING) {
+        problem(v, "root attribute '%s': type %s, expected a string", name,
+                t < 0 ? "unknown" : type_desc(t, tbuf));
+        goto done;
+    }
+    if (attr_npoints(a) != 1) {
+        problem(v, "root attribute '%s': has %lld values, expected one string", name,
+                (long long)attr_npoints(a));
+        goto done;
+    }
+    mt = H5Tcopy(H5T_C_S1);
+    if (H5Tis_variable_str(t) > 0) {
+        char *s = NULL;
+        if (H5Tset_size(mt, H5T_VARIABLE) < 0 || H5Tset_cset(mt, H5Tget_cset(t)) < 0 ||
+            H5Aread(a, mt, &s) < 0 || !s) {
+            problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+            goto done;
+        }
+        snprintf(buf, n, "%s", s);
+        H5free_memory(s);
+    } else {
+        size_t size = H5Tget_size(t);
+        char *s = pst_calloc(1, size + 1);
+        if (H5Tset_size(mt, size) < 0 || H5Tset_cset(mt, H5Tget_cset(t)) < 0 ||
+            H5Aread(a, mt, s) < 0) {
+            free(s);
+            problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+            goto done;
+        }
+        snprintf(buf, n, "%s", s);
+        free(s);
+    }
+    rc = 0;
+done:
+    if (mt >= 0) H5Tclose(mt);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return rc;
+}
+
+/* A float attribute with `count` finite values in [lo, hi]. */
+static int check_attr_floats(vctx *v, hid_t root, const char *name, int count, double lo, double hi,
+                             float *out)
+{
+    char expect[128], tbuf[32], why[256];
+    snprintf(expect, sizeof expect, "%d finite float%s in [%g, %g] (one per channel)", count,
+             count == 1 ? "" : "s", lo, hi);
+    hid_t a = attr_open(v, root, name, expect), t = -1;
+    int rc = -1;
+    if (a < 0) return -1;
+    t = H5Aget_type(a);
+    if (t < 0 || H5Tget_class(t) != H5T_FLOAT) {
+        problem(v, "root attribute '%s': type %s, expected %s", name,
+                t < 0 ? "unknown" : type_desc(t, tbuf), expect);
+        goto done;
+    }
+    hssize_t np = attr_npoints(a);
+    if (np != count) {
+        problem(v, "root attribute '%s': has %lld values, expected %s", name, (long long)np,
+                expect);
+        goto done;
+    }
+    double x[H5DS_MAX_CHANNELS];
+    if (H5Aread(a, H5T_NATIVE_DOUBLE, x) < 0) {
+        problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+        goto done;
+    }
+    rc = 0;
+    for (int c = 0; c < count; c++) {
+        if (!isfinite(x[c]) || x[c] < lo || x[c] > hi) {
+            problem(v, "root attribute '%s'[%d] = %g, expected %s", name, c, x[c], expect);
+            rc = -1;
+        }
+        out[c] = (float)x[c];
+    }
+done:
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return rc;
+}
+
+/* ---- /classes ---------------------------------------------------------------- */
+
+static int cmp_name_idx(const void *a, const void *b, void *names)
+{
+    char **nm = names;
+    int ia = *(const int *)a, ib = *(const int *)b;
+    int c = strcmp(nm[ia], nm[ib]);
+    return c ? c : (ia > ib) - (ia < ib);
+}
+
+/* Reads the strings of 1-D string dataset `d` (fixed or variable length)
+ * into K malloc'd C strings. */
+static int read_strings(hid_t d, hid_t ftype, int64_t k, char ***out)
+{
+    hid_t mt = H5Tcopy(H5T_C_S1);
+    int rc = -1;
+    char **names = pst_calloc((size_t)k, sizeof *names);
+    if (mt < 0 || H5Tset_cset(mt, H5Tget_cset(ftype)) < 0) goto done;
+    if (H5Tis_variable_str(ftype) > 0) {
+        char **raw = pst_calloc((size_t)k, sizeof *raw);
+        if (H5Tset_size(mt, H5T_VARIABLE) < 0 ||
+            H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw) < 0) {
+            free(raw);
+            goto done;
+        }
+        for (int64_t i = 0; i < k; i++) {
+            names[i] = pst_strdup(raw[i] ? raw[i] : "");
+            if (raw[i]) H5free_memory(raw[i]);
+        }
+        free(raw);
+    } else {
+        size_t size = H5Tget_size(ftype);
+        char *raw = pst_calloc((size_t)k, size);
+        if (H5Tset_size(mt, size) < 0 || H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw) < 0) {
+            free(raw);
+            goto done;
+        }
+        for (int64_t i = 0; i < k; i++) {
+            names[i] = pst_malloc(size + 1);
+            memcpy(names[i], raw + (size_t)i * size, size);
+            names[i][size] = 0;
+        }
+        free(raw);
+    }
+    rc = 0;
+done:
+    if (mt >= 0) H5Tclose(mt);
+    if (rc < 0) {
+        for (int64_t i = 0; i < k; i++) free(names[i]);
+        free(names);
+        names = NULL;
+    }
+    *out = names;
+    return rc;
+}
+
+/* Checks /classes against num_classes (k, or -1 when the attribute itself
+ * is bad) and returns the names (k strings) when sound, else NULL. */
+static char **check_classes(vctx *v, hid_t file, int64_t k)
+{
+    char tbuf[32], why[256], shape[96];
+    hid_t d = -1, t = -1, s = -1;
+    char **names = NULL;
+    if (H5Lexists(file, "classes", H5P_DEFAULT) <= 0) {
+        problem(v, "/classes: missing (expected num_classes variable-length UTF-8 strings)");
+        return NULL;
+    }
+    d = H5Dopen2(file, "classes", H5P_DEFAULT);
+    if (d < 0) {
+        problem(v, "/classes: not a dataset (%s)", h5_reason(why));
+        return NULL;
+    }
+    t = H5Dget_type(d);
+    s = H5Dget_space(d);
+    if (t < 0 || s < 0) {
+        problem(v, "/classes: cannot be inspected (%s)", h5_reason(why));
+        goto done;
+    }
+    if (H5Tget_class(t) != H5T_STRING) {
+        problem(v, "/classes: dtype %s, expected strings", type_desc(t, tbuf));
+        goto done;
+    }
+    hsize_t dims[H5S_MAX_RANK];
+    int rank = H5Sget_simple_extent_dims(s, dims, NULL);
+    if (rank != 1) {
+        problem(v, "/classes: shape %s, expected [num_classes]",
+                shape_desc(rank, dims, shape, sizeof shape));
+        goto done;
+    }
+    if (k >= 0 && (int64_t)dims[0] != k) {
+        problem(v, "/classes: %llu names, expected num_classes = %lld", (unsigned long long)dims[0],
+                (long long)k);
+        goto done;
+    }
+    if (k < 0) goto done; /* num_classes already reported */
+    if (read_strings(d, t, k, &names) < 0) {
+        problem(v, "/classes: cannot be read (%s)", h5_reason(why));
+        goto done;
+    }
+    int bad = 0;
+    int *order = pst_malloc((size_t)k * sizeof *order);
+    for (int i = 0; i < k; i++) {
+        order[i] = i;
+        if (!names[i][0]) {
+            problem(v, "/classes[%d]: empty name", i);
+            bad++;
+        }
+    }
+    qsort_r(order, (size_t)k, sizeof *order, cmp_name_idx, names);
+    for (int64_t i = 1; i < k; i++) {
+        if (names[order[i]][0] && !strcmp(names[order[i]], names[order[i - 1]])) {
+            problem(v, "/classes[%d] and [%d]: both named '%s', expected distinct names",
+                    order[i - 1], order[i], names[order[i]]);
+            bad++;
+        }
+    }
+    free(order);
+    if (bad) {
+        for (int64_t i = 0; i < k; i++) free(names[i]);
+        free(names);
+        names = NULL;
+    }
+done:
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    H5Dclose(d);
+    return names;
+}
+
+/* ---- splits ---------------------------------------------------------------- */
+
+typedef struct shape_attrs {
+    int64_t h, w, c, k; /* -1 where the attribute is bad */
+} shape_attrs;
+
+/* Reads image `i` of images dataset `d` (a probe that the data decompress). */
+static int probe_image(hid_t d, int64_t i, size_t image_bytes, const hsize_t *dims)
+{
+    uint8_t *buf = pst_malloc(image_bytes);
+    hid_t fs = H5Dget_space(d), ms = -1;
+    int rc = -1;
+    hsize_t start[4] = {(hsize_t)i, 0, 0, 0}, count[4] = {1, dims[1], dims[2], dims[3]};
+    hsize_t mdim = image_bytes;
+    if (fs < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) < 0) goto done;
+    ms = H5Screate_simple(1, &mdim, NULL);
+    if (ms < 0 || H5Dread(d, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, buf) < 0) goto done;
+    rc = 0;
+done:
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    free(buf);
+    return rc;
+}
+
+/* Checks /<name>/images. Returns the open dataset (with a chunk cache)
+ * and sets *n and *chunk_images, or -1 after reporting. */
+static hid_t check_images(vctx *v, hid_t g, const char *name, const shape_attrs *sa, int64_t *n,
+                          int64_t *chunk_images)
+{
+    char tbuf[32], why[256], shape[96];
+    hid_t dapl = -1, d = -1, t = -1, s = -1, dcpl = -1;
+    bool ok = false;
+    if (H5Lexists(g, "images", H5P_DEFAULT) <= 0) {
+        problem(v, "/%s/images: missing (expected uint8 [N][H][W][C])", name);
+        return -1;
+    }
+    dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    if (dapl >= 0) H5Pset_chunk_cache(dapl, H5DS_CACHE_SLOTS, H5DS_CACHE_BYTES, 1.0);
+    d = H5Dopen2(g, "images", dapl >= 0 ? dapl : H5P_DEFAULT);
+    if (d < 0) {
+        problem(v, "/%s/images: not a dataset (%s)", name, h5_reason(why));
+        goto done;
+    }
+    t = H5Dget_type(d);
+    s = H5Dget_space(d);
+    if (t < 0 || s < 0) {
+        problem(v, "/%s/images: cannot be inspected (%s)", name, h5_reason(why));
+        goto done;
+    }
+    if (!is_int_type(t, 1, false)) {
+        problem(v, "/%s/images: dtype %s, expected uint8", name, type_desc(t, tbuf));
+        goto done;
+    }
+    hsize_t dims[H5S_MAX_RANK];
+    int rank = H5Sget_simple_extent_dims(s, dims, NULL);
+    if (rank != 4) {
+        problem(v, "/%s/images: shape %s, expected [N][H][W][C] (4 dimensions)", name,
+                shape_desc(rank, dims, shape, sizeof shape));
+        goto done;
+    }
+    if (sa->h < 0 || sa->w < 0 || sa->c < 0) goto done; /* attributes already reported */
+    if ((int64_t)dims[1] != sa->h || (int64_t)dims[2] != sa->w || (int64_t)dims[3] != sa->c) {
+        problem(v,
+                "/%s/images: shape %s, expected [N][%lld][%lld][%lld] (height, width, "
+                "channels attributes)",
+                name, shape_desc(rank, dims, shape, sizeof shape), (long long)sa->h,
+                (long long)sa->w, (long long)sa->c);
+        goto done;
+    }
+    if (dims[0] == 0) {
+        problem(v, "/%s/images: no images (expected at least one)", name);
+        goto done;
+    }
+    *n = (int64_t)dims[0];
+    size_t image_bytes = (size_t)(sa->h * sa->w * sa->c);
+    /* images per chunk: whole-image chunks give their first dimension;
+     * other layouts get a read unit of about 1 MiB */
+    int64_t per_mib = PST_MAX((int64_t)1, (int64_t)(((size_t)1 << 20) / image_bytes));
+    *chunk_images = PST_MIN(per_mib, *n);
+    dcpl = H5Dget_create_plist(d);
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t cd[4];
+        if (H5Pget_chunk(dcpl, 4, cd) == 4 && cd[1] == dims[1] && cd[2] == dims[2] &&
+            cd[3] == dims[3])
+            *chunk_images = PST_MIN((int64_t)cd[0], *n);
+    }
+    if (probe_image(d, 0, image_bytes, dims) < 0 || probe_image(d, *n - 1, image_bytes, dims) < 0) {
+        problem(v, "/%s/images: image data cannot be read (%s)", name, h5_reason(why));
+        goto done;
+    }
+    ok = true;
+done:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (dapl >= 0) H5Pclose(dapl);
+    if (!ok && d >= 0) {
+        H5Dclose(d);
+        d = -1;
+    }
+    return d;
+}
+
+/* Checks /<name>/labels: int32 [n] (n = -1 when the images were bad), all
+ * in [0, k) (k = -1 when num_classes was bad). Returns the open dataset or
+ * -1 after reporting. */
+static hid_t check_labels(vctx *v, hid_t g, const char *name, int64_t n, int64_t k)
+{
+    char tbuf[32], why[256], shape[96];
+    hid_t d = -1, t = -1, s = -1, ms = -1;
+    int32_t *buf = NULL;
+    bool ok = false;
+    if (H5Lexists(g, "labels", H5P_DEFAULT) <= 0) {
+        problem(v, "/%s/labels: missing (expected int32 [N])", name);
+        return -1;
+    }
+    d = H5Dopen2(g, "labels", H5P_DEFAULT);
+    if (d < 0) {
+        problem(v, "/%s/labels: not a dataset (%s)", name, h5_reason(why));
+        return -1;
+    }
+    t = H5Dget_type(d);
+    s = H5Dget_space(d);
+    if (t < 0 || s < 0) {
+        problem(v, "/%s/labels: cannot be inspected (%s)", name, h5_reason(why));
+        goto done;
+    }
+    if (!is_int_type(t, 4, true)) {
+        problem(v, "/%s/labels: dtype %s, expected int32", name, type_desc(t, tbuf));
+        goto done;
+    }
+    hsize_t dims[H5S_MAX_RANK];
+    int rank = H5Sget_simple_extent_dims(s, dims, NULL);
+    if (rank != 1) {
+        problem(v, "/%s/labels: shape %s, expected [N] (1 dimension)", name,
+                shape_desc(rank, dims, shape, sizeof shape));
+        goto done;
+    }
+    if (n >= 0 && (int64_t)dims[0] != n) {
+        problem(v, "/%s/labels: %llu labels, expected %lld (one per image of /%s/images)", name,
+                (unsigned long long)dims[0], (long long)n, name);
+        goto done;
+    }
+    if (k < 0) goto done;
+    /* range check, block by block */
+    int64_t total = (int64_t)dims[0], nbad = 0, first_bad = -1;
+    int32_t first_val = 0;
+    int64_t block = PST_MIN(total, H5DS_LABEL_BLOCK);
+    buf = pst_malloc((size_t)PST_MAX(block, (int64_t)1) * sizeof *buf);
+    for (int64_t at = 0; at < total; at += block) {
+        hsize_t start = (hsize_t)at, cnt = (hsize_t)PST_MIN(block, total - at);
+        if (ms >= 0) H5Sclose(ms);
+        ms = H5Screate_simple(1, &cnt, NULL);
+        if (ms < 0 || H5Sselect_hyperslab(s, H5S_SELECT_SET, &start, NULL, &cnt, NULL) < 0 ||
+            H5Dread(d, H5T_NATIVE_INT32, ms, s, H5P_DEFAULT, buf) < 0) {
+            problem(v, "/%s/labels: cannot be read (%s)", name, h5_reason(why));
+            goto done;
+        }
+        for (hsize_t i = 0; i < cnt; i++) {
+            if (buf[i] < 0 || buf[i] >= k) {
+                if (!nbad++) {
+                    first_bad = at + (int64_t)i;
+                    first_val = buf[i];
+                }
+            }
+        }
+    }
+    if (nbad) {
+        problem(v, "/%s/labels: %lld label%s outside [0, %lld) (num_classes), first [%lld] = %d",
+                name, (long long)nbad, nbad == 1 ? "" : "s", (long long)k, (long long)first_bad,
+                first_val);
+        goto done;
+    }
+    ok = true;
+done:
+    free(buf);
+    if (ms >= 0) H5Sclose(ms);
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (!ok) {
+        H5Dclose(d);
+        d = -1;
+    }
+    return d;
+}
+
+/* ---- the one check ------------------------------------------------------------ */
+
+static void free_names(char **names, int k)
+{
+    if (!names) return;
+    for (int i = 0; i < k; i++) free(names[i]);
+    free(names);
+}
+
+static void close_ids(h5ds *ds)
+{
+    for (int i = 0; i < ds->nsplits; i++) {
+        if (ds->splits[i].images_id > 0) H5Dclose(ds->splits[i].images_id);
+        if (ds->splits[i].labels_id > 0) H5Dclose(ds->splits[i].labels_id);
+        ds->splits[i].images_id = ds->splits[i].labels_id = -1;
+    }
+    if (ds->file > 0) H5Fclose(ds->file);
+    ds->file = -1;
+}
+
+/* Checks the file at `path`; when `ds` is given and the file is sound,
+ * fills it and leaves the file open. Returns the number of problems, or -1
+ * with `e` set when the file cannot be opened as HDF5. */
+static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_err *e, h5ds *ds)
+{
+    vctx v = {report, ctx, 0};
+    char why[256];
+    struct stat st;
+    h5_quiet();
+    if (stat(path, &st) < 0) return pst_fail(e, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) return pst_fail(e, "%s: is a directory, expected an HDF5 file", path);
+    htri_t is_h5 = H5Fis_hdf5(path);
+    if (is_h5 <= 0)
+        return pst_fail(e, "%s: not an HDF5 file (%s)", path,
+                        is_h5 < 0 ? h5_reason(why) : "no HDF5 signature");
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
+        return pst_fail(e, "%s: HDF5 setup failed (%s)", path, h5_reason(why));
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (file < 0) return pst_fail(e, "%s: cannot open as HDF5 (%s)", path, h5_reason(why));
+
+    h5ds tmp;
+    memset(&tmp, 0, sizeof tmp);
+    tmp.file = file;
+    snprintf(tmp.path, sizeof tmp.path, "%s", path);
+    for (int i = 0; i < H5DS_MAX_SPLITS; i++)
+        tmp.splits[i].images_id = tmp.splits[i].labels_id = -1;
+
+    char format[64] = "";
+    int64_t version = 0;
+    if (check_attr_str(&v, file, "format", format, sizeof format) == 0 &&
+        strcmp(format, H5DS_FORMAT) != 0)
+        problem(&v, "root attribute 'format' = '%s', expected '%s'", format, H5DS_FORMAT);
+    if (check_attr_int(&v, file, "format_version", 1, INT32_MAX, &version) == 0 &&
+        version != H5DS_FORMAT_VERSION)
+        problem(&v,
+                "root attribute 'format_version' = %lld, expected %d (the version this "
+                "pstrain reads)",
+                (long long)version, H5DS_FORMAT_VERSION);
+    shape_attrs sa = {-1, -1, -1, -1};
+    if (check_attr_int(&v, file, "height", 1, 1 << 16, &sa.h) < 0) sa.h = -1;
+    if (check_attr_int(&v, file, "width", 1, 1 << 16, &sa.w) < 0) sa.w = -1;
+    if (check_attr_int(&v, file, "channels", 1, H5DS_MAX_CHANNELS, &sa.c) < 0) sa.c = -1;
+    if (check_attr_int(&v, file, "num_classes", 1, INT32_MAX, &sa.k) < 0) sa.k = -1;
+    if (sa.c > 0) {
+        check_attr_floats(&v, file, "mean", (int)sa.c, 0.0, 1.0, tmp.mean);
+        check_attr_floats(&v, file, "std", (int)sa.c, 0.0, 0.5, tmp.std);
+    }
+    check_attr_str(&v, file, "source", tmp.source, sizeof tmp.source);
+    check_attr_str(&v, file, "created", tmp.created, sizeof tmp.created);
+    tmp.class_names = check_classes(&v, file, sa.k);
+
+    for (int i = 0; i < H5DS_MAX_SPLITS; i++) {
+        const char *name = split_names[i];
+        htri_t ex = H5Lexists(file, name, H5P_DEFAULT);
+        if (ex <= 0) {
+            if (i == 0) problem(&v, "/train: missing (every data set needs a train split)");
+            continue;
+        }
+        hid_t g = H5Gopen2(file, name, H5P_DEFAULT);
+        if (g < 0) {
+            problem(&v, "/%s: not a group (%s)", name, h5_reason(why));
+            continue;
+        }
+        int64_t n = -1, chunk = 0;
+        hid_t di = check_images(&v, g, name, &sa, &n, &chunk);
+        hid_t dl = check_labels(&v, g, name, n, sa.k);
+        H5Gclose(g);
+        h5ds_split *sp = &tmp.splits[tmp.nsplits++];
+        snprintf(sp->name, sizeof sp->name, "%s", name);
+        sp->count = n;
+        sp->chunk_images = chunk;
+        sp->images_id = di;
+        sp->labels_id = dl;
+    }
+
+    if (ds && v.count == 0) {
+        tmp.height = (int)sa.h;
+        tmp.width = (int)sa.w;
+        tmp.channels = (int)sa.c;
+        tmp.num_classes = (int)sa.k;
+        *ds = tmp;
+    } else {
+        close_ids(&tmp);
+        free_names(tmp.class_names, (int)sa.k);
+    }
+    return v.count;
+}
+
+int h5ds_verify(const char *path, h5ds_problem_fn report, void *ctx, pst_err *e)
+{
+    return check_file(path, report, ctx, e, NULL);
+}
+
+typedef struct first_problem {
+    char msg[PST_ERR_LEN];
+    int n;
+} first_problem;
+
+static void keep_first(void *ctx, const char *msg)
+{
+    first_problem *fp = ctx;
+    if (!fp->n++) snprintf(fp->msg, sizeof fp->msg, "%s", msg);
+}
+
+int h5ds_open(h5ds *ds, const char *path, pst_err *e)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->file = -1;
+    first_problem fp = {"", 0};
+    int n = check_file(path, keep_first, &fp, e, ds);
+    if (n < 0) return -1;
+    if (n > 0) {
+        ds->file = -1;
+        ds->nsplits = 0;
+        if (n == 1) return pst_fail(e, "%s: %s", path, fp.msg);
+        return pst_fail(e, "%s: %s (and %d more problems; see pstrain-prep verify %s)", path,
+                        fp.msg, n - 1, path);
+    }
+    return 0;
+}
+
+void h5ds_close(h5ds *ds)
+{
+    if (!ds) return;
+    h5_quiet();
+    close_ids(ds);
+    free_names(ds->class_names, ds->num_classes);
+    ds->class_names = NULL;
+    ds->nsplits = 0;
+}
+
+const h5ds_split *h5ds_find_split(const h5ds *ds, const char *name)
+{
+    for (int i = 0; i < ds->nsplits; i++)
+        if (!strcmp(ds->splits[i].name, name)) return &ds->splits[i];
+    return NULL;
+}
+
+/* Reads rows [first, first+count) of dataset d (rank 1 or 4) as `mtype`. */
+static int read_rows(hid_t d, hid_t mtype, int64_t first, int64_t count, size_t row_elems,
+                     void *buf)
+{
+    hid_t fs = H5Dget_space(d), ms = -1;
+    int rc = -1;
+    hsize_t dims[H5S_MAX_RANK], start[H5S_MAX_RANK] = {0}, cnt[H5S_MAX_RANK];
+    int rank = fs < 0 ? -1 : H5Sget_simple_extent_dims(fs, dims, NULL);
+    if (rank < 1) goto done;
+    start[0] = (hsize_t)first;
+    cnt[0] = (hsize_t)count;
+    for (int i = 1; i < rank; i++) cnt[i] = dims[i];
+    hsize_t melems = (hsize_t)count * row_elems;
+    if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0) goto done;
+    ms = H5Screate_simple(1, &melems, NULL);
+    if (ms < 0 || H5Dread(d, mtype, ms, fs, H5P_DEFAULT, buf) < 0) goto done;
+    rc = 0;
+done:
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return rc;
+}
+
+int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t *images,
+              int32_t *labels, pst_err *e)
+{
+    char why[256];
+    h5_quiet();
+    const h5ds_split *sp = h5ds_find_split(ds, split);
+    if (!sp) return pst_fail(e, "%s: no split '%s' in this data set", ds->path, split);
+    if (first < 0 || count < 0 || first > sp->count || count > sp->count - first)
+        return pst_fail(e, "%s: /%s: examples [%lld, %lld) requested, the split has [0, %lld)",
+                        ds->path, split, (long long)first, (long long)(first + count),
+                        (long long)sp->count);
+    if (count == 0) return 0;
+    size_t image_elems = (size_t)ds->height * (size_t)ds->width * (size_t)ds->channels;
+    if (images && read_rows(sp->images_id, H5T_NATIVE_UINT8, first, count, image_elems, images) < 0)
+        return pst_fail(e, "%s: /%s/images: reading examples [%lld, %lld) failed (%s)", ds->path,
+                        split, (long long)first, (long long)(first + count), h5_reason(why));
+    if (labels && read_rows(sp->labels_id, H5T_NATIVE_INT32, first, count, 1, labels) < 0)
+        return pst_fail(e, "%s: /%s/labels: reading examples [%lld, %lld) failed (%s)", ds->path,
+                        split, (long long)first, (long long)(first + count), h5_reason(why));
+    return 0;
+}

@@ -98,6 +98,17 @@ int train_run(const train_cfg *cfg, train_result *res, pst_err *e);
 int train_single(const train_cfg *cfg, train_result *res, pst_err *e);
 int dist_train(const train_cfg *cfg, train_result *res, pst_err *e);
 
+/* Evaluates `m` in inference mode on a whole split of `ds` (file order,
+ * batches of `batch`). Fills accuracy, mean loss and the example count;
+ * `confusion` (may be NULL) receives K*K counts [true][predicted]. */
+struct nn_model;
+int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
+                   double *loss, int64_t *examples, int64_t *confusion, pst_err *e);
+
+/* Parses `pstrain train` flags (argv[0] is "train") into cfg. Returns 0, or
+ * 2 after printing a usage error / 1 for --help (printed) so main can exit. */
+int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
+
 /* Writes the --summary-json object of DESIGN.md section 6. */
 int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r,
                         pst_err *e);

@@ -26,13 +26,19 @@ int pst_fail(pst_err *e, const char *fmt, ...)
 int pst_err_prefix(pst_err *e, const char *fmt, ...)
 {
     if (!e) return -1;
-    char prefix[PST_ERR_LEN], old[PST_ERR_LEN];
+    char prefix[PST_ERR_LEN], joined[2 * PST_ERR_LEN + 2];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    memcpy(old, e->msg, sizeof old);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    size_t np = strlen(prefix), nm = strnlen(e->msg, sizeof e->msg - 1);
+    memcpy(joined, prefix, np);
+    memcpy(joined + np, ": ", 2);
+    memcpy(joined + np + 2, e->msg, nm);
+    joined[np + 2 + nm] = 0;
+    size_t n = PST_MIN(np + 2 + nm, sizeof e->msg - 1); /* truncate to fit */
+    memcpy(e->msg, joined, n);
+    e->msg[n] = 0;
     return -1;
 }
 

@@ -1,0 +1,252 @@
+/* cli.c - `pstrain train` flags -> train_cfg. All checks of values live here,
+ * so that a bad flag is a one-line error before any rank starts work. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pstrain/model.h"
+#include "pstrain/train.h"
+
+static const char train_usage[] =
+    "usage: pstrain train --data FILE.h5 [options]\n"
+    "       mpirun -np N pstrain train --ps P --data FILE.h5 [options]\n"
+    "\n"
+    "model and schedule:\n"
+    "  --model NAME            mlp | lenet5 | inception-mini (default lenet5)\n"
+    "  --epochs E              epochs to train (default 1)\n"
+    "  --steps S               stop after S global steps instead\n"
+    "  --batch B               examples per step per worker (default 64)\n"
+    "  --optimizer NAME        sgd | momentum | rmsprop | adam (default momentum)\n"
+    "  --lr X                  learning rate (default 0.01)\n"
+    "  --momentum X            momentum, also rmsprop's (default 0.9)\n"
+    "  --nesterov              Nesterov momentum\n"
+    "  --rms-decay X           rmsprop decay (default 0.9)\n"
+    "  --rms-epsilon X         rmsprop epsilon (default 1.0, as the Inception example)\n"
+    "  --adam-beta1 X, --adam-beta2 X, --adam-epsilon X   (0.9, 0.999, 1e-8)\n"
+    "  --lr-decay F            multiply the lr by F ...\n"
+    "  --lr-decay-epochs E     ... every E epochs (staircase; Inception: 0.94 every 2)\n"
+    "  --weight-decay X        L2 on weight kernels (default 0)\n"
+    "  --label-smoothing X     (default 0)\n"
+    "  --seed S                initialisation, shuffling, augmentation (default 1234)\n"
+    "\n"
+    "input pipeline:\n"
+    "  --prep-threads T        preprocessing threads (default 2)\n"
+    "  --queue-capacity C      shuffle buffer size in examples (default 10000)\n"
+    "  --min-after-dequeue M   examples kept in the buffer (default 2000)\n"
+    "  --augment LIST          crop,flip (random crop after 4-px padding, horizontal flip)\n"
+    "  --limit N               use only the first N training examples\n"
+    "\n"
+    "distributed (under mpirun: rank 0 root, 1..P parameter servers, rest workers):\n"
+    "  --ps P                  parameter-server ranks (default 1)\n"
+    "  --placement S           round-robin | greedy | partition (default round-robin)\n"
+    "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
+    "  --mode M                sync | async (default sync)\n"
+    "  --replicas-to-aggregate R  gradients per sync step (default: all workers)\n"
+    "\n"
+    "reporting:\n"
+    "  --eval-every E          evaluate on the test split every E epochs (default: at the end)\n"
+    "  --log-every SECONDS     progress/metrics interval (default 1)\n"
+    "  --metrics FILE.jsonl    metrics log\n"
+    "  --summary-json FILE     summary of the run\n"
+    "  --trace-examples FILE   which worker saw which example ids in which step\n"
+    "  --dry-run               print the model (and placement) and exit\n"
+    "  --quiet                 no progress line\n";
+
+enum {
+    O_DATA = 256, O_MODEL, O_EPOCHS, O_STEPS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_NESTEROV,
+    O_RMS_DECAY, O_RMS_EPS, O_B1, O_B2, O_ADAM_EPS, O_LR_DECAY, O_LR_DECAY_EPOCHS, O_WD, O_LS,
+    O_SEED, O_PREP, O_QCAP, O_MAD, O_AUG, O_LIMIT, O_PS, O_PLACE, O_PBYTES, O_MODE, O_R,
+    O_EVAL_EVERY, O_LOG_EVERY, O_METRICS, O_SUMMARY, O_TRACE, O_DRY, O_QUIET, O_HELP
+};
+
+static const struct option train_opts[] = {
+    {"data", required_argument, 0, O_DATA},
+    {"model", required_argument, 0, O_MODEL},
+    {"epochs", required_argument, 0, O_EPOCHS},
+    {"steps", required_argument, 0, O_STEPS},
+    {"batch", required_argument, 0, O_BATCH},
+    {"optimizer", required_argument, 0, O_OPT},
+    {"lr", required_argument, 0, O_LR},
+    {"momentum", required_argument, 0, O_MOMENTUM},
+    {"nesterov", no_argument, 0, O_NESTEROV},
+    {"rms-decay", required_argument, 0, O_RMS_DECAY},
+    {"rms-epsilon", required_argument, 0, O_RMS_EPS},
+    {"adam-beta1", required_argument, 0, O_B1},
+    {"adam-beta2", required_argument, 0, O_B2},
+    {"adam-epsilon", required_argument, 0, O_ADAM_EPS},
+    {"lr-decay", required_argument, 0, O_LR_DECAY},
+    {"lr-decay-epochs", required_argument, 0, O_LR_DECAY_EPOCHS},
+    {"weight-decay", required_argument, 0, O_WD},
+    {"label-smoothing", required_argument, 0, O_LS},
+    {"seed", required_argument, 0, O_SEED},
+    {"prep-threads", required_argument, 0, O_PREP},
+    {"queue-capacity", required_argument, 0, O_QCAP},
+    {"min-after-dequeue", required_argument, 0, O_MAD},
+    {"augment", required_argument, 0, O_AUG},
+    {"limit", required_argument, 0, O_LIMIT},
+    {"ps", required_argument, 0, O_PS},
+    {"placement", required_argument, 0, O_PLACE},
+    {"partition-bytes", required_argument, 0, O_PBYTES},
+    {"mode", required_argument, 0, O_MODE},
+    {"replicas-to-aggregate", required_argument, 0, O_R},
+    {"eval-every", required_argument, 0, O_EVAL_EVERY},
+    {"log-every", required_argument, 0, O_LOG_EVERY},
+    {"metrics", required_argument, 0, O_METRICS},
+    {"summary-json", required_argument, 0, O_SUMMARY},
+    {"trace-examples", required_argument, 0, O_TRACE},
+    {"dry-run", no_argument, 0, O_DRY},
+    {"quiet", no_argument, 0, O_QUIET},
+    {"help", no_argument, 0, O_HELP},
+    {0, 0, 0, 0},
+};
+
+/* Value parsers: on junk, print "pstrain train: --flag: expected ..., got 'x'". */
+typedef struct argctx {
+    const char *flag;
+    bool print;
+    int bad;
+} argctx;
+
+static void bad(argctx *c, const char *what, const char *got)
+{
+    if (c->print) fprintf(stderr, "pstrain train: --%s: expected %s, got '%s'\n", c->flag, what, got);
+    c->bad = 1;
+}
+
+static int64_t arg_i64(argctx *c, const char *s, int64_t lo, int64_t hi, const char *what)
+{
+    int64_t v;
+    if (pst_parse_i64(s, &v) < 0 || v < lo || v > hi) {
+        bad(c, what, s);
+        return lo;
+    }
+    return v;
+}
+
+static float arg_f(argctx *c, const char *s, double lo, double hi, const char *what)
+{
+    double v;
+    if (pst_parse_double(s, &v) < 0 || v < lo || v > hi) {
+        bad(c, what, s);
+        return (float)lo;
+    }
+    return (float)v;
+}
+
+int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
+{
+    *cfg = train_cfg_defaults();
+    const char *opt_name_arg = NULL;
+    /* Optimizer hyper-parameters are applied after --optimizer picked the
+     * defaults, whatever the order of the flags: -1 = not given. */
+    float momentum = -1, rms_decay = -1, rms_eps = -1, b1 = -1, b2 = -1, adam_eps = -1;
+    bool nesterov = false;
+    argctx c = {.print = print};
+    optind = 1;
+    opterr = print;
+    int o, idx;
+    while ((o = getopt_long(argc, argv, "", train_opts, &idx)) != -1) {
+        if (o == '?') return 2;
+        c.flag = idx >= 0 && train_opts[idx].name ? train_opts[idx].name : "?";
+        for (const struct option *p = train_opts; p->name; p++)
+            if (p->val == o) c.flag = p->name;
+        switch (o) {
+        case O_DATA: cfg->data_path = optarg; break;
+        case O_MODEL: cfg->model = optarg; break;
+        case O_EPOCHS: cfg->epochs = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0"); break;
+        case O_STEPS: cfg->steps = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps"); break;
+        case O_BATCH: cfg->batch = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive batch size"); break;
+        case O_OPT: opt_name_arg = optarg; break;
+        case O_LR: cfg->lr = arg_f(&c, optarg, 0, 1e6, "a non-negative learning rate"); break;
+        case O_MOMENTUM: momentum = arg_f(&c, optarg, 0, 1, "a momentum in [0, 1]"); break;
+        case O_NESTEROV: nesterov = true; break;
+        case O_RMS_DECAY: rms_decay = arg_f(&c, optarg, 0, 1, "a decay in [0, 1]"); break;
+        case O_RMS_EPS: rms_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon"); break;
+        case O_B1: b1 = arg_f(&c, optarg, 0, 0.999999, "a beta1 in [0, 1)"); break;
+        case O_B2: b2 = arg_f(&c, optarg, 0, 0.999999999, "a beta2 in [0, 1)"); break;
+        case O_ADAM_EPS: adam_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon"); break;
+        case O_LR_DECAY: cfg->lr_decay = arg_f(&c, optarg, 1e-9, 1, "a decay factor in (0, 1]"); break;
+        case O_LR_DECAY_EPOCHS: cfg->lr_decay_epochs = arg_f(&c, optarg, 1e-6, 1e9, "a positive number of epochs"); break;
+        case O_WD: cfg->weight_decay = arg_f(&c, optarg, 0, 1e3, "a non-negative weight decay"); break;
+        case O_LS: cfg->label_smoothing = arg_f(&c, optarg, 0, 0.999, "label smoothing in [0, 1)"); break;
+        case O_SEED: cfg->seed = (uint64_t)arg_i64(&c, optarg, 0, INT64_MAX, "a non-negative seed"); break;
+        case O_PREP: cfg->pipe.prep_threads = (int)arg_i64(&c, optarg, 1, 256, "1..256 threads"); break;
+        case O_QCAP: cfg->pipe.queue_capacity = (int)arg_i64(&c, optarg, 1, 1 << 28, "a positive capacity"); break;
+        case O_MAD: cfg->pipe.min_after_dequeue = (int)arg_i64(&c, optarg, 0, 1 << 28, "a non-negative count"); break;
+        case O_AUG: {
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", optarg);
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                if (!strcmp(t, "crop")) cfg->pipe.aug_crop = true;
+                else if (!strcmp(t, "flip")) cfg->pipe.aug_flip = true;
+                else if (strcmp(t, "none") != 0) bad(&c, "a list of crop, flip", optarg);
+            }
+            break;
+        }
+        case O_LIMIT: cfg->pipe.limit = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of examples"); break;
+        case O_PS: cfg->ps = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of parameter servers"); break;
+        case O_PLACE:
+            if (!strcmp(optarg, "round-robin")) cfg->placement = PLACE_ROUND_ROBIN;
+            else if (!strcmp(optarg, "greedy")) cfg->placement = PLACE_GREEDY;
+            else if (!strcmp(optarg, "partition")) cfg->placement = PLACE_PARTITION;
+            else bad(&c, "round-robin, greedy or partition", optarg);
+            break;
+        case O_PBYTES: cfg->partition_bytes = arg_i64(&c, optarg, 4, INT64_MAX / 2, "a positive number of bytes"); break;
+        case O_MODE:
+            if (!strcmp(optarg, "sync")) cfg->mode = TRAIN_SYNC;
+            else if (!strcmp(optarg, "async")) cfg->mode = TRAIN_ASYNC;
+            else bad(&c, "sync or async", optarg);
+            break;
+        case O_R: cfg->replicas_to_aggregate = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of replicas"); break;
+        case O_EVAL_EVERY: cfg->eval_every = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0"); break;
+        case O_LOG_EVERY: cfg->log_every = arg_f(&c, optarg, 0, 1e6, "seconds >= 0"); break;
+        case O_METRICS: cfg->metrics_path = optarg; break;
+        case O_SUMMARY: cfg->summary_path = optarg; break;
+        case O_TRACE: cfg->trace_path = optarg; break;
+        case O_DRY: cfg->dry_run = true; break;
+        case O_QUIET: cfg->quiet = true; break;
+        case O_HELP:
+            if (print) fputs(train_usage, stdout);
+            return 1;
+        }
+        if (c.bad) return 2;
+    }
+    if (optind < argc) {
+        if (print) fprintf(stderr, "pstrain train: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (opt_name_arg) {
+        opt_kind k;
+        if (opt_parse(opt_name_arg, &k) < 0) {
+            c.flag = "optimizer";
+            bad(&c, "sgd, momentum, rmsprop or adam", opt_name_arg);
+            return 2;
+        }
+        cfg->opt = opt_defaults(k);
+    }
+    cfg->opt.nesterov = nesterov;
+    if (momentum >= 0) cfg->opt.momentum = momentum;
+    if (rms_decay >= 0) cfg->opt.rms_decay = rms_decay;
+    if (rms_eps >= 0) cfg->opt.rms_eps = rms_eps;
+    if (b1 >= 0) cfg->opt.beta1 = b1;
+    if (b2 >= 0) cfg->opt.beta2 = b2;
+    if (adam_eps >= 0) cfg->opt.adam_eps = adam_eps;
+    if (!cfg->data_path) {
+        if (print) fprintf(stderr, "pstrain train: --data FILE.h5 is required\n");
+        return 2;
+    }
+    bool known = false;
+    for (const char *const *n = nn_model_names(); *n; n++) known |= !strcmp(*n, cfg->model);
+    if (!known) {
+        if (print) fprintf(stderr, "pstrain train: --model: expected mlp, lenet5 or inception-mini, got '%s'\n", cfg->model);
+        return 2;
+    }
+    if (cfg->steps && cfg->epochs == 1) cfg->epochs = 0; /* --steps replaces the default epoch */
+    if (cfg->lr_decay < 1 && cfg->lr_decay_epochs <= 0) {
+        if (print) fprintf(stderr, "pstrain train: --lr-decay needs --lr-decay-epochs E\n");
+        return 2;
+    }
+    if (cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity)
+        cfg->pipe.min_after_dequeue = cfg->pipe.queue_capacity - 1;
+    return 0;
+}

@@ -1,0 +1,319 @@
+/*
+ * train.c - training in one process, evaluation, and the choice between the
+ * single-process and the distributed path.
+ *
+ * The single-process loop is the reference the distributed one is tested
+ * against: pipeline batch -> normalise -> forward/backward -> optimizer on
+ * the trainable ranges of the slab, new batch-norm statistics copied into
+ * the non-trainable ranges.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pstrain/blas.h"
+#include "pstrain/h5ds.h"
+#include "pstrain/metrics.h"
+#include "pstrain/model.h"
+#include "pstrain/train.h"
+
+train_cfg train_cfg_defaults(void)
+{
+    train_cfg c;
+    memset(&c, 0, sizeof c);
+    c.model = "lenet5";
+    c.epochs = 1;
+    c.batch = 64;
+    c.opt = opt_defaults(OPT_MOMENTUM);
+    c.lr = 0.01f;
+    c.lr_decay = 1.0f;
+    c.seed = 1234;
+    c.pipe = pipe_cfg_defaults();
+    c.placement = PLACE_ROUND_ROBIN;
+    c.partition_bytes = 256 * 1024;
+    c.mode = TRAIN_SYNC;
+    c.log_every = 1.0;
+    return c;
+}
+
+int train_run(const train_cfg *cfg, train_result *res, pst_err *e)
+{
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size == 1) return train_single(cfg, res, e);
+    return dist_train(cfg, res, e);
+}
+
+int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
+                   double *loss, int64_t *examples, int64_t *confusion, pst_err *e)
+{
+    const h5ds_split *sp = h5ds_find_split(ds, split);
+    if (!sp) return pst_fail(e, "%s: no '%s' split to evaluate on", ds->path, split);
+    const int64_t n = sp->count, px = (int64_t)ds->height * ds->width * ds->channels;
+    /* Read in whole chunks (the fast path of h5ds_read), evaluate in batches. */
+    int64_t chunk = sp->chunk_images > 0 ? sp->chunk_images : batch;
+    int64_t block = PST_MAX(chunk, (int64_t)batch);
+    block = (block + chunk - 1) / chunk * chunk;
+    uint8_t *img = pst_malloc((size_t)(block * px));
+    int32_t *lab = pst_malloc(sizeof(int32_t) * (size_t)block);
+    int32_t *pred = pst_malloc(sizeof(int32_t) * (size_t)batch);
+    float *x = pst_aligned_alloc(sizeof(float) * (size_t)(batch * px));
+    double loss_sum = 0;
+    int64_t correct = 0;
+    int rc = 0;
+    for (int64_t first = 0; first < n; first += block) {
+        int64_t cnt = PST_MIN(block, n - first);
+        if (h5ds_read(ds, split, first, cnt, img, lab, e) < 0) {
+            rc = -1;
+            break;
+        }
+        for (int64_t b = 0; b < cnt; b += batch) {
+            int nb = (int)PST_MIN((int64_t)batch, cnt - b);
+            pipe_normalize(img + b * px, nb * px / ds->channels, ds->channels, ds->mean, ds->std,
+                           x);
+            int nc = 0;
+            float l = nn_model_eval(m, x, lab + b, nb, &nc, pred);
+            loss_sum += (double)l * nb;
+            correct += nc;
+            if (confusion)
+                for (int i = 0; i < nb; i++)
+                    confusion[(int64_t)lab[b + i] * ds->num_classes + pred[i]]++;
+        }
+    }
+    free(img), free(lab), free(pred), free(x);
+    if (rc < 0) return rc;
+    *accuracy = n ? (double)correct / (double)n : 0;
+    *loss = n ? loss_sum / (double)n : 0;
+    *examples = n;
+    return 0;
+}
+
+/* Maximal runs of consecutive trainable (or non-trainable) variables, so
+ * the optimizer touches each contiguous range with one call. */
+typedef struct slab_range {
+    size_t begin, end;
+    bool trainable;
+} slab_range;
+
+static int slab_ranges(const nn_model *m, slab_range *out)
+{
+    int n = 0;
+    for (int i = 0; i < nn_model_nvars(m); i++) {
+        const nn_var *v = nn_model_var(m, i);
+        if (n && out[n - 1].trainable == v->trainable && out[n - 1].end == v->offset)
+            out[n - 1].end = v->offset + v->size;
+        else
+            out[n++] = (slab_range){v->offset, v->offset + v->size, v->trainable};
+    }
+    return n;
+}
+
+/* The accounting record of `epoch`, created on first use. */
+static epoch_stats *stats_for_epoch(train_result *r, int epoch, int nworkers)
+{
+    if (epoch >= r->nepochs_stats) {
+        r->epoch_stats = pst_realloc(r->epoch_stats, sizeof *r->epoch_stats * (size_t)(epoch + 1));
+        for (int i = r->nepochs_stats; i <= epoch; i++) {
+            r->epoch_stats[i] = (epoch_stats){.epoch = i, .nworkers = nworkers};
+            r->epoch_stats[i].per_worker = pst_calloc((size_t)nworkers, sizeof(int64_t));
+        }
+        r->nepochs_stats = epoch + 1;
+    }
+    return &r->epoch_stats[epoch];
+}
+
+/* Closes an epoch's accounting from the bitmap of ids seen in it. */
+static void stats_close(epoch_stats *s, const uint8_t *seen, int64_t n)
+{
+    int64_t unique = 0;
+    for (int64_t i = 0; i < n; i++) unique += seen[i] != 0;
+    s->unique = unique;
+    s->duplicates = s->examples - unique;
+    s->missing = n - unique;
+}
+
+static int check_cfg(const train_cfg *cfg, pst_err *e)
+{
+    if (cfg->batch < 1) return pst_fail(e, "--batch: expected a positive integer");
+    if (!(cfg->lr >= 0)) return pst_fail(e, "--lr: expected a non-negative number");
+    if (cfg->epochs < 0 || cfg->steps < 0)
+        return pst_fail(e, "--epochs/--steps: expected non-negative values");
+    if (cfg->epochs == 0 && cfg->steps == 0)
+        return pst_fail(e, "nothing to do: give --epochs E or --steps S");
+    return 0;
+}
+
+int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
+{
+    memset(res, 0, sizeof *res);
+    if (check_cfg(cfg, e) < 0) return -1;
+    nn_blis_init();
+
+    h5ds ds;
+    nn_model *m = NULL;
+    pipeline *p = NULL;
+    metrics *mx = NULL;
+    float *slots = NULL, *x = NULL;
+    slab_range *ranges = NULL;
+    uint8_t *seen = NULL;
+    int rc = -1;
+    if (h5ds_open(&ds, cfg->data_path, e) < 0) return -1;
+    if (!h5ds_find_split(&ds, cfg->pipe.split ? cfg->pipe.split : "train")) {
+        pst_fail(e, "%s: no /train split to train on", cfg->data_path);
+        goto out;
+    }
+
+    nn_model_cfg mc = {.name = cfg->model,
+                       .height = ds.height,
+                       .width = ds.width,
+                       .channels = ds.channels,
+                       .num_classes = ds.num_classes,
+                       .max_batch = cfg->batch,
+                       .seed = cfg->seed,
+                       .weight_decay = cfg->weight_decay,
+                       .label_smoothing = cfg->label_smoothing};
+    if (nn_model_new(&m, &mc, e) < 0) goto out;
+    if (cfg->dry_run) {
+        nn_model_describe(m, stdout);
+        rc = 0;
+        goto out;
+    }
+
+    const size_t nparam = nn_model_size(m);
+    const int nslots = opt_nslots(cfg->opt.kind);
+    slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * nparam);
+    opt_init_slots(&cfg->opt, slots, nparam, nparam);
+    ranges = pst_malloc(sizeof *ranges * (size_t)nn_model_nvars(m));
+    const int nranges = slab_ranges(m, ranges);
+
+    pipe_cfg pc = cfg->pipe;
+    pc.batch = cfg->batch;
+    pc.seed = cfg->seed;
+    pc.epochs = cfg->epochs ? cfg->epochs : 0;
+    if (pipe_new(&p, &ds, &pc, e) < 0) goto out;
+    const int64_t steps_per_epoch = pipe_batches_per_epoch(p);
+    const int64_t total_steps = cfg->steps ? cfg->steps : steps_per_epoch * cfg->epochs;
+    lr_schedule sched = {.base = cfg->lr,
+                         .decay = cfg->lr_decay,
+                         .decay_epochs = cfg->lr_decay_epochs,
+                         .steps_per_epoch = steps_per_epoch};
+    if (metrics_open(&mx, cfg->metrics_path, !cfg->quiet, e) < 0) goto out;
+
+    const int64_t px = (int64_t)ds.height * ds.width * ds.channels;
+    x = pst_aligned_alloc(sizeof(float) * (size_t)(cfg->batch * px));
+    float *params = nn_model_params(m), *grads = nn_model_grads(m);
+    worker_timing tm = {0};
+    bool has_test = h5ds_find_split(&ds, "test") != NULL;
+    int64_t step = 0, examples = 0, win_examples = 0, win_correct = 0;
+    double win_loss = 0, t_train = 0;
+    int win_steps = 0, epoch = 0;
+    double t_log = pst_now(), t_seg = pst_now();
+    const int64_t per_epoch = pipe_examples_per_epoch(p);
+    seen = pst_calloc((size_t)per_epoch, 1);
+    for (;;) {
+        if (cfg->steps && step >= cfg->steps) break;
+        double t0 = pst_now();
+        pipe_batch b;
+        int got = pipe_next(p, &b, e);
+        if (got < 0) goto out;
+        if (got == 0) break;
+        double t1 = pst_now();
+        if (b.epoch != epoch) {
+            /* The previous epoch ended: evaluate if asked. */
+            t_train += t1 - t_seg;
+            stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
+            memset(seen, 0, (size_t)per_epoch);
+            if (cfg->eval_every > 0 && has_test && b.epoch % cfg->eval_every == 0) {
+                double acc, loss;
+                int64_t n;
+                if (train_evaluate(m, &ds, "test", cfg->batch, &acc, &loss, &n, NULL, e) < 0)
+                    goto out;
+                metrics_eval(mx, step, b.epoch, "test", acc, loss, n);
+            }
+            epoch = b.epoch;
+            t_seg = pst_now();
+        }
+        epoch_stats *es = stats_for_epoch(res, b.epoch, 1);
+        es->examples += b.count;
+        es->per_worker[0] += b.count;
+        for (int i = 0; i < b.count; i++)
+            if (b.ids[i] >= 0 && b.ids[i] < per_epoch && seen[b.ids[i]] < 255) seen[b.ids[i]]++;
+
+        pipe_normalize(b.pixels, (int64_t)b.count * px / ds.channels, ds.channels, ds.mean,
+                       ds.std, x);
+        int ncorrect = 0;
+        float loss = nn_model_train_step(m, x, b.labels, b.count, step, &ncorrect);
+        if (!isfinite(loss)) {
+            pst_fail(e, "loss is %s at step %lld (epoch %d): training diverged; lower --lr",
+                     isnan(loss) ? "NaN" : "Inf", (long long)step + 1, b.epoch + 1);
+            goto out;
+        }
+        double t2 = pst_now();
+        step++;
+        float lr = lr_at(&sched, step - 1);
+        for (int r = 0; r < nranges; r++) {
+            size_t o = ranges[r].begin, n = ranges[r].end - ranges[r].begin;
+            if (ranges[r].trainable)
+                opt_apply(&cfg->opt, lr, step, params + o, grads + o, slots + o, nparam, n);
+            else
+                nn_model_apply_state(m, params, grads, ranges[r].begin, ranges[r].end);
+        }
+        double t3 = pst_now();
+        tm.wait_data += t1 - t0;
+        tm.compute += t2 - t1;
+        tm.push += t3 - t2;
+        examples += b.count;
+        win_examples += b.count;
+        win_correct += ncorrect;
+        win_loss += loss;
+        win_steps++;
+        if (t3 - t_log >= cfg->log_every) {
+            double el = t_train + (t3 - t_seg);
+            metrics_step_rec rec = {.step = step,
+                                    .total_steps = total_steps,
+                                    .epoch = b.epoch,
+                                    .loss = win_loss / win_steps,
+                                    .accuracy = (double)win_correct / (double)win_examples,
+                                    .lr = lr,
+                                    .images_per_sec = el > 0 ? (double)examples / el : 0,
+                                    .worker = &tm};
+            metrics_step(mx, &rec);
+            res->final_loss = (float)(win_loss / win_steps);
+            win_loss = 0, win_steps = 0, win_examples = 0, win_correct = 0;
+            t_log = t3;
+        }
+    }
+    t_train += pst_now() - t_seg;
+    if (res->nepochs_stats) stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
+    if (win_steps) res->final_loss = (float)(win_loss / win_steps);
+
+    res->ranks = 1, res->ps = 0, res->workers = 1;
+    res->steps = step;
+    res->examples = examples;
+    res->epochs = cfg->steps ? (int)(step / PST_MAX(steps_per_epoch, 1)) : cfg->epochs;
+    res->train_seconds = t_train;
+    res->images_per_sec = t_train > 0 ? (double)examples / t_train : 0;
+    res->nworker_timing = 1;
+    res->wtiming = pst_malloc(sizeof *res->wtiming);
+    res->wtiming[0] = tm;
+    if (has_test) {
+        if (train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,
+                           &res->test_examples, NULL, e) < 0)
+            goto out;
+        res->has_test = true;
+        metrics_eval(mx, step, res->epochs, "test", res->test_accuracy, res->test_loss,
+                     res->test_examples);
+    }
+    rc = 0;
+out:
+    metrics_close(mx);
+    pipe_free(p);
+    free(x);
+    free(slots);
+    free(ranges);
+    free(seen);
+    nn_model_free(m);
+    h5ds_close(&ds);
+    return rc;
+}

@@ -1,0 +1,499 @@
+/*
+ * h5write.c - writing a pstrain data set (contract in h5write.h).
+ *
+ * Images are buffered one HDF5 chunk at a time and written as whole chunks,
+ * so no chunk is ever compressed twice (partial chunk writes through a small
+ * chunk cache would be read back, decompressed and recompressed).
+ *
+ * Mean/std of the train split are exact: per-channel sums of pixel values
+ * and of their squares are integers (uint64 holds them for any realistic
+ * data set: 255^2 * 2^44 pixels), and the variance is formed from them in
+ * 128-bit integers before the one division in double.
+ */
+#include "h5write.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pstrain/h5ds.h"
+
+#define H5W_CHUNK_TARGET ((size_t)512 << 10) /* default chunk: about 512 KiB of images */
+#define H5W_LABEL_CHUNK ((hsize_t)1 << 16)
+
+__extension__ typedef unsigned __int128 h5w_u128;
+
+struct h5w {
+    h5w_opts o;
+    char path[4096], tmp[4200];
+    hid_t file;
+    size_t image_bytes; /* H*W*C */
+    int nsplits_done;
+    char done[H5DS_MAX_SPLITS][8];
+    bool have_train;
+    /* the open split */
+    char split[8];
+    hid_t images, labels;
+    int64_t n, written, chunk; /* examples declared, appended, per chunk */
+    uint8_t *cbuf;             /* one chunk of images */
+    int32_t *lbuf;             /* its labels */
+    int64_t cfill;             /* images in cbuf */
+    /* train statistics */
+    uint64_t sum[H5DS_MAX_CHANNELS], sumsq[H5DS_MAX_CHANNELS];
+    uint64_t npix; /* pixels per channel */
+};
+
+/* ---- SIGINT/SIGTERM: remove the temporary file -------------------------------- */
+
+static char g_tmp_path[4200];
+static volatile sig_atomic_t g_tmp_active;
+static struct sigaction g_old_int, g_old_term;
+
+static void on_signal(int sig)
+{
+    if (g_tmp_active) unlink(g_tmp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void guard_tmp(const char *tmp)
+{
+    snprintf(g_tmp_path, sizeof g_tmp_path, "%s", tmp);
+    g_tmp_active = 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &g_old_int);
+    sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+static void unguard_tmp(void)
+{
+    if (!g_tmp_active) return;
+    sigaction(SIGINT, &g_old_int, NULL);
+    sigaction(SIGTERM, &g_old_term, NULL);
+    g_tmp_active = 0;
+}
+
+/* ---- HDF5 helpers ----------------------------------------------------------- */
+
+static herr_t innermost_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+    if (n == 0 && err->desc) snprintf(data, 256, "%s", err->desc);
+    return 0;
+}
+
+static const char *h5_reason(char buf[256])
+{
+    snprintf(buf, 256, "HDF5 gave no reason");
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, buf);
+    H5Eclear2(H5E_DEFAULT);
+    return buf;
+}
+
+static int write_attr_str(hid_t obj, const char *name, const char *value)
+{
+    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = -1;
+    int rc = -1;
+    if (t < 0 || s < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
+        goto done;
+    a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0 || H5Awrite(a, t, &value) < 0) goto done;
+    rc = 0;
+done:
+    if (a >= 0) H5Aclose(a);
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    return rc;
+}
+
+static int write_attr_int(hid_t obj, const char *name, int32_t value)
+{
+    hid_t s = H5Screate(H5S_SCALAR), a = -1;
+    int rc = -1;
+    if (s < 0) goto done;
+    a = H5Acreate2(obj, name, H5T_STD_I32LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0 || H5Awrite(a, H5T_NATIVE_INT32, &value) < 0) goto done;
+    rc = 0;
+done:
+    if (a >= 0) H5Aclose(a);
+    if (s >= 0) H5Sclose(s);
+    return rc;
+}
+
+static int write_attr_doubles(hid_t obj, const char *name, const double *v, int n)
+{
+    hsize_t dim = (hsize_t)n;
+    hid_t s = H5Screate_simple(1, &dim, NULL), a = -1;
+    int rc = -1;
+    if (s < 0) goto done;
+    a = H5Acreate2(obj, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0 || H5Awrite(a, H5T_NATIVE_DOUBLE, v) < 0) goto done;
+    rc = 0;
+done:
+    if (a >= 0) H5Aclose(a);
+    if (s >= 0) H5Sclose(s);
+    return rc;
+}
+
+static int write_classes(hid_t file, const h5w_opts *o)
+{
+    hsize_t k = (hsize_t)o->num_classes;
+    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate_simple(1, &k, NULL), d = -1;
+    int rc = -1;
+    if (t < 0 || s < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
+        goto done;
+    d = H5Dcreate2(file, "classes", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0 || H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, o->class_names) < 0) goto done;
+    rc = 0;
+done:
+    if (d >= 0) H5Dclose(d);
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    return rc;
+}
+
+/* ---- create ----------------------------------------------------------------- */
+
+static int check_opts(const h5w_opts *o, const char *path, pst_err *e)
+{
+    if (o->height < 1 || o->width < 1 || o->height > (1 << 16) || o->width > (1 << 16))
+        return pst_fail(e, "%s: image size %dx%d, expected 1..65536 on each side", path, o->height,
+                        o->width);
+    if (o->channels < 1 || o->channels > H5DS_MAX_CHANNELS)
+        return pst_fail(e, "%s: %d channels, expected 1 to %d", path, o->channels,
+                        H5DS_MAX_CHANNELS);
+    if (o->num_classes < 1 || !o->class_names)
+        return pst_fail(e, "%s: %d classes, expected at least one named class", path,
+                        o->num_classes);
+    for (int i = 0; i < o->num_classes; i++)
+        if (!o->class_names[i] || !o->class_names[i][0])
+            return pst_fail(e, "%s: class %d has an empty name", path, i);
+    if (o->compression < 0 || o->compression > 9)
+        return pst_fail(e, "%s: compression level %d, expected 0-9", path, o->compression);
+    if (o->chunk_images < 0)
+        return pst_fail(e, "%s: %d images per chunk, expected >= 1 (or 0 for the default)", path,
+                        o->chunk_images);
+    return 0;
+}
+
+int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
+{
+    char why[256];
+    *out = NULL;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    if (check_opts(o, path, e) < 0) return -1;
+    if (strlen(path) >= 4096) return pst_fail(e, "output path too long");
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return pst_fail(e, "%s: is a directory", path);
+        if (!o->force) return pst_fail(e, "%s: exists (use --force to overwrite it)", path);
+    } else if (errno != ENOENT) {
+        return pst_fail(e, "%s: %s", path, strerror(errno));
+    }
+    h5w *w = pst_calloc(1, sizeof *w);
+    w->o = *o;
+    w->file = w->images = w->labels = -1;
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", path, (long)getpid());
+    w->image_bytes = (size_t)o->height * (size_t)o->width * (size_t)o->channels;
+
+    guard_tmp(w->tmp);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+        if (fapl >= 0) H5Pclose(fapl);
+        pst_fail(e, "%s: HDF5 setup failed (%s)", path, h5_reason(why));
+        goto fail;
+    }
+    w->file = H5Fcreate(w->tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (w->file < 0) {
+        int err = errno;
+        pst_fail(e, "%s: cannot create (%s; %s)", w->tmp, h5_reason(why), strerror(err));
+        goto fail;
+    }
+    if (write_classes(w->file, o) < 0) {
+        pst_fail(e, "%s: writing /classes failed (%s)", w->tmp, h5_reason(why));
+        goto fail;
+    }
+    *out = w;
+    return 0;
+fail:
+    h5w_abort(w);
+    return -1;
+}
+
+/* ---- splits ------------------------------------------------------------------ */
+
+static hid_t make_dataset(h5w *w, hid_t g, const char *name, hid_t type, int rank,
+                          const hsize_t *dims, const hsize_t *chunk)
+{
+    hid_t s = H5Screate_simple(rank, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
+    if (s < 0 || dcpl < 0 || H5Pset_chunk(dcpl, rank, chunk) < 0) goto done;
+    if (w->o.compression > 0 &&
+        (H5Pset_shuffle(dcpl) < 0 || H5Pset_deflate(dcpl, (unsigned)w->o.compression) < 0))
+        goto done;
+    d = H5Dcreate2(g, name, type, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+done:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (s >= 0) H5Sclose(s);
+    return d;
+}
+
+int h5w_split_begin(h5w *w, const char *name, int64_t n, pst_err *e)
+{
+    char why[256];
+    if (w->split[0])
+        return pst_fail(e, "%s: split '%s' begun while '%s' is still open", w->path, name,
+                        w->split);
+    if (strcmp(name, "train") && strcmp(name, "val") && strcmp(name, "test"))
+        return pst_fail(e, "%s: split '%s', expected train, val or test", w->path, name);
+    for (int i = 0; i < w->nsplits_done; i++)
+        if (!strcmp(w->done[i], name))
+            return pst_fail(e, "%s: split '%s' written twice", w->path, name);
+    if (n < 1) return pst_fail(e, "%s: split '%s' has no examples", w->path, name);
+
+    int64_t chunk = w->o.chunk_images;
+    if (chunk == 0) chunk = PST_MAX((int64_t)1, (int64_t)(H5W_CHUNK_TARGET / w->image_bytes));
+    chunk = PST_MIN(chunk, n);
+    if ((uint64_t)chunk * w->image_bytes > ((uint64_t)4 << 30) - 1)
+        return pst_fail(e, "%s: chunks of %lld images exceed HDF5's 4 GiB chunk limit", w->path,
+                        (long long)chunk);
+
+    hid_t g = H5Gcreate2(w->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return pst_fail(e, "%s: creating /%s failed (%s)", w->tmp, name, h5_reason(why));
+    hsize_t idims[4] = {(hsize_t)n, (hsize_t)w->o.height, (hsize_t)w->o.width,
+                        (hsize_t)w->o.channels};
+    hsize_t ichunk[4] = {(hsize_t)chunk, idims[1], idims[2], idims[3]};
+    hsize_t ldims = (hsize_t)n, lchunk = PST_MIN((hsize_t)n, H5W_LABEL_CHUNK);
+    w->images = make_dataset(w, g, "images", H5T_STD_U8LE, 4, idims, ichunk);
+    if (w->images >= 0) w->labels = make_dataset(w, g, "labels", H5T_STD_I32LE, 1, &ldims, &lchunk);
+    H5Gclose(g);
+    if (w->images < 0 || w->labels < 0)
+        return pst_fail(e, "%s: creating /%s datasets failed (%s)", w->tmp, name, h5_reason(why));
+    snprintf(w->split, sizeof w->split, "%s", name);
+    w->n = n;
+    w->written = 0;
+    w->chunk = chunk;
+    w->cfill = 0;
+    w->cbuf = pst_malloc((size_t)chunk * w->image_bytes);
+    w->lbuf = pst_malloc((size_t)chunk * sizeof *w->lbuf);
+    return 0;
+}
+
+/* Writes the buffered images (whole chunk, or the last partial one). */
+static int flush_chunk(h5w *w, pst_err *e)
+{
+    char why[256];
+    if (w->cfill == 0) return 0;
+    int64_t first = w->written - w->cfill;
+    hsize_t start[4] = {(hsize_t)first, 0, 0, 0};
+    hsize_t cnt[4] = {(hsize_t)w->cfill, (hsize_t)w->o.height, (hsize_t)w->o.width,
+                      (hsize_t)w->o.channels};
+    hid_t fs = H5Dget_space(w->images), ms = -1, lfs = H5Dget_space(w->labels), lms = -1;
+    int rc = -1;
+    hsize_t melems = (hsize_t)w->cfill * w->image_bytes, lcnt = (hsize_t)w->cfill;
+    if (fs < 0 || lfs < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0 ||
+        H5Sselect_hyperslab(lfs, H5S_SELECT_SET, start, NULL, &lcnt, NULL) < 0)
+        goto done;
+    ms = H5Screate_simple(1, &melems, NULL);
+    lms = H5Screate_simple(1, &lcnt, NULL);
+    if (ms < 0 || lms < 0 ||
+        H5Dwrite(w->images, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, w->cbuf) < 0 ||
+        H5Dwrite(w->labels, H5T_NATIVE_INT32, lms, lfs, H5P_DEFAULT, w->lbuf) < 0)
+        goto done;
+    w->cfill = 0;
+    rc = 0;
+done:
+    if (rc < 0)
+        pst_fail(e, "%s: writing /%s examples [%lld, %lld) failed (%s)", w->tmp, w->split,
+                 (long long)first, (long long)(first + w->cfill), h5_reason(why));
+    if (lms >= 0) H5Sclose(lms);
+    if (ms >= 0) H5Sclose(ms);
+    if (lfs >= 0) H5Sclose(lfs);
+    if (fs >= 0) H5Sclose(fs);
+    return rc;
+}
+
+/* Adds `count` images to the per-channel integer sums. */
+static void accumulate_stats(h5w *w, const uint8_t *img, int64_t count)
+{
+    const int c = w->o.channels;
+    const size_t npix = w->image_bytes / (size_t)c; /* pixels per image */
+    for (int64_t i = 0; i < count; i++, img += w->image_bytes) {
+        if (c == 1) { /* the common grayscale case, in a loop the compiler vectorizes */
+            uint64_t s = 0, sq = 0;
+            for (size_t j = 0; j < npix; j++) {
+                uint32_t x = img[j];
+                s += x;
+                sq += x * x;
+            }
+            w->sum[0] += s;
+            w->sumsq[0] += sq;
+            continue;
+        }
+        for (int ch = 0; ch < c; ch++) {
+            /* per image, one channel: < 2^16 * 2^16 * 255^2 fits uint64 */
+            uint64_t s = 0, sq = 0;
+            const uint8_t *p = img + ch;
+            for (size_t j = 0; j < npix; j++) {
+                uint32_t x = p[j * (size_t)c];
+                s += x;
+                sq += x * x;
+            }
+            w->sum[ch] += s;
+            w->sumsq[ch] += sq;
+        }
+    }
+    w->npix += (uint64_t)count * npix;
+}
+
+int h5w_split_append(h5w *w, const uint8_t *images, const int32_t *labels, int64_t count,
+                     pst_err *e)
+{
+    if (!w->split[0]) return pst_fail(e, "%s: append without an open split", w->path);
+    if (count < 0 || count > w->n - w->written)
+        return pst_fail(e, "%s: /%s: appending %lld examples after %lld exceeds the %lld declared",
+                        w->path, w->split, (long long)count, (long long)w->written,
+                        (long long)w->n);
+    for (int64_t i = 0; i < count; i++)
+        if (labels[i] < 0 || labels[i] >= w->o.num_classes)
+            return pst_fail(e, "%s: /%s: label %d of example %lld outside [0, %d)", w->path,
+                            w->split, labels[i], (long long)(w->written + i), w->o.num_classes);
+    bool train = !strcmp(w->split, "train");
+    while (count > 0) {
+        int64_t take = PST_MIN(count, w->chunk - w->cfill);
+        memcpy(w->cbuf + (size_t)w->cfill * w->image_bytes, images, (size_t)take * w->image_bytes);
+        memcpy(w->lbuf + w->cfill, labels, (size_t)take * sizeof *labels);
+        if (train) accumulate_stats(w, images, take);
+        w->cfill += take;
+        w->written += take;
+        images += (size_t)take * w->image_bytes;
+        labels += take;
+        count -= take;
+        if (w->cfill == w->chunk && flush_chunk(w, e) < 0) return -1;
+    }
+    return 0;
+}
+
+static void close_split(h5w *w)
+{
+    if (w->images >= 0) H5Dclose(w->images);
+    if (w->labels >= 0) H5Dclose(w->labels);
+    w->images = w->labels = -1;
+    free(w->cbuf);
+    free(w->lbuf);
+    w->cbuf = NULL;
+    w->lbuf = NULL;
+    w->split[0] = 0;
+}
+
+int h5w_split_end(h5w *w, pst_err *e)
+{
+    if (!w->split[0]) return pst_fail(e, "%s: no open split to end", w->path);
+    if (w->written != w->n)
+        return pst_fail(e, "%s: /%s: %lld examples written, %lld declared", w->path, w->split,
+                        (long long)w->written, (long long)w->n);
+    if (flush_chunk(w, e) < 0) return -1;
+    if (!strcmp(w->split, "train")) w->have_train = true;
+    snprintf(w->done[w->nsplits_done++], sizeof w->done[0], "%s", w->split);
+    close_split(w);
+    return 0;
+}
+
+/* ---- commit ------------------------------------------------------------------- */
+
+static int fsync_path(const char *path, int flags)
+{
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
+int h5w_commit(h5w *w, pst_err *e)
+{
+    char why[256];
+    if (w->split[0]) {
+        pst_fail(e, "%s: split '%s' not ended before commit", w->path, w->split);
+        goto fail;
+    }
+    if (!w->have_train) {
+        pst_fail(e, "%s: no train split written (mean/std come from it)", w->path);
+        goto fail;
+    }
+    const int c = w->o.channels;
+    double mean[H5DS_MAX_CHANNELS], sd[H5DS_MAX_CHANNELS];
+    for (int ch = 0; ch < c; ch++) {
+        /* var*255^2 = (n*sumsq - sum^2) / n^2, exact in 128-bit integers */
+        h5w_u128 n = w->npix, s = w->sum[ch], sq = w->sumsq[ch];
+        h5w_u128 num = n * sq - s * s;
+        double nd = (double)w->npix;
+        mean[ch] = (double)w->sum[ch] / nd / 255.0;
+        sd[ch] = sqrt((double)num / (nd * nd)) / 255.0;
+    }
+    char created[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    hid_t f = w->file;
+    if (write_attr_str(f, "format", H5DS_FORMAT) < 0 ||
+        write_attr_int(f, "format_version", H5DS_FORMAT_VERSION) < 0 ||
+        write_attr_int(f, "height", w->o.height) < 0 ||
+        write_attr_int(f, "width", w->o.width) < 0 || write_attr_int(f, "channels", c) < 0 ||
+        write_attr_int(f, "num_classes", w->o.num_classes) < 0 ||
+        write_attr_doubles(f, "mean", mean, c) < 0 || write_attr_doubles(f, "std", sd, c) < 0 ||
+        write_attr_str(f, "source", w->o.source ? w->o.source : "") < 0 ||
+        write_attr_str(f, "created", created) < 0) {
+        pst_fail(e, "%s: writing the root attributes failed (%s)", w->tmp, h5_reason(why));
+        goto fail;
+    }
+    herr_t closed = H5Fclose(w->file);
+    w->file = -1;
+    if (closed < 0) {
+        pst_fail(e, "%s: closing failed (%s)", w->tmp, h5_reason(why));
+        goto fail;
+    }
+    if (fsync_path(w->tmp, O_RDONLY) < 0) {
+        pst_fail(e, "%s: fsync failed: %s", w->tmp, strerror(errno));
+        goto fail;
+    }
+    if (rename(w->tmp, w->path) < 0) {
+        pst_fail(e, "%s: renaming %s to it failed: %s", w->path, w->tmp, strerror(errno));
+        goto fail;
+    }
+    unguard_tmp();
+    /* make the rename itself durable (best effort: some file systems refuse) */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", w->path);
+    fsync_path(dirname(dir), O_RDONLY | O_DIRECTORY);
+    free(w);
+    return 0;
+fail:
+    h5w_abort(w);
+    return -1;
+}
+
+void h5w_abort(h5w *w)
+{
+    if (!w) return;
+    close_split(w);
+    if (w->file >= 0) H5Fclose(w->file);
+    H5Eclear2(H5E_DEFAULT);
+    unlink(w->tmp);
+    unguard_tmp();
+    free(w);
+}

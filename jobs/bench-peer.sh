@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# pstrain vs the PyTorch peer (shared/peers/torch_lenet.py) on the same model,
+# batch 64, one compute thread each, side by side and alternating, on
+# Fashion-MNIST. Prints images/s of each and the ratio, with the active BLIS
+# kernels. Both count only the training step (forward, loss, backward,
+# optimizer); data loading is excluded on both sides.
+#
+#   bash jobs/bench-peer.sh [ROUNDS] [STEPS]     (default 3 rounds, 600 steps)
+#   MODELS="lenet5 mlp" PEER=/path/to/torch_lenet.py bash jobs/bench-peer.sh
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+rounds=${1:-3}
+steps=${2:-600}
+build=${BUILD_DIR:-build}
+peer=${PEER:-$top/../shared/peers/torch_lenet.py}
+models=${MODELS:-lenet5 mlp}
+out=${OUT:-out/bench}
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export BLIS_NUM_THREADS=1 OMP_NUM_THREADS=1
+
+[ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
+ninja -C "$build" pstrain data-tools/pstrain-prep >/dev/null
+fm=/usr/share/datasets/fashion-mnist
+data=$out/fashion-mnist.h5
+[ -f "$data" ] || "$build/data-tools/pstrain-prep" idx \
+    --train-images $fm/train-images-idx3-ubyte.gz --train-labels $fm/train-labels-idx1-ubyte.gz \
+    --test-images $fm/t10k-images-idx3-ubyte.gz --test-labels $fm/t10k-labels-idx1-ubyte.gz \
+    -o "$data" >/dev/null
+
+have_peer=1
+if ! [ -f "$peer" ] || ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
+    echo "bench-peer: PyTorch peer unavailable (needs $peer and Debian's python3-torch, python3-numpy); pstrain only" >&2
+    have_peer=0
+fi
+arch=$("$build/pstrain" --version | sed -n 's/^BLIS.*kernels: \([a-z0-9]*\).*/\1/p')
+echo "BLIS kernels: $arch, batch 64, $steps steps, $rounds rounds (alternating)"
+
+# images/s of the training step alone, from the summary's timing breakdown:
+# examples / (compute + optimizer) seconds.
+pstrain_rate() { # model
+    "$build/pstrain" train --data "$data" --model "$1" --steps "$steps" --batch 64 \
+        --optimizer momentum --lr 0.01 --prep-threads 1 --quiet --eval-every 0 \
+        --summary-json "$out/s.json" >/dev/null
+    python3 -c '
+import json,sys
+s=json.load(open(sys.argv[1])); w=s["timing"]["workers"][0]
+print("%.0f" % (s["examples"]/(w["compute"]+w["push"])))' "$out/s.json"
+}
+peer_rate() { # model
+    local m=$1; [ "$m" = lenet5 ] && m=lenet
+    /usr/bin/python3 "$peer" --model "$m" --threads 1 --batch 64 --max-steps "$steps" --json 2>/dev/null |
+        python3 -c 'import json,sys; print("%.0f" % json.loads(sys.stdin.read().strip().splitlines()[-1])["images_per_sec"])'
+}
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+for m in $models; do
+    ps=() pt=()
+    for r in $(seq "$rounds"); do
+        ps+=("$(pstrain_rate "$m")")
+        [ $have_peer = 1 ] && pt+=("$(peer_rate "$m")")
+    done
+    p=$(printf '%s\n' "${ps[@]}" | median)
+    if [ $have_peer = 1 ]; then
+        t=$(printf '%s\n' "${pt[@]}" | median)
+        ratio=$(awk -v a="$p" -v b="$t" 'BEGIN {printf "%.2f", a/b}')
+        echo "$m: pstrain ${p} img/s (runs: ${ps[*]}), pytorch ${t} img/s (runs: ${pt[*]}), ratio ${ratio}x"
+    else
+        echo "$m: pstrain ${p} img/s (runs: ${ps[*]})"
+    fi
+done

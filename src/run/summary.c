@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "pstrain/blas.h"
+#include "pstrain/placement.h"
 #include "pstrain/train.h"
 
 void train_result_free(train_result *r)
@@ -39,11 +40,6 @@ static void jnum(FILE *f, double v)
         fprintf(f, "%.8g", v);
     else
         fputs("null", f);
-}
-
-static const char *place_name(place_kind k)
-{
-    return k == PLACE_GREEDY ? "greedy" : k == PLACE_PARTITION ? "partition" : "round-robin";
 }
 
 int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r,

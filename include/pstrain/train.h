@@ -40,6 +40,14 @@ typedef struct train_cfg {
     train_mode mode;
     int replicas_to_aggregate;   /* 0 = all workers */
 
+    /* checkpoints (ckpt.h): DIR/ckpt-<step>.h5 + DIR/latest */
+    const char *checkpoint_dir;
+    int64_t checkpoint_every; /* steps; 0 = only at the end (and on a signal) */
+    double checkpoint_secs;   /* seconds; 0 = off */
+    int keep_checkpoints;     /* newest K kept; 0 = all */
+    bool resume;              /* continue from resume_path, or checkpoint_dir's latest */
+    const char *resume_path;  /* a checkpoint file or directory; NULL = checkpoint_dir */
+
     /* reporting */
     int eval_every;      /* epochs; 0 = only at the end */
     double log_every;    /* seconds between progress/metrics lines */
@@ -83,6 +91,9 @@ typedef struct train_result {
     int64_t *per_ps_bytes;     /* owned */
     double imbalance;
     int64_t dropped_stale;     /* sync mode with backup workers */
+    int64_t start_step;        /* > 0 when resumed from a checkpoint */
+    int stop_signal;           /* the signal that stopped the run early, or 0 */
+    char last_checkpoint[4096];
     int nworker_timing;
     worker_timing *wtiming;    /* per worker, owned */
     ps_timing *pstiming;       /* per PS, owned */

@@ -43,6 +43,14 @@ static const char train_usage[] =
     "  --mode M                sync | async (default sync)\n"
     "  --replicas-to-aggregate R  gradients per sync step (default: all workers)\n"
     "\n"
+    "checkpoints (HDF5; temp file + fsync + rename, DIR/latest names the newest):\n"
+    "  --checkpoint-dir D      write checkpoints to D (a final one at the end, and on SIGTERM/USR1)\n"
+    "  --checkpoint-every S    also every S steps\n"
+    "  --checkpoint-secs X     also every X seconds\n"
+    "  --keep-checkpoints K    keep the newest K (default 3; 0 = all)\n"
+    "  --resume [FILE|DIR]     continue from a checkpoint (default: D's newest good one;\n"
+    "                          starts from scratch when D has none)\n"
+    "\n"
     "reporting:\n"
     "  --eval-every E          evaluate on the test split every E epochs (default: at the end)\n"
     "  --log-every SECONDS     progress/metrics interval (default 1)\n"
@@ -56,7 +64,8 @@ enum {
     O_DATA = 256, O_MODEL, O_EPOCHS, O_STEPS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_NESTEROV,
     O_RMS_DECAY, O_RMS_EPS, O_B1, O_B2, O_ADAM_EPS, O_LR_DECAY, O_LR_DECAY_EPOCHS, O_WD, O_LS,
     O_SEED, O_PREP, O_QCAP, O_MAD, O_AUG, O_LIMIT, O_PS, O_PLACE, O_PBYTES, O_MODE, O_R,
-    O_EVAL_EVERY, O_LOG_EVERY, O_METRICS, O_SUMMARY, O_TRACE, O_DRY, O_QUIET, O_HELP
+    O_EVAL_EVERY, O_LOG_EVERY, O_METRICS, O_SUMMARY, O_TRACE, O_DRY, O_QUIET, O_HELP,
+    O_CKPT_DIR, O_CKPT_EVERY, O_CKPT_SECS, O_KEEP, O_RESUME
 };
 
 static const struct option train_opts[] = {
@@ -94,6 +103,11 @@ static const struct option train_opts[] = {
     {"metrics", required_argument, 0, O_METRICS},
     {"summary-json", required_argument, 0, O_SUMMARY},
     {"trace-examples", required_argument, 0, O_TRACE},
+    {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
+    {"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
+    {"checkpoint-secs", required_argument, 0, O_CKPT_SECS},
+    {"keep-checkpoints", required_argument, 0, O_KEEP},
+    {"resume", optional_argument, 0, O_RESUME},
     {"dry-run", no_argument, 0, O_DRY},
     {"quiet", no_argument, 0, O_QUIET},
     {"help", no_argument, 0, O_HELP},
@@ -145,7 +159,7 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     optind = 1;
     opterr = print;
     int o, idx;
-    while ((o = getopt_long(argc, argv, "", train_opts, &idx)) != -1) {
+    while ((o = getopt_long(argc, argv, "+", train_opts, &idx)) != -1) {
         if (o == '?') return 2;
         c.flag = idx >= 0 && train_opts[idx].name ? train_opts[idx].name : "?";
         for (const struct option *p = train_opts; p->name; p++)
@@ -203,6 +217,19 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         case O_METRICS: cfg->metrics_path = optarg; break;
         case O_SUMMARY: cfg->summary_path = optarg; break;
         case O_TRACE: cfg->trace_path = optarg; break;
+        case O_CKPT_DIR: cfg->checkpoint_dir = optarg; break;
+        case O_CKPT_EVERY: cfg->checkpoint_every = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps"); break;
+        case O_CKPT_SECS: cfg->checkpoint_secs = arg_f(&c, optarg, 0.001, 1e9, "a positive number of seconds"); break;
+        case O_KEEP: cfg->keep_checkpoints = (int)arg_i64(&c, optarg, 0, 1 << 20, "a number >= 0"); break;
+        case O_RESUME:
+            cfg->resume = true;
+            /* `--resume FILE` as well as `--resume=FILE`: take the next word
+             * when it is not a flag. */
+            if (optarg)
+                cfg->resume_path = optarg;
+            else if (optind < argc && strncmp(argv[optind], "--", 2) != 0)
+                cfg->resume_path = argv[optind++];
+            break;
         case O_DRY: cfg->dry_run = true; break;
         case O_QUIET: cfg->quiet = true; break;
         case O_HELP:
@@ -244,6 +271,14 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     if (cfg->steps && cfg->epochs == 1) cfg->epochs = 0; /* --steps replaces the default epoch */
     if (cfg->lr_decay < 1 && cfg->lr_decay_epochs <= 0) {
         if (print) fprintf(stderr, "pstrain train: --lr-decay needs --lr-decay-epochs E\n");
+        return 2;
+    }
+    if (cfg->resume && !cfg->resume_path && !cfg->checkpoint_dir) {
+        if (print) fprintf(stderr, "pstrain train: --resume needs a FILE or --checkpoint-dir D\n");
+        return 2;
+    }
+    if ((cfg->checkpoint_every || cfg->checkpoint_secs > 0) && !cfg->checkpoint_dir) {
+        if (print) fprintf(stderr, "pstrain train: --checkpoint-every/--checkpoint-secs need --checkpoint-dir D\n");
         return 2;
     }
     if (cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity)

@@ -34,6 +34,7 @@ train_cfg train_cfg_defaults(void)
     c.partition_bytes = 256 * 1024;
     c.mode = TRAIN_SYNC;
     c.log_every = 1.0;
+    c.keep_checkpoints = 3;
     return c;
 }
 

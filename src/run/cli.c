@@ -44,7 +44,8 @@ static const char train_usage[] =
     "  --replicas-to-aggregate R  gradients per sync step (default: all workers)\n"
     "\n"
     "checkpoints (HDF5; temp file + fsync + rename, DIR/latest names the newest):\n"
-    "  --checkpoint-dir D      write checkpoints to D (a final one at the end, and on SIGTERM/USR1)\n"
+    "  --checkpoint-dir D      write checkpoints to D (a final one at the end, and on "
+    "SIGTERM/USR1)\n"
     "  --checkpoint-every S    also every S steps\n"
     "  --checkpoint-secs X     also every X seconds\n"
     "  --keep-checkpoints K    keep the newest K (default 3; 0 = all)\n"
@@ -61,11 +62,48 @@ static const char train_usage[] =
     "  --quiet                 no progress line\n";
 
 enum {
-    O_DATA = 256, O_MODEL, O_EPOCHS, O_STEPS, O_BATCH, O_OPT, O_LR, O_MOMENTUM, O_NESTEROV,
-    O_RMS_DECAY, O_RMS_EPS, O_B1, O_B2, O_ADAM_EPS, O_LR_DECAY, O_LR_DECAY_EPOCHS, O_WD, O_LS,
-    O_SEED, O_PREP, O_QCAP, O_MAD, O_AUG, O_LIMIT, O_PS, O_PLACE, O_PBYTES, O_MODE, O_R,
-    O_EVAL_EVERY, O_LOG_EVERY, O_METRICS, O_SUMMARY, O_TRACE, O_DRY, O_QUIET, O_HELP,
-    O_CKPT_DIR, O_CKPT_EVERY, O_CKPT_SECS, O_KEEP, O_RESUME
+    O_DATA = 256,
+    O_MODEL,
+    O_EPOCHS,
+    O_STEPS,
+    O_BATCH,
+    O_OPT,
+    O_LR,
+    O_MOMENTUM,
+    O_NESTEROV,
+    O_RMS_DECAY,
+    O_RMS_EPS,
+    O_B1,
+    O_B2,
+    O_ADAM_EPS,
+    O_LR_DECAY,
+    O_LR_DECAY_EPOCHS,
+    O_WD,
+    O_LS,
+    O_SEED,
+    O_PREP,
+    O_QCAP,
+    O_MAD,
+    O_AUG,
+    O_LIMIT,
+    O_PS,
+    O_PLACE,
+    O_PBYTES,
+    O_MODE,
+    O_R,
+    O_EVAL_EVERY,
+    O_LOG_EVERY,
+    O_METRICS,
+    O_SUMMARY,
+    O_TRACE,
+    O_DRY,
+    O_QUIET,
+    O_HELP,
+    O_CKPT_DIR,
+    O_CKPT_EVERY,
+    O_CKPT_SECS,
+    O_KEEP,
+    O_RESUME
 };
 
 static const struct option train_opts[] = {
@@ -123,7 +161,8 @@ typedef struct argctx {
 
 static void bad(argctx *c, const char *what, const char *got)
 {
-    if (c->print) fprintf(stderr, "pstrain train: --%s: expected %s, got '%s'\n", c->flag, what, got);
+    if (c->print)
+        fprintf(stderr, "pstrain train: --%s: expected %s, got '%s'\n", c->flag, what, got);
     c->bad = 1;
 }
 
@@ -165,62 +204,148 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         for (const struct option *p = train_opts; p->name; p++)
             if (p->val == o) c.flag = p->name;
         switch (o) {
-        case O_DATA: cfg->data_path = optarg; break;
-        case O_MODEL: cfg->model = optarg; break;
-        case O_EPOCHS: cfg->epochs = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0"); break;
-        case O_STEPS: cfg->steps = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps"); break;
-        case O_BATCH: cfg->batch = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive batch size"); break;
-        case O_OPT: opt_name_arg = optarg; break;
-        case O_LR: cfg->lr = arg_f(&c, optarg, 0, 1e6, "a non-negative learning rate"); break;
-        case O_MOMENTUM: momentum = arg_f(&c, optarg, 0, 1, "a momentum in [0, 1]"); break;
-        case O_NESTEROV: nesterov = true; break;
-        case O_RMS_DECAY: rms_decay = arg_f(&c, optarg, 0, 1, "a decay in [0, 1]"); break;
-        case O_RMS_EPS: rms_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon"); break;
-        case O_B1: b1 = arg_f(&c, optarg, 0, 0.999999, "a beta1 in [0, 1)"); break;
-        case O_B2: b2 = arg_f(&c, optarg, 0, 0.999999999, "a beta2 in [0, 1)"); break;
-        case O_ADAM_EPS: adam_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon"); break;
-        case O_LR_DECAY: cfg->lr_decay = arg_f(&c, optarg, 1e-9, 1, "a decay factor in (0, 1]"); break;
-        case O_LR_DECAY_EPOCHS: cfg->lr_decay_epochs = arg_f(&c, optarg, 1e-6, 1e9, "a positive number of epochs"); break;
-        case O_WD: cfg->weight_decay = arg_f(&c, optarg, 0, 1e3, "a non-negative weight decay"); break;
-        case O_LS: cfg->label_smoothing = arg_f(&c, optarg, 0, 0.999, "label smoothing in [0, 1)"); break;
-        case O_SEED: cfg->seed = (uint64_t)arg_i64(&c, optarg, 0, INT64_MAX, "a non-negative seed"); break;
-        case O_PREP: cfg->pipe.prep_threads = (int)arg_i64(&c, optarg, 1, 256, "1..256 threads"); break;
-        case O_QCAP: cfg->pipe.queue_capacity = (int)arg_i64(&c, optarg, 1, 1 << 28, "a positive capacity"); break;
-        case O_MAD: cfg->pipe.min_after_dequeue = (int)arg_i64(&c, optarg, 0, 1 << 28, "a non-negative count"); break;
+        case O_DATA:
+            cfg->data_path = optarg;
+            break;
+        case O_MODEL:
+            cfg->model = optarg;
+            break;
+        case O_EPOCHS:
+            cfg->epochs = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0");
+            break;
+        case O_STEPS:
+            cfg->steps = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps");
+            break;
+        case O_BATCH:
+            cfg->batch = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive batch size");
+            break;
+        case O_OPT:
+            opt_name_arg = optarg;
+            break;
+        case O_LR:
+            cfg->lr = arg_f(&c, optarg, 0, 1e6, "a non-negative learning rate");
+            break;
+        case O_MOMENTUM:
+            momentum = arg_f(&c, optarg, 0, 1, "a momentum in [0, 1]");
+            break;
+        case O_NESTEROV:
+            nesterov = true;
+            break;
+        case O_RMS_DECAY:
+            rms_decay = arg_f(&c, optarg, 0, 1, "a decay in [0, 1]");
+            break;
+        case O_RMS_EPS:
+            rms_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon");
+            break;
+        case O_B1:
+            b1 = arg_f(&c, optarg, 0, 0.999999, "a beta1 in [0, 1)");
+            break;
+        case O_B2:
+            b2 = arg_f(&c, optarg, 0, 0.999999999, "a beta2 in [0, 1)");
+            break;
+        case O_ADAM_EPS:
+            adam_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon");
+            break;
+        case O_LR_DECAY:
+            cfg->lr_decay = arg_f(&c, optarg, 1e-9, 1, "a decay factor in (0, 1]");
+            break;
+        case O_LR_DECAY_EPOCHS:
+            cfg->lr_decay_epochs = arg_f(&c, optarg, 1e-6, 1e9, "a positive number of epochs");
+            break;
+        case O_WD:
+            cfg->weight_decay = arg_f(&c, optarg, 0, 1e3, "a non-negative weight decay");
+            break;
+        case O_LS:
+            cfg->label_smoothing = arg_f(&c, optarg, 0, 0.999, "label smoothing in [0, 1)");
+            break;
+        case O_SEED:
+            cfg->seed = (uint64_t)arg_i64(&c, optarg, 0, INT64_MAX, "a non-negative seed");
+            break;
+        case O_PREP:
+            cfg->pipe.prep_threads = (int)arg_i64(&c, optarg, 1, 256, "1..256 threads");
+            break;
+        case O_QCAP:
+            cfg->pipe.queue_capacity = (int)arg_i64(&c, optarg, 1, 1 << 28, "a positive capacity");
+            break;
+        case O_MAD:
+            cfg->pipe.min_after_dequeue =
+                (int)arg_i64(&c, optarg, 0, 1 << 28, "a non-negative count");
+            break;
         case O_AUG: {
             char buf[128];
             snprintf(buf, sizeof buf, "%s", optarg);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                if (!strcmp(t, "crop")) cfg->pipe.aug_crop = true;
-                else if (!strcmp(t, "flip")) cfg->pipe.aug_flip = true;
-                else if (strcmp(t, "none") != 0) bad(&c, "a list of crop, flip", optarg);
+                if (!strcmp(t, "crop"))
+                    cfg->pipe.aug_crop = true;
+                else if (!strcmp(t, "flip"))
+                    cfg->pipe.aug_flip = true;
+                else if (strcmp(t, "none") != 0)
+                    bad(&c, "a list of crop, flip", optarg);
             }
             break;
         }
-        case O_LIMIT: cfg->pipe.limit = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of examples"); break;
-        case O_PS: cfg->ps = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of parameter servers"); break;
+        case O_LIMIT:
+            cfg->pipe.limit =
+                arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of examples");
+            break;
+        case O_PS:
+            cfg->ps =
+                (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of parameter servers");
+            break;
         case O_PLACE:
-            if (!strcmp(optarg, "round-robin")) cfg->placement = PLACE_ROUND_ROBIN;
-            else if (!strcmp(optarg, "greedy")) cfg->placement = PLACE_GREEDY;
-            else if (!strcmp(optarg, "partition")) cfg->placement = PLACE_PARTITION;
-            else bad(&c, "round-robin, greedy or partition", optarg);
+            if (!strcmp(optarg, "round-robin"))
+                cfg->placement = PLACE_ROUND_ROBIN;
+            else if (!strcmp(optarg, "greedy"))
+                cfg->placement = PLACE_GREEDY;
+            else if (!strcmp(optarg, "partition"))
+                cfg->placement = PLACE_PARTITION;
+            else
+                bad(&c, "round-robin, greedy or partition", optarg);
             break;
-        case O_PBYTES: cfg->partition_bytes = arg_i64(&c, optarg, 4, INT64_MAX / 2, "a positive number of bytes"); break;
+        case O_PBYTES:
+            cfg->partition_bytes =
+                arg_i64(&c, optarg, 4, INT64_MAX / 2, "a positive number of bytes");
+            break;
         case O_MODE:
-            if (!strcmp(optarg, "sync")) cfg->mode = TRAIN_SYNC;
-            else if (!strcmp(optarg, "async")) cfg->mode = TRAIN_ASYNC;
-            else bad(&c, "sync or async", optarg);
+            if (!strcmp(optarg, "sync"))
+                cfg->mode = TRAIN_SYNC;
+            else if (!strcmp(optarg, "async"))
+                cfg->mode = TRAIN_ASYNC;
+            else
+                bad(&c, "sync or async", optarg);
             break;
-        case O_R: cfg->replicas_to_aggregate = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of replicas"); break;
-        case O_EVAL_EVERY: cfg->eval_every = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0"); break;
-        case O_LOG_EVERY: cfg->log_every = arg_f(&c, optarg, 0, 1e6, "seconds >= 0"); break;
-        case O_METRICS: cfg->metrics_path = optarg; break;
-        case O_SUMMARY: cfg->summary_path = optarg; break;
-        case O_TRACE: cfg->trace_path = optarg; break;
-        case O_CKPT_DIR: cfg->checkpoint_dir = optarg; break;
-        case O_CKPT_EVERY: cfg->checkpoint_every = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps"); break;
-        case O_CKPT_SECS: cfg->checkpoint_secs = arg_f(&c, optarg, 0.001, 1e9, "a positive number of seconds"); break;
-        case O_KEEP: cfg->keep_checkpoints = (int)arg_i64(&c, optarg, 0, 1 << 20, "a number >= 0"); break;
+        case O_R:
+            cfg->replicas_to_aggregate =
+                (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of replicas");
+            break;
+        case O_EVAL_EVERY:
+            cfg->eval_every = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0");
+            break;
+        case O_LOG_EVERY:
+            cfg->log_every = arg_f(&c, optarg, 0, 1e6, "seconds >= 0");
+            break;
+        case O_METRICS:
+            cfg->metrics_path = optarg;
+            break;
+        case O_SUMMARY:
+            cfg->summary_path = optarg;
+            break;
+        case O_TRACE:
+            cfg->trace_path = optarg;
+            break;
+        case O_CKPT_DIR:
+            cfg->checkpoint_dir = optarg;
+            break;
+        case O_CKPT_EVERY:
+            cfg->checkpoint_every =
+                arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps");
+            break;
+        case O_CKPT_SECS:
+            cfg->checkpoint_secs = arg_f(&c, optarg, 0.001, 1e9, "a positive number of seconds");
+            break;
+        case O_KEEP:
+            cfg->keep_checkpoints = (int)arg_i64(&c, optarg, 0, 1 << 20, "a number >= 0");
+            break;
         case O_RESUME:
             cfg->resume = true;
             /* `--resume FILE` as well as `--resume=FILE`: take the next word
@@ -230,8 +355,12 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
             else if (optind < argc && strncmp(argv[optind], "--", 2) != 0)
                 cfg->resume_path = argv[optind++];
             break;
-        case O_DRY: cfg->dry_run = true; break;
-        case O_QUIET: cfg->quiet = true; break;
+        case O_DRY:
+            cfg->dry_run = true;
+            break;
+        case O_QUIET:
+            cfg->quiet = true;
+            break;
         case O_HELP:
             if (print) fputs(train_usage, stdout);
             return 1;
@@ -265,7 +394,10 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     bool known = false;
     for (const char *const *n = nn_model_names(); *n; n++) known |= !strcmp(*n, cfg->model);
     if (!known) {
-        if (print) fprintf(stderr, "pstrain train: --model: expected mlp, lenet5 or inception-mini, got '%s'\n", cfg->model);
+        if (print)
+            fprintf(stderr,
+                    "pstrain train: --model: expected mlp, lenet5 or inception-mini, got '%s'\n",
+                    cfg->model);
         return 2;
     }
     if (cfg->steps && cfg->epochs == 1) cfg->epochs = 0; /* --steps replaces the default epoch */
@@ -278,7 +410,10 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         return 2;
     }
     if ((cfg->checkpoint_every || cfg->checkpoint_secs > 0) && !cfg->checkpoint_dir) {
-        if (print) fprintf(stderr, "pstrain train: --checkpoint-every/--checkpoint-secs need --checkpoint-dir D\n");
+        if (print)
+            fprintf(
+                stderr,
+                "pstrain train: --checkpoint-every/--checkpoint-secs need --checkpoint-dir D\n");
         return 2;
     }
     if (cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity)

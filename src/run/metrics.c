@@ -104,7 +104,8 @@ void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double
     if (m->progress) {
         if (m->line_open) fputc('\n', stderr);
         m->line_open = false;
-        fprintf(stderr, "eval %s after epoch %d (step %lld): accuracy %.4f, loss %.4f, %lld examples\n",
+        fprintf(stderr,
+                "eval %s after epoch %d (step %lld): accuracy %.4f, loss %.4f, %lld examples\n",
                 split, epoch, (long long)step, accuracy, loss, (long long)examples);
     }
 }

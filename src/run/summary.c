@@ -42,8 +42,7 @@ static void jnum(FILE *f, double v)
         fputs("null", f);
 }
 
-int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r,
-                        pst_err *e)
+int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r, pst_err *e)
 {
     /* Written under a temporary name and renamed: readers never see half a file. */
     char tmp[4200];
@@ -54,7 +53,8 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     jstr(f, cfg->model);
     fprintf(f, ",\n  \"mode\": \"%s\",\n", cfg->mode == TRAIN_ASYNC ? "async" : "sync");
     fprintf(f, "  \"optimizer\": \"%s\",\n", opt_name(cfg->opt.kind));
-    fprintf(f, "  \"ranks\": %d,\n  \"ps\": %d,\n  \"workers\": %d,\n", r->ranks, r->ps, r->workers);
+    fprintf(f, "  \"ranks\": %d,\n  \"ps\": %d,\n  \"workers\": %d,\n", r->ranks, r->ps,
+            r->workers);
     fprintf(f, "  \"batch\": %d,\n  \"seed\": %llu,\n", cfg->batch, (unsigned long long)cfg->seed);
     fprintf(f, "  \"steps\": %lld,\n  \"epochs\": %d,\n  \"examples\": %lld,\n",
             (long long)r->steps, r->epochs, (long long)r->examples);
@@ -75,8 +75,9 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     fprintf(f, ",\n  \"data\": {\"epochs\": [");
     for (int i = 0; i < r->nepochs_stats; i++) {
         const epoch_stats *s = &r->epoch_stats[i];
-        fprintf(f, "%s\n    {\"epoch\": %d, \"examples\": %lld, \"unique\": %lld, "
-                   "\"duplicates\": %lld, \"missing\": %lld, \"per_worker\": [",
+        fprintf(f,
+                "%s\n    {\"epoch\": %d, \"examples\": %lld, \"unique\": %lld, "
+                "\"duplicates\": %lld, \"missing\": %lld, \"per_worker\": [",
                 i ? "," : "", s->epoch, (long long)s->examples, (long long)s->unique,
                 (long long)s->duplicates, (long long)s->missing);
         for (int w = 0; w < s->nworkers; w++)
@@ -93,8 +94,9 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     fprintf(f, "},\n  \"timing\": {\"workers\": [");
     for (int i = 0; i < r->nworker_timing && r->wtiming; i++) {
         const worker_timing *w = &r->wtiming[i];
-        fprintf(f, "%s{\"wait_data\": %.4f, \"pull\": %.4f, \"compute\": %.4f, \"push\": %.4f, "
-                   "\"wait_version\": %.4f}",
+        fprintf(f,
+                "%s{\"wait_data\": %.4f, \"pull\": %.4f, \"compute\": %.4f, \"push\": %.4f, "
+                "\"wait_version\": %.4f}",
                 i ? ", " : "", w->wait_data, w->pull, w->compute, w->push, w->wait_version);
     }
     fprintf(f, "], \"ps\": [");

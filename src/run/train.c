@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "pstrain/blas.h"
+#include "pstrain/ckpt.h"
 #include "pstrain/h5ds.h"
 #include "pstrain/metrics.h"
 #include "pstrain/model.h"
@@ -124,6 +125,16 @@ static epoch_stats *stats_for_epoch(train_result *r, int epoch, int nworkers)
     return &r->epoch_stats[epoch];
 }
 
+/* Counts a batch in its epoch's accounting and the bitmap of seen ids. */
+static void account_batch(train_result *r, const pipe_batch *b, uint8_t *seen, int64_t n)
+{
+    epoch_stats *es = stats_for_epoch(r, b->epoch, 1);
+    es->examples += b->count;
+    es->per_worker[0] += b->count;
+    for (int i = 0; i < b->count; i++)
+        if (b->ids[i] >= 0 && b->ids[i] < n && seen[b->ids[i]] < 255) seen[b->ids[i]]++;
+}
+
 /* Closes an epoch's accounting from the bitmap of ids seen in it. */
 static void stats_close(epoch_stats *s, const uint8_t *seen, int64_t n)
 {
@@ -132,6 +143,63 @@ static void stats_close(epoch_stats *s, const uint8_t *seen, int64_t n)
     s->unique = unique;
     s->duplicates = s->examples - unique;
     s->missing = n - unique;
+}
+
+/* The checkpoint attributes of a single-process run after `step` steps,
+ * `epoch_batch` batches into `epoch`: the data cursor is the next batch of
+ * this epoch, or the first of the next. */
+static ckpt_meta run_meta(const train_cfg *cfg, const h5ds *ds, const char *model_text,
+                          int64_t step, int epoch, int64_t epoch_batch, int64_t steps_per_epoch,
+                          int64_t examples, double train_seconds, const lr_schedule *sched)
+{
+    if (epoch_batch >= steps_per_epoch) epoch++, epoch_batch = 0;
+    ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    m.model_name = cfg->model;
+    m.model_text = model_text;
+    m.height = ds->height, m.width = ds->width, m.channels = ds->channels;
+    m.num_classes = ds->num_classes;
+    m.global_step = step;
+    m.epoch = epoch;
+    m.epoch_batch = epoch_batch;
+    m.next_batch = step;
+    m.examples = examples;
+    m.seed = cfg->seed;
+    m.train_seconds = train_seconds;
+    m.mode = cfg->mode == TRAIN_ASYNC ? "async" : "sync";
+    m.workers = 1, m.ps = 0, m.batch = cfg->batch;
+    m.opt = cfg->opt;
+    m.lr = *sched;
+    m.weight_decay = cfg->weight_decay;
+    m.label_smoothing = cfg->label_smoothing;
+    return m;
+}
+
+/* The model's text description, for checkpoints. Caller frees. */
+static char *model_text(const nn_model *m)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    nn_model_describe(m, f);
+    fclose(f);
+    return buf;
+}
+
+/* Checks that a checkpoint continues this run: same batch size and seed, so
+ * that the data cursor and the random streams mean the same thing. */
+static int check_resume_meta(const char *path, const ckpt_meta *m, const train_cfg *cfg, pst_err *e)
+{
+    if (m->batch != cfg->batch)
+        return pst_fail(e,
+                        "%s: attribute batch is %d but this run uses --batch %d: the data "
+                        "cursor would not match",
+                        path, m->batch, cfg->batch);
+    if (m->seed != cfg->seed)
+        return pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
+                        (unsigned long long)m->seed, (unsigned long long)cfg->seed);
+    return 0;
 }
 
 static int check_cfg(const train_cfg *cfg, pst_err *e)
@@ -158,6 +226,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     float *slots = NULL, *x = NULL;
     slab_range *ranges = NULL;
     uint8_t *seen = NULL;
+    nn_var *vars = NULL;
+    char *mtext = NULL;
     int rc = -1;
     if (h5ds_open(&ds, cfg->data_path, e) < 0) return -1;
     if (!h5ds_find_split(&ds, cfg->pipe.split ? cfg->pipe.split : "train")) {
@@ -188,10 +258,59 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     ranges = pst_malloc(sizeof *ranges * (size_t)nn_model_nvars(m));
     const int nranges = slab_ranges(m, ranges);
 
+    const int nvars = nn_model_nvars(m);
+    vars = pst_malloc(sizeof *vars * (size_t)nvars);
+    for (int i = 0; i < nvars; i++) vars[i] = *nn_model_var(m, i);
+    mtext = model_text(m);
+
+    /* Resume: variables, slots, step and data cursor from a checkpoint. */
+    int64_t step = 0, examples = 0, skip_batches = 0;
+    int start_epoch = 0;
+    double t_train = 0;
+    if (cfg->resume) {
+        char path[4096];
+        const char *arg = cfg->resume_path ? cfg->resume_path : cfg->checkpoint_dir;
+        int r = ckpt_resolve(arg, path, sizeof path, e);
+        if (r < 0) goto out;
+        if (r == 0) {
+            if (!cfg->quiet)
+                fprintf(stderr, "pstrain: no checkpoint in %s yet: starting from scratch\n", arg);
+        } else {
+            ckpt_expect want = {.model_name = cfg->model,
+                                .height = ds.height,
+                                .width = ds.width,
+                                .channels = ds.channels,
+                                .num_classes = ds.num_classes,
+                                .vars = vars,
+                                .nvars = nvars,
+                                .check_opt = true,
+                                .opt_kind = cfg->opt.kind};
+            ckpt_meta cm;
+            memset(&cm, 0, sizeof cm);
+            if (ckpt_read(path, &want, nn_model_params(m), nslots ? slots : NULL, nparam, &cm, e) <
+                    0 ||
+                check_resume_meta(path, &cm, cfg, e) < 0) {
+                ckpt_meta_free(&cm);
+                goto out;
+            }
+            step = cm.global_step;
+            start_epoch = cm.epoch;
+            skip_batches = cm.epoch_batch;
+            examples = cm.examples;
+            t_train = cm.train_seconds;
+            ckpt_meta_free(&cm);
+            res->start_step = step;
+            if (!cfg->quiet)
+                fprintf(stderr, "pstrain: resumed from %s at step %lld (epoch %d, batch %lld)\n",
+                        path, (long long)step, start_epoch + 1, (long long)skip_batches);
+        }
+    }
+
     pipe_cfg pc = cfg->pipe;
     pc.batch = cfg->batch;
     pc.seed = cfg->seed;
     pc.epochs = cfg->epochs ? cfg->epochs : 0;
+    pc.first_epoch = start_epoch;
     if (pipe_new(&p, &ds, &pc, e) < 0) goto out;
     const int64_t steps_per_epoch = pipe_batches_per_epoch(p);
     const int64_t total_steps = cfg->steps ? cfg->steps : steps_per_epoch * cfg->epochs;
@@ -206,12 +325,23 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     float *params = nn_model_params(m), *grads = nn_model_grads(m);
     worker_timing tm = {0};
     bool has_test = h5ds_find_split(&ds, "test") != NULL;
-    int64_t step = 0, examples = 0, win_examples = 0, win_correct = 0;
-    double win_loss = 0, t_train = 0;
-    int win_steps = 0, epoch = 0;
-    double t_log = pst_now(), t_seg = pst_now();
+    int64_t win_examples = 0, win_correct = 0, epoch_batch = skip_batches;
+    double win_loss = 0;
+    int win_steps = 0, epoch = start_epoch;
+    if (cfg->checkpoint_dir && ckpt_signals_install(e) < 0) goto out;
     const int64_t per_epoch = pipe_examples_per_epoch(p);
     seen = pst_calloc((size_t)per_epoch, 1);
+    /* Skip what the checkpoint had consumed of its epoch: the pipeline
+     * replays the epoch's batches exactly, so the cursor lands on the same
+     * next batch an uninterrupted run would take. */
+    for (int64_t i = 0; i < skip_batches; i++) {
+        pipe_batch b;
+        int got = pipe_next(p, &b, e);
+        if (got < 0) goto out;
+        if (got == 0) break;
+        account_batch(res, &b, seen, per_epoch); /* consumed by the run that wrote it */
+    }
+    double t_log = pst_now(), t_seg = pst_now(), t_ckpt = pst_now();
     for (;;) {
         if (cfg->steps && step >= cfg->steps) break;
         double t0 = pst_now();
@@ -233,16 +363,13 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                 metrics_eval(mx, step, b.epoch, "test", acc, loss, n);
             }
             epoch = b.epoch;
+            epoch_batch = 0;
             t_seg = pst_now();
         }
-        epoch_stats *es = stats_for_epoch(res, b.epoch, 1);
-        es->examples += b.count;
-        es->per_worker[0] += b.count;
-        for (int i = 0; i < b.count; i++)
-            if (b.ids[i] >= 0 && b.ids[i] < per_epoch && seen[b.ids[i]] < 255) seen[b.ids[i]]++;
+        account_batch(res, &b, seen, per_epoch);
 
-        pipe_normalize(b.pixels, (int64_t)b.count * px / ds.channels, ds.channels, ds.mean,
-                       ds.std, x);
+        pipe_normalize(b.pixels, (int64_t)b.count * px / ds.channels, ds.channels, ds.mean, ds.std,
+                       x);
         int ncorrect = 0;
         float loss = nn_model_train_step(m, x, b.labels, b.count, step, &ncorrect);
         if (!isfinite(loss)) {
@@ -260,6 +387,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             else
                 nn_model_apply_state(m, params, grads, ranges[r].begin, ranges[r].end);
         }
+        epoch_batch++;
         double t3 = pst_now();
         tm.wait_data += t1 - t0;
         tm.compute += t2 - t1;
@@ -284,15 +412,49 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             win_loss = 0, win_steps = 0, win_examples = 0, win_correct = 0;
             t_log = t3;
         }
+        if (cfg->checkpoint_dir) {
+            int sig = ckpt_stop_requested();
+            bool due = (cfg->checkpoint_every && step % cfg->checkpoint_every == 0) ||
+                       (cfg->checkpoint_secs > 0 && t3 - t_ckpt >= cfg->checkpoint_secs) || sig;
+            if (due) {
+                ckpt_meta cm = run_meta(cfg, &ds, mtext, step, epoch, epoch_batch, steps_per_epoch,
+                                        examples, t_train + (t3 - t_seg), &sched);
+                if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, vars, nvars, params,
+                              nslots ? slots : NULL, nparam, res->last_checkpoint,
+                              sizeof res->last_checkpoint, e) < 0)
+                    goto out;
+                t_ckpt = pst_now();
+            }
+            if (sig) {
+                res->stop_signal = sig;
+                if (!cfg->quiet)
+                    fprintf(stderr, "\npstrain: signal %d: stopped at step %lld, checkpoint %s\n",
+                            sig, (long long)step, res->last_checkpoint);
+                break;
+            }
+        }
     }
     t_train += pst_now() - t_seg;
+    if (cfg->checkpoint_dir && !res->stop_signal) {
+        /* The final checkpoint (unless this step was just saved). */
+        char want[4096];
+        ckpt_path(want, sizeof want, cfg->checkpoint_dir, step);
+        if (strcmp(want, res->last_checkpoint) != 0) {
+            ckpt_meta cm = run_meta(cfg, &ds, mtext, step, epoch, epoch_batch, steps_per_epoch,
+                                    examples, t_train, &sched);
+            if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, vars, nvars, params,
+                          nslots ? slots : NULL, nparam, res->last_checkpoint,
+                          sizeof res->last_checkpoint, e) < 0)
+                goto out;
+        }
+    }
     if (res->nepochs_stats) stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
     if (win_steps) res->final_loss = (float)(win_loss / win_steps);
 
     res->ranks = 1, res->ps = 0, res->workers = 1;
     res->steps = step;
     res->examples = examples;
-    res->epochs = cfg->steps ? (int)(step / PST_MAX(steps_per_epoch, 1)) : cfg->epochs;
+    res->epochs = (int)(step / PST_MAX(steps_per_epoch, 1));
     res->train_seconds = t_train;
     res->images_per_sec = t_train > 0 ? (double)examples / t_train : 0;
     res->nworker_timing = 1;
@@ -314,6 +476,8 @@ out:
     free(slots);
     free(ranges);
     free(seen);
+    free(vars);
+    free(mtext);
     nn_model_free(m);
     h5ds_close(&ds);
     return rc;

@@ -301,11 +301,11 @@ static int flush_chunk(h5w *w, pst_err *e)
                       (hsize_t)w->o.channels};
     hid_t fs = H5Dget_space(w->images), ms = -1, lfs = H5Dget_space(w->labels), lms = -1;
     int rc = -1;
-    hsize_t melems = (hsize_t)w->cfill * w->image_bytes, lcnt = (hsize_t)w->cfill;
+    hsize_t lcnt = (hsize_t)w->cfill;
     if (fs < 0 || lfs < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0 ||
         H5Sselect_hyperslab(lfs, H5S_SELECT_SET, start, NULL, &lcnt, NULL) < 0)
         goto done;
-    ms = H5Screate_simple(1, &melems, NULL);
+    ms = H5Screate_simple(4, cnt, NULL); /* the selection's shape: whole-row copies */
     lms = H5Screate_simple(1, &lcnt, NULL);
     if (ms < 0 || lms < 0 ||
         H5Dwrite(w->images, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, w->cbuf) < 0 ||

@@ -1,0 +1,61 @@
+/*
+ * prep_verify.c - `pstrain-prep verify FILE.h5`: exit 0 only for a sound data
+ * set. The checks are h5ds_verify's, the same ones `pstrain train` makes
+ * when it opens a data set.
+ */
+#include <string.h>
+
+#include "prep.h"
+#include "pstrain/common.h"
+#include "pstrain/h5ds.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: pstrain-prep verify FILE.h5\n"
+                 "\n"
+                 "Checks that FILE.h5 is a sound pstrain data set: format attributes, shapes,\n"
+                 "dtypes and counts of images and labels, labels within [0, num_classes),\n"
+                 "mean/std present and finite, class names. Prints each problem on its own\n"
+                 "line (FILE: problem) and exits 1, or prints 'FILE: ok ...' and exits 0.\n");
+}
+
+static void print_problem(void *ctx, const char *problem)
+{
+    printf("%s: %s\n", (const char *)ctx, problem);
+}
+
+int prep_cmd_verify(int argc, char **argv)
+{
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-') {
+        usage(stderr);
+        return 2;
+    }
+    const char *path = argv[1];
+    pst_err e;
+    int n = h5ds_verify(path, print_problem, (void *)path, &e);
+    if (n < 0) {
+        printf("%s\n", e.msg);
+        return 1;
+    }
+    if (n > 0) {
+        fflush(stdout);
+        fprintf(stderr, "pstrain-prep: verify: %s: %d problem%s\n", path, n, n == 1 ? "" : "s");
+        return 1;
+    }
+    /* sound: summarise what was checked */
+    h5ds ds;
+    if (h5ds_open(&ds, path, &e) < 0) {
+        printf("%s\n", e.msg);
+        return 1;
+    }
+    printf("%s: ok (", path);
+    for (int i = 0; i < ds.nsplits; i++)
+        printf("%s%s %lld", i ? ", " : "", ds.splits[i].name, (long long)ds.splits[i].count);
+    printf(" images of %dx%dx%d, %d classes)\n", ds.height, ds.width, ds.channels, ds.num_classes);
+    h5ds_close(&ds);
+    return 0;
+}

@@ -1,0 +1,112 @@
+/*
+ * pstrain/feed.h - the batch ring in the root's RMA window: how different
+ * workers see different parts of the data (DESIGN.md section 3).
+ *
+ * The root (rank `root` of the communicator) owns one MPI_Win_allocate
+ * window holding
+ *   header:  head (next ticket), step (async global step), finished (workers
+ *            that are done), and a report record per rank (progress numbers
+ *            the root reads for metrics);
+ *   K slots: {seq, release, epoch, count} + ids int64[B] + labels int32[B]
+ *            + pixels uint8[B*H*W*C].
+ * Every rank holds MPI_Win_lock_all(MPI_MODE_NOCHECK) for the window's life.
+ *
+ * Protocol (no compare-and-swap at all):
+ *   worker: t = MPI_Fetch_and_op(1, MPI_SUM, head); slot k = t mod K;
+ *           poll slot k's seq with MPI_Get + flush (with back-off) until
+ *           seq == t+1; MPI_Get the slot; MPI_Accumulate(t+1, MPI_REPLACE)
+ *           into its release word. A slot with count 0 is the end of data:
+ *           the worker stops taking tickets.
+ *   root:   slot k may carry ticket t+K once release == t+1 (or was never
+ *           used); it writes the payload, epoch and count, MPI_Win_sync,
+ *           then seq = t+1 (written after the data: a worker that sees the
+ *           seq sees the data). Tickets >= total get end-of-data slots.
+ *           Between polls it calls MPI_Iprobe (progress on every transport)
+ *           and sleeps with exponential back-off (to ~1 ms) when idle.
+ * Tickets are dense and each is taken once, so each batch goes to exactly
+ * one worker: every example exactly once per epoch across all workers.
+ *
+ * Only the main thread calls MPI (MPI_THREAD_FUNNELED).
+ */
+#ifndef PSTRAIN_FEED_H
+#define PSTRAIN_FEED_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pstrain/common.h"
+#include "pstrain/pipeline.h"
+
+#define FEED_REPORT_WORDS 16 /* doubles per rank's report record */
+
+typedef struct feed_geom {
+    int batch;             /* B */
+    int64_t example_bytes; /* H*W*C */
+    int nslots;            /* K >= 1 */
+    int nworkers;          /* workers that will take tickets (for `finished`) */
+} feed_geom;
+
+typedef struct feed feed;
+
+/* Creates the ring: collective over comm; the window memory lives on
+ * `root`. Returns 0, or -1 with a message (nothing to free). */
+int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e);
+/* Ends the access epoch and frees the window: collective. NULL-safe only
+ * when every rank passes NULL. */
+void feed_free(feed *f);
+
+/* ---- root side ---- */
+
+/* The source of batches: returns 1 with *b filled, 0 at the end, -1 on error
+ * (message in e). Called by the root's main thread only. */
+typedef int (*feed_source_fn)(void *ctx, pipe_batch *b, pst_err *e);
+/* Called every `tick_secs` from the service loop (metrics). May be NULL. */
+typedef void (*feed_tick_fn)(void *ctx);
+
+typedef struct feed_serve_stats {
+    int64_t batches;     /* data batches published */
+    int64_t end_markers; /* end-of-data slots published */
+    double wall, cpu;    /* seconds in the loop; CPU seconds of this thread */
+    double source_wait;  /* seconds inside the source (pipe_next) */
+} feed_serve_stats;
+
+/* Serves tickets until all nworkers have called feed_finish: tickets below
+ * `total` (-1: until the source ends) carry the source's batches, later ones
+ * end-of-data markers. Returns 0, or -1 when the source fails (the caller
+ * must abort the job: workers are waiting). */
+int feed_root_serve(feed *f, int64_t total, feed_source_fn src, void *src_ctx, feed_tick_fn tick,
+                    void *tick_ctx, double tick_secs, feed_serve_stats *st, pst_err *e);
+
+/* The report record of `rank` in the root's window (root only; values are
+ * whatever the rank last put there, 0 initially). */
+const double *feed_report_of(const feed *f, int rank);
+
+/* ---- worker side ---- */
+
+typedef struct feed_batch {
+    int64_t ticket;
+    int epoch;
+    int count; /* 0 = end of data */
+    const int64_t *ids;
+    const int32_t *labels;
+    const uint8_t *pixels; /* count * example_bytes */
+} feed_batch;
+
+/* Takes the next ticket and waits for its batch. Returns 1 with *b filled
+ * (valid until the next call), or 0 at the end of data. MPI failures are
+ * fatal. `wait` (may be NULL) accumulates seconds spent waiting for data. */
+int feed_take(feed *f, feed_batch *b, double *wait);
+/* Tells the root this worker takes no more tickets. */
+void feed_finish(feed *f);
+/* Async mode's global step counter: returns the value before adding 1. */
+int64_t feed_next_step(feed *f);
+/* Puts this rank's report record (n <= FEED_REPORT_WORDS doubles) into the
+ * root's window; completes with the next flush (feed_take) or feed_flush. */
+void feed_report(feed *f, const double *vals, int n);
+void feed_flush(feed *f);
+
+/* Bytes of one slot (for bandwidth numbers). */
+int64_t feed_slot_bytes(const feed *f);
+
+#endif

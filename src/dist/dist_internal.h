@@ -1,0 +1,62 @@
+/*
+ * dist_internal.h - helpers shared by the distributed-training sources
+ * (feed.c, ps.c, dist.c): the rank's role for fatal messages, the MPI check
+ * macro, and the polling back-off.
+ *
+ * Fatal errors in MPI code end the whole job: "rank R (role): message" on
+ * stderr, then MPI_Abort, so that no peer waits forever on a dead rank.
+ */
+#ifndef PSTRAIN_DIST_INTERNAL_H
+#define PSTRAIN_DIST_INTERNAL_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+/* Records this rank's role ("root", "ps 1", "worker 0") for dist_fatal. */
+void dist_set_role(const char *role);
+const char *dist_role(void);
+
+/* Prints "rank R (role): message" and aborts the job. */
+void dist_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* MPI calls on windows and communicators set to MPI_ERRORS_RETURN: a failure
+ * is fatal, with the call text, source line and MPI's error string. */
+void dist_mpi_failed(int rc, const char *call, const char *file, int line)
+    __attribute__((noreturn));
+#define MPI_OK(call)                                                                               \
+    do {                                                                                           \
+        int mpi_rc_ = (call);                                                                      \
+        if (mpi_rc_ != MPI_SUCCESS) dist_mpi_failed(mpi_rc_, #call, __FILE__, __LINE__);           \
+    } while (0)
+
+/* Polling back-off: the first few waits only yield the core, then sleeps
+ * double from min_us up to max_us. Reset after progress. */
+typedef struct dist_backoff {
+    int n;
+    double min_us, max_us, cur_us;
+} dist_backoff;
+
+void dist_backoff_init(dist_backoff *b, double min_us, double max_us);
+void dist_backoff_reset(dist_backoff *b);
+void dist_backoff_wait(dist_backoff *b);
+
+/* Lets MPI progress passive-target operations aimed at this rank (pt2pt,
+ * ucx and MPI_Win_create windows need the target to enter MPI). */
+void dist_progress(void);
+
+/* CPU seconds used so far by this process (all threads) / by the calling
+ * thread only (the root's service loop, without the pipeline's threads). */
+double dist_cpu_seconds(void);
+double dist_thread_cpu_seconds(void);
+
+/* Atomic load of a word that remote ranks write by RMA. */
+static inline int64_t dist_load64(const volatile int64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline void dist_store64(volatile int64_t *p, int64_t v)
+{
+    __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+#endif

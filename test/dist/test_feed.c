@@ -1,0 +1,199 @@
+/* test_feed.c - the batch ring under mpirun: rank 0 serves a synthetic
+ * source of E epochs x N examples; every other rank is a worker. Checks that
+ * each example arrives exactly once per epoch, workers' sets are disjoint,
+ * payloads arrive intact, tickets are dense, and that every worker gets one
+ * end-of-data marker. Run with a ring of 1 slot and of 8 slots.
+ * Usage: test_feed [examples] [batch] [epochs] */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "pstrain/feed.h"
+
+#define PX 12
+
+typedef struct src_state {
+    int64_t n, next, batch_index;
+    int batch, epochs, epoch;
+    int64_t ids[64];
+    int32_t labels[64];
+    uint8_t pixels[64 * PX];
+    uint64_t rng;
+} src_state;
+
+/* Epoch-wise permutation by a simple LCG-driven shuffle of a cursor. */
+static int64_t *perm;
+
+static int synth_next(void *ctx, pipe_batch *b, pst_err *e)
+{
+    (void)e;
+    src_state *s = ctx;
+    if (s->next == s->n) {
+        s->epoch++;
+        s->next = 0;
+    }
+    if (s->epoch >= s->epochs) return 0;
+    if (s->next == 0) {
+        for (int64_t i = 0; i < s->n; i++) perm[i] = i;
+        for (int64_t i = s->n - 1; i > 0; i--) {
+            s->rng = s->rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            int64_t j = (int64_t)((s->rng >> 33) % (uint64_t)(i + 1));
+            int64_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+    }
+    int c = (int)PST_MIN((int64_t)s->batch, s->n - s->next);
+    for (int i = 0; i < c; i++) {
+        int64_t id = perm[s->next + i];
+        s->ids[i] = id;
+        s->labels[i] = (int32_t)(id % 10);
+        for (int j = 0; j < PX; j++) s->pixels[i * PX + j] = (uint8_t)(id * 7 + j);
+    }
+    s->next += c;
+    b->count = c;
+    b->epoch = s->epoch;
+    b->index = s->batch_index++;
+    b->ids = s->ids;
+    b->labels = s->labels;
+    b->pixels = s->pixels;
+    return 1;
+}
+
+static void run(int nslots, int64_t n, int batch, int epochs)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int W = size - 1;
+    feed_geom g = {.batch = batch, .example_bytes = PX, .nslots = nslots, .nworkers = W};
+    feed *f = NULL;
+    pst_err e;
+    if (feed_new(&f, MPI_COMM_WORLD, 0, &g, &e) < 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    /* each worker logs (epoch, id) pairs and its tickets */
+    int64_t cap = 2 * n * epochs + 16, nlog = 0, nt = 0;
+    int64_t *log = malloc(sizeof(int64_t) * (size_t)cap * 2);
+    int64_t *tickets = malloc(sizeof(int64_t) * (size_t)cap);
+    int ends = 0, bad_payload = 0;
+    if (rank == 0) {
+        src_state s = {.n = n, .batch = batch, .epochs = epochs, .rng = 42};
+        perm = malloc(sizeof(int64_t) * (size_t)n);
+        feed_serve_stats st;
+        CHECK(feed_root_serve(f, -1, synth_next, &s, NULL, NULL, 1.0, &st, &e) == 0, "%s", e.msg);
+        int64_t want = epochs * ((n + batch - 1) / batch);
+        CHECK(st.batches == want, "root published %lld batches, expected %lld",
+              (long long)st.batches, (long long)want);
+        CHECK(st.end_markers >= W, "end markers %lld", (long long)st.end_markers);
+        free(perm);
+    } else {
+        feed_batch b;
+        for (;;) {
+            int got = feed_take(f, &b, NULL);
+            tickets[nt++] = b.ticket;
+            if (!got) {
+                ends++;
+                break;
+            }
+            for (int i = 0; i < b.count; i++) {
+                log[2 * nlog] = b.epoch;
+                log[2 * nlog + 1] = b.ids[i];
+                nlog++;
+                if (b.labels[i] != (int32_t)(b.ids[i] % 10)) bad_payload++;
+                for (int j = 0; j < PX; j++)
+                    if (b.pixels[i * PX + j] != (uint8_t)(b.ids[i] * 7 + j)) bad_payload++;
+            }
+        }
+        feed_finish(f);
+        CHECK(bad_payload == 0, "worker %d: %d corrupted payload bytes", rank, bad_payload);
+        CHECK(ends == 1, "worker %d: %d end markers", rank, ends);
+    }
+    /* gather logs on rank 0 */
+    int mine = (int)(2 * nlog), *counts = NULL, *displs = NULL;
+    int tmine = (int)nt, *tcounts = NULL, *tdispls = NULL;
+    if (rank == 0) {
+        counts = calloc((size_t)size, sizeof(int));
+        displs = calloc((size_t)size, sizeof(int));
+        tcounts = calloc((size_t)size, sizeof(int));
+        tdispls = calloc((size_t)size, sizeof(int));
+    }
+    MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Gather(&tmine, 1, MPI_INT, tcounts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int64_t *all = NULL, *allt = NULL;
+    int tot = 0, ttot = 0;
+    if (rank == 0) {
+        for (int r = 0; r < size; r++) {
+            displs[r] = tot, tot += counts[r];
+            tdispls[r] = ttot, ttot += tcounts[r];
+        }
+        all = malloc(sizeof(int64_t) * (size_t)(tot + 1));
+        allt = malloc(sizeof(int64_t) * (size_t)(ttot + 1));
+    }
+    MPI_Gatherv(log, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Gatherv(tickets, tmine, MPI_INT64_T, allt, tcounts, tdispls, MPI_INT64_T, 0,
+                MPI_COMM_WORLD);
+    if (rank == 0) {
+        /* per (epoch, id): which worker saw it, how often */
+        int *owner = malloc(sizeof(int) * (size_t)(n * epochs));
+        int *seen = calloc((size_t)(n * epochs), sizeof(int));
+        for (int r = 1; r < size; r++)
+            for (int i = displs[r]; i < displs[r] + counts[r]; i += 2) {
+                int64_t ep = all[i], id = all[i + 1];
+                if (ep < 0 || ep >= epochs || id < 0 || id >= n) {
+                    CHECK(0, "bad (epoch %lld, id %lld)", (long long)ep, (long long)id);
+                    continue;
+                }
+                seen[ep * n + id]++;
+                owner[ep * n + id] = r;
+            }
+        int64_t dup = 0, miss = 0;
+        for (int64_t i = 0; i < n * epochs; i++) dup += seen[i] > 1, miss += seen[i] == 0;
+        CHECK(dup == 0 && miss == 0, "K=%d W=%d: %lld duplicates, %lld missing", nslots, W,
+              (long long)dup, (long long)miss);
+        /* tickets: dense 0..T-1, each once */
+        int64_t T = ttot;
+        char *tk = calloc((size_t)T + 1, 1);
+        int bad = 0;
+        for (int i = 0; i < ttot; i++) {
+            if (allt[i] < 0 || allt[i] >= T || tk[allt[i]])
+                bad++;
+            else
+                tk[allt[i]] = 1;
+        }
+        CHECK(bad == 0, "tickets not dense/unique (%d bad of %lld)", bad, (long long)T);
+        free(tk);
+        free(owner);
+        free(seen);
+        fprintf(stderr, "K=%d W=%d: %lld tickets, exactly once OK=%d\n", nslots, W, (long long)T,
+                dup == 0 && miss == 0);
+    }
+    free(all), free(allt), free(counts), free(displs), free(tcounts), free(tdispls);
+    free(log), free(tickets);
+    feed_free(f);
+}
+
+int main(int argc, char **argv)
+{
+    int prov;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &prov);
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2) {
+        MPI_Finalize();
+        CHECK_SKIP("needs mpirun -np >= 2");
+    }
+    int64_t n = argc > 1 ? atoll(argv[1]) : 1000;
+    int batch = argc > 2 ? atoi(argv[2]) : 32;
+    int epochs = argc > 3 ? atoi(argv[3]) : 2;
+    run(1, n, batch, epochs);
+    run(8, n, batch, epochs);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int fails = check_failures_, all = 0;
+    MPI_Reduce(&fails, &all, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Finalize();
+    if (rank == 0) check_failures_ = all;
+    return rank == 0 ? check_exit() : (fails ? 1 : 0);
+}

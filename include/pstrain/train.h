@@ -120,6 +120,10 @@ int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, d
  * 2 after printing a usage error / 1 for --help (printed) so main can exit. */
 int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
 
+/* `pstrain eval --data F --checkpoint C [--split S] [--summary-json J]`:
+ * argv[0] is "eval"; returns the process exit status. */
+int eval_main(int argc, char **argv);
+
 /* Writes the --summary-json object of DESIGN.md section 6. */
 int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r,
                         pst_err *e);

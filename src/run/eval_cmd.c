@@ -1,0 +1,201 @@
+/*
+ * eval_cmd.c - `pstrain eval`: a checkpoint on a split of a data set:
+ * accuracy, loss, per-class accuracy and the confusion matrix.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pstrain/blas.h"
+#include "pstrain/ckpt.h"
+#include "pstrain/h5ds.h"
+#include "pstrain/model.h"
+#include "pstrain/train.h"
+
+static const char eval_usage[] =
+    "usage: pstrain eval --data FILE.h5 --checkpoint CKPT [--split test|val|train]\n"
+    "                    [--batch B] [--summary-json FILE.json] [--quiet]\n"
+    "\n"
+    "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
+    "Prints accuracy, loss, per-class accuracy and the confusion matrix (rows: true class).\n";
+
+static int write_json(const char *path, const char *ckpt, const char *split, const h5ds *ds,
+                      double acc, double loss, int64_t n, const int64_t *conf, pst_err *e)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
+    const int K = ds->num_classes;
+    fprintf(f, "{\n  \"checkpoint\": \"%s\",\n  \"split\": \"%s\",\n", ckpt, split);
+    fprintf(f, "  \"accuracy\": %.8g,\n  \"loss\": %.8g,\n  \"examples\": %lld,\n", acc, loss,
+            (long long)n);
+    fprintf(f, "  \"per_class_accuracy\": [");
+    for (int k = 0; k < K; k++) {
+        int64_t row = 0;
+        for (int j = 0; j < K; j++) row += conf[k * K + j];
+        fprintf(f, "%s%.6g", k ? ", " : "", row ? (double)conf[k * K + k] / (double)row : 0.0);
+    }
+    fprintf(f, "],\n  \"confusion\": [");
+    for (int k = 0; k < K; k++) {
+        fprintf(f, "%s\n    [", k ? "," : "");
+        for (int j = 0; j < K; j++) fprintf(f, "%s%lld", j ? ", " : "", (long long)conf[k * K + j]);
+        fprintf(f, "]");
+    }
+    fprintf(f, "\n  ]\n}\n");
+    bool bad = fflush(f) != 0 || ferror(f);
+    fclose(f);
+    if (bad || rename(tmp, path) != 0) {
+        int err = errno;
+        remove(tmp);
+        return pst_fail(e, "%s: cannot write summary: %s", path, strerror(err));
+    }
+    return 0;
+}
+
+int eval_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},
+        {"checkpoint", required_argument, 0, 'c'},
+        {"split", required_argument, 0, 's'},
+        {"batch", required_argument, 0, 'b'},
+        {"summary-json", required_argument, 0, 'j'},
+        {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *data = NULL, *ckarg = NULL, *split = "test", *summary = NULL;
+    int batch = 256;
+    bool quiet = false;
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        switch (o) {
+        case 'd':
+            data = optarg;
+            break;
+        case 'c':
+            ckarg = optarg;
+            break;
+        case 's':
+            split = optarg;
+            break;
+        case 'b':
+            if (pst_parse_int(optarg, &batch) < 0 || batch < 1) {
+                fprintf(stderr, "pstrain eval: --batch: expected a positive integer, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'j':
+            summary = optarg;
+            break;
+        case 'q':
+            quiet = true;
+            break;
+        case 'h':
+            fputs(eval_usage, stdout);
+            return 0;
+        default:
+            return 2;
+        }
+    }
+    if (!data || !ckarg) {
+        fprintf(stderr, "pstrain eval: --data FILE.h5 and --checkpoint CKPT are required\n");
+        return 2;
+    }
+    nn_blis_init();
+    pst_err e = {{0}};
+    h5ds ds;
+    nn_model *m = NULL;
+    ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    nn_var *vars = NULL;
+    int64_t *conf = NULL;
+    int rc = 1;
+    char path[4096];
+    int r = ckpt_resolve(ckarg, path, sizeof path, &e);
+    if (r <= 0) {
+        if (r == 0) pst_fail(&e, "%s: no checkpoint found", ckarg);
+        fprintf(stderr, "pstrain eval: %s\n", e.msg);
+        return 1;
+    }
+    if (h5ds_open(&ds, data, &e) < 0) {
+        fprintf(stderr, "pstrain eval: %s\n", e.msg);
+        return 1;
+    }
+    if (ckpt_read_meta(path, &meta, &e) < 0) goto fail;
+    if (meta.height != ds.height || meta.width != ds.width || meta.channels != ds.channels ||
+        meta.num_classes != ds.num_classes) {
+        pst_fail(&e,
+                 "%s: checkpoint is for %dx%dx%d images and %d classes, but %s has %dx%dx%d "
+                 "and %d classes",
+                 path, meta.height, meta.width, meta.channels, meta.num_classes, data, ds.height,
+                 ds.width, ds.channels, ds.num_classes);
+        goto fail;
+    }
+    if (!h5ds_find_split(&ds, split)) {
+        pst_fail(&e, "%s: no '%s' split", data, split);
+        goto fail;
+    }
+    nn_model_cfg mc = {.name = meta.model_name,
+                       .height = ds.height,
+                       .width = ds.width,
+                       .channels = ds.channels,
+                       .num_classes = ds.num_classes,
+                       .max_batch = batch,
+                       .seed = meta.seed};
+    if (nn_model_new(&m, &mc, &e) < 0) goto fail;
+    const int nvars = nn_model_nvars(m);
+    vars = pst_malloc(sizeof *vars * (size_t)nvars);
+    for (int i = 0; i < nvars; i++) vars[i] = *nn_model_var(m, i);
+    ckpt_expect want = {.model_name = meta.model_name,
+                        .height = ds.height,
+                        .width = ds.width,
+                        .channels = ds.channels,
+                        .num_classes = ds.num_classes,
+                        .vars = vars,
+                        .nvars = nvars};
+    if (ckpt_read(path, &want, nn_model_params(m), NULL, 0, NULL, &e) < 0) goto fail;
+
+    const int K = ds.num_classes;
+    conf = pst_calloc((size_t)K * (size_t)K, sizeof *conf);
+    double acc, loss;
+    int64_t n;
+    if (train_evaluate(m, &ds, split, batch, &acc, &loss, &n, conf, &e) < 0) goto fail;
+
+    printf("checkpoint %s (%s, step %lld)\n", path, meta.model_name, (long long)meta.global_step);
+    printf("%s split of %s: accuracy %.4f, loss %.4f, %lld examples\n", split, data, acc, loss,
+           (long long)n);
+    if (!quiet) {
+        printf("\nper-class accuracy:\n");
+        for (int k = 0; k < K; k++) {
+            int64_t row = 0;
+            for (int j = 0; j < K; j++) row += conf[k * K + j];
+            printf("  %2d %-20s %.4f  (%lld)\n", k, ds.class_names[k],
+                   row ? (double)conf[k * K + k] / (double)row : 0.0, (long long)row);
+        }
+        printf("\nconfusion matrix (rows: true class, columns: predicted):\n     ");
+        for (int j = 0; j < K; j++) printf(" %5d", j);
+        printf("\n");
+        for (int k = 0; k < K; k++) {
+            printf("  %2d ", k);
+            for (int j = 0; j < K; j++) printf(" %5lld", (long long)conf[k * K + j]);
+            printf("\n");
+        }
+    }
+    if (summary && write_json(summary, path, split, &ds, acc, loss, n, conf, &e) < 0) goto fail;
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "pstrain eval: %s\n", e.msg);
+out:
+    free(conf);
+    free(vars);
+    nn_model_free(m);
+    ckpt_meta_free(&meta);
+    h5ds_close(&ds);
+    return rc;
+}

@@ -1,0 +1,208 @@
+/*
+ * prep_preview.c - `pstrain-prep preview`: a PNG contact sheet of a split.
+ *
+ * The first --count images (or, with --seed, a random choice of them shown
+ * in file order) are laid out row by row in a near-square grid, each scaled
+ * up by nearest neighbour (automatic scale: the smallest integer that makes
+ * a tile's longer side at least 84 px, at most 16; --scale overrides),
+ * with a 2 px mid-gray (128) separator around and between the tiles.
+ * Gray data sets give a gray PNG, 3-channel ones an RGB PNG.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data-tools/pngio.h"
+#include "data-tools/prep.h"
+#include "pstrain/common.h"
+#include "pstrain/h5ds.h"
+
+#define PREVIEW_SEP 2
+#define PREVIEW_SEP_VALUE 128
+#define PREVIEW_MIN_TILE 84
+#define PREVIEW_MAX_AUTO_SCALE 16
+#define PREVIEW_MAX_BYTES ((size_t)256 << 20)
+
+typedef struct preview_cfg {
+    const char *in, *out, *split;
+    int64_t count;
+    bool random;
+    uint64_t seed;
+    int scale; /* 0 = automatic */
+} preview_cfg;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: pstrain-prep preview FILE.h5 [--split train] [--count 64] [--seed S]\n"
+               "         [--scale N] -o GRID.png\n"
+               "\n"
+               "A grid of the first --count images of a split (with --seed: a random choice),\n"
+               "scaled up by nearest neighbour (default: tiles of at least 84 px).\n");
+}
+
+static int parse_args(int argc, char **argv, preview_cfg *c)
+{
+    *c = (preview_cfg){.split = "train", .count = 64};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t i64;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (a[0] == '-' && a[1] && !v) {
+            fprintf(stderr, "pstrain-prep preview: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            c->out = v;
+        } else if (!strcmp(a, "--split")) {
+            c->split = v;
+        } else if (!strcmp(a, "--count")) {
+            if (pst_parse_i64(v, &c->count) < 0 || c->count < 1 || c->count > 100000) {
+                fprintf(stderr, "pstrain-prep preview: --count '%s', expected 1-100000\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            if (pst_parse_i64(v, &i64) < 0) {
+                fprintf(stderr, "pstrain-prep preview: --seed '%s', expected an integer\n", v);
+                return 2;
+            }
+            c->seed = (uint64_t)i64, c->random = true;
+        } else if (!strcmp(a, "--scale")) {
+            if (pst_parse_int(v, &c->scale) < 0 || c->scale < 1 || c->scale > 64) {
+                fprintf(stderr, "pstrain-prep preview: --scale '%s', expected 1-64\n", v);
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "pstrain-prep preview: unknown option %s (try --help)\n", a);
+            return 2;
+        } else if (!c->in) {
+            c->in = a;
+            continue;
+        } else {
+            fprintf(stderr, "pstrain-prep preview: unexpected argument '%s'\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!c->in || !c->out) {
+        fprintf(stderr, "pstrain-prep preview: %s is required (try --help)\n",
+                !c->in ? "FILE.h5" : "-o GRID.png");
+        return 2;
+    }
+    return 0;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* `count` distinct indices of [0, n), ascending: the first ones, or a
+ * seeded random choice (partial Fisher-Yates). */
+static int64_t *choose(int64_t n, int64_t count, bool random, uint64_t seed)
+{
+    int64_t *idx = pst_malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) idx[i] = i;
+    if (random) {
+        uint64_t s = seed;
+        for (int64_t i = 0; i < count; i++) {
+            int64_t j = i + (int64_t)(splitmix64(&s) % (uint64_t)(n - i));
+            int64_t t = idx[i];
+            idx[i] = idx[j], idx[j] = t;
+        }
+        qsort(idx, (size_t)count, sizeof(int64_t), cmp_i64);
+    }
+    return idx;
+}
+
+int prep_cmd_preview(int argc, char **argv)
+{
+    preview_cfg c;
+    int st = parse_args(argc, argv, &c);
+    if (st) return st < 0 ? 0 : st;
+    h5ds ds = {0};
+    pst_err e = {""};
+    uint8_t *images = NULL, *grid = NULL;
+    int64_t *idx = NULL;
+    int status = 1;
+    if (h5ds_open(&ds, c.in, &e) < 0) goto fail;
+    const h5ds_split *sp = h5ds_find_split(&ds, c.split);
+    if (!sp) {
+        pst_fail(&e, "%s: no split '%s' in this data set", c.in, c.split);
+        goto fail;
+    }
+    int H = ds.height, W = ds.width, C = ds.channels;
+    if (C != 1 && C != 3) {
+        pst_fail(&e, "%s: %d channels; preview writes gray (1) or RGB (3) PNGs only", c.in, C);
+        goto fail;
+    }
+    int64_t n = PST_MIN(c.count, sp->count);
+    int scale = c.scale;
+    if (!scale) {
+        int side = PST_MAX(H, W);
+        scale = PST_MIN((PREVIEW_MIN_TILE + side - 1) / side, PREVIEW_MAX_AUTO_SCALE);
+        scale = PST_MAX(scale, 1);
+    }
+    int cols = (int)ceil(sqrt((double)n));
+    int rows = (int)((n + cols - 1) / cols);
+    int64_t th = (int64_t)H * scale, tw = (int64_t)W * scale;
+    int64_t gh = rows * th + (rows + 1) * PREVIEW_SEP, gw = cols * tw + (cols + 1) * PREVIEW_SEP;
+    if (gh > INT32_MAX || gw > INT32_MAX || (uint64_t)(gh * gw * C) > PREVIEW_MAX_BYTES) {
+        pst_fail(&e, "%s: a %lldx%lld px grid is too large; use a smaller --count or --scale",
+                 c.out, (long long)gw, (long long)gh);
+        goto fail;
+    }
+
+    size_t image_bytes = (size_t)H * (size_t)W * (size_t)C;
+    images = pst_malloc(image_bytes * (size_t)n);
+    idx = choose(sp->count, n, c.random, c.seed);
+    if (!c.random) {
+        if (h5ds_read(&ds, c.split, 0, n, images, NULL, &e) < 0) goto fail;
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            if (h5ds_read(&ds, c.split, idx[i], 1, images + (size_t)i * image_bytes, NULL, &e) < 0)
+                goto fail;
+    }
+
+    grid = pst_malloc((size_t)(gh * gw * C));
+    memset(grid, PREVIEW_SEP_VALUE, (size_t)(gh * gw * C));
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *img = images + (size_t)i * image_bytes;
+        int64_t oy = (i / cols) * (th + PREVIEW_SEP) + PREVIEW_SEP;
+        int64_t ox = (i % cols) * (tw + PREVIEW_SEP) + PREVIEW_SEP;
+        for (int64_t y = 0; y < th; y++) {
+            const uint8_t *srow = img + (size_t)(y / scale) * (size_t)W * (size_t)C;
+            uint8_t *drow = grid + (size_t)(((oy + y) * gw + ox) * C);
+            for (int64_t x = 0; x < tw; x++)
+                memcpy(drow + x * C, srow + (x / scale) * C, (size_t)C);
+        }
+    }
+    if (pngio_write(c.out, grid, (int)gh, (int)gw, C, -1, &e) < 0) goto fail;
+    if (c.random)
+        printf("preview: %s /%s: %lld random images (seed %llu)", c.in, c.split, (long long)n,
+               (unsigned long long)c.seed);
+    else
+        printf("preview: %s /%s: the first %lld images", c.in, c.split, (long long)n);
+    printf(" in %d x %d tiles of %lldx%lld px (scale %d) -> %s, %lldx%lld px\n", rows, cols,
+           (long long)tw, (long long)th, scale, c.out, (long long)gw, (long long)gh);
+    status = 0;
+fail:
+    if (status) fprintf(stderr, "pstrain-prep preview: %s\n", e.msg);
+    free(grid);
+    free(images);
+    free(idx);
+    h5ds_close(&ds);
+    return status;
+}

@@ -1,0 +1,181 @@
+/*
+ * pstrain/ckpt.h - checkpoints (HDF5), resume, and stop-on-signal.
+ *
+ * A checkpoint is one HDF5 file (DESIGN.md section 5), readable by h5dump
+ * and h5py:
+ *
+ *   /variables/<name>        float32, the variable's shape ("conv1/kernel"
+ *                            is the dataset "kernel" in group conv1)
+ *   /slots/<name>/<slot>     float32, same shape: optimizer state of a
+ *                            trainable variable; slot names "momentum"
+ *                            (momentum), "rms","mom" (rmsprop), "m","v" (adam)
+ *   attributes of /          format="pstrain-checkpoint", format_version=1,
+ *                            model (spec text), model_name, height, width,
+ *                            channels, num_classes, global_step, epoch,
+ *                            epoch_batch, next_batch, examples, seed,
+ *                            rng_state[4], mode, workers, ps, batch,
+ *                            optimizer and its hyper-parameters, lr_base,
+ *                            lr_decay, lr_decay_epochs, steps_per_epoch,
+ *                            weight_decay, label_smoothing, train_seconds,
+ *                            pstrain_version, created
+ *
+ * Every dataset carries a Fletcher-32 checksum, so bit rot is detected on
+ * read. The model's data travel as the slabs of model.h / optim.h: params
+ * is the parameter slab (nn_var offsets), slots[s * slot_stride + j] is
+ * slot s of slab element j. A distributed run gathers its PS shards into
+ * one slab on the root (the checkpoint does not depend on the PS count or
+ * placement, so a run may resume with different ones).
+ *
+ * Durability: ckpt_write() writes a temporary file in the target's
+ * directory, closes it, fsyncs it, renames it over the target and fsyncs
+ * the directory; ckpt_save() then records the file in DIR/latest (itself
+ * replaced atomically). A kill -9 at any moment leaves either the old or
+ * the new checkpoint, never a half-written one under a final name; stray
+ * temporary files are ignored by ckpt_find_latest and removed by
+ * ckpt_prune. One run writes to a directory at a time.
+ *
+ * Files in a checkpoint directory: ckpt-<global_step>.h5, latest (one line:
+ * the file name), .ckpt-*.tmp.* (temporaries of an interrupted write).
+ */
+#ifndef PSTRAIN_CKPT_H
+#define PSTRAIN_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pstrain/common.h"
+#include "pstrain/model.h"
+#include "pstrain/optim.h"
+
+#define CKPT_FORMAT "pstrain-checkpoint"
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_NAME_LEN 64
+
+/* Everything but the tensors. On write, strings are borrowed; on read they
+ * are owned by the ckpt_meta (release with ckpt_meta_free). */
+typedef struct ckpt_meta {
+    /* the model */
+    const char *model_name; /* "lenet5" */
+    const char *model_text; /* nn_model_describe() output (may be NULL on write) */
+    int height, width, channels, num_classes;
+
+    /* where the run is: the state after global_step optimizer updates */
+    int64_t global_step;
+    int epoch;           /* epoch of the next batch to consume (0-based) */
+    int64_t epoch_batch; /* batches of `epoch` already consumed */
+    int64_t next_batch;  /* index (ticket) of the next batch since the start */
+    int64_t examples;    /* training examples consumed so far */
+    uint64_t seed;
+    uint64_t rng_state[4]; /* any extra RNG state the trainer keeps (zeros if none) */
+    double train_seconds;  /* training time so far (for throughput across resumes) */
+
+    /* how it was trained */
+    const char *mode; /* "sync", "async" (may be NULL: "") */
+    int workers, ps, batch;
+    opt_cfg opt; /* kind decides the slots */
+    lr_schedule lr;
+    float weight_decay, label_smoothing;
+
+    /* filled by ckpt_read/ckpt_read_meta only */
+    char pstrain_version[CKPT_NAME_LEN];
+    char created[CKPT_NAME_LEN]; /* ISO 8601 UTC */
+    int format_version;
+    char *owned_[3]; /* storage of the strings read */
+} ckpt_meta;
+
+/* Releases the strings of a ckpt_meta filled by a read; NULL-safe, and a
+ * no-op on a zeroed or caller-built meta. */
+void ckpt_meta_free(ckpt_meta *m);
+
+/* Slot name s of an optimizer ("momentum"; "rms","mom"; "m","v"), NULL when
+ * s >= opt_nslots(kind). */
+const char *ckpt_slot_name(opt_kind kind, int s);
+
+/* Writes a checkpoint to `path` atomically (temporary file in the same
+ * directory, fsync, rename, fsync of the directory). vars[nvars] describe
+ * the slab layout; params has their values; slots (NULL when the optimizer
+ * has none) holds opt_nslots(meta->opt.kind) slot arrays slot_stride apart.
+ * Slots are stored for trainable variables only. Fails with a message
+ * naming the path and the failing step; on failure `path` is untouched and
+ * the temporary file removed. */
+int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
+               const float *params, const float *slots, size_t slot_stride, pst_err *e);
+
+/* What a reader expects. Zero/NULL fields are not checked. */
+typedef struct ckpt_expect {
+    const char *model_name;
+    int height, width, channels, num_classes;
+    const nn_var *vars; /* required: the variables to load, in slab layout */
+    int nvars;
+    bool check_opt; /* when loading slots: the optimizer must be opt_kind */
+    opt_kind opt_kind;
+} ckpt_expect;
+
+/* Reads a checkpoint into the slabs. Refuses (with a message naming the
+ * file and the variable, shape, attribute or optimizer) a file that is not a
+ * pstrain checkpoint of a known format_version, a different model or image
+ * shape, a missing or extra variable, a shape mismatch, or (when slots is
+ * not NULL) missing slots or a different optimizer. Slots of non-trainable
+ * variables are left untouched. meta (may be NULL) receives the attributes.
+ * Nothing is guaranteed about params/slots after a failure. */
+int ckpt_read(const char *path, const ckpt_expect *x, float *params, float *slots,
+              size_t slot_stride, ckpt_meta *meta, pst_err *e);
+
+/* Reads only the attributes (e.g. to build the model before ckpt_read). */
+int ckpt_read_meta(const char *path, ckpt_meta *meta, pst_err *e);
+
+/* Checks that `path` is a complete checkpoint: format attributes, and every
+ * dataset under /variables and /slots reads back with a valid checksum.
+ * Returns 0 if so, -1 with the reason. */
+int ckpt_verify(const char *path, pst_err *e);
+
+/* The path DIR/ckpt-<step>.h5 into out[n]; -1 if it does not fit. */
+int ckpt_path(char *out, size_t n, const char *dir, int64_t step);
+
+/* What a training loop calls: creates `dir` if needed (one level), writes
+ * DIR/ckpt-<meta->global_step>.h5 with ckpt_write, records it in DIR/latest
+ * (atomically), then keeps only the newest `keep` checkpoints (keep <= 0:
+ * keep all). out_path (may be NULL) receives the file written. */
+int ckpt_save(const char *dir, int keep, const ckpt_meta *meta, const nn_var *vars, int nvars,
+              const float *params, const float *slots, size_t slot_stride, char *out_path,
+              size_t out_len, pst_err *e);
+
+/* The newest checkpoint in `dir` that verifies: candidates are the file in
+ * DIR/latest and every ckpt-<step>.h5, by step, newest first; corrupt,
+ * truncated or temporary files are skipped. Returns 1 with the path in
+ * out[n], 0 when there is none (or dir does not exist), -1 on an error
+ * reading the directory. */
+int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e);
+
+/* For `--resume [ARG]`: ARG names a checkpoint file (used as is) or a
+ * directory (its newest good checkpoint). Returns 1 with the file in out,
+ * 0 when ARG is a directory without a good checkpoint or a path that does
+ * not exist and does not end in .h5 (a first run: start from scratch), -1
+ * on error (a *.h5 file that does not exist or does not verify). */
+int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e);
+
+/* Removes all but the newest `keep` ckpt-<step>.h5 in `dir` (never the one
+ * DIR/latest names) and stale temporary files. keep <= 0: only the
+ * temporaries. Returns the number of checkpoints removed, -1 on error. */
+int ckpt_prune(const char *dir, int keep, pst_err *e);
+
+/*
+ * Stop on signal. SIGTERM, SIGUSR1 (Slurm's --signal, scancel --signal) and
+ * a first SIGINT set a flag that the training loop polls at each step
+ * boundary: it then writes a checkpoint and exits 0. A second SIGINT ends
+ * the process at once (exit status 130). Under MPI every rank installs the
+ * handlers, but only the root's flag decides: the root polls it and tells
+ * the others (the flag of other ranks is ignored), so all ranks stop at the
+ * same step. Async-signal-safe; install once, before training.
+ */
+int ckpt_signals_install(pst_err *e);
+/* The signal number that asked to stop (SIGTERM, SIGUSR1, SIGINT), or 0. */
+int ckpt_stop_requested(void);
+/* Requests a stop as if signal `signo` had arrived (a rank told by the
+ * root, tests). The first request is kept. */
+void ckpt_request_stop(int signo);
+/* Clears the flag (tests). */
+void ckpt_stop_reset(void);
+
+#endif

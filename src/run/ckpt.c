@@ -1,0 +1,1104 @@
+/* ckpt.c - HDF5 checkpoints: atomic write, validated read, latest, prune,
+ * and the stop-on-signal flag. Layout and guarantees: pstrain/ckpt.h. */
+#include "pstrain/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pstrain/version.h"
+
+#if H5_VERSION_GE(1, 12, 0)
+#define CKPT_LVISIT H5Lvisit2
+typedef H5L_info2_t ckpt_linfo;
+#else
+#define CKPT_LVISIT H5Lvisit
+typedef H5L_info_t ckpt_linfo;
+#endif
+
+#define PATH_LEN 4096
+
+/* ---- HDF5 error stack: keep it off the terminal ------------------------
+ * Failures are reported through pst_err; HDF5's own stack dumps would only
+ * add noise (and do so for every corrupt candidate in ckpt_find_latest). */
+typedef struct h5quiet {
+    H5E_auto2_t func;
+    void *data;
+} h5quiet;
+
+static h5quiet h5_quiet_begin(void)
+{
+    h5quiet q = {0};
+    H5Eget_auto2(H5E_DEFAULT, &q.func, &q.data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    return q;
+}
+
+static void h5_quiet_end(h5quiet q)
+{
+    H5Eset_auto2(H5E_DEFAULT, q.func, q.data);
+}
+
+/* Closes an HDF5 id of any kind if it is valid. */
+static void h5_close(hid_t id)
+{
+    if (id < 0) return;
+    switch (H5Iget_type(id)) {
+    case H5I_FILE:
+        H5Fclose(id);
+        break;
+    case H5I_GROUP:
+        H5Gclose(id);
+        break;
+    case H5I_DATASET:
+        H5Dclose(id);
+        break;
+    case H5I_DATASPACE:
+        H5Sclose(id);
+        break;
+    case H5I_DATATYPE:
+        H5Tclose(id);
+        break;
+    case H5I_ATTR:
+        H5Aclose(id);
+        break;
+    case H5I_GENPROP_LST:
+        H5Pclose(id);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static const char *const g_slot_names[][2] = {
+    [OPT_SGD] = {NULL, NULL},
+    [OPT_MOMENTUM] = {"momentum", NULL},
+    [OPT_RMSPROP] = {"rms", "mom"},
+    [OPT_ADAM] = {"m", "v"},
+};
+
+static const char *const g_opt_names[] = {
+    [OPT_SGD] = "sgd", [OPT_MOMENTUM] = "momentum", [OPT_RMSPROP] = "rmsprop", [OPT_ADAM] = "adam"};
+
+static int slot_count(opt_kind k)
+{
+    int n = 0;
+    while (n < 2 && g_slot_names[k][n]) n++;
+    return n;
+}
+
+const char *ckpt_slot_name(opt_kind kind, int s)
+{
+    if ((int)kind < 0 || (size_t)kind >= PST_ARRAY_LEN(g_slot_names) || s < 0 || s >= 2)
+        return NULL;
+    return g_slot_names[kind][s];
+}
+
+void ckpt_meta_free(ckpt_meta *m)
+{
+    if (!m) return;
+    for (size_t i = 0; i < PST_ARRAY_LEN(m->owned_); i++) {
+        free(m->owned_[i]);
+        m->owned_[i] = NULL;
+    }
+}
+
+/* "[5,5,1,6]" */
+static void shape_str(char *out, size_t n, int ndim, const hsize_t *dims)
+{
+    size_t k = 0;
+    k += (size_t)snprintf(out + k, n - k, "[");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(out + k, n - k, "%s%llu", i ? "," : "", (unsigned long long)dims[i]);
+    if (k < n) snprintf(out + k, n - k, "]");
+}
+
+static void var_dims(const nn_var *v, hsize_t *dims)
+{
+    for (int i = 0; i < v->ndim; i++) dims[i] = (hsize_t)v->shape[i];
+}
+
+/* A variable name must make a clean HDF5 path below /variables. */
+static int check_var(const char *path, const nn_var *v, pst_err *e)
+{
+    const char *s = v->name;
+    size_t len = strnlen(s, NN_VAR_NAME_LEN);
+    if (len == 0 || len == NN_VAR_NAME_LEN || s[0] == '/' || s[len - 1] == '/' || strstr(s, "//") ||
+        !strcmp(s, ".") || strstr(s, "/./") || !strncmp(s, "./", 2))
+        return pst_fail(e, "%s: variable name '%.*s' is not a valid HDF5 path", path,
+                        (int)PST_MIN(len, (size_t)NN_VAR_NAME_LEN), s);
+    if (v->ndim < 1 || v->ndim > 4)
+        return pst_fail(e, "%s: variable %s has %d dimensions, expected 1 to 4", path, s, v->ndim);
+    size_t count = 1;
+    for (int i = 0; i < v->ndim; i++) {
+        if (v->shape[i] <= 0)
+            return pst_fail(e, "%s: variable %s has dimension %d of size %d", path, s, i,
+                            v->shape[i]);
+        count *= (size_t)v->shape[i];
+    }
+    if (count != v->size)
+        return pst_fail(e, "%s: variable %s has %zu elements by its shape but size %zu", path, s,
+                        count, v->size);
+    return 0;
+}
+
+/* ---- attributes --------------------------------------------------------- */
+
+static int attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, const void *buf,
+                      hsize_t count)
+{
+    hid_t sp = count ? H5Screate_simple(1, &count, NULL) : H5Screate(H5S_SCALAR);
+    if (sp < 0) return -1;
+    hid_t a = H5Acreate2(loc, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = (a >= 0 && H5Awrite(a, mtype, buf) >= 0) ? 0 : -1;
+    h5_close(a);
+    h5_close(sp);
+    return rc;
+}
+
+static int attr_str(hid_t loc, const char *name, const char *val)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    int rc = -1;
+    if (H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0) {
+        const char *p = val ? val : "";
+        rc = attr_write(loc, name, t, t, &p, 0);
+    }
+    H5Tclose(t);
+    return rc;
+}
+
+static int attr_i64(hid_t loc, const char *name, int64_t v)
+{
+    return attr_write(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, 0);
+}
+
+static int attr_f32(hid_t loc, const char *name, float v)
+{
+    return attr_write(loc, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &v, 0);
+}
+
+static int attr_f64(hid_t loc, const char *name, double v)
+{
+    return attr_write(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, 0);
+}
+
+/* Reads a string attribute (variable- or fixed-length) into a malloc'd
+ * string. */
+static char *attr_read_str(hid_t loc, const char *name)
+{
+    if (H5Aexists(loc, name) <= 0) return NULL;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t ft = a >= 0 ? H5Aget_type(a) : -1;
+    hid_t mt = -1;
+    char *out = NULL;
+    if (ft < 0 || H5Tget_class(ft) != H5T_STRING) goto done;
+    if (H5Tis_variable_str(ft) > 0) {
+        /* the memory type takes the file's character set: HDF5 does not
+         * convert between ASCII and UTF-8 */
+        mt = H5Tcopy(H5T_C_S1);
+        char *p = NULL;
+        if (mt < 0 || H5Tset_size(mt, H5T_VARIABLE) < 0 || H5Tset_cset(mt, H5Tget_cset(ft)) < 0 ||
+            H5Aread(a, mt, &p) < 0)
+            goto done;
+        out = pst_strdup(p ? p : "");
+        H5free_memory(p);
+    } else {
+        size_t n = H5Tget_size(ft);
+        mt = H5Tcopy(H5T_C_S1);
+        if (mt < 0 || H5Tset_size(mt, n + 1) < 0 || H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0 ||
+            H5Tset_cset(mt, H5Tget_cset(ft)) < 0)
+            goto done;
+        out = pst_calloc(n + 1, 1);
+        if (H5Aread(a, mt, out) < 0) {
+            free(out);
+            out = NULL;
+        }
+    }
+done:
+    h5_close(mt);
+    h5_close(ft);
+    h5_close(a);
+    return out;
+}
+
+/* Reads a numeric attribute of `count` elements (0 = scalar) as mtype. */
+static int attr_read_num(hid_t loc, const char *name, hid_t mtype, void *buf, hssize_t count)
+{
+    if (H5Aexists(loc, name) <= 0) return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t sp = a >= 0 ? H5Aget_space(a) : -1;
+    int rc = -1;
+    if (sp >= 0 && H5Sget_simple_extent_npoints(sp) == (count ? count : 1) &&
+        H5Aread(a, mtype, buf) >= 0)
+        rc = 0;
+    h5_close(sp);
+    h5_close(a);
+    return rc;
+}
+
+static int write_meta(hid_t f, const ckpt_meta *m)
+{
+    char created[CKPT_NAME_LEN];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const opt_cfg *o = &m->opt;
+    int64_t fmtv = CKPT_FORMAT_VERSION;
+    int rc = 0;
+    rc |= attr_str(f, "format", CKPT_FORMAT);
+    rc |= attr_i64(f, "format_version", fmtv);
+    rc |= attr_str(f, "model_name", m->model_name);
+    rc |= attr_str(f, "model", m->model_text);
+    rc |= attr_i64(f, "height", m->height);
+    rc |= attr_i64(f, "width", m->width);
+    rc |= attr_i64(f, "channels", m->channels);
+    rc |= attr_i64(f, "num_classes", m->num_classes);
+    rc |= attr_i64(f, "global_step", m->global_step);
+    rc |= attr_i64(f, "epoch", m->epoch);
+    rc |= attr_i64(f, "epoch_batch", m->epoch_batch);
+    rc |= attr_i64(f, "next_batch", m->next_batch);
+    rc |= attr_i64(f, "examples", m->examples);
+    rc |= attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &m->seed, 0);
+    rc |= attr_write(f, "rng_state", H5T_STD_U64LE, H5T_NATIVE_UINT64, m->rng_state, 4);
+    rc |= attr_f64(f, "train_seconds", m->train_seconds);
+    rc |= attr_str(f, "mode", m->mode);
+    rc |= attr_i64(f, "workers", m->workers);
+    rc |= attr_i64(f, "ps", m->ps);
+    rc |= attr_i64(f, "batch", m->batch);
+    rc |= attr_str(f, "optimizer", g_opt_names[o->kind]);
+    rc |= attr_f32(f, "momentum", o->momentum);
+    rc |= attr_i64(f, "nesterov", o->nesterov ? 1 : 0);
+    rc |= attr_f32(f, "rms_decay", o->rms_decay);
+    rc |= attr_f32(f, "rms_eps", o->rms_eps);
+    rc |= attr_f32(f, "beta1", o->beta1);
+    rc |= attr_f32(f, "beta2", o->beta2);
+    rc |= attr_f32(f, "adam_eps", o->adam_eps);
+    rc |= attr_f32(f, "lr_base", m->lr.base);
+    rc |= attr_f32(f, "lr_decay", m->lr.decay);
+    rc |= attr_f32(f, "lr_decay_epochs", m->lr.decay_epochs);
+    rc |= attr_i64(f, "steps_per_epoch", m->lr.steps_per_epoch);
+    rc |= attr_f32(f, "weight_decay", m->weight_decay);
+    rc |= attr_f32(f, "label_smoothing", m->label_smoothing);
+    rc |= attr_str(f, "pstrain_version", pst_version());
+    rc |= attr_str(f, "created", created);
+    return rc ? -1 : 0;
+}
+
+/* Reads the root attributes of an open checkpoint (format already checked
+ * by the caller). */
+static int read_meta(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
+    memset(m, 0, sizeof *m);
+    const char *missing = NULL;
+#define GET_I64(name, dst)                                                                         \
+    do {                                                                                           \
+        int64_t v_;                                                                                \
+        if (attr_read_num(f, name, H5T_NATIVE_INT64, &v_, 0) < 0) {                                \
+            missing = name;                                                                        \
+            goto fail;                                                                             \
+        }                                                                                          \
+        dst = v_;                                                                                  \
+    } while (0)
+#define GET_F32(name, dst)                                                                         \
+    do {                                                                                           \
+        if (attr_read_num(f, name, H5T_NATIVE_FLOAT, &(dst), 0) < 0) {                             \
+            missing = name;                                                                        \
+            goto fail;                                                                             \
+        }                                                                                          \
+    } while (0)
+    int64_t v;
+    GET_I64("format_version", v);
+    m->format_version = (int)v;
+    GET_I64("height", v);
+    m->height = (int)v;
+    GET_I64("width", v);
+    m->width = (int)v;
+    GET_I64("channels", v);
+    m->channels = (int)v;
+    GET_I64("num_classes", v);
+    m->num_classes = (int)v;
+    GET_I64("global_step", m->global_step);
+    GET_I64("epoch", v);
+    m->epoch = (int)v;
+    GET_I64("epoch_batch", m->epoch_batch);
+    GET_I64("next_batch", m->next_batch);
+    GET_I64("examples", m->examples);
+    if (attr_read_num(f, "seed", H5T_NATIVE_UINT64, &m->seed, 0) < 0) {
+        missing = "seed";
+        goto fail;
+    }
+    if (attr_read_num(f, "rng_state", H5T_NATIVE_UINT64, m->rng_state, 4) < 0) {
+        missing = "rng_state";
+        goto fail;
+    }
+    if (attr_read_num(f, "train_seconds", H5T_NATIVE_DOUBLE, &m->train_seconds, 0) < 0) {
+        missing = "train_seconds";
+        goto fail;
+    }
+    GET_I64("workers", v);
+    m->workers = (int)v;
+    GET_I64("ps", v);
+    m->ps = (int)v;
+    GET_I64("batch", v);
+    m->batch = (int)v;
+    GET_F32("momentum", m->opt.momentum);
+    GET_I64("nesterov", v);
+    m->opt.nesterov = v != 0;
+    GET_F32("rms_decay", m->opt.rms_decay);
+    GET_F32("rms_eps", m->opt.rms_eps);
+    GET_F32("beta1", m->opt.beta1);
+    GET_F32("beta2", m->opt.beta2);
+    GET_F32("adam_eps", m->opt.adam_eps);
+    GET_F32("lr_base", m->lr.base);
+    GET_F32("lr_decay", m->lr.decay);
+    GET_F32("lr_decay_epochs", m->lr.decay_epochs);
+    GET_I64("steps_per_epoch", m->lr.steps_per_epoch);
+    GET_F32("weight_decay", m->weight_decay);
+    GET_F32("label_smoothing", m->label_smoothing);
+#undef GET_I64
+#undef GET_F32
+
+    char *opt = attr_read_str(f, "optimizer");
+    if (!opt) {
+        missing = "optimizer";
+        goto fail;
+    }
+    int kind = -1;
+    for (size_t i = 0; i < PST_ARRAY_LEN(g_opt_names); i++)
+        if (!strcmp(opt, g_opt_names[i])) kind = (int)i;
+    if (kind < 0) {
+        pst_fail(e, "%s: attribute optimizer is '%s', expected sgd, momentum, rmsprop or adam",
+                 path, opt);
+        free(opt);
+        goto fail_msg;
+    }
+    free(opt);
+    m->opt.kind = (opt_kind)kind;
+
+    static const char *const str_names[] = {"model_name", "model", "mode"};
+    for (int i = 0; i < 3; i++) {
+        m->owned_[i] = attr_read_str(f, str_names[i]);
+        if (!m->owned_[i]) {
+            missing = str_names[i];
+            goto fail;
+        }
+    }
+    m->model_name = m->owned_[0];
+    m->model_text = m->owned_[1];
+    m->mode = m->owned_[2];
+    static const struct {
+        const char *name;
+        size_t off;
+    } fixed[] = {{"pstrain_version", offsetof(ckpt_meta, pstrain_version)},
+                 {"created", offsetof(ckpt_meta, created)}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(fixed); i++) {
+        char *s = attr_read_str(f, fixed[i].name);
+        if (!s) {
+            missing = fixed[i].name;
+            goto fail;
+        }
+        snprintf((char *)m + fixed[i].off, CKPT_NAME_LEN, "%s", s);
+        free(s);
+    }
+    return 0;
+fail:
+    pst_fail(e, "%s: root attribute '%s' is missing or malformed", path, missing);
+fail_msg:
+    ckpt_meta_free(m);
+    return -1;
+}
+
+/* ---- files and directories ---------------------------------------------- */
+
+static int fsync_path(const char *path, bool dir)
+{
+    int fd = open(path, O_RDONLY | (dir ? O_DIRECTORY : 0) | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
+/* Splits path into its directory ("." when none) and base name. */
+static void split_path(const char *path, char *dir, size_t ndir, const char **base)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(dir, ndir, ".");
+        *base = path;
+    } else if (slash == path) {
+        snprintf(dir, ndir, "/");
+        *base = slash + 1;
+    } else {
+        snprintf(dir, ndir, "%.*s", (int)(slash - path), path);
+        *base = slash + 1;
+    }
+}
+
+/* Creates a dataset `name` (intermediate groups too) with the shape of v,
+ * chunked as one piece with a Fletcher-32 checksum, from data[v->size]. */
+static int write_dataset(hid_t f, const char *name, const nn_var *v, const float *data)
+{
+    hsize_t dims[4];
+    var_dims(v, dims);
+    hid_t sp = H5Screate_simple(v->ndim, dims, NULL);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t d = -1;
+    int rc = -1;
+    if (sp < 0 || lcpl < 0 || dcpl < 0) goto done;
+    if (H5Pset_create_intermediate_group(lcpl, 1) < 0 || H5Pset_chunk(dcpl, v->ndim, dims) < 0 ||
+        H5Pset_fletcher32(dcpl) < 0)
+        goto done;
+    d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
+    if (d < 0) goto done;
+    if (H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) goto done;
+    rc = 0;
+done:
+    h5_close(d);
+    h5_close(dcpl);
+    h5_close(lcpl);
+    h5_close(sp);
+    return rc;
+}
+
+int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
+               const float *params, const float *slots, size_t slot_stride, pst_err *e)
+{
+    char dir[PATH_LEN], tmp[PATH_LEN], name[PATH_LEN];
+    const char *base;
+    hid_t fapl = -1, f = -1;
+    int nslots = slot_count(meta->opt.kind);
+    bool created = false;
+    if ((int)meta->opt.kind < 0 || (size_t)meta->opt.kind >= PST_ARRAY_LEN(g_opt_names))
+        return pst_fail(e, "%s: unknown optimizer kind %d", path, (int)meta->opt.kind);
+    if (nslots && !slots)
+        return pst_fail(e, "%s: optimizer %s has %d slots but none were given", path,
+                        g_opt_names[meta->opt.kind], nslots);
+    for (int i = 0; i < nvars; i++)
+        if (check_var(path, &vars[i], e) < 0) return -1;
+
+    split_path(path, dir, sizeof dir, &base);
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid()) >=
+        sizeof tmp)
+        return pst_fail(e, "%s: path too long", path);
+
+    h5quiet q = h5_quiet_begin();
+    const char *step = "create";
+    fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) goto fail;
+    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (f < 0) goto fail;
+    created = true;
+    step = "write attributes";
+    if (write_meta(f, meta) < 0) goto fail;
+    for (int i = 0; i < nvars; i++) {
+        const nn_var *v = &vars[i];
+        snprintf(name, sizeof name, "/variables/%s", v->name);
+        step = v->name;
+        if (write_dataset(f, name, v, params + v->offset) < 0) goto fail;
+        if (!v->trainable) continue;
+        for (int s = 0; s < nslots; s++) {
+            snprintf(name, sizeof name, "/slots/%s/%s", v->name, g_slot_names[meta->opt.kind][s]);
+            if (write_dataset(f, name, v, slots + (size_t)s * slot_stride + v->offset) < 0)
+                goto fail;
+        }
+    }
+    step = "flush";
+    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) goto fail;
+    step = "close";
+    hid_t fc = f;
+    f = -1;
+    if (H5Fclose(fc) < 0) goto fail;
+    h5_quiet_end(q);
+    H5Pclose(fapl);
+    fapl = -1;
+    /* fsync after the close: H5Fclose may still write metadata. */
+    if (fsync_path(tmp, false) < 0) {
+        pst_fail(e, "%s: fsync of %s: %s", path, tmp, strerror(errno));
+        goto fail_os;
+    }
+    if (rename(tmp, path) < 0) {
+        pst_fail(e, "%s: rename from %s: %s", path, tmp, strerror(errno));
+        goto fail_os;
+    }
+    if (fsync_path(dir, true) < 0)
+        return pst_fail(e, "%s: fsync of directory %s: %s", path, dir, strerror(errno));
+    return 0;
+
+fail:
+    h5_close(f);
+    h5_close(fapl);
+    h5_quiet_end(q);
+    pst_fail(e, "%s: HDF5 error writing the checkpoint (at %s)", path, step);
+    if (created) unlink(tmp);
+    return -1;
+fail_os:
+    unlink(tmp);
+    return -1;
+}
+
+/* Does every component of an absolute HDF5 path exist? */
+static bool h5_path_exists(hid_t f, const char *path)
+{
+    char buf[PATH_LEN];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (H5Lexists(f, buf, H5P_DEFAULT) <= 0) return false;
+            if (!c) return true;
+            *p = c;
+        }
+    }
+}
+
+/* Opens `name`, checks that it is a float dataset with v's shape, and reads
+ * it into out[v->size]. `what` names it in messages ("variable conv1/kernel"). */
+static int read_dataset(hid_t f, const char *file, const char *name, const char *what,
+                        const nn_var *v, float *out, pst_err *e)
+{
+    if (!h5_path_exists(f, name)) return pst_fail(e, "%s: %s is missing (%s)", file, what, name);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t t = d >= 0 ? H5Dget_type(d) : -1;
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    int rc = -1;
+    if (d < 0 || t < 0 || sp < 0) {
+        pst_fail(e, "%s: %s (%s) is not a readable dataset", file, what, name);
+        goto done;
+    }
+    if (H5Tget_class(t) != H5T_FLOAT) {
+        pst_fail(e, "%s: %s is not a floating-point dataset", file, what);
+        goto done;
+    }
+    hsize_t fdims[H5S_MAX_RANK], vdims[4];
+    int nd = H5Sget_simple_extent_dims(sp, fdims, NULL);
+    var_dims(v, vdims);
+    bool same = nd == v->ndim;
+    for (int i = 0; same && i < nd; i++) same = fdims[i] == vdims[i];
+    if (!same) {
+        char fs[96], vs[96];
+        shape_str(fs, sizeof fs, nd < 0 ? 0 : nd, fdims);
+        shape_str(vs, sizeof vs, v->ndim, vdims);
+        pst_fail(e, "%s: %s has shape %s in the checkpoint, the model expects %s", file, what, fs,
+                 vs);
+        goto done;
+    }
+    if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+        pst_fail(e, "%s: reading %s failed (corrupt data or checksum mismatch)", file, what);
+        goto done;
+    }
+    rc = 0;
+done:
+    h5_close(sp);
+    h5_close(t);
+    h5_close(d);
+    return rc;
+}
+
+/* Opens a checkpoint and checks its format attributes. */
+static hid_t open_ckpt(const char *path, pst_err *e)
+{
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        pst_fail(e, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+        h5_close(fapl);
+        pst_fail(e, "%s: HDF5 property list", path);
+        return -1;
+    }
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0) {
+        pst_fail(e, "%s: not a readable HDF5 file (truncated or corrupt?)", path);
+        return -1;
+    }
+    char *fmt = attr_read_str(f, "format");
+    int64_t ver = 0;
+    if (!fmt || strcmp(fmt, CKPT_FORMAT)) {
+        pst_fail(e, "%s: attribute format is '%s', expected '%s' (not a pstrain checkpoint)", path,
+                 fmt ? fmt : "(missing)", CKPT_FORMAT);
+        goto fail;
+    }
+    if (attr_read_num(f, "format_version", H5T_NATIVE_INT64, &ver, 0) < 0 ||
+        ver != CKPT_FORMAT_VERSION) {
+        pst_fail(e, "%s: format_version is %" PRId64 ", this pstrain reads version %d", path, ver,
+                 CKPT_FORMAT_VERSION);
+        goto fail;
+    }
+    free(fmt);
+    return f;
+fail:
+    free(fmt);
+    H5Fclose(f);
+    return -1;
+}
+
+/* Collects the dataset paths below a group (relative to it). */
+typedef struct name_list {
+    char **names;
+    int n, cap;
+} name_list;
+
+static herr_t collect_cb(hid_t g, const char *name, const ckpt_linfo *info, void *data)
+{
+    name_list *l = data;
+    if (info->type != H5L_TYPE_HARD) return 0;
+    hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+    if (o < 0) return -1;
+    bool ds = H5Iget_type(o) == H5I_DATASET;
+    H5Oclose(o);
+    if (!ds) return 0;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->names = pst_realloc(l->names, (size_t)l->cap * sizeof *l->names);
+    }
+    l->names[l->n++] = pst_strdup(name);
+    return 0;
+}
+
+static void name_list_free(name_list *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    memset(l, 0, sizeof *l);
+}
+
+static int collect(hid_t f, const char *group, name_list *l)
+{
+    if (H5Lexists(f, group, H5P_DEFAULT) <= 0) return 0;
+    hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    if (g < 0) return -1;
+    herr_t rc = CKPT_LVISIT(g, H5_INDEX_NAME, H5_ITER_INC, collect_cb, l);
+    H5Gclose(g);
+    return rc < 0 ? -1 : 0;
+}
+
+static int check_expect_meta(const char *path, const ckpt_expect *x, const ckpt_meta *m, pst_err *e)
+{
+    if (x->model_name && strcmp(x->model_name, m->model_name))
+        return pst_fail(e, "%s: checkpoint of model '%s', this run uses model '%s'", path,
+                        m->model_name, x->model_name);
+    const struct {
+        const char *name;
+        int want, got;
+    } dims[] = {{"height", x->height, m->height},
+                {"width", x->width, m->width},
+                {"channels", x->channels, m->channels},
+                {"num_classes", x->num_classes, m->num_classes}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(dims); i++)
+        if (dims[i].want && dims[i].want != dims[i].got)
+            return pst_fail(e, "%s: checkpoint has %s=%d, this run has %s=%d", path, dims[i].name,
+                            dims[i].got, dims[i].name, dims[i].want);
+    return 0;
+}
+
+int ckpt_read(const char *path, const ckpt_expect *x, float *params, float *slots,
+              size_t slot_stride, ckpt_meta *meta, pst_err *e)
+{
+    ckpt_meta m = {0};
+    name_list l = {0};
+    char name[PATH_LEN], what[PATH_LEN];
+    int rc = -1;
+    h5quiet q = h5_quiet_begin();
+    hid_t f = open_ckpt(path, e);
+    if (f < 0) goto done;
+    if (read_meta(f, path, &m, e) < 0) goto done;
+    if (check_expect_meta(path, x, &m, e) < 0) goto done;
+    if (slots && x->check_opt && m.opt.kind != x->opt_kind) {
+        pst_fail(e, "%s: checkpoint was written with optimizer %s, this run uses %s", path,
+                 g_opt_names[m.opt.kind], g_opt_names[x->opt_kind]);
+        goto done;
+    }
+
+    /* every variable the model has, with its shape */
+    for (int i = 0; i < x->nvars; i++) {
+        const nn_var *v = &x->vars[i];
+        snprintf(name, sizeof name, "/variables/%s", v->name);
+        snprintf(what, sizeof what, "variable %s", v->name);
+        if (read_dataset(f, path, name, what, v, params + v->offset, e) < 0) goto done;
+    }
+    /* and nothing else */
+    if (collect(f, "/variables", &l) < 0) {
+        pst_fail(e, "%s: cannot list /variables", path);
+        goto done;
+    }
+    for (int k = 0; k < l.n; k++) {
+        bool known = false;
+        for (int i = 0; i < x->nvars && !known; i++) known = !strcmp(l.names[k], x->vars[i].name);
+        if (!known) {
+            pst_fail(e, "%s: variable %s is in the checkpoint but not in model '%s'", path,
+                     l.names[k], x->model_name ? x->model_name : m.model_name);
+            goto done;
+        }
+    }
+    if (slots) {
+        int ns = slot_count(m.opt.kind);
+        for (int i = 0; i < x->nvars; i++) {
+            const nn_var *v = &x->vars[i];
+            if (!v->trainable) continue;
+            for (int s = 0; s < ns; s++) {
+                const char *sn = g_slot_names[m.opt.kind][s];
+                snprintf(name, sizeof name, "/slots/%s/%s", v->name, sn);
+                snprintf(what, sizeof what, "slot %s of variable %s", sn, v->name);
+                if (read_dataset(f, path, name, what, v,
+                                 slots + (size_t)s * slot_stride + v->offset, e) < 0)
+                    goto done;
+            }
+        }
+    }
+    rc = 0;
+done:
+    name_list_free(&l);
+    if (f >= 0) H5Fclose(f);
+    h5_quiet_end(q);
+    if (rc == 0 && meta)
+        *meta = m;
+    else
+        ckpt_meta_free(&m);
+    return rc;
+}
+
+int ckpt_read_meta(const char *path, ckpt_meta *meta, pst_err *e)
+{
+    h5quiet q = h5_quiet_begin();
+    hid_t f = open_ckpt(path, e);
+    int rc = f < 0 ? -1 : read_meta(f, path, meta, e);
+    if (f >= 0) H5Fclose(f);
+    h5_quiet_end(q);
+    return rc;
+}
+
+/* Reads every dataset of a group (checksums are verified by the read). */
+static int verify_group(hid_t f, const char *path, const char *group, bool required, pst_err *e)
+{
+    name_list l = {0};
+    char full[PATH_LEN];
+    int rc = -1;
+    float *buf = NULL;
+    if (required && H5Lexists(f, group, H5P_DEFAULT) <= 0) {
+        pst_fail(e, "%s: group %s is missing", path, group);
+        goto done;
+    }
+    if (collect(f, group, &l) < 0) {
+        pst_fail(e, "%s: cannot list %s", path, group);
+        goto done;
+    }
+    for (int k = 0; k < l.n; k++) {
+        snprintf(full, sizeof full, "%s/%s", group, l.names[k]);
+        hid_t d = H5Dopen2(f, full, H5P_DEFAULT);
+        hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+        hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+        bool ok = n >= 0;
+        if (ok) {
+            buf = pst_realloc(buf, (size_t)(n ? n : 1) * sizeof *buf);
+            ok = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0;
+        }
+        h5_close(sp);
+        h5_close(d);
+        if (!ok) {
+            pst_fail(e, "%s: dataset %s does not read back (corrupt or checksum mismatch)", path,
+                     full);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(buf);
+    name_list_free(&l);
+    return rc;
+}
+
+int ckpt_verify(const char *path, pst_err *e)
+{
+    ckpt_meta m;
+    h5quiet q = h5_quiet_begin();
+    int rc = -1;
+    hid_t f = open_ckpt(path, e);
+    if (f < 0) goto done;
+    if (read_meta(f, path, &m, e) < 0) goto done;
+    ckpt_meta_free(&m);
+    if (verify_group(f, path, "/variables", true, e) < 0) goto done;
+    if (verify_group(f, path, "/slots", false, e) < 0) goto done;
+    rc = 0;
+done:
+    if (f >= 0) H5Fclose(f);
+    h5_quiet_end(q);
+    return rc;
+}
+
+/* ---- directories: save, latest, prune ----------------------------------- */
+
+int ckpt_path(char *out, size_t n, const char *dir, int64_t step)
+{
+    int k = snprintf(out, n, "%s/ckpt-%" PRId64 ".h5", dir, step);
+    return (k < 0 || (size_t)k >= n) ? -1 : 0;
+}
+
+/* "ckpt-<digits>.h5" -> step; -1 if the name has another form. */
+static int64_t parse_ckpt_name(const char *name)
+{
+    if (strncmp(name, "ckpt-", 5)) return -1;
+    const char *p = name + 5;
+    const char *dot = strstr(p, ".h5");
+    if (!dot || dot == p || strcmp(dot, ".h5")) return -1;
+    int64_t step = 0;
+    for (const char *c = p; c < dot; c++) {
+        if (*c < '0' || *c > '9' || step > (INT64_MAX - 9) / 10) return -1;
+        step = step * 10 + (*c - '0');
+    }
+    return step;
+}
+
+/* Writes DIR/latest = "name\n" atomically. */
+static int write_latest(const char *dir, const char *name, pst_err *e)
+{
+    char tmp[PATH_LEN], fin[PATH_LEN];
+    snprintf(tmp, sizeof tmp, "%s/.latest.tmp.%ld", dir, (long)getpid());
+    snprintf(fin, sizeof fin, "%s/latest", dir);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return pst_fail(e, "%s: %s", tmp, strerror(errno));
+    char line[PATH_LEN];
+    int len = snprintf(line, sizeof line, "%s\n", name);
+    if (pst_write_all(fd, line, (size_t)len) < 0 || fsync(fd) < 0) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        return pst_fail(e, "%s: %s", tmp, strerror(err));
+    }
+    if (close(fd) < 0 || rename(tmp, fin) < 0) {
+        int err = errno;
+        unlink(tmp);
+        return pst_fail(e, "%s: %s", fin, strerror(err));
+    }
+    if (fsync_path(dir, true) < 0) return pst_fail(e, "%s: fsync: %s", dir, strerror(errno));
+    return 0;
+}
+
+/* The file name recorded in DIR/latest (no directory part), or "" if none. */
+static void read_latest(const char *dir, char *out, size_t n)
+{
+    char p[PATH_LEN];
+    out[0] = '\0';
+    snprintf(p, sizeof p, "%s/latest", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return;
+    if (fgets(out, (int)n, f)) {
+        out[strcspn(out, "\r\n")] = '\0';
+        if (strchr(out, '/')) out[0] = '\0'; /* only names inside dir are honoured */
+    } else {
+        out[0] = '\0';
+    }
+    fclose(f);
+}
+
+typedef struct step_file {
+    int64_t step;
+    char name[256];
+} step_file;
+
+static int cmp_step_desc(const void *a, const void *b)
+{
+    int64_t x = ((const step_file *)a)->step, y = ((const step_file *)b)->step;
+    return (x < y) - (x > y);
+}
+
+/* Lists ckpt-<step>.h5 in dir, newest first. *out owned by the caller.
+ * Returns the count, 0 if dir does not exist, -1 on error. */
+static int list_ckpts(const char *dir, step_file **out, pst_err *e)
+{
+    *out = NULL;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return pst_fail(e, "%s: %s", dir, strerror(errno));
+    }
+    int n = 0, cap = 0;
+    step_file *a = NULL;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int64_t step = parse_ckpt_name(de->d_name);
+        if (step < 0 || strlen(de->d_name) >= sizeof a->name) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            a = pst_realloc(a, (size_t)cap * sizeof *a);
+        }
+        a[n].step = step;
+        snprintf(a[n].name, sizeof a[n].name, "%s", de->d_name);
+        n++;
+    }
+    closedir(d);
+    qsort(a, (size_t)n, sizeof *a, cmp_step_desc);
+    *out = a;
+    return n;
+}
+
+int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e)
+{
+    step_file *a;
+    int count = list_ckpts(dir, &a, e);
+    if (count < 0) return -1;
+    char latest[256], p[PATH_LEN];
+    read_latest(dir, latest, sizeof latest);
+    /* The latest pointer first when no file with a higher step exists (a
+     * kill between the rename and the pointer update leaves a newer
+     * complete file: it wins). */
+    int64_t lstep = parse_ckpt_name(latest);
+    int rc = 0;
+    pst_err ignored;
+    if (lstep >= 0 && (count == 0 || a[0].step <= lstep)) {
+        snprintf(p, sizeof p, "%s/%s", dir, latest);
+        if (ckpt_verify(p, &ignored) == 0) {
+            rc = 1;
+            goto found;
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, a[i].name);
+        if (ckpt_verify(p, &ignored) == 0) {
+            rc = 1;
+            goto found;
+        }
+    }
+    free(a);
+    return 0;
+found:
+    free(a);
+    if ((size_t)snprintf(out, n, "%s", p) >= n) return pst_fail(e, "%s: path too long", p);
+    return rc;
+}
+
+int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)
+{
+    struct stat st;
+    if (stat(arg, &st) < 0) {
+        /* A checkpoint directory that does not exist yet: nothing to resume
+         * (a first run). A missing *.h5 file is an error. */
+        size_t len = strlen(arg);
+        if (errno == ENOENT && !(len > 3 && !strcmp(arg + len - 3, ".h5"))) return 0;
+        return pst_fail(e, "--resume %s: %s", arg, strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) return ckpt_find_latest(arg, out, n, e);
+    if (ckpt_verify(arg, e) < 0) return pst_err_prefix(e, "--resume");
+    if ((size_t)snprintf(out, n, "%s", arg) >= n) return pst_fail(e, "%s: path too long", arg);
+    return 1;
+}
+
+/* Stale temporaries of an interrupted write: ".<name>.tmp.<pid>" of a
+ * checkpoint or of the latest pointer. */
+static bool is_temp_name(const char *s)
+{
+    return (!strncmp(s, ".ckpt-", 6) || !strncmp(s, ".latest.", 8)) && strstr(s, ".tmp.");
+}
+
+int ckpt_prune(const char *dir, int keep, pst_err *e)
+{
+    char p[PATH_LEN], latest[256];
+    DIR *d = opendir(dir);
+    if (!d) return pst_fail(e, "%s: %s", dir, strerror(errno));
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!is_temp_name(de->d_name)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    if (keep <= 0) return 0;
+    step_file *a;
+    int count = list_ckpts(dir, &a, e);
+    if (count < 0) return -1;
+    read_latest(dir, latest, sizeof latest);
+    int removed = 0;
+    for (int i = keep; i < count; i++) {
+        if (!strcmp(a[i].name, latest)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, a[i].name);
+        if (unlink(p) < 0 && errno != ENOENT) {
+            pst_fail(e, "%s: %s", p, strerror(errno));
+            free(a);
+            return -1;
+        }
+        removed++;
+    }
+    free(a);
+    return removed;
+}
+
+int ckpt_save(const char *dir, int keep, const ckpt_meta *meta, const nn_var *vars, int nvars,
+              const float *params, const float *slots, size_t slot_stride, char *out_path,
+              size_t out_len, pst_err *e)
+{
+    char p[PATH_LEN];
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return pst_fail(e, "checkpoint directory %s: %s", dir, strerror(errno));
+    if (ckpt_path(p, sizeof p, dir, meta->global_step) < 0)
+        return pst_fail(e, "checkpoint directory %s: path too long", dir);
+    if (ckpt_write(p, meta, vars, nvars, params, slots, slot_stride, e) < 0) return -1;
+    if (write_latest(dir, strrchr(p, '/') + 1, e) < 0) return -1;
+    if (ckpt_prune(dir, keep, e) < 0) return -1;
+    if (out_path && (size_t)snprintf(out_path, out_len, "%s", p) >= out_len)
+        return pst_fail(e, "%s: path too long", p);
+    return 0;
+}
+
+/* ---- stop on signal ----------------------------------------------------- */
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    if (sig == SIGINT && g_stop) {
+        static const char msg[] = "\ninterrupted twice: aborting without a checkpoint\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(130);
+    }
+    if (!g_stop) g_stop = sig;
+}
+
+int ckpt_signals_install(pst_err *e)
+{
+    static const int sigs[] = {SIGTERM, SIGUSR1, SIGINT};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < PST_ARRAY_LEN(sigs); i++)
+        if (sigaction(sigs[i], &sa, NULL) < 0)
+            return pst_fail(e, "sigaction(%s): %s", strsignal(sigs[i]), strerror(errno));
+    return 0;
+}
+
+int ckpt_stop_requested(void)
+{
+    return g_stop;
+}
+
+void ckpt_request_stop(int signo)
+{
+    if (!g_stop) g_stop = signo;
+}
+
+void ckpt_stop_reset(void)
+{
+    g_stop = 0;
+}

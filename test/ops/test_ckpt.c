@@ -1,0 +1,449 @@
+/* test_ckpt.c - checkpoint round trip for every optimizer, refusal of
+ * mismatched checkpoints with the culprit named, the latest pointer, pruning,
+ * resolve, and the stop-on-signal flag. */
+#include <fcntl.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "check.h"
+#include "ops_util.h"
+#include "pstrain/version.h"
+
+#define MAXV 16
+
+static nn_var g_vars[MAXV];
+static int g_nvars;
+static size_t g_total;
+
+static ckpt_meta make_meta(opt_kind kind, int64_t step)
+{
+    ckpt_meta m = {0};
+    m.model_name = "toy";
+    m.model_text = "conv1 [5x5x1x6]\nfc1 ...\ntotal 9999 parameters\n";
+    m.height = 28;
+    m.width = 28;
+    m.channels = 1;
+    m.num_classes = 10;
+    m.global_step = step;
+    m.epoch = 3;
+    m.epoch_batch = 17;
+    m.next_batch = 3 * 938 + 17;
+    m.examples = (3 * 938 + 17) * 64;
+    m.seed = 0xFEEDFACECAFEBEEFull;
+    m.rng_state[0] = 1;
+    m.rng_state[3] = UINT64_MAX;
+    m.train_seconds = 12.625;
+    m.mode = "sync";
+    m.workers = 2;
+    m.ps = 3;
+    m.batch = 64;
+    m.opt = opt_defaults(kind);
+    m.opt.nesterov = kind == OPT_MOMENTUM;
+    m.lr = (lr_schedule){.base = 0.045f, .decay = 0.94f, .decay_epochs = 2, .steps_per_epoch = 938};
+    m.weight_decay = 4e-5f;
+    m.label_smoothing = 0.1f;
+    return m;
+}
+
+static ckpt_expect make_expect(opt_kind kind)
+{
+    return (ckpt_expect){.model_name = "toy",
+                         .height = 28,
+                         .width = 28,
+                         .channels = 1,
+                         .num_classes = 10,
+                         .vars = g_vars,
+                         .nvars = g_nvars,
+                         .check_opt = true,
+                         .opt_kind = kind};
+}
+
+static void test_round_trip(const char *dir, opt_kind kind)
+{
+    size_t stride = g_total + 5; /* a stride larger than the model, like a PS shard's */
+    int ns = opt_nslots(kind);
+    float *params = malloc(g_total * sizeof(float));
+    float *slots = malloc((size_t)(ns ? ns : 1) * stride * sizeof(float));
+    float *p2 = malloc(g_total * sizeof(float));
+    float *s2 = malloc((size_t)(ns ? ns : 1) * stride * sizeof(float));
+    ops_fill(params, g_total, 100 + (uint64_t)kind);
+    ops_fill(slots, (size_t)(ns ? ns : 1) * stride, 200 + (uint64_t)kind);
+    for (size_t j = 0; j < (size_t)(ns ? ns : 1) * stride; j++) s2[j] = -7.0f; /* sentinel */
+
+    ckpt_meta m = make_meta(kind, 1000 + kind), r;
+    pst_err e = {{0}};
+    char path[4096];
+    int rc = ckpt_save(dir, 0, &m, g_vars, g_nvars, params, ns ? slots : NULL, stride, path,
+                       sizeof path, &e);
+    CHECK(rc == 0, "save %s: %s", opt_name(kind), e.msg);
+    char want[4096];
+    ckpt_path(want, sizeof want, dir, 1000 + kind);
+    CHECK(!strcmp(path, want), "saved as %s, expected %s", path, want);
+    CHECK(ckpt_verify(path, &e) == 0, "verify: %s", e.msg);
+
+    ckpt_expect x = make_expect(kind);
+    rc = ckpt_read(path, &x, p2, ns ? s2 : NULL, stride, &r, &e);
+    CHECK(rc == 0, "read %s: %s", opt_name(kind), e.msg);
+    if (rc) goto out;
+    CHECK(!memcmp(params, p2, g_total * sizeof(float)), "%s: parameters differ", opt_name(kind));
+    for (int i = 0; i < g_nvars; i++) {
+        const nn_var *v = &g_vars[i];
+        for (int s = 0; s < ns; s++) {
+            const float *a = slots + (size_t)s * stride + v->offset;
+            const float *b = s2 + (size_t)s * stride + v->offset;
+            if (v->trainable)
+                CHECK(!memcmp(a, b, v->size * sizeof(float)), "%s: slot %s of %s differs",
+                      opt_name(kind), ckpt_slot_name(kind, s), v->name);
+            else
+                CHECK(b[0] == -7.0f && b[v->size - 1] == -7.0f,
+                      "slot of non-trainable %s was written", v->name);
+        }
+    }
+    CHECK(!strcmp(r.model_name, m.model_name), "model_name %s", r.model_name);
+    CHECK(!strcmp(r.model_text, m.model_text), "model text differs: %s", r.model_text);
+    CHECK(!strcmp(r.mode, "sync"), "mode %s", r.mode);
+    CHECK(r.format_version == CKPT_FORMAT_VERSION, "format_version %d", r.format_version);
+    CHECK(r.height == 28 && r.width == 28 && r.channels == 1 && r.num_classes == 10,
+          "image shape %dx%dx%d K=%d", r.height, r.width, r.channels, r.num_classes);
+    CHECK(r.global_step == m.global_step && r.epoch == m.epoch && r.epoch_batch == m.epoch_batch &&
+              r.next_batch == m.next_batch && r.examples == m.examples,
+          "cursor %lld %d %lld %lld", (long long)r.global_step, r.epoch, (long long)r.epoch_batch,
+          (long long)r.next_batch);
+    CHECK(r.seed == m.seed && !memcmp(r.rng_state, m.rng_state, sizeof m.rng_state), "seed/rng");
+    CHECK(r.train_seconds == m.train_seconds, "train_seconds %g", r.train_seconds);
+    CHECK(r.workers == 2 && r.ps == 3 && r.batch == 64, "workers/ps/batch");
+    CHECK(r.opt.kind == kind && r.opt.momentum == m.opt.momentum &&
+              r.opt.nesterov == m.opt.nesterov && r.opt.rms_decay == m.opt.rms_decay &&
+              r.opt.rms_eps == m.opt.rms_eps && r.opt.beta1 == m.opt.beta1 &&
+              r.opt.beta2 == m.opt.beta2 && r.opt.adam_eps == m.opt.adam_eps,
+          "optimizer %s hyper-parameters", opt_name(kind));
+    CHECK(r.lr.base == m.lr.base && r.lr.decay == m.lr.decay &&
+              r.lr.decay_epochs == m.lr.decay_epochs &&
+              r.lr.steps_per_epoch == m.lr.steps_per_epoch,
+          "lr schedule");
+    CHECK(r.weight_decay == m.weight_decay && r.label_smoothing == m.label_smoothing,
+          "weight decay / label smoothing");
+    CHECK(!strcmp(r.pstrain_version, pst_version()), "version %s", r.pstrain_version);
+    CHECK(strlen(r.created) == 20 && r.created[10] == 'T', "created %s", r.created);
+    ckpt_meta_free(&r);
+
+    /* ckpt_read_meta alone */
+    rc = ckpt_read_meta(path, &r, &e);
+    CHECK(rc == 0 && r.global_step == m.global_step && r.opt.kind == kind, "read_meta: %s", e.msg);
+    if (!rc) ckpt_meta_free(&r);
+
+    /* eval-style read: parameters only, any optimizer */
+    x.check_opt = false;
+    memset(p2, 0, g_total * sizeof(float));
+    rc = ckpt_read(path, &x, p2, NULL, 0, NULL, &e);
+    CHECK(rc == 0 && !memcmp(params, p2, g_total * sizeof(float)), "params-only read: %s", e.msg);
+out:
+    free(params);
+    free(slots);
+    free(p2);
+    free(s2);
+}
+
+/* Expects ckpt_read to fail with a message containing `needle`. */
+static void expect_refused(const char *path, const ckpt_expect *x, bool with_slots,
+                           const char *needle, const char *what)
+{
+    size_t stride = g_total;
+    float *p = malloc(g_total * sizeof(float)), *s = malloc(2 * stride * sizeof(float));
+    pst_err e = {{0}};
+    int rc = ckpt_read(path, x, p, with_slots ? s : NULL, stride, NULL, &e);
+    CHECK(rc < 0, "%s: accepted", what);
+    CHECK(rc < 0 && strstr(e.msg, needle), "%s: message '%s' does not name '%s'", what, e.msg,
+          needle);
+    free(p);
+    free(s);
+}
+
+static void test_refusals(const char *dir)
+{
+    size_t stride = g_total;
+    float *params = malloc(g_total * sizeof(float)), *slots = malloc(stride * sizeof(float));
+    ops_fill(params, g_total, 1);
+    ops_fill(slots, g_total, 2);
+    ckpt_meta m = make_meta(OPT_MOMENTUM, 5);
+    pst_err e;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ref.h5", dir);
+    CHECK(ckpt_write(path, &m, g_vars, g_nvars, params, slots, stride, &e) == 0, "%s", e.msg);
+
+    ckpt_expect x = make_expect(OPT_MOMENTUM);
+    x.model_name = "lenet5";
+    expect_refused(path, &x, true, "lenet5", "other model");
+    x = make_expect(OPT_MOMENTUM);
+    x.channels = 3;
+    expect_refused(path, &x, true, "channels", "other image shape");
+    x = make_expect(OPT_ADAM);
+    expect_refused(path, &x, true, "momentum", "other optimizer");
+
+    /* a variable with another shape */
+    nn_var v2[MAXV];
+    memcpy(v2, g_vars, sizeof v2);
+    v2[4].shape[1] = 13;
+    v2[4].size = 400 * 13;
+    v2[5].offset += 400; /* keep the slab consistent enough for reading */
+    v2[6].offset += 400;
+    x = make_expect(OPT_MOMENTUM);
+    x.vars = v2;
+    float *big = malloc((g_total + 400) * sizeof(float));
+    {
+        pst_err e2 = {{0}};
+        int rc = ckpt_read(path, &x, big, NULL, 0, NULL, &e2);
+        CHECK(rc < 0 && strstr(e2.msg, "fc1/kernel") && strstr(e2.msg, "[400,12]") &&
+                  strstr(e2.msg, "[400,13]"),
+              "shape mismatch message: %s", e2.msg);
+    }
+    free(big);
+
+    /* the model has a variable the checkpoint lacks */
+    memcpy(v2, g_vars, sizeof v2);
+    snprintf(v2[2].name, sizeof v2[2].name, "conv2/bn/beta");
+    x = make_expect(OPT_MOMENTUM);
+    x.vars = v2;
+    expect_refused(path, &x, false, "conv2/bn/beta", "missing variable");
+    /* the checkpoint has a variable the model lacks */
+    x = make_expect(OPT_MOMENTUM);
+    x.nvars = g_nvars - 1;
+    expect_refused(path, &x, false, g_vars[g_nvars - 1].name, "extra variable");
+    /* missing slot: a checkpoint written by sgd read with slots expected */
+    {
+        ckpt_meta ms = make_meta(OPT_SGD, 6);
+        char p2[4096];
+        snprintf(p2, sizeof p2, "%s/sgd.h5", dir);
+        CHECK(ckpt_write(p2, &ms, g_vars, g_nvars, params, NULL, 0, &e) == 0, "%s", e.msg);
+        x = make_expect(OPT_SGD);
+        CHECK(ckpt_read(p2, &x, params, NULL, 0, NULL, &e) == 0, "sgd read: %s", e.msg);
+        x = make_expect(OPT_MOMENTUM);
+        expect_refused(p2, &x, true, "sgd", "sgd checkpoint for momentum");
+    }
+
+    /* not a checkpoint: a plain HDF5 file with another format attribute */
+    char other[4096];
+    snprintf(other, sizeof other, "%s/dataset.h5", dir);
+    hid_t f = H5Fcreate(other, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    const char *fmt = "pstrain-dataset";
+    hid_t a = H5Acreate2(f, "format", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, t, &fmt);
+    H5Aclose(a);
+    H5Tclose(t);
+    H5Sclose(sp);
+    H5Fclose(f);
+    x = make_expect(OPT_MOMENTUM);
+    expect_refused(other, &x, false, "pstrain-dataset", "wrong format");
+    CHECK(ckpt_verify(other, &e) < 0, "verify accepted a data set");
+
+    /* a future format version */
+    f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    int64_t v = 2;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Fclose(f);
+    expect_refused(path, &x, false, "format_version is 2", "format version 2");
+
+    /* not HDF5 at all, and a missing file */
+    snprintf(other, sizeof other, "%s/junk.h5", dir);
+    FILE *j = fopen(other, "w");
+    fputs("not hdf5\n", j);
+    fclose(j);
+    expect_refused(other, &x, false, "not a readable HDF5 file", "junk file");
+    snprintf(other, sizeof other, "%s/nonexistent.h5", dir);
+    expect_refused(other, &x, false, "No such file", "missing file");
+    free(params);
+    free(slots);
+}
+
+/* Copies the first `keep` bytes of src to dst (a truncated checkpoint). */
+static void truncated_copy(const char *src, const char *dst, long keep)
+{
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    char buf[4096];
+    long left = keep;
+    size_t n;
+    while (left > 0 && (n = fread(buf, 1, (size_t)PST_MIN(left, (long)sizeof buf), in)) > 0) {
+        fwrite(buf, 1, n, out);
+        left -= (long)n;
+    }
+    fclose(in);
+    fclose(out);
+}
+
+static long file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void read_file(const char *p, char *out, size_t n)
+{
+    out[0] = '\0';
+    FILE *f = fopen(p, "r");
+    if (!f) return;
+    size_t k = fread(out, 1, n - 1, f);
+    out[k] = '\0';
+    fclose(f);
+}
+
+static void test_latest_and_prune(const char *root)
+{
+    char dir[1024], p[4096], q[4096], got[4096], text[256];
+    snprintf(dir, sizeof dir, "%s/run", root); /* created by ckpt_save */
+    float *params = malloc(g_total * sizeof(float));
+    pst_err e;
+
+    CHECK(ckpt_find_latest(dir, got, sizeof got, &e) == 0, "latest of a missing dir");
+    CHECK(ckpt_resolve(dir, got, sizeof got, &e) == 0, "resolve of a missing dir");
+
+    for (int64_t step = 10; step <= 50; step += 10) {
+        ckpt_meta m = make_meta(OPT_SGD, step);
+        ops_fill(params, g_total, (uint64_t)step);
+        CHECK(ckpt_save(dir, 3, &m, g_vars, g_nvars, params, NULL, 0, NULL, 0, &e) == 0,
+              "save %lld: %s", (long long)step, e.msg);
+        snprintf(p, sizeof p, "%s/latest", dir);
+        read_file(p, text, sizeof text);
+        snprintf(q, sizeof q, "ckpt-%lld.h5\n", (long long)step);
+        CHECK(!strcmp(text, q), "latest is '%s' after step %lld", text, (long long)step);
+    }
+    /* keep 3: 30, 40, 50 */
+    for (int64_t step = 10; step <= 50; step += 10) {
+        ckpt_path(p, sizeof p, dir, step);
+        CHECK((access(p, F_OK) == 0) == (step >= 30), "step %lld present=%d", (long long)step,
+              access(p, F_OK) == 0);
+    }
+    ckpt_path(q, sizeof q, dir, 50);
+    CHECK(ckpt_find_latest(dir, got, sizeof got, &e) == 1 && !strcmp(got, q), "latest %s", got);
+    CHECK(ckpt_resolve(dir, got, sizeof got, &e) == 1 && !strcmp(got, q), "resolve dir %s", got);
+    ckpt_path(p, sizeof p, dir, 40);
+    CHECK(ckpt_resolve(p, got, sizeof got, &e) == 1 && !strcmp(got, p), "resolve file %s", got);
+
+    /* a stray temporary of a newer checkpoint, and a junk ckpt-90.h5: skipped */
+    snprintf(p, sizeof p, "%s/.ckpt-60.h5.tmp.12345", dir);
+    truncated_copy(q, p, file_size(q) / 2);
+    snprintf(p, sizeof p, "%s/ckpt-90.h5", dir);
+    FILE *j = fopen(p, "w");
+    fputs("garbage", j);
+    fclose(j);
+    CHECK(ckpt_find_latest(dir, got, sizeof got, &e) == 1 && !strcmp(got, q),
+          "latest with junk: %s", got);
+    CHECK(ckpt_resolve(p, got, sizeof got, &e) < 0, "resolve accepted a junk file");
+
+    /* the newest complete file wins over a stale pointer (kill between the
+     * rename and the pointer update) */
+    ckpt_meta m = make_meta(OPT_SGD, 70);
+    ckpt_path(p, sizeof p, dir, 70);
+    CHECK(ckpt_write(p, &m, g_vars, g_nvars, params, NULL, 0, &e) == 0, "%s", e.msg);
+    CHECK(ckpt_find_latest(dir, got, sizeof got, &e) == 1 && !strcmp(got, p),
+          "newer complete file: %s", got);
+
+    /* truncated newest: falls back to 50 */
+    char t[4200];
+    snprintf(t, sizeof t, "%s.cut", p);
+    truncated_copy(p, t, file_size(p) - 100);
+    rename(t, p);
+    CHECK(ckpt_verify(p, &e) < 0, "truncated file verifies");
+    CHECK(ckpt_find_latest(dir, got, sizeof got, &e) == 1 && !strcmp(got, q),
+          "latest after truncation: %s", got);
+
+    /* a flipped byte inside variable data is caught by the checksum */
+    ckpt_path(p, sizeof p, dir, 40);
+    {
+        /* find the data of fc1/kernel: rewrite it with known content and
+         * look for its first bytes */
+        FILE *f = fopen(p, "r+b");
+        long n = file_size(p);
+        unsigned char *buf = malloc((size_t)n);
+        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", p);
+        float needle[4];
+        ops_fill(params, g_total, 40);
+        memcpy(needle, params + g_vars[4].offset + 100, sizeof needle);
+        long at = -1;
+        for (long i = 0; i + (long)sizeof needle <= n && at < 0; i++)
+            if (!memcmp(buf + i, needle, sizeof needle)) at = i;
+        CHECK(at >= 0, "variable data not found in %s", p);
+        if (at >= 0) {
+            fseek(f, at, SEEK_SET);
+            unsigned char b = buf[at] ^ 0x10;
+            fwrite(&b, 1, 1, f);
+        }
+        fclose(f);
+        free(buf);
+        CHECK(ckpt_verify(p, &e) < 0 && strstr(e.msg, "fc1/kernel"), "flipped bit not detected: %s",
+              e.msg);
+    }
+
+    /* pruning: stale temporaries go, the pointer's file stays */
+    snprintf(p, sizeof p, "%s/latest", dir);
+    read_file(p, text, sizeof text);
+    CHECK(!strcmp(text, "ckpt-50.h5\n"), "latest %s", text);
+    int removed = ckpt_prune(dir, 1, &e);
+    /* files: 30, 40, 50, 70, 90 -> keep 90 (newest by name) and 50 (latest) */
+    CHECK(removed == 3, "prune removed %d", removed);
+    snprintf(p, sizeof p, "%s/.ckpt-60.h5.tmp.12345", dir);
+    CHECK(access(p, F_OK) != 0, "temporary survived pruning");
+    CHECK(access(q, F_OK) == 0, "pruned the latest checkpoint");
+    free(params);
+}
+
+static void test_signals(void)
+{
+    pst_err e;
+    CHECK(ckpt_signals_install(&e) == 0, "%s", e.msg);
+    CHECK(ckpt_stop_requested() == 0, "flag set before a signal");
+    raise(SIGUSR1);
+    CHECK(ckpt_stop_requested() == SIGUSR1, "SIGUSR1 -> %d", ckpt_stop_requested());
+    raise(SIGTERM);
+    CHECK(ckpt_stop_requested() == SIGUSR1, "first signal is kept");
+    ckpt_stop_reset();
+    raise(SIGTERM);
+    CHECK(ckpt_stop_requested() == SIGTERM, "SIGTERM -> %d", ckpt_stop_requested());
+    ckpt_stop_reset();
+
+    /* SIGINT once: flag; twice: exit 130 at once */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 2);
+        raise(SIGINT);
+        if (ckpt_stop_requested() != SIGINT) _exit(3);
+        raise(SIGINT);
+        _exit(4);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130, "second SIGINT: status %d", st);
+}
+
+int main(void)
+{
+    g_nvars = ops_vars(g_vars, 1, &g_total);
+    const char *dir = ops_tmpdir("ckpt");
+    char d[512];
+    snprintf(d, sizeof d, "%s", dir);
+    for (opt_kind k = OPT_SGD; k <= OPT_ADAM; k++) test_round_trip(d, k);
+    CHECK(ckpt_slot_name(OPT_RMSPROP, 0) && !strcmp(ckpt_slot_name(OPT_RMSPROP, 0), "rms"),
+          "slot names");
+    CHECK(ckpt_slot_name(OPT_SGD, 0) == NULL && ckpt_slot_name(OPT_ADAM, 2) == NULL,
+          "no slot names beyond the count");
+    test_refusals(d);
+    test_latest_and_prune(d);
+    test_signals();
+    int rc = check_exit();
+    if (rc == 0) {
+        char run[4200];
+        snprintf(run, sizeof run, "%s/run", d);
+        ops_rmdir(run);
+        ops_rmdir(d);
+    } else {
+        fprintf(stderr, "files left in %s\n", d);
+    }
+    return rc;
+}

@@ -149,7 +149,8 @@ int ckpt_save(const char *dir, int keep, const ckpt_meta *meta, const nn_var *va
 int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e);
 
 /* For `--resume [ARG]`: ARG names a checkpoint file (used as is) or a
- * directory (its newest good checkpoint). Returns 1 with the file in out,
+ * directory, or a directory's `latest` pointer file (the directory's newest
+ * good checkpoint). Returns 1 with the file in out,
  * 0 when ARG is a directory without a good checkpoint or a path that does
  * not exist and does not end in .h5 (a first run: start from scratch), -1
  * on error (a *.h5 file that does not exist or does not verify). */

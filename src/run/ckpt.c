@@ -998,6 +998,11 @@ int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)
         return pst_fail(e, "--resume %s: %s", arg, strerror(errno));
     }
     if (S_ISDIR(st.st_mode)) return ckpt_find_latest(arg, out, n, e);
+    /* DIR/latest (the pointer file) stands for its directory */
+    char dir[PATH_LEN];
+    const char *base;
+    split_path(arg, dir, sizeof dir, &base);
+    if (!strcmp(base, "latest")) return ckpt_find_latest(dir, out, n, e);
     if (ckpt_verify(arg, e) < 0) return pst_err_prefix(e, "--resume");
     if ((size_t)snprintf(out, n, "%s", arg) >= n) return pst_fail(e, "%s: path too long", arg);
     return 1;

@@ -324,6 +324,11 @@ static void test_latest_and_prune(const char *root)
     CHECK(ckpt_resolve(dir, got, sizeof got, &e) == 1 && !strcmp(got, q), "resolve dir %s", got);
     ckpt_path(p, sizeof p, dir, 40);
     CHECK(ckpt_resolve(p, got, sizeof got, &e) == 1 && !strcmp(got, p), "resolve file %s", got);
+    snprintf(p, sizeof p, "%s/latest", dir);
+    CHECK(ckpt_resolve(p, got, sizeof got, &e) == 1 && !strcmp(got, q), "resolve latest %s", got);
+    snprintf(p, sizeof p, "%s/ckpt-41.h5", dir);
+    CHECK(ckpt_resolve(p, got, sizeof got, &e) < 0 && strstr(e.msg, "ckpt-41.h5"),
+          "resolve of a missing file: %s", e.msg);
 
     /* a stray temporary of a newer checkpoint, and a junk ckpt-90.h5: skipped */
     snprintf(p, sizeof p, "%s/.ckpt-60.h5.tmp.12345", dir);

@@ -14,7 +14,9 @@
  *           RandomShuffleQueue semantics - an example is drawn uniformly at
  *           random from the buffer once it holds more than M (or the epoch's
  *           stream is exhausted); draws use a seeded RNG and depend only on
- *           the stream, so the same seed gives the same batches;
+ *           the stream, so the same seed gives the same batches. The fixed
+ *           schedule standing in for TF's thread race: fill to C, draw while
+ *           more than M are held, fill again; drain at the end of an epoch;
  *   batches: B examples of one epoch (the last batch of an epoch may be
  *           smaller); every example exactly once per epoch.
  *
@@ -22,6 +24,10 @@
  * `crop_pad` pixels and horizontal flip, seeded per (seed, epoch, example
  * id). Pixels stay uint8 until the consumer calls pipe_normalize (4x less
  * memory and RMA traffic than float).
+ *
+ * Epoch e's batches depend only on (data, seed, e, batch, capacity, min,
+ * augmentation, limit): not on the thread count, on timing, on preload vs
+ * streaming, nor on first_epoch (a resumed run sees the same epochs).
  */
 #ifndef PSTRAIN_PIPELINE_H
 #define PSTRAIN_PIPELINE_H
@@ -36,7 +42,8 @@ typedef struct pipe_cfg {
     const char *split;     /* "train" */
     int batch;             /* B >= 1 */
     int epochs;            /* stop after this many epochs; 0 = unbounded */
-    int first_epoch;       /* resume: start at this epoch (0-based) */
+    int first_epoch;       /* resume: start at this epoch (0-based); the
+                            * epochs produced are [first_epoch, epochs) */
     int prep_threads;      /* >= 1 */
     int queue_capacity;    /* examples held by the shuffle buffer (>= 1) */
     int min_after_dequeue; /* < queue_capacity */
@@ -54,7 +61,7 @@ pipe_cfg pipe_cfg_defaults(void);
 typedef struct pipe_batch {
     int count;       /* examples in this batch, 1..B */
     int epoch;       /* 0-based */
-    int64_t index;   /* 0-based batch number since the start (the ticket) */
+    int64_t index;   /* 0-based batch number since pipe_new (the ticket) */
     int64_t *ids;    /* example ids: index into the split */
     int32_t *labels;
     uint8_t *pixels; /* count*H*W*C */
@@ -73,8 +80,15 @@ int pipe_next(pipeline *p, pipe_batch *b, pst_err *e);
 /* Number of batches per epoch (ceil(count / B)). */
 int64_t pipe_batches_per_epoch(const pipeline *p);
 int64_t pipe_examples_per_epoch(const pipeline *p);
-/* Stops the threads and frees. NULL-safe. */
+/* Stops the threads and frees, at any point (mid-epoch included). NULL-safe. */
 void pipe_free(pipeline *p);
+
+/* The pipeline's reader thread uses `ds` until pipe_free (when streaming;
+ * a preloaded split is read in pipe_new). A caller that reads through the
+ * same h5ds meanwhile (evaluating on the test split) brackets those calls
+ * with these, since HDF5 here is not thread-safe. */
+void pipe_lock_ds(pipeline *p);
+void pipe_unlock_ds(pipeline *p);
 
 /* out[i] = (px[i]/255 - mean[c]) / std[c] for n pixels of C channels. */
 void pipe_normalize(const uint8_t *px, int64_t n_pixels, int C, const float *mean,

@@ -1,0 +1,421 @@
+/* test_pipeline.c - the input pipeline: every example exactly once per epoch
+ * (thread counts, buffer sizes incl. capacity 1 and > epoch, preload and
+ * streaming, sizes not multiple of chunk or batch, limit), identical batches
+ * for the same seed whatever the threads / preload, a different order for a
+ * different seed, resume at an epoch, file order without shuffling, bad
+ * configurations, pipe_free mid-epoch, and the data set lock. */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "h5test.h"
+#include "pstrain/pipeline.h"
+
+/* A failed check inside collect() that also counts towards its early stop. */
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        bad++;                                                                                     \
+        CHECK(0, __VA_ARGS__);                                                                     \
+    } while (0)
+
+enum { H = 8, W = 8, C = 1, K = 10, N = 1037, CHUNK = 100, NTEST = 150 };
+
+typedef struct ex {
+    int epoch;
+    int64_t batch, id;
+    uint64_t hash; /* of the pixels */
+} ex;
+
+typedef struct run {
+    ex *v;
+    int64_t n, cap, nbatches;
+} run;
+
+static uint64_t fnv(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void run_free(run *r)
+{
+    free(r->v);
+    memset(r, 0, sizeof *r);
+}
+
+/* Runs the pipeline to its end and records every example; checks batch
+ * structure, labels, pixels (when not augmented) and exactly-once per
+ * epoch. `what` names the configuration in failure messages. */
+static int collect(h5ds *ds, const pipe_cfg *c, run *r, const char *what)
+{
+    pst_err e;
+    pipeline *p;
+    memset(r, 0, sizeof *r);
+    if (pipe_new(&p, ds, c, &e) < 0) {
+        CHECK(0, "%s: pipe_new: %s", what, e.msg);
+        return -1;
+    }
+    const int64_t n = pipe_examples_per_epoch(p), bpe = pipe_batches_per_epoch(p);
+    const size_t img = (size_t)ds->height * ds->width * ds->channels;
+    int64_t expect_n = c->limit > 0 && c->limit < N ? c->limit : N;
+    CHECK(n == expect_n, "%s: examples per epoch %lld, want %lld", what, (long long)n,
+          (long long)expect_n);
+    CHECK(bpe == (n + c->batch - 1) / c->batch, "%s: batches per epoch %lld", what, (long long)bpe);
+    uint8_t *want = malloc(img);
+    int prev_epoch = c->first_epoch, in_epoch = 0, bad = 0;
+    pipe_batch b;
+    int rc;
+    while ((rc = pipe_next(p, &b, &e)) == 1) {
+        if (b.index != r->nbatches) FAIL("%s: batch index %lld", what, (long long)b.index);
+        if (b.epoch != prev_epoch) {
+            CHECK(b.epoch == prev_epoch + 1, "%s: epoch %d after %d", what, b.epoch, prev_epoch);
+            CHECK(in_epoch == bpe, "%s: epoch %d had %d batches, want %lld", what, prev_epoch,
+                  in_epoch, (long long)bpe);
+            prev_epoch = b.epoch;
+            in_epoch = 0;
+        }
+        in_epoch++;
+        int want_count = in_epoch < bpe ? c->batch : (int)(n - (bpe - 1) * c->batch);
+        if (b.count != want_count)
+            FAIL("%s: batch %lld of epoch %d has %d examples, want %d", what, (long long)b.index,
+                 b.epoch, b.count, want_count);
+        for (int i = 0; i < b.count; i++) {
+            const int64_t id = b.ids[i];
+            const uint8_t *px = b.pixels + (size_t)i * img;
+            if (id < 0 || id >= n) {
+                FAIL("%s: id %lld out of range", what, (long long)id);
+                continue;
+            }
+            if (b.labels[i] != id % K)
+                FAIL("%s: id %lld label %d", what, (long long)id, b.labels[i]);
+            if (!c->aug_crop && !c->aug_flip) {
+                for (int y = 0; y < ds->height; y++)
+                    for (int x = 0; x < ds->width; x++)
+                        for (int ch = 0; ch < ds->channels; ch++)
+                            want[((size_t)y * ds->width + x) * ds->channels + ch] =
+                                h5test_pixel(id, y, x, ch);
+                if (memcmp(px, want, img) != 0)
+                    FAIL("%s: pixels of id %lld do not match", what, (long long)id);
+            }
+            if (r->n == r->cap) {
+                r->cap = r->cap ? 2 * r->cap : 1024;
+                r->v = realloc(r->v, sizeof *r->v * (size_t)r->cap);
+            }
+            r->v[r->n++] = (ex){b.epoch, b.index, id, fnv(px, img)};
+        }
+        r->nbatches++;
+        if (bad > 10) break;
+    }
+    CHECK(rc == 0, "%s: pipe_next returned %d (%s)", what, rc, rc < 0 ? e.msg : "");
+    CHECK(pipe_next(p, &b, &e) == 0, "%s: pipe_next after the end", what);
+    pipe_free(p);
+    free(want);
+    /* exactly once per epoch */
+    int nep = c->epochs - c->first_epoch;
+    CHECK(r->n == nep * n, "%s: %lld examples over %d epochs, want %lld", what, (long long)r->n,
+          nep, (long long)(nep * n));
+    unsigned char *seen = calloc((size_t)n, 1);
+    for (int ep = c->first_epoch; ep < c->epochs; ep++) {
+        memset(seen, 0, (size_t)n);
+        int64_t dup = 0, missing = 0;
+        for (int64_t i = 0; i < r->n; i++)
+            if (r->v[i].epoch == ep && r->v[i].id >= 0 && r->v[i].id < n && seen[r->v[i].id]++)
+                dup++;
+        for (int64_t i = 0; i < n; i++) missing += !seen[i];
+        CHECK(dup == 0 && missing == 0, "%s: epoch %d: %lld duplicates, %lld missing", what, ep,
+              (long long)dup, (long long)missing);
+    }
+    free(seen);
+    return 0;
+}
+
+static bool same_run(const run *a, const run *b)
+{
+    if (a->n != b->n || a->nbatches != b->nbatches) return false;
+    for (int64_t i = 0; i < a->n; i++)
+        if (a->v[i].epoch != b->v[i].epoch || a->v[i].batch != b->v[i].batch ||
+            a->v[i].id != b->v[i].id || a->v[i].hash != b->v[i].hash)
+            return false;
+    return true;
+}
+
+/* The ids of epoch `ep`, in order, into out (n of them). */
+static void epoch_ids(const run *r, int ep, int64_t *out)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < r->n; i++)
+        if (r->v[i].epoch == ep) out[k++] = r->v[i].id;
+}
+
+static int64_t count_in_order(const int64_t *ids, int64_t n)
+{
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) k += ids[i] == i;
+    return k;
+}
+
+/* Exactly once and thread-count independence over buffer sizes, batch
+ * sizes, preload and streaming. */
+static void test_exactly_once_and_determinism(h5ds *ds)
+{
+    const int qs[][2] = {{1, 0}, {7, 3}, {100, 50}, {500, 499}, {5000, 100}};
+    const int batches[] = {64, 1, 1037, 2000};
+    const int threads[] = {1, 2, 4};
+    char what[200];
+    for (size_t qi = 0; qi < PST_ARRAY_LEN(qs); qi++)
+        for (int preload = 0; preload < 2; preload++)
+            for (int aug = 0; aug < 2; aug++) {
+                int batch = batches[(qi + preload) % PST_ARRAY_LEN(batches)];
+                run ref = {0};
+                for (size_t ti = 0; ti < PST_ARRAY_LEN(threads); ti++) {
+                    pipe_cfg c = pipe_cfg_defaults();
+                    c.batch = batch;
+                    c.epochs = 2;
+                    c.prep_threads = threads[ti];
+                    c.queue_capacity = qs[qi][0];
+                    c.min_after_dequeue = qs[qi][1];
+                    c.seed = 99;
+                    c.preload_bytes = preload ? (int64_t)1 << 30 : 0;
+                    c.aug_crop = c.aug_flip = aug;
+                    c.crop_pad = 2;
+                    snprintf(what, sizeof what, "capacity %d min %d batch %d %s aug %d threads %d",
+                             qs[qi][0], qs[qi][1], batch, preload ? "preload" : "streaming", aug,
+                             threads[ti]);
+                    run r;
+                    collect(ds, &c, &r, what);
+                    if (ti == 0)
+                        ref = r;
+                    else {
+                        CHECK(same_run(&ref, &r), "%s: batches differ from 1 thread", what);
+                        run_free(&r);
+                    }
+                }
+                /* preload and streaming give the same batches */
+                pipe_cfg c = pipe_cfg_defaults();
+                c.batch = batch;
+                c.epochs = 2;
+                c.queue_capacity = qs[qi][0];
+                c.min_after_dequeue = qs[qi][1];
+                c.seed = 99;
+                c.preload_bytes = preload ? 0 : (int64_t)1 << 30;
+                c.aug_crop = c.aug_flip = aug;
+                c.crop_pad = 2;
+                run r;
+                snprintf(what, sizeof what, "capacity %d aug %d %s", qs[qi][0], aug,
+                         preload ? "streaming" : "preload");
+                collect(ds, &c, &r, what);
+                CHECK(same_run(&ref, &r), "%s: differs from the other read path", what);
+                run_free(&r);
+                run_free(&ref);
+            }
+}
+
+static void test_order(h5ds *ds)
+{
+    int64_t *a = malloc(sizeof(int64_t) * N), *b = malloc(sizeof(int64_t) * N);
+    pipe_cfg c = pipe_cfg_defaults();
+    c.batch = 32;
+    c.epochs = 2;
+    c.queue_capacity = 300;
+    c.min_after_dequeue = 100;
+    c.seed = 5;
+    run r1, r2, r3;
+    collect(ds, &c, &r1, "seed 5");
+    c.seed = 6;
+    collect(ds, &c, &r2, "seed 6");
+    epoch_ids(&r1, 0, a);
+    epoch_ids(&r2, 0, b);
+    int64_t same = 0;
+    for (int i = 0; i < N; i++) same += a[i] == b[i];
+    CHECK(same < N / 10, "seeds 5 and 6 give %lld of %d ids at the same place", (long long)same, N);
+    CHECK(count_in_order(a, N) < N / 10, "seed 5: %lld ids in file order",
+          (long long)count_in_order(a, N));
+    /* the next epoch is shuffled differently */
+    epoch_ids(&r1, 1, b);
+    same = 0;
+    for (int i = 0; i < N; i++) same += a[i] == b[i];
+    CHECK(same < N / 10, "epochs 0 and 1 share %lld positions", (long long)same);
+
+    /* resume: epochs 1..2 started at first_epoch 1 equal those of a run from 0 */
+    c.seed = 5;
+    c.epochs = 3;
+    run full;
+    collect(ds, &c, &full, "seed 5, 3 epochs");
+    c.first_epoch = 1;
+    collect(ds, &c, &r3, "seed 5, resumed at epoch 1");
+    for (int ep = 1; ep < 3; ep++) {
+        epoch_ids(&full, ep, a);
+        epoch_ids(&r3, ep, b);
+        CHECK(memcmp(a, b, sizeof(int64_t) * N) == 0, "resumed epoch %d differs", ep);
+    }
+    CHECK(r3.n > 0 && r3.v[0].batch == 0 && r3.v[0].epoch == 1, "resumed run starts at batch 0 "
+                                                                "of epoch 1");
+    run_free(&full);
+    run_free(&r3);
+
+    /* capacity 1: no mixing across the stream, so the ids come in runs of
+     * whole chunks in a shuffled chunk order */
+    c.first_epoch = 0;
+    c.epochs = 1;
+    c.queue_capacity = 1;
+    c.min_after_dequeue = 0;
+    collect(ds, &c, &r3, "capacity 1");
+    epoch_ids(&r3, 0, a);
+    int64_t breaks = 0;
+    for (int i = 1; i < N; i++) breaks += a[i] != a[i - 1] + 1;
+    CHECK(breaks <= (N + CHUNK - 1) / CHUNK - 1, "capacity 1: %lld breaks in the id sequence",
+          (long long)breaks);
+    CHECK(a[0] % CHUNK == 0 && count_in_order(a, N) < N, "capacity 1: chunk order not shuffled");
+    run_free(&r3);
+
+    /* no shuffle: file order */
+    c.shuffle = false;
+    c.batch = 100;
+    c.epochs = 2;
+    c.preload_bytes = 0;
+    collect(ds, &c, &r3, "no shuffle");
+    epoch_ids(&r3, 1, a);
+    CHECK(count_in_order(a, N) == N, "no shuffle: only %lld ids in file order",
+          (long long)count_in_order(a, N));
+    run_free(&r3);
+
+    /* limit: only the first 333 examples */
+    c.shuffle = true;
+    c.limit = 333;
+    c.batch = 50;
+    collect(ds, &c, &r3, "limit 333 streaming");
+    run_free(&r3);
+    c.preload_bytes = 1 << 20;
+    collect(ds, &c, &r3, "limit 333 preload");
+    run_free(&r3);
+
+    run_free(&r1);
+    run_free(&r2);
+    free(a);
+    free(b);
+}
+
+static void test_bad_config(h5ds *ds)
+{
+    pst_err e;
+    pipeline *p = (pipeline *)&e;
+    pipe_cfg c = pipe_cfg_defaults();
+    c.batch = 0;
+    CHECK(pipe_new(&p, ds, &c, &e) == -1 && !p && strstr(e.msg, "batch"), "batch 0: %s", e.msg);
+    c = pipe_cfg_defaults();
+    c.queue_capacity = 10;
+    c.min_after_dequeue = 10;
+    CHECK(pipe_new(&p, ds, &c, &e) == -1 && strstr(e.msg, "min after dequeue"),
+          "min >= capacity: %s", e.msg);
+    c = pipe_cfg_defaults();
+    c.prep_threads = 0;
+    CHECK(pipe_new(&p, ds, &c, &e) == -1 && strstr(e.msg, "threads"), "0 threads: %s", e.msg);
+    c = pipe_cfg_defaults();
+    c.split = "val";
+    CHECK(pipe_new(&p, ds, &c, &e) == -1 && strstr(e.msg, "val"), "missing split: %s", e.msg);
+    pipe_free(NULL);
+}
+
+/* pipe_free at any point: right after pipe_new, mid-epoch, with the reader
+ * blocked on a full ring, unbounded epochs. */
+static void test_free_midway(h5ds *ds)
+{
+    pst_err e;
+    for (int mode = 0; mode < 4; mode++)
+        for (int take = 0; take < 40; take += 13) {
+            pipe_cfg c = pipe_cfg_defaults();
+            c.batch = 16;
+            c.epochs = mode == 3 ? 0 : 2;
+            c.prep_threads = 1 + mode;
+            c.queue_capacity = 200;
+            c.min_after_dequeue = 20;
+            c.preload_bytes = mode & 1 ? 0 : 1 << 20;
+            c.aug_flip = mode >= 2;
+            pipeline *p;
+            if (pipe_new(&p, ds, &c, &e) < 0) {
+                CHECK(0, "pipe_new: %s", e.msg);
+                continue;
+            }
+            pipe_batch b;
+            int got = 0;
+            for (int i = 0; i < take; i++) got += pipe_next(p, &b, &e) == 1;
+            CHECK(got == take, "mode %d: %d of %d batches", mode, got, take);
+            if (take == 26) usleep(20000); /* let the threads fill every buffer */
+            pipe_free(p);
+        }
+    /* unbounded: runs past several epochs */
+    pipe_cfg c = pipe_cfg_defaults();
+    c.batch = 500;
+    c.epochs = 0;
+    c.limit = 100;
+    pipeline *p;
+    if (pipe_new(&p, ds, &c, &e) == 0) {
+        pipe_batch b;
+        int last_epoch = -1;
+        for (int i = 0; i < 5; i++)
+            if (pipe_next(p, &b, &e) == 1) last_epoch = b.epoch;
+        CHECK(last_epoch == 4, "unbounded: batch 5 is from epoch %d, want 4", last_epoch);
+        pipe_free(p);
+    }
+}
+
+/* The caller may read the same h5ds (evaluation) while a streaming pipeline
+ * runs, under pipe_lock_ds. */
+static void test_ds_lock(h5ds *ds)
+{
+    pst_err e;
+    pipe_cfg c = pipe_cfg_defaults();
+    c.batch = 64;
+    c.epochs = 3;
+    c.preload_bytes = 0;
+    pipeline *p;
+    if (pipe_new(&p, ds, &c, &e) < 0) {
+        CHECK(0, "pipe_new: %s", e.msg);
+        return;
+    }
+    uint8_t *img = malloc((size_t)NTEST * H * W * C);
+    int32_t *lab = malloc(sizeof(int32_t) * NTEST);
+    pipe_batch b;
+    int n = 0, bad = 0;
+    while (pipe_next(p, &b, &e) == 1) {
+        if (n++ % 8 == 0) {
+            pipe_lock_ds(p);
+            int rc = h5ds_read(ds, "test", 0, NTEST, img, lab, &e);
+            pipe_unlock_ds(p);
+            bad +=
+                rc < 0 || lab[NTEST - 1] != (NTEST - 1) % K || img[0] != h5test_pixel(0, 0, 0, 0);
+        }
+    }
+    CHECK(bad == 0 && n == 3 * ((N + 63) / 64), "reads of the test split during streaming: %d bad",
+          bad);
+    pipe_free(p);
+    free(img);
+    free(lab);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/pst-pipe-XXXXXX", path[256];
+    if (!mkdtemp(dir)) CHECK_SKIP("cannot create a temporary directory");
+    snprintf(path, sizeof path, "%s/ds.h5", dir);
+    CHECK(h5test_write(path, N, NTEST, H, W, C, K, CHUNK) == 0, "writing %s", path);
+    h5ds ds;
+    pst_err e;
+    if (h5ds_open(&ds, path, &e) < 0) {
+        CHECK(0, "h5ds_open: %s", e.msg);
+        return check_exit();
+    }
+    CHECK(h5ds_find_split(&ds, "train")->chunk_images == CHUNK, "chunk size as written");
+    test_bad_config(&ds);
+    test_exactly_once_and_determinism(&ds);
+    test_order(&ds);
+    test_free_midway(&ds);
+    test_ds_lock(&ds);
+    h5ds_close(&ds);
+    unlink(path);
+    rmdir(dir);
+    return check_exit();
+}

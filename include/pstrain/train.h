@@ -54,6 +54,9 @@ typedef struct train_cfg {
     const char *metrics_path, *summary_path, *trace_path;
     bool dry_run;        /* print the model (and plan) and exit */
     bool quiet;
+    /* diagnostic: write the final parameter slab as raw native float32 to this
+     * file (tests compare runs bitwise); NULL = off */
+    const char *dump_params_path;
 } train_cfg;
 
 /* Defaults documented in `pstrain train --help`. */
@@ -65,6 +68,7 @@ typedef struct worker_timing {
 } worker_timing;
 typedef struct ps_timing {
     double apply, idle;
+    double cpu; /* CPU seconds of the PS process (distributed runs) */
 } ps_timing;
 
 /* Data accounting of one epoch (distributed: across all workers). */
@@ -97,6 +101,7 @@ typedef struct train_result {
     int nworker_timing;
     worker_timing *wtiming;    /* per worker, owned */
     ps_timing *pstiming;       /* per PS, owned */
+    double root_cpu;           /* CPU seconds of the root's service loop (distributed) */
 } train_result;
 
 void train_result_free(train_result *r); /* frees the owned arrays; NULL-safe */

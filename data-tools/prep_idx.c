@@ -80,11 +80,10 @@ static int64_t idx_read(idx_file *f, void *buf, size_t n, pst_err *e)
         int r = gzread(f->gz, (char *)buf + got, want);
         if (r < 0) return pst_fail(e, "%s: read failed (%s)", f->path, gz_reason(f));
         if (r == 0) {
-            /* zlib reports a cut gzip stream as an error only here */
+            /* zlib reports a cut gzip stream (Z_BUF_ERROR) only here */
             int errnum = 0;
             gzerror(f->gz, &errnum);
-            if (errnum != Z_OK && errnum != Z_BUF_ERROR)
-                return pst_fail(e, "%s: read failed (%s)", f->path, gz_reason(f));
+            if (errnum != Z_OK) return pst_fail(e, "%s: read failed (%s)", f->path, gz_reason(f));
             break;
         }
         got += (size_t)r;

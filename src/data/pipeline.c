@@ -178,14 +178,16 @@ static void augment_image(const pipeline *p, int epoch, int64_t id, uint8_t *img
             memcpy(out + (size_t)x0 * C, src + (size_t)(x0 + ox) * C, (size_t)(x1 - x0) * C);
             memset(out + (size_t)x1 * C, 0, (size_t)(W - x1) * C);
         } else {
-            /* out(x) = crop(W-1-x) = src(W-1-x+ox) */
+            /* out(x) = crop(W-1-x) = src(W-1-x+ox), 0 outside the source */
             for (int x = 0; x < W; x++) {
-                const int xc = W - 1 - x;
+                const int xs = W - 1 - x + ox;
                 uint8_t *o = out + (size_t)x * C;
-                if (xc < x0 || xc >= x1)
-                    memset(o, 0, (size_t)C);
-                else
-                    memcpy(o, src + (size_t)(xc + ox) * C, (size_t)C);
+                if (xs < 0 || xs >= W) {
+                    for (int c = 0; c < C; c++) o[c] = 0;
+                } else {
+                    const uint8_t *si = src + (size_t)xs * C;
+                    for (int c = 0; c < C; c++) o[c] = si[c];
+                }
             }
         }
     }

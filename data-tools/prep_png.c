@@ -12,11 +12,14 @@
  *     files of each class, chosen by a Fisher-Yates shuffle seeded by --seed).
  *  2. Probe the first file whose header reads: it fixes the channels (unless
  *     --channels) and the size (unless --size); then create the output.
- *  3. Decode with a pool of threads; the main thread takes the results in
- *     file order and appends the good ones to an unlinked spool file next to
- *     the output (the HDF5 writer needs each split's exact count up front,
- *     which is known only once corrupt files are skipped).
- *  4. Copy each split from the spool into the HDF5 file, commit.
+ *  3. Decode with a pool of threads while the main thread takes the results
+ *     in file order and streams them into the HDF5 writer, so that decoding
+ *     and compression overlap. The writer needs each split's exact count up
+ *     front; this pass assumes every file is readable.
+ *  4. If some file was not (skipped with a warning), the output of step 3 is
+ *     dropped once the pass has found every unreadable file, and a second
+ *     pass decodes the readable ones again with the right counts. Corrupt
+ *     files are rare; the common case pays for one pass and no spooling.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -338,6 +341,7 @@ typedef struct png_slot {
 
 typedef struct png_pool {
     const png_item *items;
+    const int64_t *order; /* the pool decodes items[order[0..n)] */
     int64_t n;
     pngio_opts popts;
     int height, width; /* resize target, 0 = none */
@@ -349,11 +353,11 @@ typedef struct png_pool {
     int nslots;
 } png_pool;
 
-/* Decodes (and resizes) item i. */
+/* Decodes (and resizes) the i-th item of the pool's order. */
 static void decode_item(const png_pool *p, int64_t i, png_slot *out)
 {
     pst_err e = {""};
-    out->rc = pngio_read(p->items[i].path, &p->popts, &out->img, &e);
+    out->rc = pngio_read(p->items[p->order[i]].path, &p->popts, &out->img, &e);
     if (out->rc < 0) {
         snprintf(out->err, sizeof out->err, "%s", e.msg);
         return;
@@ -391,7 +395,7 @@ static void *pool_worker(void *arg)
     }
 }
 
-/* Waits for item i (in order) and moves its result out of the pool. */
+/* Waits for the i-th result (in order) and moves it out of the pool. */
 static void pool_take(png_pool *p, int64_t i, png_slot *out)
 {
     png_slot *s = &p->slots[i % p->nslots];
@@ -412,11 +416,10 @@ typedef struct png_run {
     png_tree tree;
     int height, width, channels;
     const char *shape_file; /* the file that fixed the size */
-    FILE *spool;
-    int32_t *labels;       /* of the good images, in order */
-    int64_t good[NSPLITS]; /* good images per split */
-    int64_t nskipped;      /* unreadable files */
-    char **skipped;        /* "path: reason", the first MAX_LISTED_SKIPS */
+    bool *bad;              /* per item: unreadable (found by the first pass) */
+    int64_t good[NSPLITS];  /* readable images per split */
+    int64_t nskipped;       /* unreadable files */
+    char **skipped;         /* "path: reason", the first MAX_LISTED_SKIPS */
 } png_run;
 
 /* Fixes channels and size from the first file whose header reads. */
@@ -461,13 +464,27 @@ static void record_skip(png_run *r, const char *path, const char *why)
     r->nskipped++;
 }
 
-/* Decodes every item with the pool and spools the good ones in order. */
-static int decode_all(png_run *r, pst_err *e)
+/* One pass over the items not marked bad: decode with the pool, stream the
+ * images in file order into `w` (when not NULL), split by split. The first
+ * pass (w created with every file counted) marks and reports unreadable
+ * files; after the first one it stops writing (aborts w, *w_dropped) but
+ * goes on decoding to find them all. A second pass expects every file to
+ * read. */
+static int run_pass(png_run *r, h5w *w, bool first_pass, bool *w_dropped, pst_err *e)
 {
     const png_cfg *c = &r->cfg;
+    int64_t *order = pst_malloc(sizeof(int64_t) * (size_t)PST_MAX(r->tree.nitems, (int64_t)1));
+    int64_t n = 0, expect[NSPLITS] = {0};
+    for (int64_t i = 0; i < r->tree.nitems; i++)
+        if (!r->bad[i]) {
+            order[n++] = i;
+            expect[r->tree.items[i].split]++;
+        }
+    memset(r->good, 0, sizeof r->good);
     png_pool p = {
         .items = r->tree.items,
-        .n = r->tree.nitems,
+        .order = order,
+        .n = n,
         .popts = {.channels = r->channels, .alpha = c->alpha, .max_pixels = c->max_pixels},
         .height = c->height,
         .width = c->width};
@@ -491,41 +508,49 @@ static int decode_all(png_run *r, pst_err *e)
         }
     }
 
-    r->labels = pst_malloc(sizeof(int32_t) * (size_t)PST_MAX(p.n, (int64_t)1));
-    size_t image_bytes = (size_t)r->height * (size_t)r->width * (size_t)r->channels;
-    int64_t ngood = 0;
+    int split = -1; /* the split open in w */
     pst_progress prog;
-    pst_progress_start(&prog, "png decode", "images", p.n);
-    for (int64_t i = 0; i < p.n; i++) {
+    pst_progress_start(&prog, first_pass ? "png" : "png (pass 2)", "images", p.n);
+    for (int64_t i = 0; i < p.n && rc == 0; i++) {
         png_slot s;
         pool_take(&p, i, &s);
-        const png_item *it = &r->tree.items[i];
+        int64_t item = order[i];
+        const png_item *it = &r->tree.items[item];
         if (s.rc < 0) {
-            if (c->strict) {
+            if (c->strict)
                 rc = pst_fail(e, "%s: %s (--strict: stopping at the first unreadable file)",
                               it->path, s.err);
-                break;
+            else if (!first_pass)
+                rc = pst_fail(e, "%s: unreadable in the second pass but not in the first: %s",
+                              it->path, s.err);
+            else {
+                record_skip(r, it->path, s.err);
+                r->bad[item] = true;
+                if (w) {
+                    h5w_abort(w); /* the counts are wrong now; pass 2 rewrites */
+                    w = NULL;
+                    *w_dropped = true;
+                }
             }
-            record_skip(r, it->path, s.err);
         } else if (s.img.height != r->height || s.img.width != r->width) {
             rc = pst_fail(e,
                           "%s: size %dx%d (HxW) differs from %dx%d of %s; give --size HxW to "
                           "resize all images to one size",
                           it->path, s.img.height, s.img.width, r->height, r->width, r->shape_file);
-            pngio_image_free(&s.img);
-            break;
         } else {
-            if (fwrite(s.img.pixels, 1, image_bytes, r->spool) != image_bytes) {
-                rc = pst_fail(e, "%s: writing the spool file failed: %s", c->out, strerror(errno));
-                pngio_image_free(&s.img);
-                break;
-            }
-            r->labels[ngood++] = it->label;
             r->good[it->split]++;
+            if (w && split != it->split) {
+                if ((split >= 0 && h5w_split_end(w, e) < 0) ||
+                    h5w_split_begin(w, split_names[it->split], expect[it->split], e) < 0)
+                    rc = -1;
+                split = it->split;
+            }
+            if (rc == 0 && w && h5w_split_append(w, s.img.pixels, &it->label, 1, e) < 0) rc = -1;
         }
         pngio_image_free(&s.img);
         pst_progress_update(&prog, i + 1, NULL);
     }
+    if (rc == 0 && w && split >= 0 && h5w_split_end(w, e) < 0) rc = -1;
     if (rc == 0) pst_progress_finish(&prog, p.n, NULL);
 
 join:
@@ -537,69 +562,10 @@ join:
     for (int s = 0; s < p.nslots; s++) pngio_image_free(&p.slots[s].img);
     free(p.slots);
     free(tids);
+    free(order);
     pthread_cond_destroy(&p.space);
     pthread_cond_destroy(&p.ready);
     pthread_mutex_destroy(&p.mu);
-    return rc;
-}
-
-/* An unlinked temporary file in the output's directory. */
-static FILE *open_spool(const char *out, pst_err *e)
-{
-    size_t n = strlen(out) + 32;
-    char *tmpl = pst_malloc(n);
-    snprintf(tmpl, n, "%s.spool.XXXXXX", out);
-    int fd = mkstemp(tmpl);
-    if (fd < 0) {
-        pst_fail(e, "%s: cannot create a spool file: %s", tmpl, strerror(errno));
-        free(tmpl);
-        return NULL;
-    }
-    unlink(tmpl);
-    free(tmpl);
-    FILE *f = fdopen(fd, "w+b");
-    if (!f) {
-        close(fd);
-        pst_fail(e, "%s: fdopen of the spool file failed", out);
-    }
-    return f;
-}
-
-/* Copies the spooled splits into the HDF5 file. */
-static int write_splits(png_run *r, h5w *w, pst_err *e)
-{
-    if (fflush(r->spool) != 0 || fseek(r->spool, 0, SEEK_SET) != 0)
-        return pst_fail(e, "%s: rewinding the spool file failed: %s", r->cfg.out, strerror(errno));
-    size_t image_bytes = (size_t)r->height * (size_t)r->width * (size_t)r->channels;
-    int64_t batch = PST_MAX((int64_t)1, (int64_t)((8u << 20) / image_bytes));
-    uint8_t *buf = pst_malloc((size_t)batch * image_bytes);
-    int64_t total = r->good[0] + r->good[1] + r->good[2], done = 0, at = 0;
-    int rc = 0;
-    pst_progress prog;
-    pst_progress_start(&prog, "png write", "images", total);
-    for (int s = 0; s < NSPLITS && rc == 0; s++) {
-        if (r->good[s] == 0) continue;
-        if (h5w_split_begin(w, split_names[s], r->good[s], e) < 0) {
-            rc = -1;
-            break;
-        }
-        for (int64_t left = r->good[s]; left > 0;) {
-            int64_t take = PST_MIN(left, batch);
-            if (fread(buf, image_bytes, (size_t)take, r->spool) != (size_t)take) {
-                rc = pst_fail(e, "%s: reading the spool file back failed", r->cfg.out);
-                break;
-            }
-            if (h5w_split_append(w, buf, r->labels + at, take, e) < 0) {
-                rc = -1;
-                break;
-            }
-            left -= take, at += take, done += take;
-            pst_progress_update(&prog, done, split_names[s]);
-        }
-        if (rc == 0 && h5w_split_end(w, e) < 0) rc = -1;
-    }
-    if (rc == 0) pst_progress_finish(&prog, done, NULL);
-    free(buf);
     return rc;
 }
 
@@ -761,19 +727,27 @@ int prep_cmd_png(int argc, char **argv)
                    .force = c->force,
                    .source = source};
     if (h5w_create(&w, c->out, &wo, &e) < 0) goto fail;
-    r.spool = open_spool(c->out, &e);
-    if (!r.spool) goto fail;
-    if (decode_all(&r, &e) < 0) goto fail;
-    if (r.good[SPLIT_TRAIN] == 0) {
-        pst_fail(&e, "%s: none of the %lld train files is readable", c->dir,
-                 (long long)r.tree.per_split[SPLIT_TRAIN]);
+    r.bad = pst_calloc((size_t)PST_MAX(r.tree.nitems, (int64_t)1), sizeof(bool));
+    bool dropped = false;
+    /* run_pass owns w until it aborts it (dropped) */
+    if (run_pass(&r, w, true, &dropped, &e) < 0) {
+        if (dropped) w = NULL;
         goto fail;
     }
-    for (int s = SPLIT_VAL; s < NSPLITS; s++)
-        if (r.tree.per_split[s] > 0 && r.good[s] == 0)
-            pst_warn("split '%s': none of its %lld files is readable; not written", split_names[s],
-                     (long long)r.tree.per_split[s]);
-    if (write_splits(&r, w, &e) < 0) goto fail;
+    if (dropped) {
+        w = NULL;
+        if (r.good[SPLIT_TRAIN] == 0) {
+            pst_fail(&e, "%s: none of the %lld train files is readable", c->dir,
+                     (long long)r.tree.per_split[SPLIT_TRAIN]);
+            goto fail;
+        }
+        for (int s = SPLIT_VAL; s < NSPLITS; s++)
+            if (r.tree.per_split[s] > 0 && r.good[s] == 0)
+                pst_warn("split '%s': none of its %lld files is readable; not written",
+                         split_names[s], (long long)r.tree.per_split[s]);
+        if (h5w_create(&w, c->out, &wo, &e) < 0) goto fail;
+        if (run_pass(&r, w, false, &dropped, &e) < 0) goto fail;
+    }
     h5w *wc = w;
     w = NULL;
     if (h5w_commit(wc, &e) < 0) goto fail;
@@ -782,8 +756,7 @@ int prep_cmd_png(int argc, char **argv)
 fail:
     if (status) fprintf(stderr, "pstrain-prep png: %s\n", e.msg);
     h5w_abort(w);
-    if (r.spool) fclose(r.spool);
-    free(r.labels);
+    free(r.bad);
     for (int64_t i = 0; i < PST_MIN(r.nskipped, (int64_t)MAX_LISTED_SKIPS); i++) free(r.skipped[i]);
     free(r.skipped);
     tree_free(&r.tree);

@@ -1,0 +1,221 @@
+/*
+ * conv.c - 2-D convolution lowered to matrix products (im2col + nn_gemm).
+ *
+ * For images [n0, n0+nn) the NHWC im2col matrix is
+ *   col[nn*OH*OW][R],  R = KH*KW*C,  row (n, oh, ow), column (kh, kw, c),
+ * and the kernel w[KH][KW][C][K] is the matrix [R][K], so
+ *   forward   out[rows][K] = col w                   (one nn_gemm)
+ *   backward  dw[R][K]     = col^T dout              (nn_gemm, summed over chunks)
+ *             dcol[rows][R] = dout w^T, col2im(dcol) (nn_gemm + scatter-add)
+ * The batch is processed in chunks of a few images so that a chunk's col
+ * matrix stays in the L2 cache between im2col and the gemm; backward
+ * rebuilds the chunk's col instead of keeping the whole batch's (it is cheap
+ * next to the gemm and saves N*OH*OW*R floats per layer).
+ *
+ * im2col copies from a zero-padded copy of one image, so every window row
+ * (KW*C floats, contiguous in NHWC) is one straight copy with no bounds
+ * checks. The copies move whole blocks of 8 floats and may write up to 7
+ * floats past a segment: segments are written in increasing address order,
+ * so the overhang is always overwritten by the next segment, and the
+ * scratch buffers carry slack for the last one.
+ *
+ * A 1x1 convolution with stride 1 and no padding is a dense layer over the
+ * N*H*W rows and multiplies the input directly.
+ */
+#include <string.h>
+
+#include "layers.h"
+#include "pstrain/blas.h"
+
+#define CONV_SLACK 16                 /* floats after each scratch area */
+#define CONV_CHUNK_BYTES (512 * 1024) /* a chunk's col matrix, to stay in L2 */
+
+static bool conv_is_pointwise(const nn_conv_dims *d)
+{
+    return d->KH == 1 && d->KW == 1 && d->SH == 1 && d->SW == 1 && d->PH == 0 && d->PW == 0;
+}
+
+void nn_conv_dims_finish(nn_conv_dims *d)
+{
+    d->OH = nn_window_out(d->H, d->KH, d->SH, d->PH);
+    d->OW = nn_window_out(d->W, d->KW, d->SW, d->PW);
+}
+
+/* Rows and columns of the padded image that windows touch. */
+static int pad_h(const nn_conv_dims *d)
+{
+    return (d->OH - 1) * d->SH + d->KH;
+}
+static int pad_w(const nn_conv_dims *d)
+{
+    return (d->OW - 1) * d->SW + d->KW;
+}
+
+int nn_conv_chunk(const nn_conv_dims *d)
+{
+    size_t per_img = (size_t)d->OH * d->OW * d->KH * d->KW * d->C * sizeof(float);
+    size_t chunk = per_img ? CONV_CHUNK_BYTES / per_img : 1;
+    if (chunk < 1) chunk = 1;
+    if (chunk > (size_t)d->N) chunk = (size_t)d->N;
+    return (int)chunk;
+}
+
+size_t nn_conv_scratch(const nn_conv_dims *d)
+{
+    if (conv_is_pointwise(d)) return 0;
+    size_t col = (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C;
+    size_t pad = (size_t)pad_h(d) * pad_w(d) * d->C;
+    return col + CONV_SLACK + pad + CONV_SLACK;
+}
+
+/* dst[0, n) = src[0, n) in blocks of 8 floats (may touch up to 7 more). */
+static inline void copy_blocks(float *restrict dst, const float *restrict src, int n)
+{
+    for (int j = 0; j < n; j += 8) memcpy(dst + j, src + j, 8 * sizeof(float));
+}
+
+/* Copies image n of inp into the padded buffer's interior (borders stay 0). */
+static void pad_image(float *restrict pad, const float *inp, const nn_conv_dims *d, int n)
+{
+    const int Hp = pad_h(d), Wp = pad_w(d), C = d->C;
+    int rows = d->H < Hp - d->PH ? d->H : Hp - d->PH;
+    int cols = d->W < Wp - d->PW ? d->W : Wp - d->PW;
+    const float *img = inp + (size_t)n * d->H * d->W * C;
+    for (int h = 0; h < rows; h++)
+        memcpy(pad + ((size_t)(h + d->PH) * Wp + d->PW) * C, img + (size_t)h * d->W * C,
+               sizeof(float) * cols * C);
+}
+
+/* im2col of one padded image into rows [0, OH*OW) of col. */
+static void im2col_padded(float *col, const float *pad, const nn_conv_dims *d)
+{
+    const int Wp = pad_w(d), C = d->C, KH = d->KH, seg = d->KW * C, R = KH * seg;
+    for (int oh = 0; oh < d->OH; oh++)
+        for (int ow = 0; ow < d->OW; ow++) {
+            float *row = col + ((size_t)oh * d->OW + ow) * R;
+            const float *src = pad + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C;
+            for (int kh = 0; kh < KH; kh++)
+                copy_blocks(row + kh * seg, src + (size_t)kh * Wp * C, seg);
+        }
+}
+
+/* Scratch layout: [col chunk | slack | padded image | slack]. */
+static float *scratch_pad(float *scratch, const nn_conv_dims *d)
+{
+    return scratch + (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C + CONV_SLACK;
+}
+
+/* Scatter-adds rows [0, OH*OW) of dcol into the padded image gradient. */
+static void col2im_padded(float *dpad, const float *dcol, const nn_conv_dims *d)
+{
+    const int Wp = pad_w(d), C = d->C, KH = d->KH, seg = d->KW * C, R = KH * seg;
+    for (int oh = 0; oh < d->OH; oh++)
+        for (int ow = 0; ow < d->OW; ow++) {
+            const float *row = dcol + ((size_t)oh * d->OW + ow) * R;
+            float *dst = dpad + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C;
+            for (int kh = 0; kh < KH; kh++) {
+                float *restrict o = dst + (size_t)kh * Wp * C;
+                const float *restrict s = row + kh * seg;
+                for (int j = 0; j < seg; j++) o[j] += s[j];
+            }
+        }
+}
+
+/* dinp image n (+)= interior of the padded gradient. */
+static void unpad_image(float *dinp, bool acc, const float *dpad, const nn_conv_dims *d, int n)
+{
+    const int Hp = pad_h(d), Wp = pad_w(d), C = d->C;
+    int rows = d->H < Hp - d->PH ? d->H : Hp - d->PH;
+    int cols = d->W < Wp - d->PW ? d->W : Wp - d->PW;
+    float *img = dinp + (size_t)n * d->H * d->W * C;
+    size_t rowlen = (size_t)d->W * C;
+    for (int h = 0; h < d->H; h++) {
+        float *restrict o = img + h * rowlen;
+        if (h >= rows) {
+            /* input rows that no window reaches (floor of the output size) */
+            if (!acc) memset(o, 0, sizeof(float) * rowlen);
+            continue;
+        }
+        const float *restrict s = dpad + ((size_t)(h + d->PH) * Wp + d->PW) * C;
+        size_t nv = (size_t)cols * C;
+        if (acc)
+            for (size_t j = 0; j < nv; j++) o[j] += s[j];
+        else
+            memcpy(o, s, sizeof(float) * nv);
+        if (!acc && nv < rowlen) memset(o + nv, 0, sizeof(float) * (rowlen - nv));
+    }
+}
+
+void nn_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
+                       const nn_conv_dims *d, bool relu, float *scratch)
+{
+    const int K = d->K, R = d->KH * d->KW * d->C;
+    if (conv_is_pointwise(d)) {
+        int rows = d->N * d->H * d->W;
+        nn_gemm(false, false, rows, K, d->C, 1.0f, inp, d->C, w, K, 0.0f, out, K);
+        nn_bias_relu(out, b, rows, K, relu);
+        return;
+    }
+    const size_t img_rows = (size_t)d->OH * d->OW;
+    const int chunk = nn_conv_chunk(d);
+    float *col = scratch, *pad = scratch_pad(scratch, d);
+    memset(pad, 0, sizeof(float) * (size_t)pad_h(d) * pad_w(d) * d->C);
+    for (int n0 = 0; n0 < d->N; n0 += chunk) {
+        int nn = d->N - n0 < chunk ? d->N - n0 : chunk;
+        for (int i = 0; i < nn; i++) {
+            pad_image(pad, inp, d, n0 + i);
+            im2col_padded(col + i * img_rows * R, pad, d);
+        }
+        int rows = nn * (int)img_rows;
+        float *o = out + n0 * img_rows * K;
+        nn_gemm(false, false, rows, K, R, 1.0f, col, R, w, K, 0.0f, o, K);
+        nn_bias_relu(o, b, rows, K, relu);
+    }
+}
+
+void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
+                        const float *inp, const float *w, const nn_conv_dims *d, bool relu,
+                        float *scratch)
+{
+    const int K = d->K, R = d->KH * d->KW * d->C;
+    if (conv_is_pointwise(d)) {
+        int rows = d->N * d->H * d->W;
+        if (relu) nn_relu_mask(dout, out, (size_t)rows * K);
+        nn_gemm(true, false, d->C, K, rows, 1.0f, inp, d->C, dout, K, 0.0f, dw, K);
+        if (db) nn_bias_backward(db, dout, rows, K);
+        if (dinp)
+            nn_gemm(false, true, rows, d->C, K, 1.0f, dout, K, w, K, acc ? 1.0f : 0.0f, dinp, d->C);
+        return;
+    }
+    const size_t img_rows = (size_t)d->OH * d->OW;
+    const int chunk = nn_conv_chunk(d);
+    const size_t npad = (size_t)pad_h(d) * pad_w(d) * d->C;
+    float *col = scratch, *pad = scratch_pad(scratch, d);
+    if (db) memset(db, 0, sizeof(float) * K);
+    for (int n0 = 0; n0 < d->N; n0 += chunk) {
+        int nn = d->N - n0 < chunk ? d->N - n0 : chunk;
+        int rows = nn * (int)img_rows;
+        float *dy = dout + n0 * img_rows * K;
+        if (relu) nn_relu_mask(dy, out + n0 * img_rows * K, (size_t)rows * K);
+        if (db)
+            for (int r = 0; r < rows; r++) {
+                const float *restrict s = dy + (size_t)r * K;
+                for (int k = 0; k < K; k++) db[k] += s[k];
+            }
+        /* rebuild this chunk's columns (pad borders must be zero again) */
+        memset(pad, 0, sizeof(float) * npad);
+        for (int i = 0; i < nn; i++) {
+            pad_image(pad, inp, d, n0 + i);
+            im2col_padded(col + i * img_rows * R, pad, d);
+        }
+        nn_gemm(true, false, R, K, rows, 1.0f, col, R, dy, K, n0 ? 1.0f : 0.0f, dw, K);
+        if (!dinp) continue;
+        /* dcol overwrites col: dcol[rows][R] = dy[rows][K] w^T */
+        nn_gemm(false, true, rows, R, K, 1.0f, dy, K, w, K, 0.0f, col, R);
+        for (int i = 0; i < nn; i++) {
+            memset(pad, 0, sizeof(float) * npad);
+            col2im_padded(pad, col + i * img_rows * R, d);
+            unpad_image(dinp, acc, pad, d, n0 + i);
+        }
+    }
+}

@@ -1,0 +1,371 @@
+/*
+ * layers.c - random numbers, elementwise layers, dense, pooling, dropout,
+ * concat and softmax cross-entropy. Shapes and conventions: layers.h.
+ */
+#include "layers.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "pstrain/blas.h"
+
+/* ---- random numbers --------------------------------------------------------- */
+
+uint64_t nn_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void nn_rng_seed(nn_rng *r, uint64_t seed)
+{
+    uint64_t st = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = nn_splitmix64(&st);
+}
+
+static inline uint64_t rotl64(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t nn_rng_next(nn_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = rotl64(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl64(s[3], 45);
+    return result;
+}
+
+float nn_rng_uniform(nn_rng *r)
+{
+    return (float)(nn_rng_next(r) >> 40) * (1.0f / 16777216.0f);
+}
+
+double nn_rng_normal(nn_rng *r)
+{
+    /* Box-Muller; u1 in (0, 1] so the log is finite. */
+    double u1 = ((double)(nn_rng_next(r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(nn_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t nn_seed_mix(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t st = a;
+    uint64_t h = nn_splitmix64(&st);
+    st = h ^ b;
+    h = nn_splitmix64(&st);
+    st = h ^ c;
+    return nn_splitmix64(&st);
+}
+
+/* ---- elementwise ------------------------------------------------------------- */
+
+void nn_bias_relu(float *out, const float *b, int M, int K, bool relu)
+{
+    /* out[M][K]: one pass, row by row, while the row is in cache. */
+    for (int i = 0; i < M; i++) {
+        float *restrict o = out + (size_t)i * K;
+        if (b && relu) {
+            for (int k = 0; k < K; k++) {
+                float v = o[k] + b[k];
+                o[k] = v > 0.0f ? v : 0.0f;
+            }
+        } else if (b) {
+            for (int k = 0; k < K; k++) o[k] += b[k];
+        } else if (relu) {
+            for (int k = 0; k < K; k++) o[k] = o[k] > 0.0f ? o[k] : 0.0f;
+        }
+    }
+}
+
+void nn_bias_backward(float *db, const float *dout, int M, int K)
+{
+    /* db[K] = sum_i dout[i][K]; accumulated in float rows, which is exact
+     * enough for batch means (the tests compare with finite differences). */
+    memset(db, 0, sizeof(float) * K);
+    for (int i = 0; i < M; i++) {
+        const float *restrict d = dout + (size_t)i * K;
+        float *restrict acc = db;
+        for (int k = 0; k < K; k++) acc[k] += d[k];
+    }
+}
+
+void nn_relu_mask(float *dout, const float *out, size_t n)
+{
+    float *restrict d = dout;
+    const float *restrict o = out;
+    for (size_t i = 0; i < n; i++) d[i] = o[i] > 0.0f ? d[i] : 0.0f;
+}
+
+void nn_relu_forward(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+void nn_relu_backward(float *dinp, bool acc, const float *dout, const float *out, size_t n)
+{
+    float *restrict di = dinp;
+    const float *restrict d = dout, *restrict o = out;
+    if (acc)
+        for (size_t i = 0; i < n; i++) di[i] += o[i] > 0.0f ? d[i] : 0.0f;
+    else
+        for (size_t i = 0; i < n; i++) di[i] = o[i] > 0.0f ? d[i] : 0.0f;
+}
+
+/* ---- dense --------------------------------------------------------------------- */
+
+void nn_dense_forward(float *out, const float *inp, const float *w, const float *b, int N, int I,
+                      int O, bool relu)
+{
+    /* out[N][O] = inp[N][I] w[I][O] */
+    nn_gemm(false, false, N, O, I, 1.0f, inp, I, w, O, 0.0f, out, O);
+    nn_bias_relu(out, b, N, O, relu);
+}
+
+void nn_dense_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
+                       const float *inp, const float *w, int N, int I, int O, bool relu)
+{
+    if (relu) nn_relu_mask(dout, out, (size_t)N * O);
+    /* dw[I][O] = inp^T[I][N] dout[N][O] */
+    nn_gemm(true, false, I, O, N, 1.0f, inp, I, dout, O, 0.0f, dw, O);
+    if (db) nn_bias_backward(db, dout, N, O);
+    /* dinp[N][I] = dout[N][O] w^T[O][I] */
+    if (dinp) nn_gemm(false, true, N, I, O, 1.0f, dout, O, w, O, acc ? 1.0f : 0.0f, dinp, I);
+}
+
+/* ---- pooling --------------------------------------------------------------------- */
+
+int nn_window_out(int n, int k, int s, int p)
+{
+    if (k <= 0 || s <= 0 || p < 0 || n + 2 * p < k) return 0;
+    return (n + 2 * p - k) / s + 1;
+}
+
+void nn_pool_dims_finish(nn_pool_dims *d)
+{
+    d->OH = nn_window_out(d->H, d->KH, d->SH, d->PH);
+    d->OW = nn_window_out(d->W, d->KW, d->SW, d->PW);
+}
+
+void nn_maxpool_forward(float *out, int32_t *argmax, const float *inp, const nn_pool_dims *d)
+{
+    const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
+    /* Every window holds at least one input position when padding < kernel. */
+    assert(d->PH < d->KH && d->PW < d->KW);
+    for (int n = 0; n < d->N; n++) {
+        const float *img = inp + (size_t)n * H * W * C;
+        for (int oh = 0; oh < OH; oh++) {
+            int h0 = oh * d->SH - d->PH, h1 = h0 + d->KH;
+            h0 = h0 < 0 ? 0 : h0;
+            h1 = h1 > H ? H : h1;
+            for (int ow = 0; ow < OW; ow++) {
+                int w0 = ow * d->SW - d->PW, w1 = w0 + d->KW;
+                w0 = w0 < 0 ? 0 : w0;
+                w1 = w1 > W ? W : w1;
+                size_t o = (((size_t)n * OH + oh) * OW + ow) * C;
+                float *restrict y = out + o;
+                int32_t *restrict a = argmax + o;
+                /* the first position initialises, the others compare */
+                int32_t off0 = (h0 * W + w0) * C;
+                for (int c = 0; c < C; c++) y[c] = img[off0 + c], a[c] = off0 + c;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        int32_t off = (h * W + w) * C;
+                        const float *restrict x = img + off;
+                        for (int c = 0; c < C; c++)
+                            if (x[c] > y[c]) y[c] = x[c], a[c] = off + c;
+                    }
+            }
+        }
+    }
+}
+
+void nn_maxpool_backward(float *dinp, bool acc, const float *dout, const int32_t *argmax,
+                         const nn_pool_dims *d)
+{
+    size_t img_in = (size_t)d->H * d->W * d->C, img_out = (size_t)d->OH * d->OW * d->C;
+    if (!acc) memset(dinp, 0, sizeof(float) * img_in * d->N);
+    for (int n = 0; n < d->N; n++) {
+        float *restrict di = dinp + n * img_in;
+        const float *restrict dy = dout + n * img_out;
+        const int32_t *restrict a = argmax + n * img_out;
+        for (size_t i = 0; i < img_out; i++) di[a[i]] += dy[i];
+    }
+}
+
+void nn_avgpool_forward(float *out, const float *inp, const nn_pool_dims *d)
+{
+    const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
+    assert(d->PH < d->KH && d->PW < d->KW);
+    for (int n = 0; n < d->N; n++) {
+        const float *img = inp + (size_t)n * H * W * C;
+        for (int oh = 0; oh < OH; oh++) {
+            int h0 = oh * d->SH - d->PH, h1 = h0 + d->KH;
+            h0 = h0 < 0 ? 0 : h0;
+            h1 = h1 > H ? H : h1;
+            for (int ow = 0; ow < OW; ow++) {
+                int w0 = ow * d->SW - d->PW, w1 = w0 + d->KW;
+                w0 = w0 < 0 ? 0 : w0;
+                w1 = w1 > W ? W : w1;
+                float *restrict y = out + (((size_t)n * OH + oh) * OW + ow) * C;
+                for (int c = 0; c < C; c++) y[c] = 0.0f;
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        const float *restrict x = img + ((size_t)h * W + w) * C;
+                        for (int c = 0; c < C; c++) y[c] += x[c];
+                    }
+                float scale = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                for (int c = 0; c < C; c++) y[c] *= scale;
+            }
+        }
+    }
+}
+
+void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool_dims *d)
+{
+    const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
+    if (!acc) memset(dinp, 0, sizeof(float) * (size_t)d->N * H * W * C);
+    for (int n = 0; n < d->N; n++) {
+        float *img = dinp + (size_t)n * H * W * C;
+        for (int oh = 0; oh < OH; oh++) {
+            int h0 = oh * d->SH - d->PH, h1 = h0 + d->KH;
+            h0 = h0 < 0 ? 0 : h0;
+            h1 = h1 > H ? H : h1;
+            for (int ow = 0; ow < OW; ow++) {
+                int w0 = ow * d->SW - d->PW, w1 = w0 + d->KW;
+                w0 = w0 < 0 ? 0 : w0;
+                w1 = w1 > W ? W : w1;
+                const float *restrict dy = dout + (((size_t)n * OH + oh) * OW + ow) * C;
+                float scale = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        float *restrict dx = img + ((size_t)h * W + w) * C;
+                        for (int c = 0; c < C; c++) dx[c] += dy[c] * scale;
+                    }
+            }
+        }
+    }
+}
+
+/* ---- dropout --------------------------------------------------------------------- */
+
+void nn_dropout_mask(float *mask, size_t n, float rate, uint64_t seed)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    float keep = 1.0f - rate, scale = 1.0f / keep;
+    /* 24-bit uniforms, two per 64-bit draw */
+    size_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t v = nn_rng_next(&r);
+        float u0 = (float)(v >> 40) * (1.0f / 16777216.0f);
+        float u1 = (float)((v >> 8) & 0xffffff) * (1.0f / 16777216.0f);
+        mask[i] = u0 < keep ? scale : 0.0f;
+        mask[i + 1] = u1 < keep ? scale : 0.0f;
+    }
+    if (i < n) mask[i] = nn_rng_uniform(&r) < keep ? scale : 0.0f;
+}
+
+void nn_dropout_forward(float *out, const float *inp, const float *mask, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * mask[i];
+}
+
+void nn_dropout_backward(float *dinp, bool acc, const float *dout, const float *mask, size_t n)
+{
+    float *restrict di = dinp;
+    const float *restrict d = dout, *restrict mk = mask;
+    if (acc)
+        for (size_t i = 0; i < n; i++) di[i] += d[i] * mk[i];
+    else
+        for (size_t i = 0; i < n; i++) di[i] = d[i] * mk[i];
+}
+
+/* ---- concat ---------------------------------------------------------------------- */
+
+void nn_concat_forward(float *out, const float *const *ins, const int *Cs, int nin, int M)
+{
+    int Ctot = 0;
+    for (int j = 0; j < nin; j++) Ctot += Cs[j];
+    for (int i = 0; i < M; i++) {
+        float *o = out + (size_t)i * Ctot;
+        for (int j = 0; j < nin; j++) {
+            memcpy(o, ins[j] + (size_t)i * Cs[j], sizeof(float) * Cs[j]);
+            o += Cs[j];
+        }
+    }
+}
+
+void nn_concat_backward(float *const *dins, const bool *acc, const float *dout, const int *Cs,
+                        int nin, int M)
+{
+    int Ctot = 0;
+    for (int j = 0; j < nin; j++) Ctot += Cs[j];
+    for (int i = 0; i < M; i++) {
+        const float *d = dout + (size_t)i * Ctot;
+        for (int j = 0; j < nin; j++) {
+            if (dins[j]) {
+                float *restrict di = dins[j] + (size_t)i * Cs[j];
+                if (acc[j])
+                    for (int c = 0; c < Cs[j]; c++) di[c] += d[c];
+                else
+                    memcpy(di, d, sizeof(float) * Cs[j]);
+            }
+            d += Cs[j];
+        }
+    }
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------------- */
+
+double nn_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
+                       float smoothing, int *ncorrect, int32_t *pred)
+{
+    double loss = 0.0;
+    int correct = 0;
+    double off = (double)smoothing / K, on = 1.0 - smoothing + off;
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (size_t)i * K;
+        int y = labels[i];
+        assert(y >= 0 && y < K);
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (z[k] > z[best]) best = k;
+        /* log-sum-exp around the max: no overflow, log of at least 1 */
+        double zmax = z[best], sum = 0.0;
+        for (int k = 0; k < K; k++) sum += exp((double)z[k] - zmax);
+        double lse = log(sum);
+        /* -sum_k q_k (z_k - zmax - lse) with sum_k q_k = 1 */
+        double qz = 0.0;
+        if (smoothing != 0.0f) {
+            for (int k = 0; k < K; k++) qz += off * ((double)z[k] - zmax);
+            qz += (on - off) * ((double)z[y] - zmax);
+        } else {
+            qz = (double)z[y] - zmax;
+        }
+        loss += lse - qz;
+        if (dlogits) {
+            float *dz = dlogits + (size_t)i * K;
+            double inv = 1.0 / sum;
+            for (int k = 0; k < K; k++) {
+                double p = exp((double)z[k] - zmax) * inv;
+                double q = (k == y) ? on : off;
+                dz[k] = (float)((p - q) / N);
+            }
+        }
+        if (best == y) correct++;
+        if (pred) pred[i] = best;
+    }
+    if (ncorrect) *ncorrect = correct;
+    return N > 0 ? loss / N : 0.0;
+}

@@ -1,0 +1,163 @@
+/*
+ * layers.h - the numeric kernels of src/nn (internal): one forward/backward
+ * pair per layer kind over plain float arrays with named dimensions, plus a
+ * small deterministic random-number generator.
+ *
+ * Dimension legend (used in every comment and parameter name here):
+ *   N  batch size             H, W   input height, width       C  input channels
+ *   OH, OW output height, width      K  output channels (conv) or units (dense)
+ *   KH, KW kernel height, width      SH, SW strides            PH, PW zero padding (top, left)
+ *   I, O  dense input / output features     M rows of a [M][C] matrix (M = N*H*W)
+ * Tensors are batch-major NHWC: x[n][h][w][c]. A convolution kernel is
+ * [KH][KW][C][K], a dense kernel [I][O], so both are row-major matrices
+ * that multiply an activation matrix from the right.
+ *
+ * Conventions: "d" prefixes a gradient (dout = dLoss/dout). Backward
+ * functions take `acc`: false = overwrite dinp, true = add into it (a tensor
+ * feeding several layers, as an Inception module's input, sums the gradients
+ * of its consumers). Parameter gradients are always overwritten. A NULL dinp
+ * means "not needed" (the model's input). When `relu` is set, the layer
+ * applies max(0, .) to its output, and its backward first masks dout in place
+ * with out > 0 - dout is then scratch owned by the caller.
+ */
+#ifndef PSTRAIN_NN_LAYERS_H
+#define PSTRAIN_NN_LAYERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- random numbers: splitmix64 to seed, xoshiro256** to draw ---------- */
+
+typedef struct nn_rng {
+    uint64_t s[4];
+} nn_rng;
+
+uint64_t nn_splitmix64(uint64_t *state);
+/* A stream that depends on nothing but `seed`. */
+void nn_rng_seed(nn_rng *r, uint64_t seed);
+uint64_t nn_rng_next(nn_rng *r);
+/* Uniform in [0, 1) with 24 random bits. */
+float nn_rng_uniform(nn_rng *r);
+/* Standard normal (Box-Muller, in double). */
+double nn_rng_normal(nn_rng *r);
+/* Mixes several words into one seed (for per-(seed, step, layer) streams). */
+uint64_t nn_seed_mix(uint64_t a, uint64_t b, uint64_t c);
+
+/* ---- elementwise ---------------------------------------------------------- */
+
+/* out[M][K] += b[K] (bias may be NULL), then ReLU when relu. In place is fine. */
+void nn_bias_relu(float *out, const float *b, int M, int K, bool relu);
+/* db[K] = sum over rows of dout[M][K]. */
+void nn_bias_backward(float *db, const float *dout, int M, int K);
+/* dout[i] = out[i] > 0 ? dout[i] : 0, for n elements. */
+void nn_relu_mask(float *dout, const float *out, size_t n);
+
+/* ReLU as a layer: out = max(0, inp) (in place allowed); dinp = dout*(out>0). */
+void nn_relu_forward(float *out, const float *inp, size_t n);
+void nn_relu_backward(float *dinp, bool acc, const float *dout, const float *out, size_t n);
+
+/* ---- dense ------------------------------------------------------------------ */
+
+/* out[N][O] = inp[N][I] * w[I][O] + b[O] (b may be NULL), then ReLU. */
+void nn_dense_forward(float *out, const float *inp, const float *w, const float *b, int N, int I,
+                      int O, bool relu);
+/* dw[I][O] = inp^T dout, db[O] = column sums (db may be NULL), dinp[N][I] =
+ * dout w^T (dinp may be NULL). dout is masked in place when relu. */
+void nn_dense_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
+                       const float *inp, const float *w, int N, int I, int O, bool relu);
+
+/* ---- conv2d via im2col + nn_gemm ----------------------------------------- */
+
+typedef struct nn_conv_dims {
+    int N, H, W, C;     /* input */
+    int KH, KW, SH, SW; /* kernel and strides */
+    int PH, PW;         /* zero padding at the top and left; bottom/right follow from OH/OW */
+    int OH, OW, K;      /* output */
+} nn_conv_dims;
+
+/* Output size of a window of k with stride s and padding p on both sides
+ * over n inputs: floor((n + 2p - k) / s) + 1; <= 0 when it does not fit. */
+int nn_window_out(int n, int k, int s, int p);
+/* Fills OH/OW from the rest. */
+void nn_conv_dims_finish(nn_conv_dims *d);
+/* Images per im2col chunk (so that a chunk's columns stay in L2) and the
+ * scratch floats the conv needs for max batch N (0 for a 1x1/stride-1/pad-0
+ * conv, which multiplies the input directly). */
+int nn_conv_chunk(const nn_conv_dims *d);
+size_t nn_conv_scratch(const nn_conv_dims *d);
+
+/* out[N][OH][OW][K] = conv(inp[N][H][W][C], w[KH][KW][C][K]) + b[K] (b may
+ * be NULL), then ReLU. scratch: nn_conv_scratch(d) floats. */
+void nn_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
+                       const nn_conv_dims *d, bool relu, float *scratch);
+/* dw (overwritten), db (may be NULL), dinp (may be NULL; acc as above). */
+void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
+                        const float *inp, const float *w, const nn_conv_dims *d, bool relu,
+                        float *scratch);
+
+/* ---- pooling ---------------------------------------------------------------- */
+
+typedef struct nn_pool_dims {
+    int N, H, W, C;
+    int KH, KW, SH, SW, PH, PW;
+    int OH, OW;
+} nn_pool_dims;
+
+void nn_pool_dims_finish(nn_pool_dims *d);
+
+/* Max pool; padded positions never win. argmax[N][OH][OW][C] gets the
+ * winning input offset within the image (h*W + w)*C + c. */
+void nn_maxpool_forward(float *out, int32_t *argmax, const float *inp, const nn_pool_dims *d);
+void nn_maxpool_backward(float *dinp, bool acc, const float *dout, const int32_t *argmax,
+                         const nn_pool_dims *d);
+/* Average pool over the window's positions inside the image (padding is
+ * not counted, as TF's SAME padding). Global average pool: KH=H, KW=W. */
+void nn_avgpool_forward(float *out, const float *inp, const nn_pool_dims *d);
+void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool_dims *d);
+
+/* ---- batch normalization (per channel over M = N*H*W rows) --------------- */
+
+/* Training: normalises with the batch statistics, saves mean[C] and
+ * invstd[C] = 1/sqrt(var + eps) for backward (var biased, over M), writes
+ * the updated moving averages new = momentum*old + (1-momentum)*batch into
+ * new_mean/new_var (batch variance with Bessel's correction M/(M-1), as TF's
+ * fused batch norm and PyTorch), then ReLU. */
+void nn_bn_forward_train(float *out, float *mean, float *invstd, float *new_mean, float *new_var,
+                         const float *inp, const float *gamma, const float *beta,
+                         const float *moving_mean, const float *moving_var, int M, int C,
+                         float momentum, float eps, bool relu);
+/* Inference: normalises with the moving statistics. */
+void nn_bn_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
+                         const float *moving_mean, const float *moving_var, int M, int C, float eps,
+                         bool relu);
+/* dgamma, dbeta overwritten; dinp (may be NULL; acc). dout masked if relu. */
+void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *dout,
+                    const float *out, const float *inp, const float *gamma, const float *mean,
+                    const float *invstd, int M, int C, bool relu);
+
+/* ---- dropout (inverted) ----------------------------------------------------- */
+
+/* mask[i] = 0 with probability rate, else 1/(1-rate), drawn from `seed`;
+ * out = inp * mask. */
+void nn_dropout_mask(float *mask, size_t n, float rate, uint64_t seed);
+void nn_dropout_forward(float *out, const float *inp, const float *mask, size_t n);
+void nn_dropout_backward(float *dinp, bool acc, const float *dout, const float *mask, size_t n);
+
+/* ---- concat along channels ------------------------------------------------- */
+
+/* out[M][sum Ci] = [in0[M][C0] | in1[M][C1] | ...]. */
+void nn_concat_forward(float *out, const float *const *ins, const int *Cs, int nin, int M);
+/* dins[i] (NULL = skip) get their slices of dout; acc[i] per input. */
+void nn_concat_backward(float *const *dins, const bool *acc, const float *dout, const int *Cs,
+                        int nin, int M);
+
+/* ---- softmax cross-entropy --------------------------------------------- */
+
+/* Mean over the batch of -sum_k q_k log softmax(logits)_k with
+ * q = (1-smoothing)*onehot(label) + smoothing/K. dlogits[N][K] (may be NULL)
+ * = (softmax - q)/N. *ncorrect and pred[N] (each may be NULL) from argmax. */
+double nn_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
+                       float smoothing, int *ncorrect, int32_t *pred);
+
+#endif

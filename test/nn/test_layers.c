@@ -1,0 +1,633 @@
+/* test_layers.c - every layer kernel of src/nn against central finite
+ * differences (input and parameter gradients, several shapes including
+ * stride/padding edge cases), plus forward values against naive references.
+ *
+ * The scalar checked is L = sum(out * R) for a fixed random R, so the
+ * analytic gradients come from backward with dout = R. Forward passes are in
+ * float; L is summed in double; eps = 1e-2 keeps float rounding well below
+ * the tolerance. Kinks (ReLU at 0, max-pool ties) are kept away from the
+ * perturbation: max-pool inputs are distinct values 0.05 apart, and for
+ * fused ReLUs a tiny fraction of mismatches is tolerated and reported. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "layers.h"
+#include "pstrain/blas.h"
+#include "pstrain/common.h"
+
+static nn_rng rng;
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = pst_malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = (2.0f * nn_rng_uniform(&rng) - 1.0f) * scale;
+    return v;
+}
+
+static double dot(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* A forward pass that returns L for the current contents of its inputs. */
+typedef double (*loss_fn)(void *ctx);
+
+/* Compares analytic[i] with the central difference of f in x[i], on up to
+ * max_checks indices. Returns the number of mismatches. */
+static int grad_check(const char *what, float *x, size_t n, const float *analytic, loss_fn f,
+                      void *ctx, double max_outlier_frac)
+{
+    const double eps = 1e-2, atol = 2e-3, rtol = 2e-2;
+    size_t step = n > 300 ? n / 300 : 1, checked = 0;
+    int bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < n; i += step) {
+        float save = x[i];
+        x[i] = save + (float)eps;
+        double lp = f(ctx);
+        x[i] = save - (float)eps;
+        double lm = f(ctx);
+        x[i] = save;
+        double num = (lp - lm) / (2 * eps);
+        double err = fabs(num - analytic[i]);
+        double lim = atol + rtol * fmax(fabs(num), fabs(analytic[i]));
+        if (err > lim) {
+            if (bad < 3)
+                fprintf(stderr, "  %s[%zu]: analytic %.6g numeric %.6g\n", what, i, analytic[i],
+                        num);
+            bad++;
+        }
+        if (err / lim > worst) worst = err / lim;
+        checked++;
+    }
+    CHECK(bad <= (int)(max_outlier_frac * checked), "%s: %d of %zu gradients differ", what, bad,
+          checked);
+    if (bad)
+        fprintf(stderr, "  %s: %d of %zu outside tolerance (allowed %.1f%%)\n", what, bad, checked,
+                100 * max_outlier_frac);
+    return bad;
+}
+
+/* A fused ReLU must equal max(0, .) of the plain layer, and its backward
+ * the plain backward with dout masked by out > 0 (kinks make finite
+ * differences of the fused form unreliable, so it is checked this way). */
+static void check_fused(const char *what, const float *plain, const float *fused, size_t n)
+{
+    double maxe = 0;
+    for (size_t i = 0; i < n; i++) maxe = fmax(maxe, fabs((double)plain[i] - fused[i]));
+    CHECK(maxe <= 1e-6, "%s: fused ReLU differs from the plain layer by %g", what, maxe);
+}
+
+static float *masked(const float *R, const float *y, size_t n)
+{
+    float *m = pst_malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) m[i] = y[i] > 0 ? R[i] : 0.0f;
+    return m;
+}
+
+/* ---- dense ----------------------------------------------------------------- */
+
+typedef struct dense_ctx {
+    int N, I, O;
+    bool relu;
+    float *x, *w, *b, *y, *R;
+} dense_ctx;
+
+static double dense_loss(void *p)
+{
+    dense_ctx *c = p;
+    nn_dense_forward(c->y, c->x, c->w, c->b, c->N, c->I, c->O, c->relu);
+    return dot(c->y, c->R, (size_t)c->N * c->O);
+}
+
+static void test_dense(int N, int I, int O, bool relu)
+{
+    dense_ctx c = {N,
+                   I,
+                   O,
+                   relu,
+                   rand_vec((size_t)N * I, 1),
+                   rand_vec((size_t)I * O, 0.5f),
+                   rand_vec(O, 0.5f),
+                   rand_vec((size_t)N * O, 0),
+                   rand_vec((size_t)N * O, 1)};
+    float *dx = rand_vec((size_t)N * I, 1), *dw = rand_vec((size_t)I * O, 1), *db = rand_vec(O, 1);
+    float *dy = rand_vec((size_t)N * O, 0), *prior = rand_vec((size_t)N * I, 1);
+    char what[64];
+    c.relu = false; /* finite differences on the plain layer, the fused one below */
+    dense_loss(&c);
+    memcpy(dy, c.R, sizeof(float) * N * O);
+    nn_dense_backward(dx, false, dw, db, dy, c.y, c.x, c.w, N, I, O, false);
+    /* forward against a naive product */
+    double maxe = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < O; o++) {
+            double s = c.b[o];
+            for (int i = 0; i < I; i++) s += (double)c.x[n * I + i] * c.w[i * O + o];
+            maxe = fmax(maxe, fabs(s - c.y[n * O + o]));
+        }
+    CHECK(maxe < 1e-4, "dense %dx%dx%d forward error %g", N, I, O, maxe);
+    double tol = 0;
+    snprintf(what, sizeof what, "dense %dx%dx%d%s dx", N, I, O, relu ? " relu" : "");
+    grad_check(what, c.x, (size_t)N * I, dx, dense_loss, &c, tol);
+    snprintf(what, sizeof what, "dense %dx%dx%d%s dw", N, I, O, relu ? " relu" : "");
+    grad_check(what, c.w, (size_t)I * O, dw, dense_loss, &c, tol);
+    snprintf(what, sizeof what, "dense %dx%dx%d%s db", N, I, O, relu ? " relu" : "");
+    grad_check(what, c.b, O, db, dense_loss, &c, tol);
+    /* acc: dinp adds to what is there */
+    float *dx2 = rand_vec((size_t)N * I, 0);
+    memcpy(dx2, prior, sizeof(float) * N * I);
+    memcpy(dy, c.R, sizeof(float) * N * O);
+    nn_dense_backward(dx2, true, dw, db, dy, c.y, c.x, c.w, N, I, O, false);
+    maxe = 0;
+    for (int i = 0; i < N * I; i++) maxe = fmax(maxe, fabs(dx2[i] - prior[i] - dx[i]));
+    CHECK(maxe < 1e-5, "dense acc error %g", maxe);
+    if (relu) {
+        size_t ny = (size_t)N * O;
+        dense_loss(&c);
+        float *y0 = pst_malloc(sizeof(float) * ny), *dm = masked(c.R, c.y, ny);
+        float *dxf = rand_vec((size_t)N * I, 1), *dwf = rand_vec((size_t)I * O, 1);
+        float *dbf = rand_vec(O, 1);
+        for (size_t i = 0; i < ny; i++) y0[i] = c.y[i] > 0 ? c.y[i] : 0.0f;
+        nn_dense_backward(dx, false, dw, db, dm, c.y, c.x, c.w, N, I, O, false);
+        c.relu = true;
+        dense_loss(&c);
+        check_fused("dense forward", y0, c.y, ny);
+        memcpy(dy, c.R, sizeof(float) * ny);
+        nn_dense_backward(dxf, false, dwf, dbf, dy, c.y, c.x, c.w, N, I, O, true);
+        check_fused("dense dx", dx, dxf, (size_t)N * I);
+        check_fused("dense dw", dw, dwf, (size_t)I * O);
+        check_fused("dense db", db, dbf, O);
+        free(dxf), free(dwf), free(dbf);
+        free(y0), free(dm);
+    }
+    free(c.x), free(c.w), free(c.b), free(c.y), free(c.R);
+    free(dx), free(dw), free(db), free(dy), free(prior), free(dx2);
+}
+
+/* ---- conv ------------------------------------------------------------------ */
+
+typedef struct conv_ctx {
+    nn_conv_dims d;
+    bool relu, bias;
+    float *x, *w, *b, *y, *R, *scratch;
+} conv_ctx;
+
+static size_t conv_nout(const nn_conv_dims *d)
+{
+    return (size_t)d->N * d->OH * d->OW * d->K;
+}
+
+static double conv_loss(void *p)
+{
+    conv_ctx *c = p;
+    nn_conv2d_forward(c->y, c->x, c->w, c->bias ? c->b : NULL, &c->d, c->relu, c->scratch);
+    return dot(c->y, c->R, conv_nout(&c->d));
+}
+
+/* Direct convolution in double. */
+static double conv_ref_err(const conv_ctx *c)
+{
+    const nn_conv_dims *d = &c->d;
+    double maxe = 0;
+    for (int n = 0; n < d->N; n++)
+        for (int oh = 0; oh < d->OH; oh++)
+            for (int ow = 0; ow < d->OW; ow++)
+                for (int k = 0; k < d->K; k++) {
+                    double s = c->bias ? c->b[k] : 0;
+                    for (int kh = 0; kh < d->KH; kh++)
+                        for (int kw = 0; kw < d->KW; kw++) {
+                            int ih = oh * d->SH - d->PH + kh, iw = ow * d->SW - d->PW + kw;
+                            if (ih < 0 || ih >= d->H || iw < 0 || iw >= d->W) continue;
+                            for (int ci = 0; ci < d->C; ci++)
+                                s += (double)c->x[((n * d->H + ih) * d->W + iw) * d->C + ci] *
+                                     c->w[((kh * d->KW + kw) * d->C + ci) * d->K + k];
+                        }
+                    if (c->relu && s < 0) s = 0;
+                    double y = c->y[((n * d->OH + oh) * d->OW + ow) * d->K + k];
+                    maxe = fmax(maxe, fabs(s - y));
+                }
+    return maxe;
+}
+
+static void test_conv(int N, int H, int W, int C, int K, int KH, int KW, int SH, int SW, int PH,
+                      int PW, bool bias, bool relu)
+{
+    conv_ctx c = {{N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K}, relu, bias, 0, 0, 0, 0, 0, 0};
+    nn_conv_dims_finish(&c.d);
+    const nn_conv_dims *d = &c.d;
+    size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K, ny = conv_nout(d);
+    c.x = rand_vec(nx, 1), c.w = rand_vec(nw, 0.5f), c.b = rand_vec(K, 0.5f);
+    c.y = rand_vec(ny, 0), c.R = rand_vec(ny, 1);
+    c.scratch = rand_vec(nn_conv_scratch(d), 0); /* garbage in scratch must not matter */
+    float *dx = rand_vec(nx, 1), *dw = rand_vec(nw, 1), *db = rand_vec(K, 1), *dy = rand_vec(ny, 0);
+    char tag[96], what[128];
+    snprintf(tag, sizeof tag, "conv N%d %dx%dx%d->%d k%dx%d s%d,%d p%d,%d%s%s", N, H, W, C, K, KH,
+             KW, SH, SW, PH, PW, bias ? " bias" : "", relu ? " relu" : "");
+    c.relu = false; /* finite differences on the plain layer, the fused one below */
+    conv_loss(&c);
+    double fe = conv_ref_err(&c);
+    CHECK(fe < 1e-4, "%s: forward error %g", tag, fe);
+    memcpy(dy, c.R, sizeof(float) * ny);
+    nn_conv2d_backward(dx, false, dw, bias ? db : NULL, dy, c.y, c.x, c.w, d, false, c.scratch);
+    double tol = 0;
+    snprintf(what, sizeof what, "%s dx", tag);
+    grad_check(what, c.x, nx, dx, conv_loss, &c, tol);
+    snprintf(what, sizeof what, "%s dw", tag);
+    grad_check(what, c.w, nw, dw, conv_loss, &c, tol);
+    if (bias) {
+        snprintf(what, sizeof what, "%s db", tag);
+        grad_check(what, c.b, K, db, conv_loss, &c, tol);
+    }
+    /* acc adds; dinp NULL skips the input gradient but still gives dw */
+    float *dx2 = rand_vec(nx, 1), *prior = pst_malloc(sizeof(float) * nx), *dw2 = rand_vec(nw, 1);
+    memcpy(prior, dx2, sizeof(float) * nx);
+    memcpy(dy, c.R, sizeof(float) * ny);
+    nn_conv2d_backward(dx2, true, dw2, NULL, dy, c.y, c.x, c.w, d, false, c.scratch);
+    double maxe = 0, maxw = 0;
+    for (size_t i = 0; i < nx; i++) maxe = fmax(maxe, fabs(dx2[i] - prior[i] - dx[i]));
+    for (size_t i = 0; i < nw; i++) maxw = fmax(maxw, fabs(dw2[i] - dw[i]));
+    CHECK(maxe < 1e-4 && maxw < 1e-4, "%s: acc error %g, dw repeat error %g", tag, maxe, maxw);
+    memcpy(dy, c.R, sizeof(float) * ny);
+    nn_conv2d_backward(NULL, false, dw2, NULL, dy, c.y, c.x, c.w, d, false, c.scratch);
+    maxw = 0;
+    for (size_t i = 0; i < nw; i++) maxw = fmax(maxw, fabs(dw2[i] - dw[i]));
+    CHECK(maxw < 1e-4, "%s: dw without dinp differs by %g", tag, maxw);
+    if (relu) {
+        conv_loss(&c);
+        float *y0 = pst_malloc(sizeof(float) * ny), *dm = masked(c.R, c.y, ny);
+        float *dxf = rand_vec(nx, 1), *dbf = rand_vec(K, 1);
+        for (size_t i = 0; i < ny; i++) y0[i] = c.y[i] > 0 ? c.y[i] : 0.0f;
+        nn_conv2d_backward(dx, false, dw, bias ? db : NULL, dm, c.y, c.x, c.w, d, false, c.scratch);
+        c.relu = true;
+        conv_loss(&c);
+        fe = conv_ref_err(&c);
+        CHECK(fe < 1e-4, "%s: fused forward error %g", tag, fe);
+        check_fused(tag, y0, c.y, ny);
+        memcpy(dy, c.R, sizeof(float) * ny);
+        nn_conv2d_backward(dxf, false, dw2, bias ? dbf : NULL, dy, c.y, c.x, c.w, d, true,
+                           c.scratch);
+        check_fused(tag, dx, dxf, nx);
+        check_fused(tag, dw, dw2, nw);
+        if (bias) check_fused(tag, db, dbf, K);
+        free(y0), free(dm), free(dxf), free(dbf);
+    }
+    free(c.x), free(c.w), free(c.b), free(c.y), free(c.R), free(c.scratch);
+    free(dx), free(dw), free(db), free(dy), free(dx2), free(prior), free(dw2);
+}
+
+/* ---- pooling --------------------------------------------------------------- */
+
+typedef struct pool_ctx {
+    nn_pool_dims d;
+    bool max;
+    float *x, *y, *R;
+    int32_t *arg;
+} pool_ctx;
+
+static double pool_loss(void *p)
+{
+    pool_ctx *c = p;
+    if (c->max)
+        nn_maxpool_forward(c->y, c->arg, c->x, &c->d);
+    else
+        nn_avgpool_forward(c->y, c->x, &c->d);
+    return dot(c->y, c->R, (size_t)c->d.N * c->d.OH * c->d.OW * c->d.C);
+}
+
+static void test_pool(bool max, int N, int H, int W, int C, int KH, int KW, int S, int P)
+{
+    pool_ctx c = {{N, H, W, C, KH, KW, S, S, P, P, 0, 0}, max, 0, 0, 0, 0};
+    nn_pool_dims_finish(&c.d);
+    size_t nx = (size_t)N * H * W * C, ny = (size_t)N * c.d.OH * c.d.OW * C;
+    /* distinct values 0.05 apart, shuffled: no ties within the perturbation */
+    c.x = rand_vec(nx, 0);
+    for (size_t i = 0; i < nx; i++) c.x[i] = 0.05f * (float)i - 0.025f * (float)nx;
+    for (size_t i = nx - 1; i > 0; i--) {
+        size_t j = nn_rng_next(&rng) % (i + 1);
+        float t = c.x[i];
+        c.x[i] = c.x[j], c.x[j] = t;
+    }
+    c.y = rand_vec(ny, 0), c.R = rand_vec(ny, 1);
+    c.arg = pst_malloc(sizeof(int32_t) * ny);
+    float *dx = rand_vec(nx, 1);
+    char what[96];
+    snprintf(what, sizeof what, "%spool N%d %dx%dx%d k%dx%d s%d p%d dx", max ? "max" : "avg", N, H,
+             W, C, KH, KW, S, P);
+    pool_loss(&c);
+    /* forward against a naive window scan */
+    double maxe = 0;
+    const nn_pool_dims *d = &c.d;
+    for (int n = 0; n < N; n++)
+        for (int oh = 0; oh < d->OH; oh++)
+            for (int ow = 0; ow < d->OW; ow++)
+                for (int ch = 0; ch < C; ch++) {
+                    double best = -1e30, sum = 0;
+                    int cnt = 0;
+                    for (int kh = 0; kh < KH; kh++)
+                        for (int kw = 0; kw < KW; kw++) {
+                            int ih = oh * S - P + kh, iw = ow * S - P + kw;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            double v = c.x[((n * H + ih) * W + iw) * C + ch];
+                            best = fmax(best, v), sum += v, cnt++;
+                        }
+                    double ref = max ? best : sum / cnt;
+                    maxe = fmax(maxe, fabs(ref - c.y[((n * d->OH + oh) * d->OW + ow) * C + ch]));
+                }
+    CHECK(maxe < 1e-4, "%s: forward error %g", what, maxe);
+    if (max)
+        nn_maxpool_backward(dx, false, c.R, c.arg, &c.d);
+    else
+        nn_avgpool_backward(dx, false, c.R, &c.d);
+    grad_check(what, c.x, nx, dx, pool_loss, &c, 0);
+    float *dx2 = rand_vec(nx, 1), *prior = pst_malloc(sizeof(float) * nx);
+    memcpy(prior, dx2, sizeof(float) * nx);
+    if (max)
+        nn_maxpool_backward(dx2, true, c.R, c.arg, &c.d);
+    else
+        nn_avgpool_backward(dx2, true, c.R, &c.d);
+    maxe = 0;
+    for (size_t i = 0; i < nx; i++) maxe = fmax(maxe, fabs(dx2[i] - prior[i] - dx[i]));
+    CHECK(maxe < 1e-5, "%s: acc error %g", what, maxe);
+    free(c.x), free(c.y), free(c.R), free(c.arg), free(dx), free(dx2), free(prior);
+}
+
+/* ---- batch norm ------------------------------------------------------------ */
+
+typedef struct bn_ctx {
+    int M, C;
+    bool relu;
+    float *x, *gamma, *beta, *mm, *mv, *y, *R, *mean, *invstd, *nm, *nv;
+} bn_ctx;
+
+static double bn_loss(void *p)
+{
+    bn_ctx *c = p;
+    nn_bn_forward_train(c->y, c->mean, c->invstd, c->nm, c->nv, c->x, c->gamma, c->beta, c->mm,
+                        c->mv, c->M, c->C, 0.99f, 1e-3f, c->relu);
+    return dot(c->y, c->R, (size_t)c->M * c->C);
+}
+
+static void test_bn(int M, int C, bool relu)
+{
+    bn_ctx c = {M, C, relu, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    size_t n = (size_t)M * C;
+    c.x = rand_vec(n, 2);
+    for (size_t i = 0; i < n; i++) c.x[i] += 0.5f; /* a non-zero mean */
+    c.gamma = rand_vec(C, 1), c.beta = rand_vec(C, 1), c.mm = rand_vec(C, 1);
+    c.mv = rand_vec(C, 0.5f);
+    for (int i = 0; i < C; i++) c.mv[i] += 1.0f, c.gamma[i] += 1.5f;
+    c.y = rand_vec(n, 0), c.R = rand_vec(n, 1), c.mean = rand_vec(C, 0), c.invstd = rand_vec(C, 0);
+    c.nm = rand_vec(C, 0), c.nv = rand_vec(C, 0);
+    float *dx = rand_vec(n, 1), *dg = rand_vec(C, 1), *dbeta = rand_vec(C, 1), *dy = rand_vec(n, 0);
+    char tag[64], what[96];
+    snprintf(tag, sizeof tag, "bn M%d C%d%s", M, C, relu ? " relu" : "");
+    bn_loss(&c); /* fused: the statistics and output checks below */
+    /* statistics and the moving averages against a direct computation */
+    for (int ch = 0; ch < C; ch++) {
+        double s = 0, q = 0;
+        for (int i = 0; i < M; i++) s += c.x[i * C + ch];
+        double mean = s / M;
+        for (int i = 0; i < M; i++) q += (c.x[i * C + ch] - mean) * (c.x[i * C + ch] - mean);
+        double var = q / M;
+        CHECK_CLOSE(c.mean[ch], mean, 1e-5, 1e-5, "%s mean", tag);
+        CHECK_CLOSE(c.invstd[ch], 1 / sqrt(var + 1e-3), 1e-5, 1e-5, "%s invstd", tag);
+        CHECK_CLOSE(c.nm[ch], 0.99 * c.mm[ch] + 0.01 * mean, 1e-6, 1e-5, "%s new mean", tag);
+        CHECK_CLOSE(c.nv[ch], 0.99 * c.mv[ch] + 0.01 * q / (M - 1), 1e-6, 1e-5, "%s new var", tag);
+        double y0 = (c.x[ch] - mean) / sqrt(var + 1e-3) * c.gamma[ch] + c.beta[ch];
+        if (relu && y0 < 0) y0 = 0;
+        CHECK_CLOSE(c.y[ch], y0, 1e-5, 1e-4, "%s output", tag);
+    }
+    if (relu) {
+        /* fused backward = plain backward with dout masked by out > 0 */
+        float *dm = masked(c.R, c.y, n), *dxf = rand_vec(n, 1), *dgf = rand_vec(C, 1);
+        float *dbf = rand_vec(C, 1);
+        memcpy(dy, c.R, sizeof(float) * n);
+        nn_bn_backward(dxf, false, dgf, dbf, dy, c.y, c.x, c.gamma, c.mean, c.invstd, M, C, true);
+        c.relu = false;
+        bn_loss(&c);
+        nn_bn_backward(dx, false, dg, dbeta, dm, c.y, c.x, c.gamma, c.mean, c.invstd, M, C, false);
+        check_fused(tag, dx, dxf, n);
+        check_fused(tag, dg, dgf, C);
+        check_fused(tag, dbeta, dbf, C);
+        free(dm), free(dxf), free(dgf), free(dbf);
+    }
+    c.relu = false; /* finite differences on the plain layer */
+    bn_loss(&c);
+    memcpy(dy, c.R, sizeof(float) * n);
+    nn_bn_backward(dx, false, dg, dbeta, dy, c.y, c.x, c.gamma, c.mean, c.invstd, M, C, false);
+    double tol = 0;
+    snprintf(what, sizeof what, "%s dx", tag);
+    grad_check(what, c.x, n, dx, bn_loss, &c, tol);
+    snprintf(what, sizeof what, "%s dgamma", tag);
+    grad_check(what, c.gamma, C, dg, bn_loss, &c, tol);
+    snprintf(what, sizeof what, "%s dbeta", tag);
+    grad_check(what, c.beta, C, dbeta, bn_loss, &c, tol);
+    /* inference uses the moving statistics */
+    nn_bn_forward_infer(c.y, c.x, c.gamma, c.beta, c.mm, c.mv, M, C, 1e-3f, relu);
+    double maxe = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ch = (int)(i % C);
+        double v = (c.x[i] - c.mm[ch]) / sqrt(c.mv[ch] + 1e-3) * c.gamma[ch] + c.beta[ch];
+        if (relu && v < 0) v = 0;
+        maxe = fmax(maxe, fabs(v - c.y[i]));
+    }
+    CHECK(maxe < 1e-4, "%s: inference error %g", tag, maxe);
+    free(c.x), free(c.gamma), free(c.beta), free(c.mm), free(c.mv), free(c.y), free(c.R);
+    free(c.mean), free(c.invstd), free(c.nm), free(c.nv), free(dx), free(dg), free(dbeta), free(dy);
+}
+
+/* ---- relu, dropout, concat -------------------------------------------------- */
+
+typedef struct elem_ctx {
+    size_t n;
+    float *x, *y, *R, *mask;
+} elem_ctx;
+
+static double relu_loss(void *p)
+{
+    elem_ctx *c = p;
+    nn_relu_forward(c->y, c->x, c->n);
+    return dot(c->y, c->R, c->n);
+}
+
+static double dropout_loss(void *p)
+{
+    elem_ctx *c = p;
+    nn_dropout_forward(c->y, c->x, c->mask, c->n);
+    return dot(c->y, c->R, c->n);
+}
+
+static void test_relu_dropout(void)
+{
+    size_t n = 257;
+    elem_ctx c = {n, rand_vec(n, 1), rand_vec(n, 0), rand_vec(n, 1), rand_vec(n, 0)};
+    for (size_t i = 0; i < n; i++) c.x[i] += c.x[i] > 0 ? 0.05f : -0.05f; /* away from the kink */
+    float *dx = rand_vec(n, 0);
+    relu_loss(&c);
+    nn_relu_backward(dx, false, c.R, c.y, n);
+    grad_check("relu dx", c.x, n, dx, relu_loss, &c, 0);
+
+    /* dropout: a fixed mask from a seed */
+    size_t big = 100000;
+    float *mask = rand_vec(big, 0), *mask2 = rand_vec(big, 0);
+    nn_dropout_mask(mask, big, 0.3f, 77);
+    nn_dropout_mask(mask2, big, 0.3f, 77);
+    size_t zeros = 0, other = 0, same = 0;
+    for (size_t i = 0; i < big; i++) {
+        if (mask[i] == 0.0f)
+            zeros++;
+        else if (fabsf(mask[i] - 1.0f / 0.7f) > 1e-6f)
+            other++;
+        same += mask[i] == mask2[i];
+    }
+    CHECK(other == 0, "dropout mask has %zu values other than 0 and 1/keep", other);
+    CHECK(fabs((double)zeros / big - 0.3) < 0.01, "dropout dropped %.4f, expected 0.3",
+          (double)zeros / big);
+    CHECK(same == big, "same seed gave a different mask");
+    nn_dropout_mask(mask2, big, 0.3f, 78);
+    same = 0;
+    for (size_t i = 0; i < big; i++) same += mask[i] == mask2[i];
+    CHECK(same < big * 0.8, "another seed gave (nearly) the same mask: %zu of %zu", same, big);
+    memcpy(c.mask, mask, sizeof(float) * n);
+    dropout_loss(&c);
+    nn_dropout_backward(dx, false, c.R, c.mask, n);
+    grad_check("dropout dx", c.x, n, dx, dropout_loss, &c, 0);
+    free(c.x), free(c.y), free(c.R), free(c.mask), free(dx), free(mask), free(mask2);
+}
+
+typedef struct concat_ctx {
+    int M, Cs[3];
+    float *x[3], *y, *R;
+} concat_ctx;
+
+static double concat_loss(void *p)
+{
+    concat_ctx *c = p;
+    const float *ins[3] = {c->x[0], c->x[1], c->x[2]};
+    nn_concat_forward(c->y, ins, c->Cs, 3, c->M);
+    return dot(c->y, c->R, (size_t)c->M * (c->Cs[0] + c->Cs[1] + c->Cs[2]));
+}
+
+static void test_concat(void)
+{
+    concat_ctx c = {5, {3, 1, 4}, {0, 0, 0}, 0, 0};
+    int Ct = 8;
+    for (int j = 0; j < 3; j++) c.x[j] = rand_vec((size_t)c.M * c.Cs[j], 1);
+    c.y = rand_vec((size_t)c.M * Ct, 0), c.R = rand_vec((size_t)c.M * Ct, 1);
+    concat_loss(&c);
+    CHECK(c.y[Ct + 3] == c.x[1][1] && c.y[4] == c.x[2][0], "concat places channels wrongly");
+    float *dx[3];
+    bool acc[3] = {false, true, false};
+    for (int j = 0; j < 3; j++) dx[j] = rand_vec((size_t)c.M * c.Cs[j], 0);
+    for (int i = 0; i < c.M; i++) dx[1][i] = 1.0f; /* acc: adds to 1 */
+    float *const dxs[3] = {dx[0], dx[1], dx[2]};
+    nn_concat_backward(dxs, acc, c.R, c.Cs, 3, c.M);
+    for (int i = 0; i < c.M; i++) dx[1][i] -= 1.0f;
+    for (int j = 0; j < 3; j++) {
+        char what[32];
+        snprintf(what, sizeof what, "concat dx%d", j);
+        grad_check(what, c.x[j], (size_t)c.M * c.Cs[j], dx[j], concat_loss, &c, 0);
+    }
+    for (int j = 0; j < 3; j++) free(c.x[j]), free(dx[j]);
+    free(c.y), free(c.R);
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------------- */
+
+typedef struct xent_ctx {
+    int N, K;
+    float smoothing;
+    float *z;
+    int32_t *labels;
+} xent_ctx;
+
+static double xent_loss(void *p)
+{
+    xent_ctx *c = p;
+    return nn_softmax_xent(NULL, c->z, c->labels, c->N, c->K, c->smoothing, NULL, NULL);
+}
+
+static void test_xent(float smoothing)
+{
+    xent_ctx c = {6, 5, smoothing, rand_vec(30, 3), pst_malloc(sizeof(int32_t) * 6)};
+    for (int i = 0; i < c.N; i++) c.labels[i] = (i * 3) % c.K;
+    float *dz = rand_vec(30, 0);
+    int32_t pred[6];
+    int correct = -1;
+    double loss = nn_softmax_xent(dz, c.z, c.labels, c.N, c.K, smoothing, &correct, pred);
+    /* loss and accuracy by the textbook formula */
+    double ref = 0;
+    int rc = 0;
+    for (int i = 0; i < c.N; i++) {
+        double s = 0;
+        int best = 0;
+        for (int k = 0; k < c.K; k++) {
+            s += exp(c.z[i * c.K + k]);
+            if (c.z[i * c.K + k] > c.z[i * c.K + best]) best = k;
+        }
+        for (int k = 0; k < c.K; k++) {
+            double q = (1 - smoothing) * (k == c.labels[i]) + smoothing / c.K;
+            ref -= q * log(exp(c.z[i * c.K + k]) / s);
+        }
+        rc += best == c.labels[i];
+        CHECK(pred[i] == best, "pred[%d] = %d, expected %d", i, pred[i], best);
+    }
+    CHECK_CLOSE(loss, ref / c.N, 1e-9, 1e-6, "xent loss (smoothing %g)", smoothing);
+    CHECK(correct == rc, "ncorrect %d, expected %d", correct, rc);
+    char what[48];
+    snprintf(what, sizeof what, "xent smoothing %g dlogits", smoothing);
+    grad_check(what, c.z, 30, dz, xent_loss, &c, 0);
+    /* stable for huge logits; log K for equal ones */
+    for (int i = 0; i < 30; i++) c.z[i] = (i % 5 == 0) ? 1000.0f : -1000.0f;
+    loss = nn_softmax_xent(dz, c.z, c.labels, c.N, c.K, smoothing, NULL, NULL);
+    CHECK(isfinite(loss), "loss not finite for logits of +-1000");
+    for (int i = 0; i < 30; i++) CHECK(isfinite(dz[i]), "dlogits[%d] not finite", i);
+    for (int i = 0; i < 30; i++) c.z[i] = 7.0f;
+    loss = nn_softmax_xent(NULL, c.z, c.labels, c.N, c.K, smoothing, NULL, NULL);
+    CHECK_CLOSE(loss, log(5.0), 1e-9, 1e-6, "equal logits give log K");
+    free(c.z), free(c.labels), free(dz);
+}
+
+int main(void)
+{
+    nn_blis_init();
+    nn_rng_seed(&rng, 12345);
+
+    test_dense(3, 7, 5, false);
+    test_dense(4, 9, 6, true);
+    test_dense(1, 1, 1, false);
+
+    /*          N  H  W  C  K KH KW SH SW PH PW bias relu */
+    test_conv(2, 7, 7, 3, 4, 3, 3, 1, 1, 1, 1, true, false);    /* same padding */
+    test_conv(2, 8, 6, 2, 3, 3, 3, 2, 2, 0, 0, true, false);    /* stride 2, floor drops a row */
+    test_conv(1, 9, 7, 3, 2, 5, 5, 2, 2, 2, 2, false, false);   /* 5x5, stride 2, pad 2 */
+    test_conv(2, 5, 5, 3, 4, 1, 1, 1, 1, 0, 0, true, false);    /* pointwise: direct gemm */
+    test_conv(2, 6, 5, 2, 3, 1, 1, 2, 2, 0, 0, true, false);    /* 1x1 stride 2 */
+    test_conv(1, 7, 5, 2, 3, 2, 3, 1, 2, 1, 0, true, false);    /* non-square everything */
+    test_conv(2, 6, 6, 3, 5, 3, 3, 1, 1, 1, 1, true, true);     /* fused ReLU */
+    test_conv(2, 5, 5, 1, 6, 5, 5, 1, 1, 2, 2, true, true);     /* lenet conv1 shape, C=1 */
+    test_conv(13, 28, 28, 1, 6, 5, 5, 1, 1, 2, 2, true, false); /* several im2col chunks */
+    test_conv(3, 4, 4, 2, 2, 3, 3, 3, 3, 1, 1, false, false);   /* stride 3 */
+
+    test_pool(true, 2, 6, 6, 3, 2, 2, 2, 0);
+    test_pool(true, 1, 7, 7, 2, 3, 3, 2, 1);
+    test_pool(true, 2, 5, 4, 3, 3, 2, 1, 1);
+    test_pool(false, 2, 6, 6, 3, 2, 2, 2, 0);
+    test_pool(false, 1, 7, 7, 2, 3, 3, 1, 1); /* inception tower pool: padding not counted */
+    test_pool(false, 2, 5, 4, 3, 5, 4, 1, 0); /* global average */
+    test_pool(true, 2, 5, 4, 3, 5, 4, 1, 0);  /* global max */
+
+    test_bn(12, 3, false);
+    test_bn(50, 4, true);
+    test_bn(2, 1, false);
+
+    test_relu_dropout();
+    test_concat();
+    test_xent(0.0f);
+    test_xent(0.1f);
+    return check_exit();
+}

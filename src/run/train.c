@@ -358,8 +358,10 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             if (cfg->eval_every > 0 && has_test && b.epoch % cfg->eval_every == 0) {
                 double acc, loss;
                 int64_t n;
-                if (train_evaluate(m, &ds, "test", cfg->batch, &acc, &loss, &n, NULL, e) < 0)
-                    goto out;
+                pipe_lock_ds(p); /* the pipeline's reader shares the file */
+                int er = train_evaluate(m, &ds, "test", cfg->batch, &acc, &loss, &n, NULL, e);
+                pipe_unlock_ds(p);
+                if (er < 0) goto out;
                 metrics_eval(mx, step, b.epoch, "test", acc, loss, n);
             }
             epoch = b.epoch;
@@ -461,9 +463,11 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->wtiming = pst_malloc(sizeof *res->wtiming);
     res->wtiming[0] = tm;
     if (has_test) {
-        if (train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,
-                           &res->test_examples, NULL, e) < 0)
-            goto out;
+        pipe_lock_ds(p);
+        int er = train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,
+                                &res->test_examples, NULL, e);
+        pipe_unlock_ds(p);
+        if (er < 0) goto out;
         res->has_test = true;
         metrics_eval(mx, step, res->epochs, "test", res->test_accuracy, res->test_loss,
                      res->test_examples);

@@ -290,6 +290,7 @@ static int run_idx(const idx_cfg *cfg)
     int nsplits = 1, k = 0, rc = 1;
     char **names = NULL;
     h5w *w = NULL;
+    double t0 = pst_now(); /* the reported time covers reading, checking and writing */
     memset(splits, 0, sizeof splits);
     splits[0] = (idx_split){
         .name = "train", .images_path = cfg->train_images, .labels_path = cfg->train_labels};
@@ -369,7 +370,6 @@ static int run_idx(const idx_cfg *cfg)
         .force = cfg->force,
         .source = source,
     };
-    double t0 = pst_now();
     if (h5w_create(&w, cfg->out, &o, &e) < 0) goto fail;
     pst_progress prog;
     int64_t total = 0, done = 0;

@@ -1,0 +1,121 @@
+/*
+ * pstrain/ps.h - parameter-server shards in RMA windows, and the worker's
+ * side of the sync and async protocols (DESIGN.md section 3).
+ *
+ * PS p (0-based) is MPI rank ps_rank0 + p; worker w is rank worker_rank0 + w.
+ * One MPI_Win_allocate window over the communicator; each PS exposes
+ *   ctl:     int64 lockseq (2*version; odd while the PS writes parameters),
+ *            done (1 once the step limit is reached)
+ *   stamps:  per worker 64 bytes: int64 seq, version, ticket, count, step, ack
+ *   params:  its shard: the plan's ranges back to back (place_range.ps_offset)
+ *   grads:   per worker one shard-sized gradient slot (sync mode, and async
+ *            mode with a stateful optimizer)
+ * Every rank holds MPI_Win_lock_all(MPI_MODE_NOCHECK) for the run.
+ *
+ * Sync (SyncReplicasOptimizer): a worker pulls every PS's ranges with
+ * MPI_Get under the seqlock (lockseq equal and even before and after), trains,
+ * MPI_Puts its gradient (and the new batch-norm statistics) into its slot,
+ * flushes, puts {version, ticket, count, step}, flushes, and finally puts
+ * seq: the stamp is written after the data. The PS takes R fresh gradients
+ * (stamp version == its version; first R by arrival), counts the others as
+ * dropped_stale, sums the taken ones in ticket order, divides by their
+ * number, applies the optimizer to its trainable ranges and copies the
+ * averaged new statistics into the non-trainable ranges, then bumps its
+ * version. A worker waits for a newer version on every PS before it takes
+ * its next ticket. With R == W (the default) this makes the W gradients of
+ * version v exactly tickets [vW, vW+W) whatever the timing, and the sum order
+ * is fixed, so the final variables are bitwise reproducible for any number
+ * of PS, placement or transport. With R < W (backup workers) every version
+ * still applies R fresh gradients in ticket order and no gradient is applied
+ * twice, but which tickets are taken depends on arrival order, and each PS
+ * chooses independently: runs are not reproducible.
+ *
+ * Async: with plain SGD the worker MPI_Accumulates -lr*g (MPI_SUM) straight
+ * into the parameters and MPI_REPLACEs the new statistics; the PS only
+ * serves progress. With stateful optimizers the worker puts its gradient
+ * into its slot (waiting first until the PS acknowledged the previous one)
+ * and the PS applies each gradient as it arrives with lr from the global step
+ * the worker drew. Gets may see a mix of old and new elements (Hogwild).
+ *
+ * End: a worker that is done puts an end stamp (count -1) on every PS. A PS
+ * serves until every worker has ended.
+ */
+#ifndef PSTRAIN_PS_H
+#define PSTRAIN_PS_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pstrain/common.h"
+#include "pstrain/optim.h"
+#include "pstrain/placement.h"
+#include "pstrain/train.h"
+
+typedef struct ps_shard ps_shard;
+
+typedef struct ps_layout {
+    int ps_rank0;     /* rank of PS 0 */
+    int worker_rank0; /* rank of worker 0 */
+    int nworkers;
+    bool grad_slots; /* sync, or async with a stateful optimizer */
+} ps_layout;
+
+/* Creates the window: collective over comm. On PS ranks `init` is the
+ * model's full initial parameter slab, copied into the shard. The plan must
+ * outlive the handle. Returns 0 or -1 with a message. */
+int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layout *lay,
+           const float *init, pst_err *e);
+/* Collective. */
+void ps_free(ps_shard *s);
+
+/* ---- PS side ---- */
+
+typedef struct ps_serve_cfg {
+    train_mode mode;
+    int replicas; /* R (sync), 1..nworkers */
+    opt_cfg opt;
+    lr_schedule sched;
+    int64_t max_versions; /* sync: stop after this many updates (0 = no limit) */
+    /* Called about every report_secs with {version, applied, dropped_stale,
+     * apply, idle, cpu}; may be NULL. */
+    void (*report)(void *ctx, const double *vals, int n);
+    void *report_ctx;
+    double report_secs;
+} ps_serve_cfg;
+
+typedef struct ps_serve_stats {
+    int64_t version;       /* sync: updates applied (= global steps) */
+    int64_t applied;       /* gradients applied */
+    int64_t dropped_stale; /* sync: gradients computed from an old version */
+    double apply, idle, wall, cpu;
+} ps_serve_stats;
+
+/* The PS service loop: runs until every worker has ended. */
+int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e);
+
+/* ---- worker side (and the root's final pull) ---- */
+
+/* Gets every range of every PS into the full slab `params`. consistent:
+ * retry until each PS's lockseq is even and unchanged around its Get;
+ * versions (may be NULL) receives each PS's version. */
+void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions);
+/* Waits until every PS's version is > after[p] or the PS is done; returns
+ * true if any PS is done. now[p] (may be NULL) receives the versions seen
+ * (an even lockseq: no write in progress). `wait` accumulates seconds. */
+bool ps_wait_newer(ps_shard *s, const int64_t *after, int64_t *now, double *wait);
+/* Sync / async-stateful push of the full gradient slab into worker w's slots
+ * (stamp version = versions[p] for PS p). */
+void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64_t *versions,
+             int64_t step, int count);
+/* Async stateful: waits until every PS consumed worker w's last push. */
+void ps_wait_acked(ps_shard *s, int w, double *wait);
+/* Async SGD: params += -lr*grads (trainable ranges), params = grads
+ * (non-trainable), by MPI_Accumulate. scratch: a slab-sized buffer. */
+void ps_accumulate(ps_shard *s, const float *grads, float lr, float *scratch);
+/* Worker w is done: end stamp on every PS. */
+void ps_push_end(ps_shard *s, int w);
+
+int ps_count(const ps_shard *s);
+
+#endif

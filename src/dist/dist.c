@@ -1,0 +1,675 @@
+/*
+ * dist.c - distributed training: roles, start-up checks, the worker loop,
+ * and the end of a run (final variables, evaluation, accounting).
+ *
+ * Roles (DESIGN.md 1): rank 0 root (input pipeline -> batch ring, metrics,
+ * summary), ranks 1..P parameter servers (ps.c), ranks P+1..N-1 workers.
+ * Every rank builds the same model from the same seed (so initial
+ * variables agree without a broadcast), the same placement plan, and joins
+ * two windows: the root's batch ring (feed.c) and the PS shards (ps.c).
+ *
+ * Termination: the root knows the number of batches T in advance (epochs x
+ * batches per epoch, capped by --steps), publishes end-of-data markers after
+ * them and serves until every worker has called feed_finish; a PS serves
+ * until every worker has put its end stamp. In sync mode with --steps and
+ * backup workers the PS raises `done` after S updates instead. Afterwards
+ * all ranks meet in collectives: the root pulls the final variables, gathers
+ * the workers' example logs and timings, evaluates and fills the result.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+
+#include "dist_internal.h"
+#include "pstrain/blas.h"
+#include "pstrain/feed.h"
+#include "pstrain/h5ds.h"
+#include "pstrain/metrics.h"
+#include "pstrain/model.h"
+#include "pstrain/pipeline.h"
+#include "pstrain/placement.h"
+#include "pstrain/ps.h"
+#include "pstrain/train.h"
+
+/* Worker report record in the root's window (doubles). */
+enum {
+    WR_STEPS,
+    WR_EXAMPLES,
+    WR_LOSS,
+    WR_CORRECT,
+    WR_WAIT_DATA,
+    WR_PULL,
+    WR_COMPUTE,
+    WR_PUSH,
+    WR_WAIT_VERSION,
+    WR_LAST_STEP,
+    WR_EPOCH,
+    WR_N
+};
+/* PS report record: version, applied, dropped, apply, idle, cpu */
+enum { PR_VERSION, PR_APPLIED, PR_DROPPED, PR_APPLY, PR_IDLE, PR_CPU, PR_N };
+
+/* What the root tells everybody before any window exists. */
+typedef struct start_info {
+    int ok;
+    int height, width, channels, classes;
+    float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
+    int64_t per_epoch; /* examples per epoch */
+    int64_t bpe;       /* batches per epoch */
+    int64_t total;     /* batches to publish, -1 = until the workers stop */
+    int64_t max_versions;
+    char msg[PST_ERR_LEN];
+} start_info;
+
+static void die_hook(int status)
+{
+    MPI_Abort(MPI_COMM_WORLD, status ? status : 1);
+}
+
+/* Checks that do not need the data: identical on every rank, so every rank
+ * refuses a bad configuration the same way, before any window exists. */
+static int check_config(const train_cfg *c, int size, pst_err *e)
+{
+    const int P = c->ps, W = size - 1 - c->ps;
+    if (P < 1)
+        return pst_fail(e,
+                        "--ps %d: distributed training needs at least one parameter server "
+                        "(run with --ps 1 or more, and at least 3 ranks: root, PS, worker)",
+                        P);
+    if (W < 1)
+        return pst_fail(e,
+                        "--ps %d with %d MPI ranks leaves no worker: %d ranks are needed at "
+                        "least (1 root + %d PS + 1 or more workers), e.g. mpirun -np %d",
+                        P, size, P + 2, P, P + 2);
+    if (c->replicas_to_aggregate < 0 || c->replicas_to_aggregate > W)
+        return pst_fail(e,
+                        "--replicas-to-aggregate %d with %d workers: expected 1..%d (more "
+                        "replicas than workers needs at least %d ranks with --ps %d)",
+                        c->replicas_to_aggregate, W, W, 1 + P + c->replicas_to_aggregate, P);
+    if (c->batch < 1) return pst_fail(e, "--batch: expected a positive integer");
+    if (!(c->lr >= 0)) return pst_fail(e, "--lr: expected a non-negative number");
+    if (c->epochs < 0 || c->steps < 0)
+        return pst_fail(e, "--epochs/--steps: expected non-negative values");
+    if (c->epochs == 0 && c->steps == 0)
+        return pst_fail(e, "nothing to do: give --epochs E or --steps S");
+    if (c->placement == PLACE_PARTITION && c->partition_bytes <= 0)
+        return pst_fail(e, "--partition-bytes: expected a positive number of bytes");
+    return 0;
+}
+
+/* ---- root: metrics ticks -------------------------------------------------- */
+
+typedef struct root_ctx {
+    const train_cfg *cfg;
+    feed *f;
+    metrics *mx;
+    int P, W;
+    lr_schedule sched;
+    int64_t total_steps;
+    double t0;
+    double prev[64][WR_N]; /* previous worker records (first 64 workers) */
+    double last_loss;
+    bool have_loss;
+} root_ctx;
+
+static void root_tick(void *vctx)
+{
+    root_ctx *c = vctx;
+    double steps = 0, dsteps = 0, ex = 0, dex = 0, dloss = 0, dcorrect = 0;
+    double last_step = 0;
+    int epoch = 0;
+    worker_timing wt = {0};
+    int nw = PST_MIN(c->W, 64);
+    for (int w = 0; w < c->W; w++) {
+        const double *r = feed_report_of(c->f, 1 + c->P + w);
+        steps += r[WR_STEPS];
+        ex += r[WR_EXAMPLES];
+        last_step = PST_MAX(last_step, r[WR_LAST_STEP]);
+        epoch = PST_MAX(epoch, (int)r[WR_EPOCH]);
+        if (w < nw) {
+            double *p = c->prev[w];
+            double ds = r[WR_STEPS] - p[WR_STEPS];
+            dsteps += ds;
+            dex += r[WR_EXAMPLES] - p[WR_EXAMPLES];
+            dloss += r[WR_LOSS] - p[WR_LOSS];
+            dcorrect += r[WR_CORRECT] - p[WR_CORRECT];
+            if (r[WR_STEPS] > 0) {
+                wt.wait_data += r[WR_WAIT_DATA] / r[WR_STEPS] / nw;
+                wt.pull += r[WR_PULL] / r[WR_STEPS] / nw;
+                wt.compute += r[WR_COMPUTE] / r[WR_STEPS] / nw;
+                wt.push += r[WR_PUSH] / r[WR_STEPS] / nw;
+                wt.wait_version += r[WR_WAIT_VERSION] / r[WR_STEPS] / nw;
+            }
+            memcpy(p, r, sizeof(double) * WR_N);
+        }
+    }
+    ps_timing pt = {0};
+    double version = 0;
+    for (int p = 0; p < c->P; p++) {
+        const double *r = feed_report_of(c->f, 1 + p);
+        version = PST_MAX(version, r[PR_VERSION]);
+        pt.apply += r[PR_APPLY] / c->P;
+        pt.idle += r[PR_IDLE] / c->P;
+        pt.cpu += r[PR_CPU] / c->P;
+    }
+    if (dsteps <= 0) return;
+    int64_t step = c->cfg->mode == TRAIN_SYNC ? (int64_t)version : (int64_t)steps;
+    double el = pst_now() - c->t0;
+    c->last_loss = dloss / dsteps;
+    c->have_loss = true;
+    metrics_step_rec rec = {.step = step,
+                            .total_steps = c->total_steps,
+                            .epoch = epoch,
+                            .loss = c->last_loss,
+                            .accuracy = dex > 0 ? dcorrect / dex : 0,
+                            .lr = lr_at(&c->sched, step),
+                            .images_per_sec = el > 0 ? ex / el : 0,
+                            .worker = &wt,
+                            .ps = &pt};
+    (void)last_step;
+    metrics_step(c->mx, &rec);
+}
+
+static int pipe_source(void *ctx, pipe_batch *b, pst_err *e)
+{
+    return pipe_next(ctx, b, e);
+}
+
+typedef struct ps_report_ctx {
+    feed *f;
+} ps_report_ctx;
+
+static void ps_report(void *ctx, const double *vals, int n)
+{
+    feed *f = ((ps_report_ctx *)ctx)->f;
+    feed_report(f, vals, n);
+    feed_flush(f);
+}
+
+/* ---- worker --------------------------------------------------------------- */
+
+typedef struct i64vec {
+    int64_t *a;
+    size_t n, cap;
+} i64vec;
+
+static void vec_push(i64vec *v, int64_t x)
+{
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 4096;
+        v->a = pst_realloc(v->a, sizeof *v->a * v->cap);
+    }
+    v->a[v->n++] = x;
+}
+
+typedef struct worker_args {
+    const train_cfg *cfg;
+    const start_info *info;
+    nn_model *m;
+    feed *f;
+    ps_shard *s;
+    int w, P, W, R;
+    lr_schedule sched;
+} worker_args;
+
+/* The worker loop. Fills the example log (ticket, step, epoch, count, ids...)
+ * and its report record. */
+static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
+{
+    const train_cfg *cfg = a->cfg;
+    const start_info *in = a->info;
+    const int64_t px = (int64_t)in->height * in->width * in->channels;
+    float *x = pst_aligned_alloc(sizeof(float) * (size_t)(cfg->batch * px));
+    float *params = nn_model_params(a->m), *grads = nn_model_grads(a->m);
+    const size_t nparam = nn_model_size(a->m);
+    const bool sync = cfg->mode == TRAIN_SYNC;
+    const bool accumulate = !sync && cfg->opt.kind == OPT_SGD;
+    float *scratch = accumulate ? pst_aligned_alloc(sizeof(float) * nparam) : NULL;
+    int64_t *versions = pst_calloc((size_t)a->P, sizeof *versions);
+    int64_t *now = pst_calloc((size_t)a->P, sizeof *now);
+    worker_timing tm = {0};
+    memset(rec, 0, sizeof(double) * WR_N);
+    bool pushed = false;
+    for (;;) {
+        rec[WR_WAIT_DATA] = tm.wait_data, rec[WR_PULL] = tm.pull, rec[WR_COMPUTE] = tm.compute;
+        rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
+        feed_report(a->f, rec, WR_N); /* completes with feed_take's flush */
+        feed_batch b;
+        if (!feed_take(a->f, &b, &tm.wait_data)) break;
+
+        double t0 = pst_now();
+        if (sync && a->R < a->W)
+            ps_pull(a->s, params, true, versions);
+        else
+            ps_pull(a->s, params, false, NULL);
+        double t1 = pst_now();
+        pipe_normalize(b.pixels, (int64_t)b.count * px / in->channels, in->channels, in->mean,
+                       in->std, x);
+        int ncorrect = 0;
+        /* the ticket seeds dropout: results do not depend on which worker
+         * computed which batch */
+        float loss = nn_model_train_step(a->m, x, b.labels, b.count, b.ticket, &ncorrect);
+        if (!isfinite(loss))
+            dist_fatal("loss is %s at batch %lld (epoch %d): training diverged; lower --lr",
+                       isnan(loss) ? "NaN" : "Inf", (long long)b.ticket, b.epoch + 1);
+        double t2 = pst_now();
+        int64_t step;
+        if (sync) {
+            step = versions[0];
+            ps_push(a->s, a->w, grads, b.ticket, versions, step, b.count);
+        } else if (accumulate) {
+            step = feed_next_step(a->f);
+            ps_accumulate(a->s, grads, lr_at(&a->sched, step), scratch);
+        } else {
+            if (pushed) ps_wait_acked(a->s, a->w, &tm.push);
+            step = feed_next_step(a->f);
+            ps_push(a->s, a->w, grads, b.ticket, NULL, step, b.count);
+            pushed = true;
+        }
+        double t3 = pst_now();
+        tm.pull += t1 - t0;
+        tm.compute += t2 - t1;
+        tm.push += t3 - t2;
+        rec[WR_STEPS] += 1;
+        rec[WR_EXAMPLES] += b.count;
+        rec[WR_LOSS] += loss;
+        rec[WR_CORRECT] += ncorrect;
+        rec[WR_LAST_STEP] = (double)step;
+        rec[WR_EPOCH] = b.epoch;
+        vec_push(log, b.ticket);
+        vec_push(log, step);
+        vec_push(log, b.epoch);
+        vec_push(log, b.count);
+        for (int i = 0; i < b.count; i++) vec_push(log, b.ids[i]);
+        if (sync) {
+            bool done = ps_wait_newer(a->s, versions, now, &tm.wait_version);
+            memcpy(versions, now, sizeof *now * (size_t)a->P);
+            if (done) break;
+        }
+    }
+    /* an async gradient still unread would be lost under the end stamp */
+    if (pushed) ps_wait_acked(a->s, a->w, &tm.push);
+    ps_push_end(a->s, a->w);
+    rec[WR_WAIT_DATA] = tm.wait_data, rec[WR_PULL] = tm.pull, rec[WR_COMPUTE] = tm.compute;
+    rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
+    feed_report(a->f, rec, WR_N);
+    feed_finish(a->f);
+    free(x), free(scratch), free(versions), free(now);
+}
+
+/* ---- end of the run on the root ------------------------------------------------ */
+
+/* Per-epoch accounting from the gathered logs; writes the trace file. */
+static int account(const train_cfg *cfg, train_result *res, const int64_t *all, const int *counts,
+                   const int *displs, int first_worker, int W, int64_t per_epoch, pst_err *e)
+{
+    FILE *trace = NULL;
+    if (cfg->trace_path) {
+        trace = fopen(cfg->trace_path, "w");
+        if (!trace) return pst_fail(e, "%s: cannot write the example trace", cfg->trace_path);
+    }
+    int nep = 0;
+    for (int w = 0; w < W; w++) {
+        const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+        while (p < end) {
+            nep = PST_MAX(nep, (int)p[2] + 1);
+            p += 4 + p[3];
+        }
+    }
+    res->nepochs_stats = nep;
+    res->epoch_stats = pst_calloc((size_t)(nep ? nep : 1), sizeof *res->epoch_stats);
+    uint8_t *seen = pst_calloc((size_t)(nep ? nep : 1) * (size_t)per_epoch, 1);
+    for (int i = 0; i < nep; i++) {
+        res->epoch_stats[i].epoch = i;
+        res->epoch_stats[i].nworkers = W;
+        res->epoch_stats[i].per_worker = pst_calloc((size_t)W, sizeof(int64_t));
+    }
+    int64_t bad_ids = 0;
+    for (int w = 0; w < W; w++) {
+        const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+        while (p < end) {
+            int64_t ticket = p[0], step = p[1], count = p[3];
+            int ep = (int)p[2];
+            epoch_stats *es = &res->epoch_stats[ep];
+            es->examples += count;
+            es->per_worker[w] += count;
+            uint8_t *s = seen + (size_t)ep * (size_t)per_epoch;
+            for (int64_t i = 0; i < count; i++) {
+                int64_t id = p[4 + i];
+                if (id < 0 || id >= per_epoch)
+                    bad_ids++;
+                else if (s[id] < 255)
+                    s[id]++;
+            }
+            if (trace) {
+                fprintf(trace,
+                        "{\"worker\":%d,\"step\":%lld,\"ticket\":%lld,\"epoch\":%d,\"ids\":[", w,
+                        (long long)step, (long long)ticket, ep);
+                for (int64_t i = 0; i < count; i++)
+                    fprintf(trace, "%s%lld", i ? "," : "", (long long)p[4 + i]);
+                fputs("]}\n", trace);
+            }
+            p += 4 + count;
+        }
+    }
+    for (int i = 0; i < nep; i++) {
+        epoch_stats *es = &res->epoch_stats[i];
+        const uint8_t *s = seen + (size_t)i * (size_t)per_epoch;
+        int64_t unique = 0;
+        for (int64_t j = 0; j < per_epoch; j++) unique += s[j] != 0;
+        es->unique = unique;
+        es->duplicates = es->examples - unique;
+        es->missing = per_epoch - unique;
+    }
+    free(seen);
+    int rc = 0;
+    if (trace && fclose(trace) != 0)
+        rc = pst_fail(e, "%s: write error on the example trace", cfg->trace_path);
+    if (bad_ids) rc = pst_fail(e, "%lld example ids outside the data set", (long long)bad_ids);
+    return rc;
+}
+
+static int dump_params(const char *path, const float *p, size_t n, pst_err *e)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return pst_fail(e, "%s: cannot write the parameter dump", path);
+    size_t w = fwrite(p, sizeof(float), n, f);
+    if (fclose(f) != 0 || w != n) return pst_fail(e, "%s: write error on the parameter dump", path);
+    return 0;
+}
+
+/* ---- dist_train ------------------------------------------------------------------ */
+
+int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
+{
+    memset(res, 0, sizeof *res);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (check_config(cfg, size, e) < 0) return -1;
+    const int P = cfg->ps, W = size - 1 - P;
+    const int R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
+    const bool is_root = rank == 0, is_ps = rank >= 1 && rank <= P; /* else a worker */
+    const int worker_id = rank - 1 - P;
+
+    static char progname[64]; /* pst_set_progname keeps the pointer */
+    char role[32];
+    if (is_root)
+        snprintf(role, sizeof role, "root");
+    else if (is_ps)
+        snprintf(role, sizeof role, "ps %d", rank);
+    else
+        snprintf(role, sizeof role, "worker %d", worker_id);
+    dist_set_role(role);
+    const char *old_progname = pst_progname();
+    snprintf(progname, sizeof progname, "rank %d (%s)", rank, role);
+    pst_set_progname(progname);
+    pst_set_die_hook(die_hook);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short back-off sleeps stay short */
+    nn_blis_init();
+
+    int rc = -1;
+    h5ds ds;
+    memset(&ds, 0, sizeof ds);
+    bool ds_open = false;
+    nn_model *m = NULL;
+    place_plan *plan = NULL;
+    pipeline *pl = NULL;
+    feed *f = NULL;
+    ps_shard *sh = NULL;
+    metrics *mx = NULL;
+    i64vec log = {0};
+    int64_t *all = NULL;
+    int *counts = NULL, *displs = NULL;
+    double *recs = NULL;
+    start_info info;
+    memset(&info, 0, sizeof info);
+
+    /* 1. the root opens the data and starts the pipeline; everybody learns
+     * the image geometry and the number of batches */
+    if (is_root) {
+        info.ok = 1;
+        if (h5ds_open(&ds, cfg->data_path, e) < 0) {
+            info.ok = 0;
+        } else {
+            ds_open = true;
+            const char *split = cfg->pipe.split ? cfg->pipe.split : "train";
+            if (!h5ds_find_split(&ds, split)) {
+                pst_fail(e, "%s: no /%s split to train on", cfg->data_path, split);
+                info.ok = 0;
+            }
+        }
+        if (info.ok) {
+            info.height = ds.height, info.width = ds.width, info.channels = ds.channels;
+            info.classes = ds.num_classes;
+            memcpy(info.mean, ds.mean, sizeof info.mean);
+            memcpy(info.std, ds.std, sizeof info.std);
+        }
+        if (info.ok && !cfg->dry_run) {
+            pipe_cfg pc = cfg->pipe;
+            pc.batch = cfg->batch;
+            pc.seed = cfg->seed;
+            pc.epochs = cfg->epochs;
+            if (pipe_new(&pl, &ds, &pc, e) < 0) {
+                info.ok = 0;
+            } else {
+                info.bpe = pipe_batches_per_epoch(pl);
+                info.per_epoch = pipe_examples_per_epoch(pl);
+                int64_t by_epochs = cfg->epochs ? cfg->epochs * info.bpe : -1;
+                int64_t by_steps = -1;
+                if (cfg->steps) {
+                    if (cfg->mode == TRAIN_ASYNC)
+                        by_steps = cfg->steps;
+                    else if (R == W)
+                        by_steps = cfg->steps * W; /* W tickets per version */
+                    else
+                        info.max_versions = cfg->steps; /* PS raise `done` */
+                }
+                info.total = by_epochs < 0  ? by_steps
+                             : by_steps < 0 ? by_epochs
+                                            : PST_MIN(by_epochs, by_steps);
+                if (cfg->mode == TRAIN_SYNC && cfg->steps && R == W) info.max_versions = cfg->steps;
+            }
+        }
+        if (!info.ok) snprintf(info.msg, sizeof info.msg, "%s", e->msg);
+    }
+    MPI_OK(MPI_Bcast(&info, (int)sizeof info, MPI_BYTE, 0, MPI_COMM_WORLD));
+    if (!info.ok) {
+        if (!is_root) snprintf(e->msg, sizeof e->msg, "%s", info.msg);
+        goto out;
+    }
+
+    /* 2. the same model (same seed: same initial variables) and plan everywhere */
+    nn_model_cfg mc = {.name = cfg->model,
+                       .height = info.height,
+                       .width = info.width,
+                       .channels = info.channels,
+                       .num_classes = info.classes,
+                       .max_batch = is_ps ? 1 : cfg->batch,
+                       .seed = cfg->seed,
+                       .weight_decay = cfg->weight_decay,
+                       .label_smoothing = cfg->label_smoothing};
+    int ok = nn_model_new(&m, &mc, e) == 0;
+    if (ok) {
+        int nv = nn_model_nvars(m);
+        nn_var *vars = pst_malloc(sizeof *vars * (size_t)(nv ? nv : 1));
+        for (int i = 0; i < nv; i++) vars[i] = *nn_model_var(m, i);
+        ok = place_plan_new(&plan, vars, nv, P, cfg->placement, cfg->partition_bytes, e) == 0;
+        free(vars);
+    }
+    int all_ok = 0;
+    MPI_OK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (!all_ok) {
+        if (ok) pst_fail(e, "model or placement set-up failed on another rank");
+        goto out;
+    }
+    if (is_root && !cfg->quiet) {
+        fprintf(stderr, "%d ranks: root, %d PS, %d workers; mode %s, R = %d\n", size, P, W,
+                cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
+        place_plan_print(plan, stderr);
+    }
+    if (cfg->dry_run) {
+        if (is_root) {
+            nn_model_describe(m, stdout);
+            place_plan_print(plan, stdout);
+        }
+        rc = 0;
+        goto out;
+    }
+
+    /* 3. windows */
+    feed_geom fg = {.batch = cfg->batch,
+                    .example_bytes = (int64_t)info.height * info.width * info.channels,
+                    .nslots = 2 * W + 2,
+                    .nworkers = W};
+    ok = feed_new(&f, MPI_COMM_WORLD, 0, &fg, e) == 0;
+    if (!ok) dist_fatal("%s", e->msg);
+    ps_layout lay = {.ps_rank0 = 1,
+                     .worker_rank0 = 1 + P,
+                     .nworkers = W,
+                     .grad_slots = cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD};
+    if (ps_new(&sh, MPI_COMM_WORLD, plan, &lay, nn_model_params(m), e) < 0)
+        dist_fatal("%s", e->msg);
+
+    lr_schedule sched = {.base = cfg->lr,
+                         .decay = cfg->lr_decay,
+                         .decay_epochs = cfg->lr_decay_epochs,
+                         .steps_per_epoch = cfg->mode == TRAIN_SYNC
+                                                ? PST_MAX((info.bpe + R - 1) / R, 1)
+                                                : PST_MAX(info.bpe, 1)};
+
+    /* 4. the roles */
+    double my_rec[FEED_REPORT_WORDS] = {0};
+    double t_train = 0;
+    feed_serve_stats fst = {0};
+    if (is_root) {
+        if (metrics_open(&mx, cfg->metrics_path, !cfg->quiet, e) < 0) dist_fatal("%s", e->msg);
+        root_ctx *rctx = pst_calloc(1, sizeof *rctx);
+        rctx->cfg = cfg, rctx->f = f, rctx->mx = mx, rctx->P = P, rctx->W = W;
+        rctx->sched = sched;
+        rctx->total_steps = cfg->mode == TRAIN_SYNC
+                                ? (info.max_versions ? info.max_versions : (info.total + W - 1) / W)
+                                : info.total;
+        rctx->t0 = pst_now();
+        int src = feed_root_serve(f, info.total, pipe_source, pl, root_tick, rctx,
+                                  cfg->log_every > 0 ? cfg->log_every : 1.0, &fst, e);
+        if (src < 0) dist_fatal("%s", e->msg);
+        root_tick(rctx); /* the final interval */
+        if (rctx->have_loss) res->final_loss = (float)rctx->last_loss;
+        t_train = fst.wall;
+        free(rctx);
+    } else if (is_ps) {
+        ps_report_ctx rc_ctx = {f};
+        ps_serve_cfg sc = {.mode = cfg->mode,
+                           .replicas = R,
+                           .opt = cfg->opt,
+                           .sched = sched,
+                           .max_versions = info.max_versions,
+                           .report = ps_report,
+                           .report_ctx = &rc_ctx,
+                           .report_secs = 0.25};
+        ps_serve_stats pst;
+        if (ps_serve(sh, &sc, &pst, e) < 0) dist_fatal("%s", e->msg);
+        my_rec[0] = (double)pst.version, my_rec[1] = (double)pst.applied;
+        my_rec[2] = (double)pst.dropped_stale, my_rec[3] = pst.apply, my_rec[4] = pst.idle;
+        my_rec[5] = pst.cpu, my_rec[6] = pst.wall;
+    } else {
+        worker_args wa = {.cfg = cfg,
+                          .info = &info,
+                          .m = m,
+                          .f = f,
+                          .s = sh,
+                          .w = worker_id,
+                          .P = P,
+                          .W = W,
+                          .R = R,
+                          .sched = sched};
+        worker_run(&wa, &log, my_rec);
+    }
+
+    /* 5. every rank is out of its loop: no more updates. The root pulls the
+     * final variables while the others wait in the barrier. */
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (is_root) ps_pull(sh, nn_model_params(m), false, NULL);
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+
+    /* example logs and report records to the root */
+    int mine = (int)log.n;
+    if (log.n > (size_t)INT32_MAX) dist_fatal("example log too large to gather");
+    if (is_root) {
+        counts = pst_calloc((size_t)size, sizeof *counts);
+        displs = pst_calloc((size_t)size, sizeof *displs);
+        recs = pst_calloc((size_t)size * FEED_REPORT_WORDS, sizeof *recs);
+    }
+    MPI_OK(MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    MPI_OK(MPI_Gather(my_rec, FEED_REPORT_WORDS, MPI_DOUBLE, recs, FEED_REPORT_WORDS, MPI_DOUBLE, 0,
+                      MPI_COMM_WORLD));
+    int64_t tot = 0;
+    if (is_root) {
+        for (int r = 0; r < size; r++) {
+            if (tot + counts[r] > INT32_MAX) dist_fatal("example logs too large to gather");
+            displs[r] = (int)tot, tot += counts[r];
+        }
+        all = pst_malloc(sizeof *all * (size_t)(tot ? tot : 1));
+    }
+    MPI_OK(
+        MPI_Gatherv(log.a, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, MPI_COMM_WORLD));
+    ps_free(sh), sh = NULL;
+    feed_free(f), f = NULL;
+
+    /* 6. the result, on the root */
+    if (is_root) {
+        pipe_free(pl), pl = NULL; /* the data set is ours again */
+        res->ranks = size, res->ps = P, res->workers = W;
+        res->root_cpu = fst.cpu;
+        res->nworker_timing = W;
+        res->wtiming = pst_calloc((size_t)W, sizeof *res->wtiming);
+        for (int w = 0; w < W; w++) {
+            const double *r = recs + (size_t)(1 + P + w) * FEED_REPORT_WORDS;
+            res->wtiming[w] = (worker_timing){r[WR_WAIT_DATA], r[WR_PULL], r[WR_COMPUTE],
+                                              r[WR_PUSH], r[WR_WAIT_VERSION]};
+            res->examples += (int64_t)r[WR_EXAMPLES];
+            if (cfg->mode == TRAIN_ASYNC) res->steps += (int64_t)r[WR_STEPS];
+        }
+        res->nps = P;
+        res->pstiming = pst_calloc((size_t)P, sizeof *res->pstiming);
+        res->per_ps_bytes = pst_calloc((size_t)P, sizeof *res->per_ps_bytes);
+        for (int p = 0; p < P; p++) {
+            const double *r = recs + (size_t)(1 + p) * FEED_REPORT_WORDS;
+            res->pstiming[p] = (ps_timing){r[3], r[4], r[5]};
+            res->per_ps_bytes[p] = plan->ps_bytes[p];
+            res->dropped_stale = PST_MAX(res->dropped_stale, (int64_t)r[2]);
+            if (cfg->mode == TRAIN_SYNC) res->steps = PST_MAX(res->steps, (int64_t)r[0]);
+        }
+        res->imbalance = plan->imbalance;
+        res->train_seconds = t_train;
+        res->images_per_sec = t_train > 0 ? (double)res->examples / t_train : 0;
+        res->epochs = info.per_epoch ? (int)(res->examples / info.per_epoch) : 0;
+        if (account(cfg, res, all, counts, displs, 1 + P, W, info.per_epoch, e) < 0) goto out;
+        if (cfg->dump_params_path &&
+            dump_params(cfg->dump_params_path, nn_model_params(m), nn_model_size(m), e) < 0)
+            goto out;
+        if (h5ds_find_split(&ds, "test")) {
+            if (train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,
+                               &res->test_examples, NULL, e) < 0)
+                goto out;
+            res->has_test = true;
+            metrics_eval(mx, res->steps, res->epochs, "test", res->test_accuracy, res->test_loss,
+                         res->test_examples);
+        }
+    }
+    rc = 0;
+out:
+    metrics_close(mx);
+    pipe_free(pl);
+    free(log.a), free(all), free(counts), free(displs), free(recs);
+    place_plan_free(plan);
+    nn_model_free(m);
+    if (ds_open) h5ds_close(&ds);
+    pst_set_die_hook(NULL);
+    pst_set_progname(old_progname);
+    return rc;
+}

@@ -1,0 +1,421 @@
+/*
+ * ps.c - parameter-server shards and the sync/async update protocols
+ * (protocol in ps.h).
+ *
+ * Window layout of PS p (bytes, disp_unit 1, parts 64-byte aligned), the
+ * same formula on every rank so that origins compute displacements locally:
+ *   [0, 64)                      ctl: int64 lockseq, done
+ *   [64, 64 + 64*W)              stamps: int64 seq, version, ticket, count,
+ *                                step, ack (per worker)
+ *   params_off                   n_p floats
+ *   grads_off + w*slot_bytes     worker w's gradient slot (n_p floats)
+ */
+#include "pstrain/ps.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_internal.h"
+
+enum { CTL_LOCKSEQ = 0, CTL_DONE = 1 };
+enum { ST_SEQ = 0, ST_VERSION = 1, ST_TICKET = 2, ST_COUNT = 3, ST_STEP = 4, ST_ACK = 5 };
+#define STAMP_BYTES 64
+
+struct ps_shard {
+    MPI_Comm comm;
+    MPI_Win win;
+    const place_plan *plan;
+    ps_layout lay;
+    int rank, me; /* me: this rank's PS index, or -1 */
+    unsigned char *base;
+    MPI_Aint params_off;
+    MPI_Aint *slot_bytes; /* [nps] one shard rounded up to 64 bytes */
+    int64_t my_seq;       /* worker: pushes so far */
+    int64_t *stamp_buf;   /* worker: 4 stamp words per PS, alive until flushed */
+};
+
+static MPI_Aint align64(MPI_Aint n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+static MPI_Aint grads_off(const ps_shard *s, int p, int w)
+{
+    return s->params_off + s->slot_bytes[p] * (1 + w);
+}
+
+static MPI_Aint stamp_off(int w, int word)
+{
+    return 64 + (MPI_Aint)w * STAMP_BYTES + word * 8;
+}
+
+int ps_count(const ps_shard *s)
+{
+    return s->plan->nps;
+}
+
+int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layout *lay,
+           const float *init, pst_err *e)
+{
+    *out = NULL;
+    ps_shard *s = pst_calloc(1, sizeof *s);
+    s->comm = comm;
+    s->plan = plan;
+    s->lay = *lay;
+    MPI_Comm_rank(comm, &s->rank);
+    s->me = (s->rank >= lay->ps_rank0 && s->rank < lay->ps_rank0 + plan->nps)
+                ? s->rank - lay->ps_rank0
+                : -1;
+    s->params_off = align64(64 + (MPI_Aint)STAMP_BYTES * lay->nworkers);
+    s->slot_bytes = pst_malloc(sizeof *s->slot_bytes * (size_t)plan->nps);
+    s->stamp_buf = pst_malloc(sizeof *s->stamp_buf * 4 * (size_t)plan->nps);
+    for (int p = 0; p < plan->nps; p++)
+        s->slot_bytes[p] = align64((MPI_Aint)(plan->ps_floats[p] * sizeof(float)));
+    MPI_Aint size = 0;
+    if (s->me >= 0)
+        size = s->params_off + s->slot_bytes[s->me] * (1 + (lay->grad_slots ? lay->nworkers : 0));
+    int rc = MPI_Win_allocate(size, 1, MPI_INFO_NULL, comm, &s->base, &s->win);
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int n = 0;
+        MPI_Error_string(rc, msg, &n);
+        free(s->slot_bytes);
+        free(s->stamp_buf);
+        free(s);
+        return pst_fail(e, "ps: MPI_Win_allocate of %lld bytes failed: %s", (long long)size, msg);
+    }
+    MPI_Win_set_errhandler(s->win, MPI_ERRORS_RETURN);
+    if (s->me >= 0) {
+        memset(s->base, 0, (size_t)size);
+        float *params = (float *)(s->base + s->params_off);
+        for (int r = plan->ps_first[s->me]; r < plan->ps_first[s->me] + plan->ps_nranges[s->me];
+             r++) {
+            const place_range *q = &plan->ranges[r];
+            memcpy(params + q->ps_offset, init + q->offset, sizeof(float) * q->count);
+        }
+    }
+    MPI_OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
+    MPI_OK(MPI_Win_sync(s->win));
+    MPI_OK(MPI_Barrier(comm));
+    *out = s;
+    return 0;
+}
+
+void ps_free(ps_shard *s)
+{
+    if (!s) return;
+    MPI_OK(MPI_Win_unlock_all(s->win));
+    MPI_OK(MPI_Win_free(&s->win));
+    free(s->slot_bytes);
+    free(s->stamp_buf);
+    free(s);
+}
+
+/* ---- PS side ---------------------------------------------------------- */
+
+typedef struct fresh {
+    int w;
+    int64_t ticket;
+} fresh;
+
+static int cmp_ticket(const void *a, const void *b)
+{
+    const fresh *x = a, *y = b;
+    return (x->ticket > y->ticket) - (x->ticket < y->ticket);
+}
+
+/* Optimizer on the trainable ranges, copy on the non-trainable ones. */
+static void apply_shard(ps_shard *s, const ps_serve_cfg *c, float lr, int64_t t, float *params,
+                        const float *g, float *slots, size_t n)
+{
+    const place_plan *pl = s->plan;
+    for (int r = pl->ps_first[s->me]; r < pl->ps_first[s->me] + pl->ps_nranges[s->me]; r++) {
+        const place_range *q = &pl->ranges[r];
+        size_t o = q->ps_offset;
+        if (q->trainable)
+            opt_apply(&c->opt, lr, t, params + o, g + o, slots + o, n, q->count);
+        else
+            memcpy(params + o, g + o, sizeof(float) * q->count);
+    }
+}
+
+int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
+{
+    (void)e;
+    const int W = s->lay.nworkers;
+    const int R = c->replicas > 0 ? PST_MIN(c->replicas, W) : W;
+    const size_t n = s->plan->ps_floats[s->me];
+    const bool sync = c->mode == TRAIN_SYNC;
+    volatile int64_t *ctl = (volatile int64_t *)s->base;
+    float *params = (float *)(s->base + s->params_off);
+    const int nslots = opt_nslots(c->opt.kind);
+    float *slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * (n ? n : 1));
+    opt_init_slots(&c->opt, slots, n, n);
+    float *acc = pst_aligned_alloc(sizeof(float) * (n ? n : 1));
+    int64_t *seen = pst_calloc((size_t)W, sizeof *seen);
+    bool *ended = pst_calloc((size_t)W, sizeof *ended);
+    bool *have = pst_calloc((size_t)W, sizeof *have);
+    fresh *order = pst_malloc(sizeof *order * (size_t)W);
+    int nhave = 0, nended = 0;
+    memset(st, 0, sizeof *st);
+    dist_backoff bo;
+    dist_backoff_init(&bo, 10, 1000);
+    const double t0 = pst_now(), cpu0 = dist_cpu_seconds();
+    double t_report = t0;
+    int64_t version = 0;
+
+    for (;;) {
+        MPI_OK(MPI_Win_sync(s->win));
+        bool did = false;
+        for (int w = 0; w < W; w++) {
+            volatile int64_t *stp = (volatile int64_t *)(s->base + stamp_off(w, 0));
+            int64_t seq = dist_load64(&stp[ST_SEQ]);
+            if (seq == seen[w]) continue;
+            did = true;
+            /* pushes overwritten before we looked were stale (a worker
+             * pushes again only after a newer version) */
+            st->dropped_stale += seq - seen[w] - 1;
+            seen[w] = seq;
+            int64_t count = stp[ST_COUNT];
+            if (count < 0) {
+                if (!ended[w]) ended[w] = true, nended++;
+                continue;
+            }
+            if (sync) {
+                if (stp[ST_VERSION] == version && !have[w]) {
+                    have[w] = true;
+                    order[nhave++] = (fresh){w, stp[ST_TICKET]};
+                } else {
+                    st->dropped_stale++;
+                }
+                continue;
+            }
+            /* async with slots: apply this gradient now */
+            double ta = pst_now();
+            const float *g = (const float *)(s->base + grads_off(s, s->me, w));
+            float lr = lr_at(&c->sched, stp[ST_STEP]);
+            st->applied++;
+            apply_shard(s, c, lr, st->applied, params, g, slots, n);
+            MPI_OK(MPI_Win_sync(s->win));
+            dist_store64(&stp[ST_ACK], seq);
+            MPI_OK(MPI_Win_sync(s->win));
+            st->apply += pst_now() - ta;
+        }
+        if (sync && nhave > 0 && (nhave >= R || nhave + nended >= W) &&
+            (c->max_versions <= 0 || version < c->max_versions)) {
+            double ta = pst_now();
+            int take = PST_MIN(nhave, R); /* the first R by arrival */
+            st->dropped_stale += nhave - take;
+            qsort(order, (size_t)take, sizeof *order, cmp_ticket);
+            /* sum in ticket order, then average: the same float operations
+             * for every element whatever the sharding */
+            memcpy(acc, s->base + grads_off(s, s->me, order[0].w), sizeof(float) * n);
+            for (int j = 1; j < take; j++) {
+                const float *g = (const float *)(s->base + grads_off(s, s->me, order[j].w));
+                for (size_t i = 0; i < n; i++) acc[i] += g[i];
+            }
+            if (take > 1) {
+                const float div = (float)take;
+                for (size_t i = 0; i < n; i++) acc[i] /= div;
+            }
+            dist_store64(&ctl[CTL_LOCKSEQ], 2 * version + 1);
+            MPI_OK(MPI_Win_sync(s->win));
+            apply_shard(s, c, lr_at(&c->sched, version), version + 1, params, acc, slots, n);
+            version++;
+            st->applied += take;
+            for (int w = 0; w < W; w++) have[w] = false;
+            nhave = 0;
+            if (c->max_versions > 0 && version >= c->max_versions) dist_store64(&ctl[CTL_DONE], 1);
+            MPI_OK(MPI_Win_sync(s->win));
+            dist_store64(&ctl[CTL_LOCKSEQ], 2 * version);
+            MPI_OK(MPI_Win_sync(s->win));
+            st->apply += pst_now() - ta;
+            did = true;
+        }
+        if (nended == W && nhave == 0) break;
+        if (nended == W && sync && c->max_versions > 0 && version >= c->max_versions) break;
+        dist_progress();
+        double now = pst_now();
+        if (c->report && now - t_report >= c->report_secs) {
+            double vals[6] = {
+                (double)version, (double)st->applied,      (double)st->dropped_stale, st->apply,
+                st->idle,        dist_cpu_seconds() - cpu0};
+            c->report(c->report_ctx, vals, 6);
+            t_report = now;
+        }
+        if (did) {
+            dist_backoff_reset(&bo);
+        } else {
+            double tw = pst_now();
+            dist_backoff_wait(&bo);
+            st->idle += pst_now() - tw;
+        }
+    }
+    st->version = version;
+    st->wall = pst_now() - t0;
+    st->cpu = dist_cpu_seconds() - cpu0;
+    if (c->report) {
+        double vals[6] = {
+            (double)version, (double)st->applied, (double)st->dropped_stale, st->apply, st->idle,
+            st->cpu};
+        c->report(c->report_ctx, vals, 6);
+    }
+    free(slots), free(acc), free(seen), free(ended), free(have), free(order);
+    return 0;
+}
+
+/* ---- worker side --------------------------------------------------------- */
+
+static int ps_rank(const ps_shard *s, int p)
+{
+    return s->lay.ps_rank0 + p;
+}
+
+static void get_ranges(ps_shard *s, int p, float *params)
+{
+    const place_plan *pl = s->plan;
+    for (int r = pl->ps_first[p]; r < pl->ps_first[p] + pl->ps_nranges[p]; r++) {
+        const place_range *q = &pl->ranges[r];
+        MPI_OK(MPI_Get(params + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, p),
+                       s->params_off + (MPI_Aint)(q->ps_offset * sizeof(float)), (int)q->count,
+                       MPI_FLOAT, s->win));
+    }
+}
+
+static void get_ctl(ps_shard *s, int p, int64_t ctl[2])
+{
+    MPI_OK(MPI_Get(ctl, 2, MPI_INT64_T, ps_rank(s, p), 0, 2, MPI_INT64_T, s->win));
+    MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
+}
+
+void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions)
+{
+    const int P = s->plan->nps;
+    if (!consistent) {
+        for (int p = 0; p < P; p++) get_ranges(s, p, params);
+        MPI_OK(MPI_Win_flush_all(s->win));
+        return;
+    }
+    dist_backoff bo;
+    dist_backoff_init(&bo, 2, 200);
+    for (int p = 0; p < P; p++) {
+        for (;;) {
+            int64_t a[2], b[2];
+            get_ctl(s, p, a);
+            if (a[CTL_LOCKSEQ] & 1) {
+                dist_backoff_wait(&bo);
+                continue;
+            }
+            get_ranges(s, p, params);
+            MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
+            get_ctl(s, p, b);
+            if (a[CTL_LOCKSEQ] == b[CTL_LOCKSEQ]) {
+                if (versions) versions[p] = a[CTL_LOCKSEQ] / 2;
+                break;
+            }
+        }
+    }
+}
+
+bool ps_wait_newer(ps_shard *s, const int64_t *after, int64_t *now, double *wait)
+{
+    const int P = s->plan->nps;
+    dist_backoff bo;
+    dist_backoff_init(&bo, 2, 200);
+    double t0 = pst_now();
+    bool done = false;
+    for (int p = 0; p < P; p++) {
+        for (;;) {
+            int64_t c[2];
+            get_ctl(s, p, c);
+            if (c[CTL_DONE]) done = true;
+            if (c[CTL_DONE] || (!(c[CTL_LOCKSEQ] & 1) && c[CTL_LOCKSEQ] >= 2 * after[p] + 2)) {
+                if (now) now[p] = c[CTL_LOCKSEQ] / 2;
+                break;
+            }
+            dist_backoff_wait(&bo);
+        }
+    }
+    if (wait) *wait += pst_now() - t0;
+    return done;
+}
+
+static void put_stamp(ps_shard *s, int w, int64_t ticket, const int64_t *versions, int64_t step,
+                      int64_t count)
+{
+    const int P = s->plan->nps;
+    /* stamp fields, then (after they completed) the seq that publishes them */
+    for (int p = 0; p < P; p++) {
+        int64_t *f = s->stamp_buf + 4 * p;
+        f[0] = versions ? versions[p] : 0;
+        f[1] = ticket;
+        f[2] = count;
+        f[3] = step;
+        MPI_OK(MPI_Put(f, 4, MPI_INT64_T, ps_rank(s, p), stamp_off(w, ST_VERSION), 4, MPI_INT64_T,
+                       s->win));
+    }
+    MPI_OK(MPI_Win_flush_all(s->win));
+    s->my_seq++;
+    for (int p = 0; p < P; p++)
+        MPI_OK(MPI_Put(&s->my_seq, 1, MPI_INT64_T, ps_rank(s, p), stamp_off(w, ST_SEQ), 1,
+                       MPI_INT64_T, s->win));
+    MPI_OK(MPI_Win_flush_all(s->win));
+}
+
+void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64_t *versions,
+             int64_t step, int count)
+{
+    const place_plan *pl = s->plan;
+    for (int r = 0; r < pl->nranges; r++) {
+        const place_range *q = &pl->ranges[r];
+        MPI_OK(MPI_Put(grads + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps),
+                       grads_off(s, q->ps, w) + (MPI_Aint)(q->ps_offset * sizeof(float)),
+                       (int)q->count, MPI_FLOAT, s->win));
+    }
+    MPI_OK(MPI_Win_flush_all(s->win));
+    put_stamp(s, w, ticket, versions, step, count);
+}
+
+void ps_push_end(ps_shard *s, int w)
+{
+    put_stamp(s, w, -1, NULL, -1, -1);
+}
+
+void ps_wait_acked(ps_shard *s, int w, double *wait)
+{
+    const int P = s->plan->nps;
+    dist_backoff bo;
+    dist_backoff_init(&bo, 2, 200);
+    double t0 = pst_now();
+    for (int p = 0; p < P; p++) {
+        for (;;) {
+            int64_t ack = 0;
+            MPI_OK(MPI_Get(&ack, 1, MPI_INT64_T, ps_rank(s, p), stamp_off(w, ST_ACK), 1,
+                           MPI_INT64_T, s->win));
+            MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
+            if (ack >= s->my_seq) break;
+            dist_backoff_wait(&bo);
+        }
+    }
+    if (wait) *wait += pst_now() - t0;
+}
+
+void ps_accumulate(ps_shard *s, const float *grads, float lr, float *scratch)
+{
+    const place_plan *pl = s->plan;
+    for (int r = 0; r < pl->nranges; r++) {
+        const place_range *q = &pl->ranges[r];
+        const MPI_Aint disp = s->params_off + (MPI_Aint)(q->ps_offset * sizeof(float));
+        if (q->trainable) {
+            float *x = scratch + q->offset;
+            const float *g = grads + q->offset;
+            for (size_t i = 0; i < q->count; i++) x[i] = -lr * g[i];
+            MPI_OK(MPI_Accumulate(x, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps), disp,
+                                  (int)q->count, MPI_FLOAT, MPI_SUM, s->win));
+        } else {
+            MPI_OK(MPI_Accumulate(grads + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps),
+                                  disp, (int)q->count, MPI_FLOAT, MPI_REPLACE, s->win));
+        }
+    }
+    MPI_OK(MPI_Win_flush_all(s->win));
+}

@@ -1,9 +1,71 @@
 /* main.c - the pstrain command: dispatches to the subcommands in src/run. */
+#include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pstrain/common.h"
+#include "pstrain/placement.h"
+#include "pstrain/train.h"
 #include "pstrain/version.h"
+
+/* Under mpirun every rank parses the flags; only the first prints errors.
+ * The launcher's rank variables are read before MPI_Init so that a bad flag
+ * is reported once and no MPI resource is ever created for it. */
+static bool launcher_rank_is_zero(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < PST_ARRAY_LEN(vars); i++) {
+        const char *v = getenv(vars[i]);
+        if (v) return atoi(v) == 0;
+    }
+    return true;
+}
+
+static void abort_hook(int status)
+{
+    MPI_Abort(MPI_COMM_WORLD, status);
+}
+
+static int cmd_train(int argc, char **argv)
+{
+    train_cfg cfg;
+    int rc = train_parse_args(argc, argv, &cfg, launcher_rank_is_zero());
+    if (rc) return rc == 1 ? 0 : 2;
+
+    int provided = 0, rank = 0, size = 1;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "pstrain: MPI_Init_thread failed\n");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) pst_set_die_hook(abort_hook);
+
+    train_result res;
+    memset(&res, 0, sizeof res);
+    pst_err e = {{0}};
+    rc = 0;
+    if (train_run(&cfg, &res, &e) < 0) {
+        if (rank == 0) fprintf(stderr, "pstrain: %s\n", e.msg);
+        rc = 1;
+    } else if (rank == 0 && !cfg.dry_run) {
+        printf("trained %s: %lld steps, %d epoch(s), %lld examples in %.1f s, %.0f images/s",
+               cfg.model, (long long)res.steps, res.epochs, (long long)res.examples,
+               res.train_seconds, res.images_per_sec);
+        if (res.has_test)
+            printf(", test accuracy %.4f (loss %.4f, %lld examples)", res.test_accuracy,
+                   res.test_loss, (long long)res.test_examples);
+        printf("\n");
+        if (cfg.summary_path && train_write_summary(cfg.summary_path, &cfg, &res, &e) < 0) {
+            fprintf(stderr, "pstrain: %s\n", e.msg);
+            rc = 1;
+        }
+    }
+    train_result_free(&res);
+    MPI_Finalize();
+    return rc;
+}
 
 static void usage(FILE *out)
 {
@@ -34,6 +96,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval")) return eval_main(argc - 1, argv + 1);
     fprintf(stderr, "pstrain: unknown command '%s' (try pstrain --help)\n", cmd);
     return 2;
 }

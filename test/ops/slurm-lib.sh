@@ -1,0 +1,78 @@
+# slurm-lib.sh - sourced by the Slurm tests: a private one-node cluster for
+# the test's lifetime, and bounded waits on jobs.
+#
+#   . slurm-lib.sh
+#   slurm_up            # starts the cluster in $SLURM_TEST_DIR or exits 77;
+#                       # $SLURM_TEST_DIR/jobs is a scratch dir all users can write
+#   jid=$(sbatch --parsable ...)
+#   slurm_wait_job $jid 60 && echo "$JOB_STATE $JOB_EXIT"
+# The cluster is stopped when the test exits; on failure its logs are shown.
+
+ops_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+slurm_test_root=$(mktemp -d "${TMPDIR:-/tmp}/pstrain-slurm.XXXXXX")
+chmod 0755 "$slurm_test_root" # munged (user munge) must reach its socket below
+SLURM_TEST_DIR=$slurm_test_root/cluster
+export SLURM_TEST_DIR
+
+slurm_down() {
+    local rc=$?
+    bash "$ops_dir/slurm-cluster.sh" stop "$SLURM_TEST_DIR" || true
+    if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+        echo "---- slurmctld.log (tail) ----"
+        tail -20 "$SLURM_TEST_DIR/log/slurmctld.log" 2>/dev/null
+        echo "---- slurmd.log (tail) ----"
+        tail -20 "$SLURM_TEST_DIR/log/slurmd.log" 2>/dev/null
+        echo "(test files kept in $slurm_test_root)"
+    else
+        rm -rf "$slurm_test_root"
+    fi
+    exit "$rc"
+}
+
+slurm_up() {
+    trap slurm_down EXIT
+    bash "$ops_dir/slurm-cluster.sh" start "$SLURM_TEST_DIR" "${1:-16}"
+    local rc=$?
+    if [ $rc = 77 ]; then
+        echo "SKIP: a one-node Slurm could not start here (see the message above)"
+        exit 77
+    fi
+    [ $rc = 0 ] || { echo "FAIL: slurm-cluster.sh start exited with $rc"; exit 1; }
+    # shellcheck disable=SC1091
+    . "$SLURM_TEST_DIR/env"
+}
+
+# slurm_state JOB -> "STATE EXITCODE" (e.g. "COMPLETED 0:0")
+slurm_state() {
+    scontrol show job -o "$1" 2>/dev/null |
+        sed -n 's/.*JobState=\([A-Z_]*\).*ExitCode=\([0-9:]*\).*/\1 \2/p'
+}
+
+# Waits up to $2 seconds for job $1 to end; sets JOB_STATE and JOB_EXIT.
+# Returns 0 when it ended, 1 on timeout (the job is cancelled then).
+slurm_wait_job() {
+    local jid=$1 limit=$2 t0=$SECONDS s
+    while [ $((SECONDS - t0)) -lt "$limit" ]; do
+        s=$(slurm_state "$jid")
+        JOB_STATE=${s%% *} JOB_EXIT=${s#* }
+        case "$JOB_STATE" in
+        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
+            return 0 ;;
+        esac
+        sleep 0.3
+    done
+    echo "job $jid still $JOB_STATE after $limit s: cancelling it"
+    scancel "$jid" 2>/dev/null
+    return 1
+}
+
+# Waits up to $2 seconds for job $1 to be RUNNING.
+slurm_wait_running() {
+    local jid=$1 limit=$2 t0=$SECONDS s
+    while [ $((SECONDS - t0)) -lt "$limit" ]; do
+        s=$(slurm_state "$jid")
+        [ "${s%% *}" = RUNNING ] && return 0
+        sleep 0.2
+    done
+    return 1
+}

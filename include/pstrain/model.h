@@ -89,4 +89,19 @@ float nn_model_eval(nn_model *m, const float *x, const int32_t *labels, int n, i
 void nn_model_apply_state(const nn_model *m, float *params, const float *src, size_t begin,
                           size_t end);
 
+/* ---- additions (compatible) ---------------------------------------------- */
+
+/* The configuration the model was built with (name points into the model). */
+const nn_model_cfg *nn_model_config(const nn_model *m);
+/* Floats of trainable variables (the parameter count nn_model_describe prints). */
+size_t nn_model_trainable_size(const nn_model *m);
+/* Logits [n][K] of the last train_step or eval (owned by the model). */
+const float *nn_model_logits(const nn_model *m);
+
+/* Per-layer timing of train_step for benchmarks (off by default; costs two
+ * clock reads per layer when on). The report prints microseconds per step,
+ * forward and backward, per layer, and resets the counters. */
+void nn_model_set_profiling(nn_model *m, bool on);
+void nn_model_profile_report(nn_model *m, FILE *out);
+
 #endif

@@ -1,0 +1,277 @@
+/* test_model.c - the built-in models as a whole: finite-difference gradients
+ * of every trainable variable on a tiny batch (with weight decay and label
+ * smoothing), shape errors, the description's parameter count, seeded
+ * determinism, the batch-norm moving-statistics contract, evaluation, and
+ * that a few SGD steps fit a fixed batch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "layers.h"
+#include "pstrain/blas.h"
+#include "pstrain/common.h"
+#include "pstrain/model.h"
+
+typedef struct spec {
+    const char *name;
+    int h, w, c, k, n;
+} spec;
+
+static nn_model *make(const spec *s, uint64_t seed, float wd, float ls, int max_batch)
+{
+    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, max_batch, seed, wd, ls};
+    nn_model *m = NULL;
+    pst_err e = {{0}};
+    int rc = nn_model_new(&m, &cfg, &e);
+    CHECK(rc == 0 && m, "%s %dx%dx%d: %s", s->name, s->h, s->w, s->c, e.msg);
+    return m;
+}
+
+static void fill_batch(float *x, int32_t *y, int n, size_t per, int k, uint64_t seed)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    for (size_t i = 0; i < (size_t)n * per; i++) x[i] = (float)nn_rng_normal(&r);
+    for (int i = 0; i < n; i++) y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)k);
+}
+
+/* The loss train_step differentiates, recomputed in double from the logits. */
+static double step_loss(nn_model *m, const float *x, const int32_t *y, int n)
+{
+    const nn_model_cfg *cfg = nn_model_config(m);
+    nn_model_train_step(m, x, y, n, 7, NULL);
+    double loss = nn_softmax_xent(NULL, nn_model_logits(m), y, n, cfg->num_classes,
+                                  cfg->label_smoothing, NULL, NULL);
+    double sq = 0;
+    for (int i = 0; i < nn_model_nvars(m); i++) {
+        const nn_var *v = nn_model_var(m, i);
+        const char *suffix = strrchr(v->name, '/');
+        if (!suffix || strcmp(suffix, "/kernel") != 0) continue;
+        for (size_t j = 0; j < v->size; j++) {
+            double p = nn_model_params(m)[v->offset + j];
+            sq += p * p;
+        }
+    }
+    return loss + 0.5 * cfg->weight_decay * sq;
+}
+
+static void test_model_gradients(const spec *s)
+{
+    nn_model *m = make(s, 11, 0.01f, 0.1f, s->n);
+    if (!m) return;
+    size_t per = (size_t)s->h * s->w * s->c, size = nn_model_size(m);
+    float *x = pst_malloc(sizeof(float) * s->n * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
+    fill_batch(x, y, s->n, per, s->k, 3);
+    float loss = nn_model_train_step(m, x, y, s->n, 7, NULL);
+    float *g = pst_malloc(sizeof(float) * size);
+    memcpy(g, nn_model_grads(m), sizeof(float) * size);
+    double l2 = step_loss(m, x, y, s->n);
+    CHECK_CLOSE(loss, l2, 1e-5, 1e-5, "%s: train_step loss %g, recomputed %g", s->name, loss, l2);
+    /* central differences on up to 12 elements of every trainable variable */
+    const double eps = 1e-3;
+    int checked = 0, bad = 0;
+    float *p = nn_model_params(m);
+    for (int i = 0; i < nn_model_nvars(m); i++) {
+        const nn_var *v = nn_model_var(m, i);
+        if (!v->trainable) continue;
+        size_t stride = v->size > 12 ? v->size / 12 : 1;
+        for (size_t j = 0; j < v->size; j += stride) {
+            size_t o = v->offset + j;
+            float save = p[o];
+            p[o] = save + (float)eps;
+            double lp = step_loss(m, x, y, s->n);
+            p[o] = save - (float)eps;
+            double lm = step_loss(m, x, y, s->n);
+            p[o] = save;
+            double num = (lp - lm) / (2 * eps);
+            double err = fabs(num - g[o]);
+            if (err > 2e-3 + 5e-2 * fmax(fabs(num), fabs(g[o]))) {
+                if (bad < 5)
+                    fprintf(stderr, "  %s %s[%zu]: analytic %.6g numeric %.6g\n", s->name, v->name,
+                            j, g[o], num);
+                bad++;
+            }
+            checked++;
+        }
+    }
+    /* ReLU kinks and max-pool ties inside a whole model can flip under a
+     * perturbation: allow a few percent, report them */
+    fprintf(stderr, "%s: %d of %d parameter gradients outside tolerance\n", s->name, bad, checked);
+    CHECK(bad <= checked / 25, "%s: %d of %d parameter gradients differ", s->name, bad, checked);
+    free(x), free(y), free(g);
+    nn_model_free(m);
+}
+
+static void test_shapes_and_describe(void)
+{
+    pst_err e = {{0}};
+    nn_model *m = NULL;
+    nn_model_cfg small = {"lenet5", 8, 8, 1, 10, 4, 1, 0, 0};
+    CHECK(nn_model_new(&m, &small, &e) < 0 && !m, "lenet5 accepted an 8x8 image");
+    CHECK(strstr(e.msg, "lenet5") && strstr(e.msg, "8x8x1"), "message: %s", e.msg);
+    fprintf(stderr, "expected error: %s\n", e.msg);
+    nn_model_cfg tiny = {"inception-mini", 2, 2, 3, 10, 4, 1, 0, 0};
+    CHECK(nn_model_new(&m, &tiny, &e) < 0 && !m, "inception-mini accepted a 2x2 image");
+    CHECK(strstr(e.msg, "inception-mini") && strstr(e.msg, "2x2x3"), "message: %s", e.msg);
+    nn_model_cfg unknown = {"resnet", 28, 28, 1, 10, 4, 1, 0, 0};
+    CHECK(nn_model_new(&m, &unknown, &e) < 0 && strstr(e.msg, "resnet"), "message: %s", e.msg);
+    nn_model_cfg zero = {"mlp", 28, 28, 1, 10, 0, 1, 0, 0};
+    CHECK(nn_model_new(&m, &zero, &e) < 0 && strstr(e.msg, "batch"), "message: %s", e.msg);
+    nn_model_free(NULL);
+
+    /* the peer's LeNet-5 and MLP parameter counts (PyTorch's numel sums) */
+    const struct {
+        spec s;
+        size_t params;
+    } known[] = {{{"lenet5", 28, 28, 1, 10, 1}, 61706},
+                 {{"mlp", 28, 28, 1, 10, 1}, 269322},
+                 {{"inception-mini", 28, 28, 1, 10, 1}, 0},
+                 {{"inception-mini", 32, 32, 3, 10, 1}, 0},
+                 {{"lenet5", 32, 32, 3, 10, 1}, 0}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(known); i++) {
+        m = make(&known[i].s, 1, 0, 0, 2);
+        if (!m) continue;
+        size_t tr = nn_model_trainable_size(m), sum = 0;
+        if (known[i].params) CHECK(tr == known[i].params, "%s: %zu params", known[i].s.name, tr);
+        for (int v = 0; v < nn_model_nvars(m); v++) {
+            const nn_var *var = nn_model_var(m, v);
+            size_t prod = 1;
+            for (int d = 0; d < var->ndim; d++) prod *= (size_t)var->shape[d];
+            CHECK(prod == var->size, "%s: shape and size disagree", var->name);
+            CHECK(var->offset == sum, "%s: offset %zu, expected %zu (contiguous)", var->name,
+                  var->offset, sum);
+            sum += var->size;
+        }
+        CHECK(sum == nn_model_size(m), "variables cover %zu of %zu slab floats", sum,
+              nn_model_size(m));
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        nn_model_describe(m, f);
+        fclose(f);
+        char want[64];
+        snprintf(want, sizeof want, "trainable parameters: %zu,", tr);
+        CHECK(strstr(text, want), "describe lacks '%s':\n%s", want, text);
+        if (i == 2) {
+            fputs(text, stderr);
+            CHECK(tr >= 50000 && tr <= 300000, "inception-mini has %zu parameters", tr);
+        }
+        free(text);
+        nn_model_free(m);
+    }
+}
+
+static void test_determinism_and_state(void)
+{
+    spec s = {"inception-mini", 12, 12, 3, 5, 6};
+    nn_model *a = make(&s, 42, 1e-4f, 0, 8), *b = make(&s, 42, 1e-4f, 0, 8);
+    nn_model *c = make(&s, 43, 1e-4f, 0, 8);
+    if (!a || !b || !c) return;
+    size_t size = nn_model_size(a), per = (size_t)s.h * s.w * s.c;
+    CHECK(memcmp(nn_model_params(a), nn_model_params(b), sizeof(float) * size) == 0,
+          "same seed, different initial parameters");
+    CHECK(memcmp(nn_model_params(a), nn_model_params(c), sizeof(float) * size) != 0,
+          "different seeds, same initial parameters");
+    float *x = pst_malloc(sizeof(float) * s.n * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s.n);
+    fill_batch(x, y, s.n, per, s.k, 9);
+    int ca = -1, cb = -2;
+    float la = nn_model_train_step(a, x, y, s.n, 3, &ca);
+    float lb = nn_model_train_step(b, x, y, s.n, 3, &cb);
+    CHECK(la == lb && ca == cb, "same seed: loss %g vs %g, correct %d vs %d", la, lb, ca, cb);
+    CHECK(memcmp(nn_model_grads(a), nn_model_grads(b), sizeof(float) * size) == 0,
+          "same seed, different gradients");
+    /* dropout draws from (seed, step): another step, other gradients */
+    nn_model_train_step(b, x, y, s.n, 4, NULL);
+    CHECK(memcmp(nn_model_grads(a), nn_model_grads(b), sizeof(float) * size) != 0,
+          "dropout ignored the step");
+
+    /* non-trainable slots of the gradient slab hold the new moving statistics */
+    float *p = nn_model_params(a), *g = nn_model_grads(a);
+    float *before = pst_malloc(sizeof(float) * size);
+    memcpy(before, p, sizeof(float) * size);
+    int nbn = 0;
+    for (int i = 0; i < nn_model_nvars(a); i++) {
+        const nn_var *v = nn_model_var(a, i);
+        if (v->trainable) continue;
+        bool is_var = strstr(v->name, "moving_variance") != NULL;
+        CHECK(is_var || strstr(v->name, "moving_mean"), "non-trainable %s", v->name);
+        for (size_t j = 0; j < v->size; j++) {
+            float nv = g[v->offset + j];
+            /* mean: 0.99*0 + 0.01*batch mean; variance: 0.99*1 + 0.01*batch var */
+            if (is_var)
+                CHECK(nv >= 0.99f && nv != 1.0f, "%s[%zu] = %g", v->name, j, nv);
+            else
+                CHECK(isfinite(nv) && fabsf(nv) < 1.0f, "%s[%zu] = %g", v->name, j, nv);
+        }
+        nbn++;
+    }
+    CHECK(nbn >= 2 * 10, "only %d moving statistics", nbn);
+    /* apply_state over a range copies exactly the non-trainable part of it */
+    size_t begin = size / 3, end = 2 * size / 3;
+    nn_model_apply_state(a, p, g, begin, end);
+    for (int i = 0; i < nn_model_nvars(a); i++) {
+        const nn_var *v = nn_model_var(a, i);
+        for (size_t j = 0; j < v->size; j++) {
+            size_t o = v->offset + j;
+            float want = (!v->trainable && o >= begin && o < end) ? g[o] : before[o];
+            if (p[o] != want) {
+                CHECK(p[o] == want, "%s[%zu] after apply_state: %g, expected %g", v->name, j, p[o],
+                      want);
+                break;
+            }
+        }
+    }
+    /* eval: predictions agree with the count */
+    int32_t pred[6];
+    int correct = -1;
+    float el = nn_model_eval(a, x, y, s.n, &correct, pred);
+    int count = 0;
+    for (int i = 0; i < s.n; i++) count += pred[i] == y[i];
+    CHECK(isfinite(el) && correct == count, "eval loss %g, correct %d vs %d", el, correct, count);
+    free(x), free(y), free(before);
+    nn_model_free(a), nn_model_free(b), nn_model_free(c);
+}
+
+/* Plain SGD on one fixed batch must drive the loss down. */
+static void test_fits_batch(const spec *s, float lr, int steps)
+{
+    nn_model *m = make(s, 5, 0, 0, s->n);
+    if (!m) return;
+    size_t per = (size_t)s->h * s->w * s->c, size = nn_model_size(m);
+    float *x = pst_malloc(sizeof(float) * s->n * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
+    fill_batch(x, y, s->n, per, s->k, 21);
+    float first = 0, last = 0;
+    float *p = nn_model_params(m), *g = nn_model_grads(m);
+    for (int t = 0; t < steps; t++) {
+        last = nn_model_train_step(m, x, y, s->n, t, NULL);
+        if (t == 0) first = last;
+        for (int i = 0; i < nn_model_nvars(m); i++) {
+            const nn_var *v = nn_model_var(m, i);
+            if (!v->trainable) continue;
+            for (size_t j = v->offset; j < v->offset + v->size; j++) p[j] -= lr * g[j];
+        }
+        nn_model_apply_state(m, p, g, 0, size);
+    }
+    fprintf(stderr, "%s: loss %.4f -> %.4f in %d SGD steps\n", s->name, first, last, steps);
+    CHECK(last < 0.5f * first, "%s: loss %g -> %g", s->name, first, last);
+    free(x), free(y);
+    nn_model_free(m);
+}
+
+int main(void)
+{
+    nn_blis_init();
+    const spec grads[] = {
+        {"mlp", 5, 4, 2, 3, 4}, {"lenet5", 12, 14, 2, 4, 3}, {"inception-mini", 9, 9, 2, 3, 4}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(grads); i++) test_model_gradients(&grads[i]);
+    test_shapes_and_describe();
+    test_determinism_and_state();
+    const spec fit[] = {{"mlp", 8, 8, 1, 4, 16},
+                        {"lenet5", 16, 16, 1, 4, 16},
+                        {"inception-mini", 12, 12, 1, 4, 16}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(fit); i++) test_fits_batch(&fit[i], 0.05f, 60);
+    return check_exit();
+}

@@ -64,6 +64,14 @@ check "default run" "$plot" "$tmp/metrics.jsonl" >/dev/null 2>&1
 w=$(be32 "$tmp/loss.png" 16)
 check "default width 900 (got $w)" test "$w" = 900
 
+# two files (a requeued job's two starts) plotted as one run, with -o
+head -150 "$tmp/metrics.jsonl" >"$tmp/part1.jsonl"
+tail -n +151 "$tmp/metrics.jsonl" >"$tmp/part2.jsonl"
+check "two input files" "$plot" "$tmp/part1.jsonl" "$tmp/part2.jsonl" -o "$tmp/two" --size 640x400 --title "test run" >/dev/null 2>&1
+check "two files plot the same data" cmp -s "$tmp/two/loss.png" "$out/loss.png"
+check "two input files, OUTDIR last" "$plot" "$tmp/part1.jsonl" "$tmp/part2.jsonl" "$tmp/three" >/dev/null 2>&1
+check "OUTDIR last used" test -s "$tmp/three/accuracy.png"
+
 # errors: no step lines, missing file, bad size
 echo '{"type":"eval","step":1,"epoch":0,"split":"test","accuracy":0.5,"loss":1,"examples":10}' >"$tmp/evalonly.jsonl"
 "$plot" "$tmp/evalonly.jsonl" "$tmp/x" 2>"$tmp/err" && { echo "FAIL: accepted a file without steps"; fail=1; }

@@ -1,9 +1,14 @@
 /*
  * h5write.c - writing a pstrain data set (contract in h5write.h).
  *
- * Images are buffered one HDF5 chunk at a time and written as whole chunks,
- * so no chunk is ever compressed twice (partial chunk writes through a small
- * chunk cache would be read back, decompressed and recompressed).
+ * Images are gathered one HDF5 chunk at a time into slots of a small ring;
+ * a pool of threads deflates full chunks while the caller produces the next
+ * ones, and the calling thread writes them in order with H5Dwrite_chunk
+ * (HDF5 itself is called from that thread only: Debian's build is not
+ * thread-safe). The bytes are what HDF5's own shuffle + deflate pipeline
+ * would store: shuffle is the identity on 1-byte elements, deflate is zlib's
+ * compress2, and a chunk that does not shrink is stored raw with deflate
+ * marked skipped in its filter mask, as HDF5 does for the optional filter.
  *
  * Mean/std of the train split are exact: per-channel sums of pixel values
  * and of their squares are integers (uint64 holds them for any realistic
@@ -17,17 +22,33 @@
 #include <hdf5.h>
 #include <libgen.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "pstrain/h5ds.h"
 
 #define H5W_CHUNK_TARGET ((size_t)512 << 10) /* default chunk: about 512 KiB of images */
 #define H5W_LABEL_CHUNK ((hsize_t)1 << 16)
+#define H5W_MAX_THREADS 16
+#define H5W_RING_BYTES ((size_t)256 << 20) /* at most this much in slots */
+#define H5W_DEFLATE_SKIPPED (1u << 1)      /* filter mask: filter 1 (deflate) not applied */
+
+enum { SLOT_FREE, SLOT_QUEUED, SLOT_DONE, SLOT_FAILED };
+
+/* One chunk of images on its way to the file. */
+typedef struct h5w_slot {
+    uint8_t *raw; /* chunk_images * image_bytes, zero-padded when partial */
+    uint8_t *z;   /* deflated */
+    size_t zlen;
+    int64_t first; /* first example */
+    int state;
+} h5w_slot;
 
 __extension__ typedef unsigned __int128 h5w_u128;
 
@@ -43,9 +64,20 @@ struct h5w {
     char split[8];
     hid_t images, labels;
     int64_t n, written, chunk; /* examples declared, appended, per chunk */
-    uint8_t *cbuf;             /* one chunk of images */
-    int32_t *lbuf;             /* its labels */
-    int64_t cfill;             /* images in cbuf */
+    int32_t *lbuf;             /* labels of the chunk being filled */
+    int64_t cfill;             /* images in the chunk being filled */
+    size_t chunk_bytes, zcap;
+    /* the ring of slots; chunk sequence numbers: submitted, taken by a
+     * deflate thread, written. Slot of sequence s: s % nslots. */
+    h5w_slot *slots;
+    int nslots;
+    int64_t nsub, ntake, nwrit;
+    /* deflate threads (none when compression is 0) */
+    pthread_t threads[H5W_MAX_THREADS];
+    int nthreads;
+    bool quit;
+    pthread_mutex_t mu;
+    pthread_cond_t work, finished; /* a slot to deflate, a slot deflated */
     /* train statistics */
     uint64_t sum[H5DS_MAX_CHANNELS], sumsq[H5DS_MAX_CHANNELS];
     uint64_t npix; /* pixels per channel */
@@ -162,6 +194,52 @@ done:
     return rc;
 }
 
+/* ---- deflate threads ---------------------------------------------------------- */
+
+static void *deflate_main(void *arg)
+{
+    h5w *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && w->ntake == w->nsub) pthread_cond_wait(&w->work, &w->mu);
+        if (w->quit) break;
+        h5w_slot *sl = &w->slots[w->ntake++ % w->nslots];
+        pthread_mutex_unlock(&w->mu);
+        uLongf zlen = (uLongf)w->zcap;
+        int rc = compress2(sl->z, &zlen, sl->raw, (uLong)w->chunk_bytes, w->o.compression);
+        pthread_mutex_lock(&w->mu);
+        sl->zlen = (size_t)zlen;
+        sl->state = rc == Z_OK ? SLOT_DONE : SLOT_FAILED;
+        pthread_cond_broadcast(&w->finished);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void stop_threads(h5w *w)
+{
+    if (!w->nthreads) return;
+    pthread_mutex_lock(&w->mu);
+    w->quit = true;
+    pthread_cond_broadcast(&w->work);
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
+    w->nthreads = 0;
+}
+
+static int start_threads(h5w *w, pst_err *e)
+{
+    int want = w->o.threads;
+    if (want <= 0) want = (int)PST_MIN(PST_MAX(sysconf(_SC_NPROCESSORS_ONLN), 1L), 8L);
+    want = PST_MIN(want, H5W_MAX_THREADS);
+    for (int i = 0; i < want; i++) {
+        int rc = pthread_create(&w->threads[i], NULL, deflate_main, w);
+        if (rc) return pst_fail(e, "%s: starting a compression thread: %s", w->path, strerror(rc));
+        w->nthreads++;
+    }
+    return 0;
+}
+
 /* ---- create ----------------------------------------------------------------- */
 
 static int check_opts(const h5w_opts *o, const char *path, pst_err *e)
@@ -203,6 +281,9 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
     h5w *w = pst_calloc(1, sizeof *w);
     w->o = *o;
     w->file = w->images = w->labels = -1;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->work, NULL);
+    pthread_cond_init(&w->finished, NULL);
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", path, (long)getpid());
     w->image_bytes = (size_t)o->height * (size_t)o->width * (size_t)o->channels;
@@ -225,6 +306,7 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
         pst_fail(e, "%s: writing /classes failed (%s)", w->tmp, h5_reason(why));
         goto fail;
     }
+    if (o->compression > 0 && start_threads(w, e) < 0) goto fail;
     *out = w;
     return 0;
 fail:
@@ -285,43 +367,96 @@ int h5w_split_begin(h5w *w, const char *name, int64_t n, pst_err *e)
     w->written = 0;
     w->chunk = chunk;
     w->cfill = 0;
-    w->cbuf = pst_malloc((size_t)chunk * w->image_bytes);
     w->lbuf = pst_malloc((size_t)chunk * sizeof *w->lbuf);
+    w->chunk_bytes = (size_t)chunk * w->image_bytes;
+    w->zcap = w->nthreads ? (size_t)compressBound((uLong)w->chunk_bytes) : 0;
+    /* enough slots to keep every thread busy while the caller fills more,
+     * within a memory bound for huge chunks */
+    size_t ring = (size_t)(2 * w->nthreads + 2);
+    ring = PST_MIN(ring, PST_MAX((size_t)2, H5W_RING_BYTES / (w->chunk_bytes + w->zcap)));
+    w->nslots = (int)ring;
+    w->slots = pst_calloc(ring, sizeof *w->slots);
+    for (size_t i = 0; i < ring; i++) {
+        w->slots[i].raw = pst_malloc(w->chunk_bytes);
+        if (w->zcap) w->slots[i].z = pst_malloc(w->zcap);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->nsub = w->ntake = w->nwrit = 0;
+    pthread_mutex_unlock(&w->mu);
     return 0;
 }
 
-/* Writes the buffered images (whole chunk, or the last partial one). */
-static int flush_chunk(h5w *w, pst_err *e)
+/* Waits for the oldest submitted chunk, writes it with H5Dwrite_chunk. */
+static int write_oldest(h5w *w, pst_err *e)
+{
+    char why[256];
+    h5w_slot *sl = &w->slots[w->nwrit % w->nslots];
+    pthread_mutex_lock(&w->mu);
+    while (sl->state == SLOT_QUEUED) pthread_cond_wait(&w->finished, &w->mu);
+    int state = sl->state;
+    pthread_mutex_unlock(&w->mu);
+    int64_t first = sl->first, last = PST_MIN(first + w->chunk, w->n);
+    if (state == SLOT_FAILED)
+        return pst_fail(e, "%s: /%s: compressing examples [%lld, %lld) failed (out of memory)",
+                        w->tmp, w->split, (long long)first, (long long)last);
+    hsize_t offset[4] = {(hsize_t)first, 0, 0, 0};
+    uint32_t mask = 0;
+    const void *data = sl->raw;
+    size_t len = w->chunk_bytes;
+    if (w->nthreads) {
+        if (sl->zlen < w->chunk_bytes) {
+            data = sl->z;
+            len = sl->zlen;
+        } else {
+            mask = H5W_DEFLATE_SKIPPED; /* incompressible: stored raw, as HDF5 would */
+        }
+    }
+    if (H5Dwrite_chunk(w->images, H5P_DEFAULT, mask, offset, len, data) < 0)
+        return pst_fail(e, "%s: writing /%s/images examples [%lld, %lld) failed (%s)", w->tmp,
+                        w->split, (long long)first, (long long)last, h5_reason(why));
+    sl->state = SLOT_FREE;
+    w->nwrit++;
+    return 0;
+}
+
+/* Hands the chunk being filled (whole, or the last partial one padded with
+ * zeros) to the deflate threads, and writes its labels. */
+static int submit_chunk(h5w *w, pst_err *e)
 {
     char why[256];
     if (w->cfill == 0) return 0;
+    h5w_slot *sl = &w->slots[w->nsub % w->nslots];
     int64_t first = w->written - w->cfill;
-    hsize_t start[4] = {(hsize_t)first, 0, 0, 0};
-    hsize_t cnt[4] = {(hsize_t)w->cfill, (hsize_t)w->o.height, (hsize_t)w->o.width,
-                      (hsize_t)w->o.channels};
-    hid_t fs = H5Dget_space(w->images), ms = -1, lfs = H5Dget_space(w->labels), lms = -1;
+    size_t used = (size_t)w->cfill * w->image_bytes;
+    if (used < w->chunk_bytes) memset(sl->raw + used, 0, w->chunk_bytes - used);
+    sl->first = first;
+
+    hsize_t start = (hsize_t)first, cnt = (hsize_t)w->cfill;
+    hid_t fs = H5Dget_space(w->labels), ms = H5Screate_simple(1, &cnt, NULL);
     int rc = -1;
-    hsize_t lcnt = (hsize_t)w->cfill;
-    if (fs < 0 || lfs < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0 ||
-        H5Sselect_hyperslab(lfs, H5S_SELECT_SET, start, NULL, &lcnt, NULL) < 0)
-        goto done;
-    ms = H5Screate_simple(4, cnt, NULL); /* the selection's shape: whole-row copies */
-    lms = H5Screate_simple(1, &lcnt, NULL);
-    if (ms < 0 || lms < 0 ||
-        H5Dwrite(w->images, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, w->cbuf) < 0 ||
-        H5Dwrite(w->labels, H5T_NATIVE_INT32, lms, lfs, H5P_DEFAULT, w->lbuf) < 0)
-        goto done;
-    w->cfill = 0;
-    rc = 0;
-done:
-    if (rc < 0)
-        pst_fail(e, "%s: writing /%s examples [%lld, %lld) failed (%s)", w->tmp, w->split,
+    if (fs >= 0 && ms >= 0 &&
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &cnt, NULL) >= 0 &&
+        H5Dwrite(w->labels, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, w->lbuf) >= 0)
+        rc = 0;
+    else
+        pst_fail(e, "%s: writing /%s/labels [%lld, %lld) failed (%s)", w->tmp, w->split,
                  (long long)first, (long long)(first + w->cfill), h5_reason(why));
-    if (lms >= 0) H5Sclose(lms);
     if (ms >= 0) H5Sclose(ms);
-    if (lfs >= 0) H5Sclose(lfs);
     if (fs >= 0) H5Sclose(fs);
-    return rc;
+    if (rc < 0) return -1;
+
+    w->cfill = 0;
+    if (!w->nthreads) {
+        sl->state = SLOT_DONE;
+        w->nsub++;
+        return write_oldest(w, e);
+    }
+    pthread_mutex_lock(&w->mu);
+    sl->state = SLOT_QUEUED;
+    w->nsub++;
+    pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->mu);
+    return 0;
 }
 
 /* Adds `count` images to the per-channel integer sums. */
@@ -371,8 +506,11 @@ int h5w_split_append(h5w *w, const uint8_t *images, const int32_t *labels, int64
                             w->split, labels[i], (long long)(w->written + i), w->o.num_classes);
     bool train = !strcmp(w->split, "train");
     while (count > 0) {
+        /* a new chunk needs a free slot: write the oldest when the ring is full */
+        if (w->cfill == 0 && w->nsub - w->nwrit == w->nslots && write_oldest(w, e) < 0) return -1;
+        uint8_t *raw = w->slots[w->nsub % w->nslots].raw;
         int64_t take = PST_MIN(count, w->chunk - w->cfill);
-        memcpy(w->cbuf + (size_t)w->cfill * w->image_bytes, images, (size_t)take * w->image_bytes);
+        memcpy(raw + (size_t)w->cfill * w->image_bytes, images, (size_t)take * w->image_bytes);
         memcpy(w->lbuf + w->cfill, labels, (size_t)take * sizeof *labels);
         if (train) accumulate_stats(w, images, take);
         w->cfill += take;
@@ -380,19 +518,26 @@ int h5w_split_append(h5w *w, const uint8_t *images, const int32_t *labels, int64
         images += (size_t)take * w->image_bytes;
         labels += take;
         count -= take;
-        if (w->cfill == w->chunk && flush_chunk(w, e) < 0) return -1;
+        if (w->cfill == w->chunk && submit_chunk(w, e) < 0) return -1;
     }
     return 0;
 }
 
+/* Closes the split's datasets and frees its slots; the deflate threads must
+ * be idle (all chunks written) or stopped. */
 static void close_split(h5w *w)
 {
     if (w->images >= 0) H5Dclose(w->images);
     if (w->labels >= 0) H5Dclose(w->labels);
     w->images = w->labels = -1;
-    free(w->cbuf);
+    for (int i = 0; i < w->nslots; i++) {
+        free(w->slots[i].raw);
+        free(w->slots[i].z);
+    }
+    free(w->slots);
     free(w->lbuf);
-    w->cbuf = NULL;
+    w->slots = NULL;
+    w->nslots = 0;
     w->lbuf = NULL;
     w->split[0] = 0;
 }
@@ -403,7 +548,9 @@ int h5w_split_end(h5w *w, pst_err *e)
     if (w->written != w->n)
         return pst_fail(e, "%s: /%s: %lld examples written, %lld declared", w->path, w->split,
                         (long long)w->written, (long long)w->n);
-    if (flush_chunk(w, e) < 0) return -1;
+    if (submit_chunk(w, e) < 0) return -1;
+    while (w->nwrit < w->nsub)
+        if (write_oldest(w, e) < 0) return -1;
     if (!strcmp(w->split, "train")) w->have_train = true;
     snprintf(w->done[w->nsplits_done++], sizeof w->done[0], "%s", w->split);
     close_split(w);
@@ -421,6 +568,16 @@ static int fsync_path(const char *path, int flags)
     close(fd);
     errno = err;
     return rc;
+}
+
+/* Stops the threads and frees w itself (the file is closed by then). */
+static void free_writer(h5w *w)
+{
+    stop_threads(w);
+    pthread_cond_destroy(&w->finished);
+    pthread_cond_destroy(&w->work);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
 }
 
 int h5w_commit(h5w *w, pst_err *e)
@@ -480,7 +637,7 @@ int h5w_commit(h5w *w, pst_err *e)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", w->path);
     fsync_path(dirname(dir), O_RDONLY | O_DIRECTORY);
-    free(w);
+    free_writer(w);
     return 0;
 fail:
     h5w_abort(w);
@@ -490,10 +647,11 @@ fail:
 void h5w_abort(h5w *w)
 {
     if (!w) return;
+    stop_threads(w);
     close_split(w);
     if (w->file >= 0) H5Fclose(w->file);
     H5Eclear2(H5E_DEFAULT);
     unlink(w->tmp);
     unguard_tmp();
-    free(w);
+    free_writer(w);
 }

@@ -25,6 +25,7 @@ typedef struct h5w_opts {
     int chunk_images;               /* images per chunk; 0 = about 512 KiB of images */
     int compression;                /* deflate level 0-9 (0 = none); shuffle filter on when > 0 */
     bool force;                     /* overwrite an existing output */
+    int threads;                    /* compression threads; 0 = one per CPU (at most 8) */
     const char *source;             /* free text for the `source` attribute */
 } h5w_opts;
 

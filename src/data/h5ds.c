@@ -186,11 +186,13 @@ done:
 }
 
 /* A scalar string attribute (fixed or variable length) copied into buf
- * (truncated to n-1 bytes). 0 or -1 after reporting. */
-static int check_attr_str(vctx *v, hid_t root, const char *name, char *buf, size_t n)
+ * (truncated to n-1 bytes). `expect` describes it for messages. 0 or -1
+ * after reporting. */
+static int check_attr_str(vctx *v, hid_t root, const char *name, const char *expect, char *buf,
+                          size_t n)
 {
     char tbuf[32], why[256];
-    hid_t a = attr_open(v, root, name, "a string"), t = -1, mt = -1;
+    hid_t a = attr_open(v, root, name, expect), t = -1, mt = -1;
     int rc = -1;
     if (a < 0) return -1;
     t = H5Aget_type(a);
@@ -643,7 +645,8 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
 
     char format[64] = "";
     int64_t version = 0;
-    if (check_attr_str(&v, file, "format", format, sizeof format) == 0 &&
+    if (check_attr_str(&v, file, "format", "the string '" H5DS_FORMAT "'", format, sizeof format) ==
+            0 &&
         strcmp(format, H5DS_FORMAT) != 0)
         problem(&v, "root attribute 'format' = '%s', expected '%s'", format, H5DS_FORMAT);
     if (check_attr_int(&v, file, "format_version", 1, INT32_MAX, &version) == 0 &&
@@ -661,8 +664,10 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
         check_attr_floats(&v, file, "mean", (int)sa.c, 0.0, 1.0, tmp.mean);
         check_attr_floats(&v, file, "std", (int)sa.c, 0.0, 0.5, tmp.std);
     }
-    check_attr_str(&v, file, "source", tmp.source, sizeof tmp.source);
-    check_attr_str(&v, file, "created", tmp.created, sizeof tmp.created);
+    check_attr_str(&v, file, "source", "a string saying where the data came from", tmp.source,
+                   sizeof tmp.source);
+    check_attr_str(&v, file, "created", "a string, the ISO 8601 creation time", tmp.created,
+                   sizeof tmp.created);
     tmp.class_names = check_classes(&v, file, sa.k);
 
     for (int i = 0; i < H5DS_MAX_SPLITS; i++) {

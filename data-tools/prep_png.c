@@ -524,6 +524,7 @@ static int run_pass(png_run *r, h5w *w, bool first_pass, bool *w_dropped, pst_er
                 rc = pst_fail(e, "%s: unreadable in the second pass but not in the first: %s",
                               it->path, s.err);
             else {
+                if (prog.tty) fputs("\r\033[K", stderr); /* the warning replaces the bar */
                 record_skip(r, it->path, s.err);
                 r->bad[item] = true;
                 if (w) {

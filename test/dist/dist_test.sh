@@ -1,0 +1,143 @@
+#!/bin/sh
+# dist_test.sh SCENARIO - distributed-training tests under mpirun, driven by
+# the test_dist program (test_dist.c) on data sets written at test time.
+#
+# Scenarios:
+#   once W          exactly once: W workers (1 PS), 2 epochs, trace file checked
+#   determinism     sync final variables bitwise equal for --ps 1/2/3 x every
+#                   placement, over TCP (btl tcp, pml ob1, osc pt2pt), a rerun,
+#                   and a model with batch norm (inception-mini)
+#   single          sync with 1 worker == train_single (exact test loss and
+#                   accuracy: train_single has no parameter dump)
+#   backup          W=3, R=2: progress, dropped stale gradients counted
+#   steps           --steps S stops after exactly S updates (sync, R=W and R<W)
+#   async           async with every optimizer: exactly once, finishes
+#   refuse          no worker, no PS, R > W, missing data: refused cleanly
+#   idle            PS and root service loops use little CPU
+#   fashion         LeNet-5 on Fashion-MNIST, async, 2 workers, 1 epoch: acc >= 0.82
+#                   (and async momentum converges too)
+set -eu
+: "${TEST_DIST:?}" "${MPIRUN:?}"
+SCEN=$1
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pstrain-dist.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+MPI="$MPIRUN --oversubscribe"
+TCP="--mca btl self,tcp --mca pml ob1 --mca osc pt2pt"
+fail=0
+die() { echo "FAIL: $*" >&2; exit 1; }
+run() { # run NP ARGS... (training through test_dist)
+    np=$1; shift
+    timeout 120 $MPI -np "$np" "$TEST_DIST" train "$@"
+}
+
+"$TEST_DIST" mkdata "$TMP/small.h5" 600 100 8 8 1 4 || die "mkdata"
+
+case $SCEN in
+once)
+    W=$2
+    run $((W + 2)) --data "$TMP/small.h5" --ps 1 --epochs 2 --expect-once --trace "$TMP/trace.jsonl"
+    # the trace: every (epoch, id) once, ids from every worker
+    python3 - "$TMP/trace.jsonl" "$W" <<'EOF' || fail=1
+import json, sys
+seen, workers = {}, set()
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    workers.add(r["worker"])
+    for i in r["ids"]:
+        k = (r["epoch"], i)
+        assert k not in seen, "duplicate %r (workers %d and %d)" % (k, seen[k], r["worker"])
+        seen[k] = r["worker"]
+assert len(seen) == 2 * 600, "trace has %d (epoch, id) pairs, expected 1200" % len(seen)
+assert len(workers) == int(sys.argv[2]), "workers in trace: %r" % workers
+print("trace OK: %d pairs, workers %r" % (len(seen), sorted(workers)))
+EOF
+    ;;
+determinism)
+    run 4 --data "$TMP/small.h5" --ps 1 --dump "$TMP/ref.bin" >/dev/null
+    for ps in 1 2 3; do
+        for pl in round-robin greedy partition; do
+            run $((ps + 3)) --data "$TMP/small.h5" --ps $ps --placement $pl \
+                --partition-bytes 16384 --dump "$TMP/d.bin" >/dev/null
+            cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs: --ps $ps --placement $pl"; fail=1; }
+        done
+    done
+    timeout 120 $MPI -np 5 $TCP "$TEST_DIST" train --data "$TMP/small.h5" --ps 2 \
+        --placement partition --partition-bytes 16384 --dump "$TMP/d.bin" >/dev/null
+    cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs over TCP/pt2pt"; fail=1; }
+    run 4 --data "$TMP/small.h5" --ps 1 --dump "$TMP/d.bin" >/dev/null
+    cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs on a rerun"; fail=1; }
+    # 3 workers, momentum vs adam differ from each other but each is reproducible
+    run 5 --data "$TMP/small.h5" --ps 1 --optimizer adam --lr 0.001 --dump "$TMP/a1.bin" >/dev/null
+    run 6 --data "$TMP/small.h5" --ps 2 --placement greedy --optimizer adam --lr 0.001 \
+        --dump "$TMP/a2.bin" >/dev/null
+    cmp "$TMP/a1.bin" "$TMP/a2.bin" || { echo "adam, 3 workers: --ps 1 vs 2 differ"; fail=1; }
+    cmp -s "$TMP/ref.bin" "$TMP/a1.bin" && { echo "adam equals momentum?"; fail=1; }
+    # batch norm: moving statistics are variables too
+    "$TEST_DIST" mkdata "$TMP/c3.h5" 192 32 16 16 3 10 || die "mkdata"
+    run 4 --data "$TMP/c3.h5" --model inception-mini --epochs 1 --ps 1 --dump "$TMP/i1.bin" >/dev/null
+    run 6 --data "$TMP/c3.h5" --model inception-mini --epochs 1 --ps 3 --placement greedy \
+        --dump "$TMP/i3.bin" >/dev/null
+    cmp "$TMP/i1.bin" "$TMP/i3.bin" || { echo "inception-mini: --ps 1 vs 3 differ"; fail=1; }
+    ;;
+single)
+    "$TEST_DIST" train --data "$TMP/small.h5" --single | grep RESULT >"$TMP/single.txt"
+    for ps in 1 2; do
+        run $((ps + 2)) --data "$TMP/small.h5" --ps $ps | grep RESULT >"$TMP/dist.txt"
+        cat "$TMP/single.txt" "$TMP/dist.txt"
+        cmp "$TMP/single.txt" "$TMP/dist.txt" || { echo "1 worker, --ps $ps != single"; fail=1; }
+    done
+    "$TEST_DIST" mkdata "$TMP/img.h5" 256 64 28 28 1 10 || die "mkdata"
+    "$TEST_DIST" train --data "$TMP/img.h5" --model lenet5 --epochs 1 --single |
+        grep RESULT >"$TMP/single.txt"
+    run 4 --data "$TMP/img.h5" --model lenet5 --epochs 1 --ps 2 --placement greedy |
+        grep RESULT >"$TMP/dist.txt"
+    cmp "$TMP/single.txt" "$TMP/dist.txt" || { echo "lenet5: 1 worker != single"; fail=1; }
+    ;;
+backup)
+    run 5 --data "$TMP/small.h5" --ps 1 --replicas 2 --expect-dropped --expect-once
+    run 6 --data "$TMP/small.h5" --ps 2 --replicas 2 --epochs 0 --steps 25 --expect-steps 25
+    ;;
+steps)
+    run 4 --data "$TMP/small.h5" --ps 1 --epochs 0 --steps 30 --expect-steps 30
+    run 5 --data "$TMP/small.h5" --ps 2 --epochs 5 --steps 7 --expect-steps 7
+    ;;
+async)
+    for o in sgd momentum rmsprop adam; do
+        run 5 --data "$TMP/small.h5" --ps 2 --mode async --optimizer $o --lr 0.01 --expect-once
+    done
+    run 4 --data "$TMP/small.h5" --ps 1 --mode async --epochs 0 --steps 40 --expect-steps 40
+    timeout 120 $MPI -np 4 $TCP "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --mode async \
+        --optimizer adam --lr 0.001 --expect-once
+    ;;
+refuse)
+    run 2 --data "$TMP/small.h5" --ps 1 --expect-fail "3 ranks are needed"
+    run 3 --data "$TMP/small.h5" --ps 2 --expect-fail "4 ranks are needed"
+    run 3 --data "$TMP/small.h5" --ps 0 --expect-fail "at least one parameter server"
+    run 4 --data "$TMP/small.h5" --ps 1 --replicas 3 --expect-fail "replicas-to-aggregate 3 with 2 workers"
+    run 4 --data "$TMP/none.h5" --ps 1 --expect-fail "none.h5"
+    ;;
+idle)
+    "$TEST_DIST" mkdata "$TMP/img.h5" 512 64 28 28 1 10 || die "mkdata"
+    # async SGD: the PS has nothing to do but serve progress; its CPU time and
+    # the root's loop must stay a small fraction of the wall time
+    run 4 --data "$TMP/img.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --epochs 8 \
+        --max-ps-cpu-fraction 0.05
+    ;;
+fashion)
+    : "${PSTRAIN_PREP:?}"
+    D=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+    [ -f "$D/train-images-idx3-ubyte.gz" ] || { echo "SKIP: no Fashion-MNIST in $D"; exit 77; }
+    "$PSTRAIN_PREP" idx --train-images "$D/train-images-idx3-ubyte.gz" \
+        --train-labels "$D/train-labels-idx1-ubyte.gz" --test-images "$D/t10k-images-idx3-ubyte.gz" \
+        --test-labels "$D/t10k-labels-idx1-ubyte.gz" -o "$TMP/fm.h5" >/dev/null
+    run 4 --data "$TMP/fm.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --lr 0.05 \
+        --epochs 1 --batch 64 --expect-once --min-accuracy 0.82
+    run 4 --data "$TMP/fm.h5" --model lenet5 --ps 1 --mode async --optimizer momentum --lr 0.01 \
+        --epochs 1 --batch 64 --min-accuracy 0.82
+    ;;
+*)
+    die "unknown scenario $SCEN"
+    ;;
+esac
+[ $fail = 0 ] || die "$SCEN"
+echo "$SCEN: OK"

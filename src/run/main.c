@@ -98,6 +98,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return eval_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return plan_main(argc - 1, argv + 1);
     fprintf(stderr, "pstrain: unknown command '%s' (try pstrain --help)\n", cmd);
     return 2;
 }

@@ -168,5 +168,50 @@ int main(void)
     CHECK(p->ps_nranges[2] == 0 && p->ps_floats[3] == 0, "empty PS");
     place_plan_free(p);
     place_plan_free(NULL);
+
+    /* every built-in model: every strategy covers the slab exactly once; a
+     * small partition threshold splits every large variable over distinct PS */
+    for (const char *const *name = nn_model_names(); *name; name++) {
+        int is_inc = !strcmp(*name, "inception-mini");
+        nn_model_cfg mc = {.name = *name,
+                           .height = is_inc ? 32 : 28,
+                           .width = is_inc ? 32 : 28,
+                           .channels = is_inc ? 3 : 1,
+                           .num_classes = 10,
+                           .max_batch = 1,
+                           .seed = 1};
+        nn_model *m = NULL;
+        CHECK(nn_model_new(&m, &mc, &e) == 0, "%s: %s", *name, e.msg);
+        if (!m) continue;
+        int nv = nn_model_nvars(m), nstate = 0;
+        nn_var *mv = malloc(sizeof *mv * (size_t)nv);
+        for (int i = 0; i < nv; i++) mv[i] = *nn_model_var(m, i), nstate += !mv[i].trainable;
+        if (is_inc) CHECK(nstate > 0, "inception-mini: no batch-norm state variables placed");
+        for (int nps = 1; nps <= 4; nps++)
+            for (int kind = 0; kind < 3; kind++) {
+                place_plan *q = NULL;
+                CHECK(place_plan_new(&q, mv, nv, nps, (place_kind)kind, 16384, &e) == 0, "%s",
+                      e.msg);
+                if (!q) continue;
+                check_cover(q, nn_model_size(m));
+                CHECK(q->total_bytes == (int64_t)(nn_model_size(m) * sizeof(float)), "%s: bytes",
+                      *name);
+                if (kind == PLACE_PARTITION)
+                    for (int r = 0; r < q->nranges; r++) {
+                        const place_range *x = &q->ranges[r];
+                        int64_t b = (int64_t)(mv[x->var].size * sizeof(float));
+                        int64_t want = PST_MIN(PST_MIN((b + 16383) / 16384, (int64_t)nps),
+                                               (int64_t)mv[x->var].shape[0]);
+                        CHECK(x->nslices == (b > 16384 ? want : 1), "%s %s: %d slices", *name,
+                              mv[x->var].name, x->nslices);
+                    }
+                if (nps == 4 && kind != PLACE_ROUND_ROBIN)
+                    printf("%s %s on 4 PS: imbalance %.3f\n", *name, place_name((place_kind)kind),
+                           q->imbalance);
+                place_plan_free(q);
+            }
+        free(mv);
+        nn_model_free(m);
+    }
     return check_exit();
 }

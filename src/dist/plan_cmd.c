@@ -1,0 +1,114 @@
+/* plan_cmd.c - `pstrain plan`: the placement of a model's variables on P
+ * parameter servers, as `pstrain train --ps P` would log it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pstrain/h5ds.h"
+#include "pstrain/model.h"
+#include "pstrain/placement.h"
+
+static void plan_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: pstrain plan --model M --ps P [--placement round-robin|greedy|partition]\n"
+            "                    [--partition-bytes N] [--data FILE.h5 | --height H --width W\n"
+            "                    --channels C --classes K]\n"
+            "\n"
+            "Prints every variable (batch-norm moving statistics included) with its shape,\n"
+            "bytes, parameter server and offset within that server's shard, then the bytes\n"
+            "per PS and the imbalance ratio (max/mean). The image size comes from --data or\n"
+            "the flags (default 28x28x1, 10 classes: Fashion-MNIST).\n");
+}
+
+int plan_main(int argc, char **argv)
+{
+    const char *model = NULL, *data = NULL;
+    int ps = 0, height = 28, width = 28, channels = 1, classes = 10;
+    int64_t partition_bytes = 256 * 1024;
+    place_kind kind = PLACE_ROUND_ROBIN;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            plan_usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "pstrain plan: %s: missing value (try pstrain plan --help)\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--model"))
+            model = v;
+        else if (!strcmp(a, "--data"))
+            data = v;
+        else if (!strcmp(a, "--ps"))
+            bad = pst_parse_int(v, &ps) < 0 || ps < 1;
+        else if (!strcmp(a, "--placement"))
+            bad = place_parse(v, &kind) < 0;
+        else if (!strcmp(a, "--partition-bytes"))
+            bad = pst_parse_i64(v, &partition_bytes) < 0 || partition_bytes <= 0;
+        else if (!strcmp(a, "--height"))
+            bad = pst_parse_int(v, &height) < 0 || height < 1;
+        else if (!strcmp(a, "--width"))
+            bad = pst_parse_int(v, &width) < 0 || width < 1;
+        else if (!strcmp(a, "--channels"))
+            bad = pst_parse_int(v, &channels) < 0 || channels < 1;
+        else if (!strcmp(a, "--classes"))
+            bad = pst_parse_int(v, &classes) < 0 || classes < 2;
+        else {
+            fprintf(stderr, "pstrain plan: unknown option %s (try pstrain plan --help)\n", a);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "pstrain plan: %s '%s': expected %s\n", a, v,
+                    !strcmp(a, "--placement") ? "round-robin, greedy or partition"
+                    : !strcmp(a, "--classes") ? "an integer >= 2"
+                                              : "a positive integer");
+            return 2;
+        }
+    }
+    if (!model || ps < 1) {
+        fprintf(stderr, "pstrain plan: --model and --ps are required (try pstrain plan --help)\n");
+        return 2;
+    }
+    pst_err e;
+    if (data) {
+        h5ds ds;
+        if (h5ds_open(&ds, data, &e) < 0) {
+            fprintf(stderr, "pstrain plan: %s\n", e.msg);
+            return 1;
+        }
+        height = ds.height, width = ds.width, channels = ds.channels, classes = ds.num_classes;
+        h5ds_close(&ds);
+    }
+    nn_model_cfg mc = {.name = model,
+                       .height = height,
+                       .width = width,
+                       .channels = channels,
+                       .num_classes = classes,
+                       .max_batch = 1,
+                       .seed = 1};
+    nn_model *m = NULL;
+    if (nn_model_new(&m, &mc, &e) < 0) {
+        fprintf(stderr, "pstrain plan: %s\n", e.msg);
+        return 1;
+    }
+    int nv = nn_model_nvars(m);
+    nn_var *vars = pst_malloc(sizeof *vars * (size_t)(nv ? nv : 1));
+    for (int i = 0; i < nv; i++) vars[i] = *nn_model_var(m, i);
+    place_plan *p = NULL;
+    int rc = 0;
+    if (place_plan_new(&p, vars, nv, ps, kind, partition_bytes, &e) < 0) {
+        fprintf(stderr, "pstrain plan: %s\n", e.msg);
+        rc = 1;
+    } else {
+        printf("model %s, input %dx%dx%d, %d classes\n", model, height, width, channels, classes);
+        place_plan_print(p, stdout);
+    }
+    place_plan_free(p);
+    free(vars);
+    nn_model_free(m);
+    return rc;
+}

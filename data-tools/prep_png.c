@@ -93,7 +93,8 @@ static void usage(FILE *f)
             "  --max-pixels N     refuse images declaring more than N pixels (default %lld)\n"
             "  --compression L    deflate level (default 4; 0 = none)\n"
             "  --chunk-images N   images per HDF5 chunk (default: about 512 KiB)\n"
-            "  --threads N        decoding and compression threads each (default: online cores)\n"
+            "  --threads N        decoding threads (default: online cores); as many compress,\n"
+            "                     at most 8\n"
             "  --force            overwrite OUT.h5\n",
             (long long)PNGIO_DEFAULT_MAX_PIXELS);
 }
@@ -725,7 +726,7 @@ int prep_cmd_png(int argc, char **argv)
                    .class_names = (const char *const *)r.tree.classes,
                    .chunk_images = c->chunk_images,
                    .compression = c->compression,
-                   .threads = c->threads,
+                   .threads = PST_MIN(c->threads, 8),
                    .force = c->force,
                    .source = source};
     if (h5w_create(&w, c->out, &wo, &e) < 0) goto fail;

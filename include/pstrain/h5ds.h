@@ -46,7 +46,7 @@ typedef struct h5ds {
     char **class_names; /* num_classes strings, owned */
     int nsplits;
     h5ds_split splits[H5DS_MAX_SPLITS];
-    char source[256], created[64];
+    char source[2048], created[64];
 } h5ds;
 
 /* Called once per problem found by h5ds_verify, with a one-line message

@@ -9,12 +9,14 @@
 #include "pstrain/h5ds.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const split_names[H5DS_MAX_SPLITS] = {"train", "val", "test"};
 
@@ -625,6 +627,9 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
     h5_quiet();
     if (stat(path, &st) < 0) return pst_fail(e, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return pst_fail(e, "%s: is a directory, expected an HDF5 file", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC); /* a clear reason for unreadable files */
+    if (fd < 0) return pst_fail(e, "%s: cannot open: %s", path, strerror(errno));
+    close(fd);
     htri_t is_h5 = H5Fis_hdf5(path);
     if (is_h5 <= 0)
         return pst_fail(e, "%s: not an HDF5 file (%s)", path,

@@ -65,10 +65,11 @@ static void taps_init(axis_taps *t, int src, int dst)
 
 static uint8_t round_u8(double v)
 {
-    /* Round half up; the tolerance keeps an exact .5 that double weights
-     * represent as .4999999... on the same side. */
-    double r = floor(v + 0.5 + 1e-9);
-    return (uint8_t)(r < 0 ? 0 : r > 255 ? 255 : r);
+    /* Round half up; v >= 0 (non-negative weights), so truncation is floor.
+     * The tolerance keeps an exact .5 that double weights represent as
+     * .4999999... on the same side. */
+    double r = v + 0.5 + 1e-9;
+    return (uint8_t)(r >= 255.0 ? 255 : (int)r);
 }
 
 void resize_u8(const uint8_t *src, int sh, int sw, int c, uint8_t *dst, int dh, int dw)
@@ -77,31 +78,33 @@ void resize_u8(const uint8_t *src, int sh, int sw, int c, uint8_t *dst, int dh, 
     axis_taps ty, tx;
     taps_init(&ty, sh, dh);
     taps_init(&tx, sw, dw);
-    /* tmp: sh x dw x c, the rows resized horizontally. */
-    size_t trow = (size_t)dw * (size_t)c;
-    double *tmp = pst_malloc(sizeof(double) * (size_t)sh * trow);
+    /* tmp: sh x dw x c, the rows resized horizontally; srow: one source row
+     * as double; acc: one output row being accumulated. */
+    size_t srow_n = (size_t)sw * (size_t)c, trow = (size_t)dw * (size_t)c;
+    double *tmp = pst_malloc(sizeof(double) * ((size_t)sh * trow + srow_n + trow));
+    double *srow = tmp + (size_t)sh * trow, *acc = srow + srow_n;
     for (int y = 0; y < sh; y++) {
-        const uint8_t *srow = src + (size_t)y * (size_t)sw * (size_t)c;
+        const uint8_t *in = src + (size_t)y * srow_n;
+        for (size_t i = 0; i < srow_n; i++) srow[i] = in[i];
         double *out = tmp + (size_t)y * trow;
         for (int x = 0; x < dw; x++) {
             const double *w = tx.w + (size_t)x * (size_t)tx.maxtaps;
-            for (int k = 0; k < c; k++) {
-                double acc = 0;
-                for (int t = 0; t < tx.count[x]; t++)
-                    acc += w[t] * srow[(size_t)(tx.first[x] + t) * (size_t)c + (size_t)k];
-                out[(size_t)x * (size_t)c + (size_t)k] = acc;
-            }
+            const double *s0 = srow + (size_t)tx.first[x] * (size_t)c;
+            double *o = out + (size_t)x * (size_t)c;
+            for (int k = 0; k < c; k++) o[k] = 0;
+            for (int t = 0; t < tx.count[x]; t++)
+                for (int k = 0; k < c; k++) o[k] += w[t] * s0[(size_t)t * (size_t)c + (size_t)k];
         }
     }
     for (int y = 0; y < dh; y++) {
         const double *w = ty.w + (size_t)y * (size_t)ty.maxtaps;
-        uint8_t *out = dst + (size_t)y * trow;
-        for (size_t i = 0; i < trow; i++) {
-            double acc = 0;
-            for (int t = 0; t < ty.count[y]; t++)
-                acc += w[t] * tmp[(size_t)(ty.first[y] + t) * trow + i];
-            out[i] = round_u8(acc);
+        for (size_t i = 0; i < trow; i++) acc[i] = 0;
+        for (int t = 0; t < ty.count[y]; t++) {
+            const double *row = tmp + (size_t)(ty.first[y] + t) * trow, wt = w[t];
+            for (size_t i = 0; i < trow; i++) acc[i] += wt * row[i];
         }
+        uint8_t *out = dst + (size_t)y * trow;
+        for (size_t i = 0; i < trow; i++) out[i] = round_u8(acc[i]);
     }
     free(tmp);
     taps_free(&ty);

@@ -179,16 +179,29 @@ static int idx_check_end(idx_file *f, const char *what, pst_err *e)
 /* Reads all labels of an open labels file into *out (int32). */
 static int idx_read_labels(idx_file *f, int32_t **out, pst_err *e)
 {
-    uint8_t *raw = pst_malloc((size_t)f->n);
-    int64_t got = idx_read(f, raw, (size_t)f->n, e);
-    if (got < 0) goto fail;
+    /* grown as data arrive, so that a corrupt header announcing billions of
+     * labels costs a clear "truncated" error, not a giant allocation */
+    const int64_t step = (int64_t)1 << 20;
+    int64_t cap = PST_MIN(f->n, step), got = 0;
+    uint8_t *raw = pst_malloc((size_t)cap);
+    int32_t *labels = NULL;
+    while (got < f->n) {
+        if (got == cap) {
+            cap = PST_MIN(f->n, 2 * cap);
+            raw = pst_realloc(raw, (size_t)cap);
+        }
+        int64_t r = idx_read(f, raw + got, (size_t)(cap - got), e);
+        if (r < 0) goto fail;
+        if (r == 0) break;
+        got += r;
+    }
     if (got < f->n) {
         pst_fail(e, "%s: truncated: %lld labels announced, file ends after %lld", f->path,
                  (long long)f->n, (long long)got);
         goto fail;
     }
     if (idx_check_end(f, "labels", e) < 0) goto fail;
-    int32_t *labels = pst_malloc((size_t)f->n * sizeof *labels);
+    labels = pst_malloc((size_t)f->n * sizeof *labels);
     for (int64_t i = 0; i < f->n; i++) labels[i] = raw[i];
     free(raw);
     *out = labels;

@@ -133,6 +133,11 @@ static void test_corrupt(void)
     make_labels("labcut", N, 8 + 20, false);
     expect_failure("labels truncated", "img", "labcut", NULL,
                    "labcut: truncated: 50 labels announced, file ends after 20");
+    /* a header announcing 4 billion labels: a clear error, no giant allocation */
+    uint32_t huge[1] = {4000000000u};
+    write_idx(scratch_path("labhuge"), 0x08, 1, huge, g_labels, N, -1, false);
+    expect_failure("huge label count", "img", "labhuge", NULL,
+                   "labhuge: truncated: 4000000000 labels announced, file ends after 50");
     /* zero-byte files */
     fclose(fopen(scratch_path("empty"), "wb"));
     expect_failure("empty images", "empty", "lab", NULL, "empty: empty file, expected an idx");

@@ -28,22 +28,29 @@
 
 static void usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: pstrain-prep idx --train-images F --train-labels F\n"
-        "                        [--test-images F --test-labels F] [--classes NAME,...]\n"
-        "                        [--chunk-images N] [--compression 0-9] [--force] -o OUT.h5\n"
-        "\n"
-        "Converts MNIST-style idx files (gzipped or raw) to a pstrain data set.\n"
-        "\n"
-        "  --train-images F, --train-labels F   the train split (required)\n"
-        "  --test-images F, --test-labels F     the test split (optional, both or neither)\n"
-        "  --classes NAME,...   class names in label order; labels must lie in [0, K).\n"
-        "                       Default: names 0..K-1 with K = the largest label + 1\n"
-        "  --chunk-images N     images per HDF5 chunk (default: about 512 KiB of images)\n"
-        "  --compression L      deflate level 0-9, 0 = none (default 4)\n"
-        "  --force              overwrite OUT.h5 if it exists\n"
-        "  -o OUT.h5            the output (written to a temporary file, renamed at the end)\n");
+    fprintf(out,
+            "usage: pstrain-prep idx --train-images F --train-labels F\n"
+            "                        [--test-images F --test-labels F] [--classes NAME,...]\n"
+            "                        [--chunk-images N] [--compression 0-9] [--force] -o OUT.h5\n"
+            "\n"
+            "Converts MNIST-style idx files (gzipped or raw) to a pstrain data set.\n"
+            "\n"
+            "  --train-images F, --train-labels F   the train split (required)\n"
+            "  --test-images F, --test-labels F     the test split (optional, both or neither)\n"
+            "  --classes NAME,...   class names in label order; labels must lie in [0, K).\n"
+            "                       Default: names 0..K-1 with K = the largest label + 1\n"
+            "  --chunk-images N     images per HDF5 chunk (default: about 512 KiB of images)\n"
+            "  --compression L      deflate level 0-9, 0 = none (default 4)\n"
+            "  --force              overwrite OUT.h5 if it exists\n"
+            "  -o OUT.h5            the output (written to a temporary file, renamed at the end)\n"
+            "\n"
+            "Refused, with a message naming the file and exit status 1, before or while\n"
+            "writing (no OUT.h5 and no temporary file are left): a missing or empty file,\n"
+            "a bad magic number, a data type other than 0x08 (unsigned byte), images\n"
+            "without 3 (N,H,W) or 4 (N,H,W,C) dimensions or labels without 1, a file\n"
+            "shorter or longer than its header announces, a damaged gzip stream, image\n"
+            "and label counts that differ, test images of another shape than the train\n"
+            "images, labels outside the --classes given. Usage errors exit with 2.\n");
 }
 
 typedef struct idx_file {

@@ -739,8 +739,8 @@ int h5ds_open(h5ds *ds, const char *path, pst_err *e)
         ds->file = -1;
         ds->nsplits = 0;
         if (n == 1) return pst_fail(e, "%s: %s", path, fp.msg);
-        return pst_fail(e, "%s: %s (and %d more problems; see pstrain-prep verify %s)", path,
-                        fp.msg, n - 1, path);
+        return pst_fail(e, "%s: %s (and %d more problem%s; see pstrain-prep verify %s)", path,
+                        fp.msg, n - 1, n == 2 ? "" : "s", path);
     }
     return 0;
 }

@@ -4,6 +4,7 @@
  * every corrupt input gives its documented error and a non-zero exit, never
  * a crash, and leaves no output or temporary file; --force; usage errors.
  */
+#include <hdf5.h>
 #include <zlib.h>
 
 #include "check.h"
@@ -241,6 +242,31 @@ static void test_good(void)
     prep_run(&r, ver_bad);
     CHECK(r.status == 1 && strstr(r.out, "not an HDF5 file"), "verify non-HDF5: %d %s%s", r.status,
           r.out, r.err);
+
+    /* verify lists each problem of a damaged copy on its own line */
+    const char *damaged = scratch_path("damaged.h5");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", out, damaged);
+    CHECK(system(cmd) == 0, "copy");
+    hid_t f = H5Fopen(damaged, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0 && H5Adelete(f, "format") >= 0 && H5Ldelete(f, "train/labels", H5P_DEFAULT) >= 0,
+          "damage the copy");
+    H5Fclose(f);
+    const char *ver_dmg[] = {"verify", damaged, NULL};
+    prep_run(&r, ver_dmg);
+    char want1[700], want2[700];
+    snprintf(want1, sizeof want1,
+             "%s: root attribute 'format': missing (expected the string "
+             "'pstrain-dataset')\n",
+             damaged);
+    snprintf(want2, sizeof want2, "%s: /train/labels: missing (expected int32 [N])\n", damaged);
+    CHECK(r.status == 1 && strstr(r.out, want1) && strstr(r.out, want2) &&
+              strstr(r.err, "2 problems"),
+          "verify damaged: exit %d: %s%s", r.status, r.out, r.err);
+    const char *info_dmg[] = {"info", damaged, NULL};
+    prep_run(&r, info_dmg);
+    CHECK(r.status == 1 && strstr(r.err, "and 1 more problem; see pstrain-prep verify"),
+          "info refuses a damaged file: %d %s", r.status, r.err);
 
     /* --force: an existing output is kept without it, replaced with it */
     struct stat before, after;

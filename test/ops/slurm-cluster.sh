@@ -118,6 +118,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+# schedule within a second (tests wait on jobs; defaults are 30-60 s cycles)
+SchedulerParameters=bf_interval=1,sched_interval=1,sched_min_interval=100000
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none

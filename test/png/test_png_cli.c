@@ -324,6 +324,17 @@ static void test_corrupt(const char *tree)
           "skipping output: %s", e.msg);
     h5ds_close(&ds);
 
+    /* skips in both splits: the second pass writes the right counts */
+    unlink(out);
+    rc = prep("png", tree, "--val-fraction", "0.5", "--seed", "1", "-o", out, NULL);
+    CHECK(rc == 0 && strstr(g_log, "skipped 5 unreadable"), "skips with val: %s", g_log);
+    CHECK(h5ds_open(&ds, out, &e) == 0, "open: %s", e.msg);
+    const h5ds_split *tr = h5ds_find_split(&ds, "train"), *va = h5ds_find_split(&ds, "val");
+    CHECK(tr && va && tr->count + va->count == 22 && va->count >= 1,
+          "train %lld + val %lld != 22 readable files", tr ? (long long)tr->count : -1LL,
+          va ? (long long)va->count : -1LL);
+    h5ds_close(&ds);
+
     char sout[128];
     snprintf(sout, sizeof sout, "%s/strict.h5", g_dir);
     rc = prep("png", tree, "--strict", "-o", sout, NULL);

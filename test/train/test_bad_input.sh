@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Bad input to `pstrain train` and `pstrain eval`: each case must end with a
+# clear one-line error that names the file, flag, model or variable at
+# fault, a non-zero exit status (not a signal), no crash or sanitizer
+# report, and no summary file. Uses small generated data sets only.
+. "$(dirname "$0")/lib.sh"
+
+# err_case NAME 'NEEDLE1|NEEDLE2...' CMD ARGS...: CMD fails as described
+# above and its stderr contains every needle (fixed strings).
+err_case() {
+    local name=$1 needles=$2 rc n lines
+    shift 2
+    rm -f "$tmp/s.json"
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc = 0 ] || [ $rc -ge 126 ]; then
+        bad "$name: exit status $rc, expected 1..125 ($*)"
+    fi
+    if ! crash_free "$tmp/err" || ! crash_free "$tmp/out"; then
+        bad "$name: crash or sanitizer report:"
+        head -20 "$tmp/err" | sed 's/^/    /'
+    fi
+    lines=$(grep -c . "$tmp/err")
+    [ "$lines" = 1 ] || bad "$name: $lines lines on stderr, expected one error line"
+    local IFS='|'
+    for n in $needles; do
+        grep -qF -- "$n" "$tmp/err" || bad "$name: message does not mention '$n'"
+    done
+    [ ! -e "$tmp/s.json" ] || bad "$name: summary file left behind"
+    ls "$tmp"/s.json.tmp* >/dev/null 2>&1 && bad "$name: temporary summary left behind"
+    echo "  $name (exit $rc): $(head -1 "$tmp/err")"
+}
+
+d=$tmp
+"$MKDATA" "$d/ok.h5" 640 100 28 28 1 10 || { echo "mkdata failed"; exit 1; }
+"$MKDATA" "$d/bad-label.h5" 640 100 28 28 1 10 label-range || exit 1
+"$MKDATA" "$d/tiny4.h5" 64 16 4 4 1 10 || exit 1
+"$MKDATA" "$d/img32.h5" 64 16 32 32 1 10 || exit 1
+"$MKDATA" "$d/notest.h5" 64 0 28 28 1 10 || exit 1
+printf 'not an HDF5 file\n' >"$d/junk.h5"
+T=("$PSTRAIN" train --quiet --summary-json "$d/s.json")
+E=("$PSTRAIN" eval --quiet --summary-json "$d/s.json")
+
+say "data sets"
+"$PSTRAIN_PREP" verify "$d/bad-label.h5" >/dev/null 2>&1 && bad "pstrain-prep verify accepts the broken set"
+err_case "label out of range" "bad-label.h5|label" "${T[@]}" --data "$d/bad-label.h5" --model mlp
+err_case "missing file" "nonexistent.h5" "${T[@]}" --data "$d/nonexistent.h5"
+err_case "not HDF5" "junk.h5" "${T[@]}" --data "$d/junk.h5"
+err_case "missing --data" "--data" "${T[@]}" --model mlp
+err_case "lenet5 on 4x4" "lenet5|4x4" "${T[@]}" --data "$d/tiny4.h5" --model lenet5
+err_case "inception-mini on 4x4" "inception-mini|4x4" "${T[@]}" --data "$d/tiny4.h5" --model inception-mini
+
+say "flags"
+err_case "batch 0" "--batch|'0'" "${T[@]}" --data "$d/ok.h5" --batch 0
+err_case "batch junk" "--batch|12x" "${T[@]}" --data "$d/ok.h5" --batch 12x
+err_case "lr -1" "--lr|-1" "${T[@]}" --data "$d/ok.h5" --lr -1
+err_case "lr nan" "--lr|nan" "${T[@]}" --data "$d/ok.h5" --lr nan
+err_case "epochs -1" "--epochs" "${T[@]}" --data "$d/ok.h5" --epochs -1
+err_case "steps 0" "--steps" "${T[@]}" --data "$d/ok.h5" --steps 0
+err_case "unknown model" "--model|resnet50" "${T[@]}" --data "$d/ok.h5" --model resnet50
+err_case "unknown optimizer" "--optimizer|adagrad" "${T[@]}" --data "$d/ok.h5" --optimizer adagrad
+err_case "unknown flag" "--no-such-flag" "${T[@]}" --data "$d/ok.h5" --no-such-flag
+err_case "stray argument" "stray" "${T[@]}" --data "$d/ok.h5" stray
+err_case "unknown augmentation" "--augment|rotate" "${T[@]}" --data "$d/ok.h5" --augment crop,rotate
+err_case "lr-decay without epochs" "--lr-decay" "${T[@]}" --data "$d/ok.h5" --lr-decay 0.5
+err_case "checkpoint-every without dir" "--checkpoint-dir" "${T[@]}" --data "$d/ok.h5" \
+    --checkpoint-every 5
+err_case "resume without file or dir" "--resume" "${T[@]}" --data "$d/ok.h5" --resume
+err_case "unknown command" "frobnicate" "$PSTRAIN" frobnicate
+
+say "outputs that cannot be written"
+err_case "metrics in a missing directory" "$d/nodir/m.jsonl" "${T[@]}" --data "$d/ok.h5" \
+    --model mlp --metrics "$d/nodir/m.jsonl"
+err_case "summary in a missing directory" "$d/nodir/x.json" "$PSTRAIN" train --quiet \
+    --data "$d/ok.h5" --model mlp --summary-json "$d/nodir/x.json"
+touch "$d/plainfile"
+err_case "checkpoint dir under a file" "$d/plainfile/ck" "${T[@]}" --data "$d/ok.h5" \
+    --model mlp --checkpoint-dir "$d/plainfile/ck"
+
+say "diverging loss"
+# sgd with lr 1e6 overflows within a few steps; the message names the step,
+# and the checkpoints written before it stay good.
+err_case "NaN/Inf loss" "step|--lr" "${T[@]}" --data "$d/ok.h5" --model mlp --optimizer sgd \
+    --lr 1e6 --epochs 5 --checkpoint-dir "$d/div" --checkpoint-every 1
+if [ -e "$d/div/latest" ]; then
+    dstep=$(grep -o 'at step [0-9]*' "$tmp/err" | grep -o '[0-9]*$')
+    cstep=$("$CKPT_CHECK" "$d/div/$(cat "$d/div/latest")") || bad "latest checkpoint after divergence does not verify"
+    [ -n "$dstep" ] && [ -n "$cstep" ] && [ "$cstep" -lt "$dstep" ] ||
+        bad "latest checkpoint (step ${cstep:-?}) is not before the diverging step ${dstep:-?}"
+    # its parameters are finite: it resumes (and diverges again, at a later step)
+    for f in "$d"/div/ckpt-*.h5; do
+        "$CKPT_CHECK" "$f" >/dev/null || bad "$f does not verify"
+    done
+fi
+
+say "checkpoints that do not fit"
+"$PSTRAIN" train --quiet --data "$d/ok.h5" --model mlp --steps 3 --checkpoint-dir "$d/ck" \
+    >"$tmp/log" 2>&1 || { bad "making a checkpoint failed"; cat "$tmp/log"; }
+ck=$d/ck/ckpt-3.h5
+err_case "resume: other model" "ckpt-3.h5|mlp|lenet5" "${T[@]}" --data "$d/ok.h5" \
+    --model lenet5 --steps 5 --resume "$ck"
+err_case "resume: other optimizer" "ckpt-3.h5|adam" "${T[@]}" --data "$d/ok.h5" --model mlp \
+    --optimizer adam --steps 5 --resume "$ck"
+err_case "resume: other image size" "ckpt-3.h5|32" "${T[@]}" --data "$d/img32.h5" --model mlp \
+    --steps 5 --resume "$ck"
+err_case "resume: other batch" "ckpt-3.h5|--batch" "${T[@]}" --data "$d/ok.h5" --model mlp \
+    --batch 32 --steps 5 --resume "$ck"
+err_case "resume: other seed" "ckpt-3.h5|seed" "${T[@]}" --data "$d/ok.h5" --model mlp \
+    --seed 7 --steps 5 --resume "$ck"
+err_case "resume: missing file" "nothere.h5" "${T[@]}" --data "$d/ok.h5" --model mlp --steps 5 \
+    --resume "$d/nothere.h5"
+head -c 3000 "$ck" >"$d/cut.h5"
+err_case "resume: truncated file" "cut.h5" "${T[@]}" --data "$d/ok.h5" --model mlp --steps 5 \
+    --resume "$d/cut.h5"
+err_case "resume: a data set, not a checkpoint" "ok.h5" "${T[@]}" --data "$d/ok.h5" --model mlp \
+    --steps 5 --resume "$d/ok.h5"
+
+mkdir -p "$d/empty"
+say "eval"
+err_case "eval: other image size" "ckpt-3.h5|32x32" "${E[@]}" --data "$d/img32.h5" --checkpoint "$ck"
+err_case "eval: no checkpoint in dir" "$d/empty" "${E[@]}" --data "$d/ok.h5" --checkpoint "$d/empty"
+err_case "eval: truncated checkpoint" "cut.h5" "${E[@]}" --data "$d/ok.h5" --checkpoint "$d/cut.h5"
+err_case "eval: missing data" "gone.h5" "${E[@]}" --data "$d/gone.h5" --checkpoint "$ck"
+err_case "eval: broken data" "bad-label.h5|label" "${E[@]}" --data "$d/bad-label.h5" --checkpoint "$ck"
+err_case "eval: no such split" "val" "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --split val
+err_case "eval: no test split" "notest.h5|test" "${E[@]}" --data "$d/notest.h5" --checkpoint "$ck"
+err_case "eval: batch 0" "--batch" "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --batch 0
+err_case "eval: missing --checkpoint" "--checkpoint" "${E[@]}" --data "$d/ok.h5"
+finish

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Distributed-training benchmark (prints numbers; not a timed test).
+#
+#  1. LeNet-5 on Fashion-MNIST, EPOCHS epoch(s), batch 64 per worker, momentum:
+#     one process (`pstrain train`) vs `mpirun -np 4` (root, 1 PS, 2 workers)
+#     in sync and in async mode (plain SGD: accumulate straight into the PS
+#     window). images/s (from --summary-json, training time only) and the
+#     ratio to one process; then each worker's time breakdown (waiting for
+#     data, pull, compute, push, waiting for the version) and the PS's apply
+#     and idle time, with pull+push as a share of a worker's step.
+#  2. Pull/push bandwidth of a ~10M-parameter MLP (114x114x3 input,
+#     partitioned over the PS) by MPI_Get/MPI_Put vs memcpy (bench_dist pull).
+#  3. The root's batch ring with workers that only consume (bench_dist ring):
+#     synthetic source and the real pipeline, vs what training workers need.
+#
+# With as many busy ranks as cores, scaling numbers show the machine, not the
+# protocol: on a 2-core machine 2 workers + root + PS share 2 cores.
+#
+#   bash jobs/bench-dist.sh                 (EPOCHS=1)
+#   BUILD_DIR=build-x OUT=out/bench-dist EPOCHS=2 bash jobs/bench-dist.sh
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+build=${BUILD_DIR:-build}
+out=${OUT:-out/bench-dist}
+epochs=${EPOCHS:-1}
+fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun="mpirun --oversubscribe"
+mkdir -p "$out"
+
+[ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
+ninja -C "$build" pstrain data-tools/pstrain-prep test/dist/bench_dist >/dev/null
+pstrain=$build/pstrain
+bench=$build/test/dist/bench_dist
+
+data=$out/fashion-mnist.h5
+if ! [ -f "$data" ]; then
+    [ -f "$fm/train-images-idx3-ubyte.gz" ] || { echo "bench-dist: $fm missing" >&2; exit 1; }
+    "$build/data-tools/pstrain-prep" idx --train-images "$fm/train-images-idx3-ubyte.gz" \
+        --train-labels "$fm/train-labels-idx1-ubyte.gz" \
+        --test-images "$fm/t10k-images-idx3-ubyte.gz" \
+        --test-labels "$fm/t10k-labels-idx1-ubyte.gz" -o "$data" >/dev/null
+fi
+
+echo "== 1. lenet5, Fashion-MNIST, $epochs epoch(s), batch 64 per worker, $(nproc) cores"
+common=(--data "$data" --model lenet5 --epochs "$epochs" --batch 64 --quiet)
+"$pstrain" train "${common[@]}" --optimizer momentum --lr 0.01 \
+    --summary-json "$out/single.json" >/dev/null
+$mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode sync --optimizer momentum \
+    --lr 0.01 --summary-json "$out/sync.json" >/dev/null
+$mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode async --optimizer sgd \
+    --lr 0.05 --summary-json "$out/async.json" >/dev/null
+python3 - "$out/single.json" "$out/sync.json" "$out/async.json" <<'EOF'
+import json, sys
+runs = [("single", json.load(open(sys.argv[1]))), ("sync, 2 workers", json.load(open(sys.argv[2]))),
+        ("async, 2 workers", json.load(open(sys.argv[3])))]
+base = runs[0][1]["images_per_sec"]
+print("%-18s %10s %7s %9s %9s" % ("run", "images/s", "ratio", "test acc", "train s"))
+for name, r in runs:
+    print("%-18s %10.0f %6.2fx %9.4f %9.2f" % (name, r["images_per_sec"], r["images_per_sec"] / base,
+                                         r.get("test_accuracy", float("nan")), r["train_seconds"]))
+for name, r in runs[1:]:
+    t = r.get("timing", {})
+    print("timing breakdown, %s (seconds over the run):" % name)
+    for i, w in enumerate(t.get("workers", [])):
+        step = sum(w.values())
+        comm = w["pull"] + w["push"]
+        print("  worker %d: wait_data %.3f pull %.3f compute %.3f push %.3f wait_version %.3f"
+              "  -> pull+push %.1f%% of the step" % (i, w["wait_data"], w["pull"], w["compute"],
+                                                      w["push"], w["wait_version"],
+                                                      100 * comm / step if step else 0))
+    for i, p in enumerate(t.get("ps", [])):
+        print("  ps %d: apply %.3f idle %.3f" % (i + 1, p["apply"], p["idle"]))
+EOF
+
+echo "== 2. pull/push bandwidth, ~10M-parameter mlp"
+$mpirun -np 3 "$bench" pull --ps 1
+$mpirun -np 4 "$bench" pull --ps 2
+
+echo "== 3. root batch ring, consume-only workers (lenet5 workers need the images/s above)"
+$mpirun -np 3 "$bench" ring --seconds 3
+$mpirun -np 3 "$bench" ring --seconds 3 --data "$data"

@@ -41,6 +41,7 @@ static void usage(FILE *out)
             "                       Default: names 0..K-1 with K = the largest label + 1\n"
             "  --chunk-images N     images per HDF5 chunk (default: about 512 KiB of images)\n"
             "  --compression L      deflate level 0-9, 0 = none (default 4)\n"
+            "  --threads N          compression threads (default: one per CPU, at most 8)\n"
             "  --force              overwrite OUT.h5 if it exists\n"
             "  -o OUT.h5            the output (written to a temporary file, renamed at the end)\n"
             "\n"
@@ -299,7 +300,7 @@ done:
 typedef struct idx_cfg {
     const char *train_images, *train_labels, *test_images, *test_labels;
     const char *classes, *out;
-    int chunk_images, compression;
+    int chunk_images, compression, threads;
     bool force;
 } idx_cfg;
 
@@ -388,6 +389,7 @@ static int run_idx(const idx_cfg *cfg)
         .chunk_images = cfg->chunk_images,
         .compression = cfg->compression,
         .force = cfg->force,
+        .threads = cfg->threads,
         .source = source,
     };
     if (h5w_create(&w, cfg->out, &o, &e) < 0) goto fail;
@@ -441,6 +443,7 @@ int prep_cmd_idx(int argc, char **argv)
         {"chunk-images", required_argument, NULL, 'n'},
         {"compression", required_argument, NULL, 'z'},
         {"force", no_argument, NULL, 'f'},
+        {"threads", required_argument, NULL, 't'},
         {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
@@ -483,6 +486,12 @@ int prep_cmd_idx(int argc, char **argv)
             break;
         case 'f':
             cfg.force = true;
+            break;
+        case 't':
+            if (pst_parse_int(optarg, &cfg.threads) < 0 || cfg.threads < 1 || cfg.threads > 16) {
+                fprintf(stderr, "pstrain-prep: idx: --threads '%s', expected 1-16\n", optarg);
+                return 2;
+            }
             break;
         case 'o':
             cfg.out = optarg;

@@ -2,8 +2,8 @@
 # Data preparation benchmark (prints numbers; not a timed test).
 #
 #  1. idx -> HDF5 of Fashion-MNIST (70,000 images, Debian's dataset-fashion-mnist):
-#     `pstrain-prep idx` with its defaults, and with the peer's layout (chunks of
-#     1024 images, deflate 4); the PIL + h5py peer (shared/peers/prep_peer.py)
+#     `pstrain-prep idx` with its defaults, with one compression thread, and
+#     with the peer's layout (chunks of 1024 images, deflate 4); the PIL + h5py peer (shared/peers/prep_peer.py)
 #     when Debian's python3-h5py is installed. Seconds and images/s, median of
 #     ROUNDS runs, alternating. pstrain-prep's time runs from reading the
 #     input to the renamed output (its summary line); wall time includes
@@ -70,12 +70,13 @@ run_peer() {
 }
 
 declare -A secs wall
-keys=(default peerlayout)
+keys=(default onethread peerlayout)
 [ $have_peer = 1 ] && keys+=(peer)
 for ((r = 1; r <= rounds; r++)); do
     for k in "${keys[@]}"; do
         case $k in
         default) res=$(run_prep) ;;
+        onethread) res=$(run_prep --threads 1) ;;
         peerlayout) res=$(run_prep --chunk-images 1024 --compression 4) ;;
         peer) res=$(run_peer) ;;
         esac
@@ -94,7 +95,8 @@ row() {
     printf '%-44s %9.3f %11.0f %9.3f   [%s]\n' "$label" "$s" "$(echo "$images / $s" | bc -l)" "$w" \
         "${secs[$k]% }"
 }
-row "pstrain-prep idx (defaults)" default
+row "pstrain-prep idx (defaults, $(nproc) CPUs)" default
+row "pstrain-prep idx --threads 1" onethread
 row "pstrain-prep idx --chunk-images 1024 -z 4" peerlayout
 [ $have_peer = 1 ] && row "peer (numpy + h5py)" peer
 run_prep >/dev/null # leave the defaults layout in prep.h5

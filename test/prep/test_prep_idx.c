@@ -212,6 +212,8 @@ static void test_good(void)
                           scratch_path("tlab.gz"),
                           "--chunk-images",
                           "7",
+                          "--threads",
+                          "1",
                           "-o",
                           out,
                           NULL};
@@ -340,6 +342,9 @@ static void test_usage(void)
     const char *badz[] = {"idx", "--compression", "12", NULL};
     prep_run(&r, badz);
     CHECK(r.status == 2 && strstr(r.err, "expected 0-9"), "bad compression: %s", r.err);
+    const char *badt[] = {"idx", "--threads", "0", NULL};
+    prep_run(&r, badt);
+    CHECK(r.status == 2 && strstr(r.err, "--threads '0', expected 1-16"), "bad threads: %s", r.err);
     const char *unknown[] = {"idx", "--frobnicate", NULL};
     prep_run(&r, unknown);
     CHECK(r.status == 2 && strstr(r.err, "unknown option '--frobnicate'"), "unknown: %s", r.err);

@@ -6,29 +6,38 @@
  * One MPI_Win_allocate window over the communicator; each PS exposes
  *   ctl:     int64 lockseq (2*version; odd while the PS writes parameters),
  *            done (1 once the step limit is reached)
- *   stamps:  per worker 64 bytes: int64 seq, version, ticket, count, step, ack
+ *   stamps:  per slot 64 bytes: int64 seq, version, ticket, count, step, ack
  *   params:  its shard: the plan's ranges back to back (place_range.ps_offset)
- *   grads:   per worker one shard-sized gradient slot (sync mode, and async
- *            mode with a stateful optimizer)
+ *   grads:   W shard-sized gradient slots (sync mode, and async mode with a
+ *            stateful optimizer)
  * Every rank holds MPI_Win_lock_all(MPI_MODE_NOCHECK) for the run.
  *
  * Sync (SyncReplicasOptimizer): a worker pulls every PS's ranges with
  * MPI_Get under the seqlock (lockseq equal and even before and after), trains,
- * MPI_Puts its gradient (and the new batch-norm statistics) into its slot,
+ * MPI_Puts its gradient (and the new batch-norm statistics) into a slot,
  * flushes, puts {version, ticket, count, step}, flushes, and finally puts
  * seq: the stamp is written after the data. The PS takes R fresh gradients
  * (stamp version == its version; first R by arrival), counts the others as
  * dropped_stale, sums the taken ones in ticket order, divides by their
  * number, applies the optimizer to its trainable ranges and copies the
  * averaged new statistics into the non-trainable ranges, then bumps its
- * version. A worker waits for a newer version on every PS before it takes
- * its next ticket. With R == W (the default) this makes the W gradients of
- * version v exactly tickets [vW, vW+W) whatever the timing, and the sum order
- * is fixed, so the final variables are bitwise reproducible for any number
- * of PS, placement or transport. With R < W (backup workers) every version
- * still applies R fresh gradients in ticket order and no gradient is applied
- * twice, but which tickets are taken depends on arrival order, and each PS
- * chooses independently: runs are not reproducible.
+ * version.
+ *   R == W (the default, "lockstep"): version v is made of exactly the
+ * tickets [vW, vW+W) (T total: the last version may have fewer), whatever
+ * the timing: the gradient of ticket t goes to slot t mod W, stamped with
+ * version t/W; a worker holding ticket t waits until every PS reached
+ * version t/W, then pulls (no update can start before its own gradient
+ * arrives). A fast worker may take several tickets of one version (dynamic
+ * load balance). The sum order is the ticket order, so the final variables
+ * are bitwise reproducible for any number of PS, placement, transport or
+ * timing. The PS stops after ceil(T/W) versions.
+ *   R < W (backup workers): slot = worker; a worker waits for a newer
+ * version on every PS before it takes its next ticket and pulls under the
+ * seqlock. Every version still applies R fresh gradients (fewer only when
+ * the data ends) in ticket order and no gradient is applied twice, but which
+ * tickets are taken depends on arrival order, and each PS chooses
+ * independently: runs are not reproducible. With --steps S the PS raise
+ * `done` after S versions and the workers stop.
  *
  * Async: with plain SGD the worker MPI_Accumulates -lr*g (MPI_SUM) straight
  * into the parameters and MPI_REPLACEs the new statistics; the PS only
@@ -37,8 +46,8 @@
  * and the PS applies each gradient as it arrives with lr from the global step
  * the worker drew. Gets may see a mix of old and new elements (Hogwild).
  *
- * End: a worker that is done puts an end stamp (count -1) on every PS. A PS
- * serves until every worker has ended.
+ * End (except lockstep): a worker that is done puts an end stamp (count -1)
+ * into its slot on every PS. A PS serves until every worker has ended.
  */
 #ifndef PSTRAIN_PS_H
 #define PSTRAIN_PS_H
@@ -59,6 +68,7 @@ typedef struct ps_layout {
     int worker_rank0; /* rank of worker 0 */
     int nworkers;
     bool grad_slots; /* sync, or async with a stateful optimizer */
+    bool lockstep;   /* sync with R == W: slot = ticket mod W (see above) */
 } ps_layout;
 
 /* Creates the window: collective over comm. On PS ranks `init` is the
@@ -76,7 +86,9 @@ typedef struct ps_serve_cfg {
     int replicas; /* R (sync), 1..nworkers */
     opt_cfg opt;
     lr_schedule sched;
-    int64_t max_versions; /* sync: stop after this many updates (0 = no limit) */
+    int64_t max_versions;  /* sync: stop after this many updates (0 = no limit) */
+    int64_t total_tickets; /* lockstep: batches published (T); the PS stops
+                              after ceil(T/W) versions */
     /* Called about every report_secs with {version, applied, dropped_stale,
      * apply, idle, cpu}; may be NULL. */
     void (*report)(void *ctx, const double *vals, int n);

@@ -226,6 +226,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
     const size_t nparam = nn_model_size(a->m);
     const bool sync = cfg->mode == TRAIN_SYNC;
     const bool accumulate = !sync && cfg->opt.kind == OPT_SGD;
+    const bool lockstep = sync && a->R == a->W;
     float *scratch = accumulate ? pst_aligned_alloc(sizeof(float) * nparam) : NULL;
     int64_t *versions = pst_calloc((size_t)a->P, sizeof *versions);
     int64_t *now = pst_calloc((size_t)a->P, sizeof *now);
@@ -237,10 +238,26 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
         feed_report(a->f, rec, WR_N); /* completes with feed_take's flush */
         feed_batch b;
-        if (!feed_take(a->f, &b, &tm.wait_data)) break;
+        if (!feed_take(a->f, &b, &tm.wait_data)) {
+            if (lockstep && b.ticket < a->info->total)
+                dist_fatal("the input ended at batch %lld of %lld", (long long)b.ticket,
+                           (long long)a->info->total);
+            break;
+        }
 
+        if (lockstep) {
+            /* ticket t belongs to version t/W: wait for it on every PS */
+            const int64_t v = b.ticket / a->W;
+            for (int p = 0; p < a->P; p++) versions[p] = v - 1;
+            ps_wait_newer(a->s, versions, now, &tm.wait_version);
+            for (int p = 0; p < a->P; p++)
+                if (now[p] != v)
+                    dist_fatal("ticket %lld expects version %lld, PS %d is at %lld",
+                               (long long)b.ticket, (long long)v, p + 1, (long long)now[p]);
+            memcpy(versions, now, sizeof *now * (size_t)a->P);
+        }
         double t0 = pst_now();
-        if (sync && a->R < a->W)
+        if (sync && !lockstep)
             ps_pull(a->s, params, true, versions);
         else
             ps_pull(a->s, params, false, NULL);
@@ -283,7 +300,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         vec_push(log, b.epoch);
         vec_push(log, b.count);
         for (int i = 0; i < b.count; i++) vec_push(log, b.ids[i]);
-        if (sync) {
+        if (sync && !lockstep) {
             bool done = ps_wait_newer(a->s, versions, now, &tm.wait_version);
             memcpy(versions, now, sizeof *now * (size_t)a->P);
             if (done) break;
@@ -530,7 +547,8 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     ps_layout lay = {.ps_rank0 = 1,
                      .worker_rank0 = 1 + P,
                      .nworkers = W,
-                     .grad_slots = cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD};
+                     .grad_slots = cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD,
+                     .lockstep = cfg->mode == TRAIN_SYNC && R == W};
     if (ps_new(&sh, MPI_COMM_WORLD, plan, &lay, nn_model_params(m), e) < 0)
         dist_fatal("%s", e->msg);
 
@@ -568,6 +586,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                            .opt = cfg->opt,
                            .sched = sched,
                            .max_versions = info.max_versions,
+                           .total_tickets = info.total,
                            .report = ps_report,
                            .report_ctx = &rc_ctx,
                            .report_secs = 0.25};

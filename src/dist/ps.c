@@ -31,6 +31,7 @@ struct ps_shard {
     MPI_Aint params_off;
     MPI_Aint *slot_bytes; /* [nps] one shard rounded up to 64 bytes */
     int64_t my_seq;       /* worker: pushes so far */
+    int64_t seq_buf;      /* the seq being put, alive until flushed */
     int64_t *stamp_buf;   /* worker: 4 stamp words per PS, alive until flushed */
 };
 
@@ -163,6 +164,12 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     const double t0 = pst_now(), cpu0 = dist_cpu_seconds();
     double t_report = t0;
     int64_t version = 0;
+    /* lockstep (sync, R == W): version v is exactly tickets [vW, vW+W) of
+     * the T published, in slots ticket mod W; the PS stops after the last */
+    const bool lockstep = s->lay.lockstep;
+    const int64_t T = c->total_tickets;
+    const int64_t last_version = lockstep ? (T + W - 1) / W : 0;
+    if (lockstep && T <= 0) nended = W;
 
     for (;;) {
         MPI_OK(MPI_Win_sync(s->win));
@@ -174,7 +181,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             did = true;
             /* pushes overwritten before we looked were stale (a worker
              * pushes again only after a newer version) */
-            st->dropped_stale += seq - seen[w] - 1;
+            if (!lockstep) st->dropped_stale += seq - seen[w] - 1;
             seen[w] = seq;
             int64_t count = stp[ST_COUNT];
             if (count < 0) {
@@ -201,8 +208,9 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             MPI_OK(MPI_Win_sync(s->win));
             st->apply += pst_now() - ta;
         }
-        if (sync && nhave > 0 && (nhave >= R || nhave + nended >= W) &&
-            (c->max_versions <= 0 || version < c->max_versions)) {
+        bool complete = lockstep ? nhave > 0 && nhave == PST_MIN((int64_t)W, T - version * W)
+                                 : nhave > 0 && (nhave >= R || nhave + nended >= W);
+        if (sync && complete && (c->max_versions <= 0 || version < c->max_versions)) {
             double ta = pst_now();
             int take = PST_MIN(nhave, R); /* the first R by arrival */
             st->dropped_stale += nhave - take;
@@ -225,7 +233,10 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             st->applied += take;
             for (int w = 0; w < W; w++) have[w] = false;
             nhave = 0;
-            if (c->max_versions > 0 && version >= c->max_versions) dist_store64(&ctl[CTL_DONE], 1);
+            if ((c->max_versions > 0 && version >= c->max_versions) ||
+                (lockstep && version >= last_version))
+                dist_store64(&ctl[CTL_DONE], 1);
+            if (lockstep && version >= last_version) nended = W;
             MPI_OK(MPI_Win_sync(s->win));
             dist_store64(&ctl[CTL_LOCKSEQ], 2 * version);
             MPI_OK(MPI_Win_sync(s->win));
@@ -340,7 +351,7 @@ bool ps_wait_newer(ps_shard *s, const int64_t *after, int64_t *now, double *wait
     return done;
 }
 
-static void put_stamp(ps_shard *s, int w, int64_t ticket, const int64_t *versions, int64_t step,
+static void put_stamp(ps_shard *s, int slot, int64_t ticket, const int64_t *versions, int64_t step,
                       int64_t count)
 {
     const int P = s->plan->nps;
@@ -351,13 +362,16 @@ static void put_stamp(ps_shard *s, int w, int64_t ticket, const int64_t *version
         f[1] = ticket;
         f[2] = count;
         f[3] = step;
-        MPI_OK(MPI_Put(f, 4, MPI_INT64_T, ps_rank(s, p), stamp_off(w, ST_VERSION), 4, MPI_INT64_T,
-                       s->win));
+        MPI_OK(MPI_Put(f, 4, MPI_INT64_T, ps_rank(s, p), stamp_off(slot, ST_VERSION), 4,
+                       MPI_INT64_T, s->win));
     }
     MPI_OK(MPI_Win_flush_all(s->win));
+    /* lockstep slots are shared by workers over time: the ticket makes the
+     * seq unique; a worker's own slot counts its pushes */
     s->my_seq++;
+    s->seq_buf = s->lay.lockstep ? ticket + 1 : s->my_seq;
     for (int p = 0; p < P; p++)
-        MPI_OK(MPI_Put(&s->my_seq, 1, MPI_INT64_T, ps_rank(s, p), stamp_off(w, ST_SEQ), 1,
+        MPI_OK(MPI_Put(&s->seq_buf, 1, MPI_INT64_T, ps_rank(s, p), stamp_off(slot, ST_SEQ), 1,
                        MPI_INT64_T, s->win));
     MPI_OK(MPI_Win_flush_all(s->win));
 }
@@ -366,18 +380,20 @@ void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64
              int64_t step, int count)
 {
     const place_plan *pl = s->plan;
+    const int slot = s->lay.lockstep ? (int)(ticket % s->lay.nworkers) : w;
     for (int r = 0; r < pl->nranges; r++) {
         const place_range *q = &pl->ranges[r];
         MPI_OK(MPI_Put(grads + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps),
-                       grads_off(s, q->ps, w) + (MPI_Aint)(q->ps_offset * sizeof(float)),
+                       grads_off(s, q->ps, slot) + (MPI_Aint)(q->ps_offset * sizeof(float)),
                        (int)q->count, MPI_FLOAT, s->win));
     }
     MPI_OK(MPI_Win_flush_all(s->win));
-    put_stamp(s, w, ticket, versions, step, count);
+    put_stamp(s, slot, ticket, versions, step, count);
 }
 
 void ps_push_end(ps_shard *s, int w)
 {
+    if (s->lay.lockstep) return; /* the PS counts versions instead */
     put_stamp(s, w, -1, NULL, -1, -1);
 }
 

@@ -99,8 +99,9 @@ size_t nn_model_trainable_size(const nn_model *m);
 const float *nn_model_logits(const nn_model *m);
 
 /* Per-layer timing of train_step for benchmarks (off by default; costs two
- * clock reads per layer when on). The report prints microseconds per step,
- * forward and backward, per layer, and resets the counters. */
+ * clock reads per layer when on). The report prints the calling thread's
+ * CPU microseconds per step, forward and backward, per layer, and resets
+ * the counters. */
 void nn_model_set_profiling(nn_model *m, bool on);
 void nn_model_profile_report(nn_model *m, FILE *out);
 

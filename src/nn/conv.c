@@ -27,6 +27,14 @@
 #include "layers.h"
 #include "pstrain/blas.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CONV_X86 1
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
+#else
+#define CONV_X86 0
+#endif
+
 #define CONV_SLACK 16                 /* floats after each scratch area */
 #define CONV_CHUNK_BYTES (512 * 1024) /* a chunk's col matrix, to stay in L2 */
 
@@ -60,12 +68,24 @@ int nn_conv_chunk(const nn_conv_dims *d)
     return (int)chunk;
 }
 
+/* After the padded image: the implicit-im2col kernel's overrun (8 windows). */
+static size_t pad_slack(const nn_conv_dims *d)
+{
+    return (size_t)8 * d->SW * d->C + CONV_SLACK;
+}
+
+/* W^T [K][R] for the narrow dcol product, after the other areas. */
+static size_t wt_floats(const nn_conv_dims *d)
+{
+    return d->K <= NN_NARROW_MAX ? (size_t)d->K * d->KH * d->KW * d->C + CONV_SLACK : 0;
+}
+
 size_t nn_conv_scratch(const nn_conv_dims *d)
 {
-    if (conv_is_pointwise(d)) return 0;
+    if (conv_is_pointwise(d)) return wt_floats(d);
     size_t col = (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C;
     size_t pad = (size_t)pad_h(d) * pad_w(d) * d->C;
-    return col + CONV_SLACK + pad + CONV_SLACK;
+    return col + CONV_SLACK + pad + pad_slack(d) + wt_floats(d);
 }
 
 /* dst[0, n) = src[0, n) in blocks of 8 floats (may touch up to 7 more). */
@@ -87,7 +107,7 @@ static void pad_image(float *restrict pad, const float *inp, const nn_conv_dims 
 }
 
 /* im2col of one padded image into rows [0, OH*OW) of col. */
-static void im2col_padded(float *col, const float *pad, const nn_conv_dims *d)
+static void im2col_port(float *col, const float *pad, const nn_conv_dims *d)
 {
     const int Wp = pad_w(d), C = d->C, KH = d->KH, seg = d->KW * C, R = KH * seg;
     for (int oh = 0; oh < d->OH; oh++)
@@ -99,15 +119,122 @@ static void im2col_padded(float *col, const float *pad, const nn_conv_dims *d)
         }
 }
 
-/* Scratch layout: [col chunk | slack | padded image | slack]. */
+#if CONV_X86
+/* The same with exact masked copies of each segment. */
+AVX512 static void im2col_simd(float *col, const float *pad, const nn_conv_dims *d)
+{
+    const int Wp = pad_w(d), C = d->C, KH = d->KH, seg = d->KW * C, R = KH * seg;
+    const int full = seg / 16;
+    const __mmask16 tail = (__mmask16)((1u << (seg % 16)) - 1);
+    for (int oh = 0; oh < d->OH; oh++)
+        for (int ow = 0; ow < d->OW; ow++) {
+            float *row = col + ((size_t)oh * d->OW + ow) * R;
+            const float *src = pad + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C;
+            for (int kh = 0; kh < KH; kh++) {
+                float *o = row + kh * seg;
+                const float *i = src + (size_t)kh * Wp * C;
+                for (int v = 0; v < full; v++)
+                    _mm512_storeu_ps(o + 16 * v, _mm512_loadu_ps(i + 16 * v));
+                if (tail)
+                    _mm512_mask_storeu_ps(o + 16 * full, tail,
+                                          _mm512_maskz_loadu_ps(tail, i + 16 * full));
+            }
+        }
+}
+
+/* dpad (+)= the segments of dcol (see col2im_padded). */
+AVX512 static void col2im_simd(float *dpad, const float *dcol, const nn_conv_dims *d)
+{
+    const int Wp = pad_w(d), C = d->C, KH = d->KH, seg = d->KW * C, R = KH * seg;
+    const int full = seg / 16;
+    const __mmask16 tail = (__mmask16)((1u << (seg % 16)) - 1);
+    for (int oh = 0; oh < d->OH; oh++)
+        for (int ow = 0; ow < d->OW; ow++) {
+            const float *row = dcol + ((size_t)oh * d->OW + ow) * R;
+            float *dst = dpad + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C;
+            for (int kh = 0; kh < KH; kh++) {
+                float *o = dst + (size_t)kh * Wp * C;
+                const float *i = row + kh * seg;
+                for (int v = 0; v < full; v++)
+                    _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_loadu_ps(o + 16 * v),
+                                                               _mm512_loadu_ps(i + 16 * v)));
+                if (tail)
+                    _mm512_mask_storeu_ps(
+                        o + 16 * full, tail,
+                        _mm512_add_ps(_mm512_maskz_loadu_ps(tail, o + 16 * full),
+                                      _mm512_maskz_loadu_ps(tail, i + 16 * full)));
+            }
+        }
+}
+#endif
+
+static void im2col_padded(float *col, const float *pad, const nn_conv_dims *d)
+{
+#if CONV_X86
+    if (nn_narrow_use_simd(-1)) {
+        im2col_simd(col, pad, d);
+        return;
+    }
+#endif
+    im2col_port(col, pad, d);
+}
+
+/* Scratch layout: [col chunk | slack | padded image | slack | W^T | slack]
+ * (a pointwise conv has only W^T). */
 static float *scratch_pad(float *scratch, const nn_conv_dims *d)
 {
     return scratch + (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C + CONV_SLACK;
+}
+static float *scratch_wt(float *scratch, const nn_conv_dims *d)
+{
+    if (conv_is_pointwise(d)) return scratch;
+    return scratch_pad(scratch, d) + (size_t)pad_h(d) * pad_w(d) * d->C + pad_slack(d);
+}
+
+/* wt[K][R] = w[R][K]^T */
+static void transpose_kernel(float *restrict wt, const float *restrict w, int R, int K)
+{
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < K; k++) wt[(size_t)k * R + r] = w[(size_t)r * K + k];
+}
+
+/* The three products; the narrow kernels when the output channels allow. */
+static void mul_fwd(float *out, const float *col, const float *w, const float *b, int rows, int R,
+                    int K, bool relu)
+{
+    if (K <= NN_NARROW_MAX) {
+        nn_narrow_nn(rows, K, R, col, R, w, b, relu, out, false);
+    } else {
+        nn_gemm(false, false, rows, K, R, 1.0f, col, R, w, K, 0.0f, out, K);
+        nn_bias_relu(out, b, rows, K, relu);
+    }
+}
+static void mul_dw(float *dw, const float *col, const float *dy, int rows, int R, int K, bool acc)
+{
+    if (K <= NN_NARROW_MAX)
+        nn_narrow_tn(R, K, rows, col, R, dy, dw, acc);
+    else
+        nn_gemm(true, false, R, K, rows, 1.0f, col, R, dy, K, acc ? 1.0f : 0.0f, dw, K);
+}
+/* dcol[rows][R] (+)= dy[rows][K] w^T; wt = w^T when K is narrow. */
+static void mul_dcol(float *dcol, const float *dy, const float *w, const float *wt, int rows, int R,
+                     int K, bool acc)
+{
+    if (K <= NN_NARROW_MAX)
+        nn_narrow_nt(rows, R, K, dy, wt, dcol, R, acc);
+    else
+        nn_gemm(false, true, rows, R, K, 1.0f, dy, K, w, K, acc ? 1.0f : 0.0f, dcol, R);
 }
 
 /* Scatter-adds rows [0, OH*OW) of dcol into the padded image gradient. */
 static void col2im_padded(float *dpad, const float *dcol, const nn_conv_dims *d)
 {
+#if CONV_X86
+    if (nn_narrow_use_simd(-1)) {
+        col2im_simd(dpad, dcol, d);
+        return;
+    }
+#endif
     const int Wp = pad_w(d), C = d->C, KH = d->KH, seg = d->KW * C, R = KH * seg;
     for (int oh = 0; oh < d->OH; oh++)
         for (int ow = 0; ow < d->OW; ow++) {
@@ -151,25 +278,32 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
 {
     const int K = d->K, R = d->KH * d->KW * d->C;
     if (conv_is_pointwise(d)) {
-        int rows = d->N * d->H * d->W;
-        nn_gemm(false, false, rows, K, d->C, 1.0f, inp, d->C, w, K, 0.0f, out, K);
-        nn_bias_relu(out, b, rows, K, relu);
+        mul_fwd(out, inp, w, b, d->N * d->H * d->W, d->C, K, relu);
         return;
     }
     const size_t img_rows = (size_t)d->OH * d->OW;
-    const int chunk = nn_conv_chunk(d);
     float *col = scratch, *pad = scratch_pad(scratch, d);
     memset(pad, 0, sizeof(float) * (size_t)pad_h(d) * pad_w(d) * d->C);
+    if (K <= NN_NARROW_MAX) {
+        /* implicit im2col: each output row straight from the padded image */
+        const int Wp = pad_w(d), C = d->C;
+        for (int n = 0; n < d->N; n++) {
+            pad_image(pad, inp, d, n);
+            for (int oh = 0; oh < d->OH; oh++)
+                nn_narrow_conv_row(out + ((size_t)n * d->OH + oh) * d->OW * K,
+                                   pad + (size_t)oh * d->SH * Wp * C, d->OW, d->SW * C, d->KH,
+                                   Wp * C, d->KW * C, w, K, b, relu);
+        }
+        return;
+    }
+    const int chunk = nn_conv_chunk(d);
     for (int n0 = 0; n0 < d->N; n0 += chunk) {
         int nn = d->N - n0 < chunk ? d->N - n0 : chunk;
         for (int i = 0; i < nn; i++) {
             pad_image(pad, inp, d, n0 + i);
             im2col_padded(col + i * img_rows * R, pad, d);
         }
-        int rows = nn * (int)img_rows;
-        float *o = out + n0 * img_rows * K;
-        nn_gemm(false, false, rows, K, R, 1.0f, col, R, w, K, 0.0f, o, K);
-        nn_bias_relu(o, b, rows, K, relu);
+        mul_fwd(out + n0 * img_rows * K, col, w, b, nn * (int)img_rows, R, K, relu);
     }
 }
 
@@ -190,7 +324,8 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     const size_t img_rows = (size_t)d->OH * d->OW;
     const int chunk = nn_conv_chunk(d);
     const size_t npad = (size_t)pad_h(d) * pad_w(d) * d->C;
-    float *col = scratch, *pad = scratch_pad(scratch, d);
+    float *col = scratch, *pad = scratch_pad(scratch, d), *wt = scratch_wt(scratch, d);
+    if (dinp && K <= NN_NARROW_MAX) transpose_kernel(wt, w, R, K);
     if (db) memset(db, 0, sizeof(float) * K);
     for (int n0 = 0; n0 < d->N; n0 += chunk) {
         int nn = d->N - n0 < chunk ? d->N - n0 : chunk;
@@ -208,10 +343,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             pad_image(pad, inp, d, n0 + i);
             im2col_padded(col + i * img_rows * R, pad, d);
         }
-        nn_gemm(true, false, R, K, rows, 1.0f, col, R, dy, K, n0 ? 1.0f : 0.0f, dw, K);
+        mul_dw(dw, col, dy, rows, R, K, n0 > 0);
         if (!dinp) continue;
         /* dcol overwrites col: dcol[rows][R] = dy[rows][K] w^T */
-        nn_gemm(false, true, rows, R, K, 1.0f, dy, K, w, K, 0.0f, col, R);
+        mul_dcol(col, dy, w, wt, rows, R, K, false);
         for (int i = 0; i < nn; i++) {
             memset(pad, 0, sizeof(float) * npad);
             col2im_padded(pad, col + i * img_rows * R, d);

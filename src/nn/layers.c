@@ -10,6 +10,14 @@
 
 #include "pstrain/blas.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define LAYERS_X86 1
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
+#else
+#define LAYERS_X86 0
+#endif
+
 /* ---- random numbers --------------------------------------------------------- */
 
 uint64_t nn_splitmix64(uint64_t *state)
@@ -157,11 +165,131 @@ void nn_pool_dims_finish(nn_pool_dims *d)
     d->OW = nn_window_out(d->W, d->KW, d->SW, d->PW);
 }
 
+/* 2x2 windows, stride 2, no padding (LeNet): two input rows per output row,
+ * compares written as selects so that random data costs no mispredicted
+ * branches. */
+static void maxpool_2x2(float *out, int32_t *argmax, const float *inp, const nn_pool_dims *d)
+{
+    const int W = d->W, C = d->C, OH = d->OH, OW = d->OW;
+    for (int n = 0; n < d->N; n++) {
+        const float *img = inp + (size_t)n * d->H * W * C;
+        for (int oh = 0; oh < OH; oh++) {
+            const float *restrict r0 = img + (size_t)(2 * oh) * W * C, *restrict r1 = r0 + W * C;
+            size_t o = (((size_t)n * OH + oh) * OW) * C;
+            float *restrict y = out + o;
+            int32_t *restrict a = argmax + o;
+            int32_t base = 2 * oh * W * C;
+            for (int ow = 0; ow < OW; ow++) {
+                int j0 = 2 * ow * C, j1 = j0 + C;
+                for (int c = 0; c < C; c++) {
+                    float v00 = r0[j0 + c], v01 = r0[j1 + c], v10 = r1[j0 + c], v11 = r1[j1 + c];
+                    int32_t i0 = base + j0 + c, i1 = base + j1 + c;
+                    float t0 = v01 > v00 ? v01 : v00, t1 = v11 > v10 ? v11 : v10;
+                    int32_t k0 = v01 > v00 ? i1 : i0, k1 = (v11 > v10 ? i1 : i0) + W * C;
+                    y[ow * C + c] = t1 > t0 ? t1 : t0;
+                    a[ow * C + c] = t1 > t0 ? k1 : k0;
+                }
+            }
+        }
+    }
+}
+
+#if LAYERS_X86
+/* maxpool_2x2 with 16 channels per vector: selects by masks, no branches. */
+AVX512 static void maxpool_2x2_simd(float *out, int32_t *argmax, const float *inp,
+                                    const nn_pool_dims *d)
+{
+    const int W = d->W, C = d->C, OH = d->OH, OW = d->OW, WC = W * C;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int n = 0; n < d->N; n++) {
+        const float *img = inp + (size_t)n * d->H * WC;
+        for (int oh = 0; oh < OH; oh++) {
+            const float *r0 = img + (size_t)(2 * oh) * WC, *r1 = r0 + WC;
+            size_t o = (((size_t)n * OH + oh) * OW) * C;
+            for (int ow = 0; ow < OW; ow++) {
+                for (int c0 = 0; c0 < C; c0 += 16) {
+                    int left = C - c0;
+                    __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                    int j0 = 2 * ow * C + c0, j1 = j0 + C;
+                    __m512i i00 = _mm512_add_epi32(_mm512_set1_epi32(2 * oh * WC + j0), iota);
+                    __m512i i01 = _mm512_add_epi32(i00, _mm512_set1_epi32(C));
+                    __m512i i10 = _mm512_add_epi32(i00, _mm512_set1_epi32(WC));
+                    __m512i i11 = _mm512_add_epi32(i01, _mm512_set1_epi32(WC));
+                    __m512 v00 = _mm512_maskz_loadu_ps(m, r0 + j0);
+                    __m512 v01 = _mm512_maskz_loadu_ps(m, r0 + j1);
+                    __m512 v10 = _mm512_maskz_loadu_ps(m, r1 + j0);
+                    __m512 v11 = _mm512_maskz_loadu_ps(m, r1 + j1);
+                    __mmask16 g0 = _mm512_cmp_ps_mask(v01, v00, _CMP_GT_OQ);
+                    __mmask16 g1 = _mm512_cmp_ps_mask(v11, v10, _CMP_GT_OQ);
+                    __m512 t0 = _mm512_mask_blend_ps(g0, v00, v01);
+                    __m512 t1 = _mm512_mask_blend_ps(g1, v10, v11);
+                    __m512i k0 = _mm512_mask_blend_epi32(g0, i00, i01);
+                    __m512i k1 = _mm512_mask_blend_epi32(g1, i10, i11);
+                    __mmask16 g = _mm512_cmp_ps_mask(t1, t0, _CMP_GT_OQ);
+                    size_t oo = o + (size_t)ow * C + c0;
+                    _mm512_mask_storeu_ps(out + oo, m, _mm512_mask_blend_ps(g, t0, t1));
+                    _mm512_mask_storeu_epi32(argmax + oo, m, _mm512_mask_blend_epi32(g, k0, k1));
+                }
+            }
+        }
+    }
+}
+
+/* Backward of the 2x2/2 pool over an even-sized input: every input is in
+ * exactly one window, so each is written once (no clearing pass). */
+AVX512 static void maxpool_2x2_backward_simd(float *dinp, bool acc, const float *dout,
+                                             const int32_t *argmax, const nn_pool_dims *d)
+{
+    const int W = d->W, C = d->C, OH = d->OH, OW = d->OW, WC = W * C;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int n = 0; n < d->N; n++) {
+        float *img = dinp + (size_t)n * d->H * WC;
+        for (int oh = 0; oh < OH; oh++) {
+            size_t o = (((size_t)n * OH + oh) * OW) * C;
+            for (int ow = 0; ow < OW; ow++) {
+                for (int c0 = 0; c0 < C; c0 += 16) {
+                    int left = C - c0;
+                    __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                    size_t oo = o + (size_t)ow * C + c0;
+                    __m512 dy = _mm512_maskz_loadu_ps(m, dout + oo);
+                    __m512i a = _mm512_maskz_loadu_epi32(m, argmax + oo);
+                    int base = 2 * oh * WC + 2 * ow * C + c0;
+                    const int offs[4] = {0, C, WC, WC + C};
+                    for (int q = 0; q < 4; q++) {
+                        __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(base + offs[q]), iota);
+                        __mmask16 hit = _mm512_cmpeq_epi32_mask(a, idx);
+                        float *p = img + base + offs[q];
+                        __m512 v = _mm512_maskz_mov_ps(hit, dy);
+                        if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, p));
+                        _mm512_mask_storeu_ps(p, m, v);
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
+
+static bool is_pool_2x2(const nn_pool_dims *d)
+{
+    return d->KH == 2 && d->KW == 2 && d->SH == 2 && d->SW == 2 && d->PH == 0 && d->PW == 0;
+}
+
 void nn_maxpool_forward(float *out, int32_t *argmax, const float *inp, const nn_pool_dims *d)
 {
     const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
     /* Every window holds at least one input position when padding < kernel. */
     assert(d->PH < d->KH && d->PW < d->KW);
+    if (is_pool_2x2(d)) {
+#if LAYERS_X86
+        if (nn_narrow_use_simd(-1)) {
+            maxpool_2x2_simd(out, argmax, inp, d);
+            return;
+        }
+#endif
+        maxpool_2x2(out, argmax, inp, d);
+        return;
+    }
     for (int n = 0; n < d->N; n++) {
         const float *img = inp + (size_t)n * H * W * C;
         for (int oh = 0; oh < OH; oh++) {
@@ -182,8 +310,11 @@ void nn_maxpool_forward(float *out, int32_t *argmax, const float *inp, const nn_
                     for (int w = w0; w < w1; w++) {
                         int32_t off = (h * W + w) * C;
                         const float *restrict x = img + off;
-                        for (int c = 0; c < C; c++)
-                            if (x[c] > y[c]) y[c] = x[c], a[c] = off + c;
+                        for (int c = 0; c < C; c++) {
+                            bool gt = x[c] > y[c];
+                            y[c] = gt ? x[c] : y[c];
+                            a[c] = gt ? off + c : a[c];
+                        }
                     }
             }
         }
@@ -193,6 +324,12 @@ void nn_maxpool_forward(float *out, int32_t *argmax, const float *inp, const nn_
 void nn_maxpool_backward(float *dinp, bool acc, const float *dout, const int32_t *argmax,
                          const nn_pool_dims *d)
 {
+#if LAYERS_X86
+    if (is_pool_2x2(d) && d->H % 2 == 0 && d->W % 2 == 0 && nn_narrow_use_simd(-1)) {
+        maxpool_2x2_backward_simd(dinp, acc, dout, argmax, d);
+        return;
+    }
+#endif
     size_t img_in = (size_t)d->H * d->W * d->C, img_out = (size_t)d->OH * d->OW * d->C;
     if (!acc) memset(dinp, 0, sizeof(float) * img_in * d->N);
     for (int n = 0; n < d->N; n++) {

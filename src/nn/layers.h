@@ -67,6 +67,29 @@ void nn_dense_forward(float *out, const float *inp, const float *w, const float 
 void nn_dense_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
                        const float *inp, const float *w, int N, int I, int O, bool relu);
 
+/* ---- products with a narrow side (narrow.c) --------------------------------- */
+
+#define NN_NARROW_MAX 32
+
+/* C[M][K] (+)= A[M][R] (lda) B[R][K], + bias[K] (may be NULL), then ReLU;
+ * acc adds to C first. K <= NN_NARROW_MAX. */
+void nn_narrow_nn(int M, int K, int R, const float *A, int lda, const float *B, const float *bias,
+                  bool relu, float *C, bool acc);
+/* C[R][K] (+)= A^T D: A[M][R] (lda), D[M][K]. K <= NN_NARROW_MAX. */
+void nn_narrow_tn(int R, int K, int M, const float *A, int lda, const float *D, float *C, bool acc);
+/* C[M][R] (ldc) (+)= D[M][K] BT[K][R]. K <= NN_NARROW_MAX. */
+void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C, int ldc,
+                  bool acc);
+/* One output row of a convolution with K <= NN_NARROW_MAX, read from a
+ * zero-padded image (no im2col): out[OW][K] = bias + sum over kh < KH and
+ * j < seg of prow[kh*WpC + ow*SWC + j] * W[kh*seg + j][K], then ReLU.
+ * (SWC = stride*C, WpC = padded row length, seg = KW*C.) May read up to
+ * 8*SWC floats past the last window: the padded image needs that slack. */
+void nn_narrow_conv_row(float *out, const float *prow, int OW, int SWC, int KH, int WpC, int seg,
+                        const float *W, int K, const float *bias, bool relu);
+/* Whether the AVX-512 kernels run; force = 0 or 1 switches (tests), -1 asks. */
+bool nn_narrow_use_simd(int force);
+
 /* ---- conv2d via im2col + nn_gemm ----------------------------------------- */
 
 typedef struct nn_conv_dims {

@@ -1,0 +1,473 @@
+/*
+ * narrow.c - matrix products with a narrow side (at most NN_NARROW_MAX = 32
+ * columns), the shapes of small convolutions: LeNet's conv1 multiplies
+ * [50176][25] by [25][6], conv2 [6400][150] by [150][16].
+ *
+ * Why not BLIS here: BLIS's AVX-512 kernel is 32x12 and prefers column
+ * storage, so for a row-major C with 6 or 16 columns it transposes the
+ * problem and runs its 32-row micro-tile over those 6-16 rows (most of each
+ * FMA wasted), after packing the long operand. Measured on one core: 7-40
+ * GFLOP/s for these shapes. With K <= 32 one output row is one or two
+ * 16-float vectors, the whole of B stays in L1, and a register-blocked loop
+ * of broadcast-FMAs reaches several times that with nothing packed.
+ *
+ * Each product has an AVX-512 kernel (chosen at run time from cpuid) and a
+ * portable C version with the same contract; the tests check both against
+ * nn_gemm_ref.
+ */
+#include <assert.h>
+#include <string.h>
+
+#include "layers.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define NARROW_X86 1
+#include <immintrin.h>
+#else
+#define NARROW_X86 0
+#endif
+
+static int narrow_mode = -1; /* -1 unknown, 0 portable, 1 AVX-512 */
+
+bool nn_narrow_use_simd(int force)
+{
+    if (force == 0 || force == 1) narrow_mode = force;
+    if (narrow_mode < 0) {
+#if NARROW_X86
+        __builtin_cpu_init();
+        narrow_mode = __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+        narrow_mode = 0;
+#endif
+    }
+    return narrow_mode == 1;
+}
+
+/* ---- portable versions ------------------------------------------------------------- */
+
+static void nn_port(int M, int K, int R, const float *A, int lda, const float *B, const float *bias,
+                    bool relu, float *C, bool acc)
+{
+    for (int i = 0; i < M; i++) {
+        float out[NN_NARROW_MAX];
+        for (int k = 0; k < K; k++) out[k] = acc ? C[(size_t)i * K + k] : 0.0f;
+        const float *a = A + (size_t)i * lda;
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) out[k] += a[r] * B[(size_t)r * K + k];
+        for (int k = 0; k < K; k++) {
+            float v = out[k] + (bias ? bias[k] : 0.0f);
+            C[(size_t)i * K + k] = relu && v < 0.0f ? 0.0f : v;
+        }
+    }
+}
+
+static void tn_port(int R, int K, int M, const float *A, int lda, const float *D, float *C,
+                    bool acc)
+{
+    if (!acc) memset(C, 0, sizeof(float) * (size_t)R * K);
+    for (int m = 0; m < M; m++) {
+        const float *a = A + (size_t)m * lda, *d = D + (size_t)m * K;
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) C[(size_t)r * K + k] += a[r] * d[k];
+    }
+}
+
+static void nt_port(int M, int R, int K, const float *D, const float *BT, float *C, int ldc,
+                    bool acc)
+{
+    for (int m = 0; m < M; m++) {
+        float *c = C + (size_t)m * ldc;
+        const float *d = D + (size_t)m * K;
+        if (!acc) memset(c, 0, sizeof(float) * R);
+        for (int k = 0; k < K; k++)
+            for (int r = 0; r < R; r++) c[r] += d[k] * BT[(size_t)k * R + r];
+    }
+}
+
+static void conv_row_port(float *out, const float *prow, int OW, int SWC, int KH, int WpC, int seg,
+                          const float *W, int K, const float *bias, bool relu)
+{
+    for (int ow = 0; ow < OW; ow++) {
+        float acc[NN_NARROW_MAX];
+        for (int k = 0; k < K; k++) acc[k] = bias ? bias[k] : 0.0f;
+        for (int kh = 0; kh < KH; kh++) {
+            const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
+            const float *b = W + (size_t)kh * seg * K;
+            for (int j = 0; j < seg; j++)
+                for (int k = 0; k < K; k++) acc[k] += a[j] * b[(size_t)j * K + k];
+        }
+        for (int k = 0; k < K; k++) out[(size_t)ow * K + k] = relu && acc[k] < 0.0f ? 0.0f : acc[k];
+    }
+}
+
+/* ---- AVX-512 kernels ------------------------------------------------------------------ */
+
+#if NARROW_X86
+#define AVX512 __attribute__((target("avx512f,fma")))
+
+/* C[M][K] (+)= A B (+ bias, ReLU), K <= 16: 8 rows at a time in 8 registers. */
+AVX512 static void nn_16(int M, int K, int R, const float *A, int lda, const float *B,
+                         const float *bias, bool relu, float *C, bool acc)
+{
+    const __mmask16 km = (__mmask16)((1u << K) - 1);
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(km, bias) : _mm512_setzero_ps();
+    const __m512 zero = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= M; i += 8) {
+        __m512 c0 = zero, c1 = zero, c2 = zero, c3 = zero, c4 = zero, c5 = zero, c6 = zero,
+               c7 = zero;
+        const float *a = A + (size_t)i * lda;
+        for (int r = 0; r < R; r++) {
+            __m512 b = _mm512_maskz_loadu_ps(km, B + (size_t)r * K);
+            c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), b, c0);
+            c1 = _mm512_fmadd_ps(_mm512_set1_ps(a[lda + r]), b, c1);
+            c2 = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * lda + r]), b, c2);
+            c3 = _mm512_fmadd_ps(_mm512_set1_ps(a[3 * lda + r]), b, c3);
+            c4 = _mm512_fmadd_ps(_mm512_set1_ps(a[4 * lda + r]), b, c4);
+            c5 = _mm512_fmadd_ps(_mm512_set1_ps(a[5 * lda + r]), b, c5);
+            c6 = _mm512_fmadd_ps(_mm512_set1_ps(a[6 * lda + r]), b, c6);
+            c7 = _mm512_fmadd_ps(_mm512_set1_ps(a[7 * lda + r]), b, c7);
+        }
+        __m512 cs[8] = {c0, c1, c2, c3, c4, c5, c6, c7};
+        for (int j = 0; j < 8; j++) {
+            float *c = C + (size_t)(i + j) * K;
+            __m512 v = _mm512_add_ps(cs[j], bv);
+            if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, c));
+            if (relu) v = _mm512_max_ps(v, zero);
+            _mm512_mask_storeu_ps(c, km, v);
+        }
+    }
+    for (; i < M; i++) {
+        __m512 c0 = zero;
+        const float *a = A + (size_t)i * lda;
+        for (int r = 0; r < R; r++)
+            c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), _mm512_maskz_loadu_ps(km, B + (size_t)r * K),
+                                 c0);
+        float *c = C + (size_t)i * K;
+        __m512 v = _mm512_add_ps(c0, bv);
+        if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, c));
+        if (relu) v = _mm512_max_ps(v, zero);
+        _mm512_mask_storeu_ps(c, km, v);
+    }
+}
+
+/* K in (16, 32]: two registers per row, 4 rows at a time. */
+AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const float *B,
+                         const float *bias, bool relu, float *C, bool acc)
+{
+    const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 blo = bias ? _mm512_loadu_ps(bias) : zero;
+    const __m512 bhi = bias ? _mm512_maskz_loadu_ps(km, bias + 16) : zero;
+    int i = 0;
+    for (; i + 4 <= M; i += 4) {
+        __m512 l0 = zero, l1 = zero, l2 = zero, l3 = zero, h0 = zero, h1 = zero, h2 = zero,
+               h3 = zero;
+        const float *a = A + (size_t)i * lda;
+        for (int r = 0; r < R; r++) {
+            __m512 bl = _mm512_loadu_ps(B + (size_t)r * K);
+            __m512 bh = _mm512_maskz_loadu_ps(km, B + (size_t)r * K + 16);
+            __m512 a0 = _mm512_set1_ps(a[r]), a1 = _mm512_set1_ps(a[lda + r]);
+            __m512 a2 = _mm512_set1_ps(a[2 * lda + r]), a3 = _mm512_set1_ps(a[3 * lda + r]);
+            l0 = _mm512_fmadd_ps(a0, bl, l0), h0 = _mm512_fmadd_ps(a0, bh, h0);
+            l1 = _mm512_fmadd_ps(a1, bl, l1), h1 = _mm512_fmadd_ps(a1, bh, h1);
+            l2 = _mm512_fmadd_ps(a2, bl, l2), h2 = _mm512_fmadd_ps(a2, bh, h2);
+            l3 = _mm512_fmadd_ps(a3, bl, l3), h3 = _mm512_fmadd_ps(a3, bh, h3);
+        }
+        __m512 ls[4] = {l0, l1, l2, l3}, hs[4] = {h0, h1, h2, h3};
+        for (int j = 0; j < 4; j++) {
+            float *c = C + (size_t)(i + j) * K;
+            __m512 vl = _mm512_add_ps(ls[j], blo), vh = _mm512_add_ps(hs[j], bhi);
+            if (acc) {
+                vl = _mm512_add_ps(vl, _mm512_loadu_ps(c));
+                vh = _mm512_add_ps(vh, _mm512_maskz_loadu_ps(km, c + 16));
+            }
+            if (relu) vl = _mm512_max_ps(vl, zero), vh = _mm512_max_ps(vh, zero);
+            _mm512_storeu_ps(c, vl);
+            _mm512_mask_storeu_ps(c + 16, km, vh);
+        }
+    }
+    if (i < M)
+        nn_port(M - i, K, R, A + (size_t)i * lda, lda, B, bias, relu, C + (size_t)i * K, acc);
+}
+
+/* NB rows of C = A^T D, K <= 16, with U independent accumulators per row
+ * (over m mod U) so that short blocks are not bound by the FMA latency.
+ * Inlined with constant NB and U: the accumulators live in registers. */
+__attribute__((always_inline)) AVX512 static inline void tn16_block(int NB, int U, int r0, int K,
+                                                                    int M, const float *A, int lda,
+                                                                    const float *D, float *C,
+                                                                    bool acc)
+{
+    const __mmask16 km = (__mmask16)((1u << K) - 1);
+    __m512 c[4][16];
+    for (int u = 0; u < U; u++)
+        for (int j = 0; j < NB; j++) c[u][j] = _mm512_setzero_ps();
+    int m = 0;
+    for (; m + U <= M; m += U)
+        for (int u = 0; u < U; u++) {
+            __m512 d = _mm512_maskz_loadu_ps(km, D + (size_t)(m + u) * K);
+            const float *a = A + (size_t)(m + u) * lda + r0;
+            for (int j = 0; j < NB; j++)
+                c[u][j] = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), d, c[u][j]);
+        }
+    for (; m < M; m++) {
+        __m512 d = _mm512_maskz_loadu_ps(km, D + (size_t)m * K);
+        const float *a = A + (size_t)m * lda + r0;
+        for (int j = 0; j < NB; j++) c[0][j] = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), d, c[0][j]);
+    }
+    for (int j = 0; j < NB; j++) {
+        __m512 v = c[0][j];
+        for (int u = 1; u < U; u++) v = _mm512_add_ps(v, c[u][j]);
+        float *o = C + (size_t)(r0 + j) * K;
+        if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, o));
+        _mm512_mask_storeu_ps(o, km, v);
+    }
+}
+
+/* C[R][K] (+)= A^T D, K <= 16: blocks of 16, 8, 4, 2, 1 rows of C in
+ * registers, all of M streamed through each block. */
+AVX512 static void tn_16(int R, int K, int M, const float *A, int lda, const float *D, float *C,
+                         bool acc)
+{
+    int r0 = 0;
+    for (; r0 + 16 <= R; r0 += 16) tn16_block(16, 1, r0, K, M, A, lda, D, C, acc);
+    if (r0 + 8 <= R) tn16_block(8, 2, r0, K, M, A, lda, D, C, acc), r0 += 8;
+    if (r0 + 4 <= R) tn16_block(4, 4, r0, K, M, A, lda, D, C, acc), r0 += 4;
+    if (r0 + 2 <= R) tn16_block(2, 4, r0, K, M, A, lda, D, C, acc), r0 += 2;
+    if (r0 < R) tn16_block(1, 4, r0, K, M, A, lda, D, C, acc);
+}
+
+/* K in (16, 32]: 8 rows of C (16 registers) at a time. */
+AVX512 static void tn_32(int R, int K, int M, const float *A, int lda, const float *D, float *C,
+                         bool acc)
+{
+    const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
+    int r0 = 0;
+    for (; r0 + 8 <= R; r0 += 8) {
+        __m512 lo[8], hi[8];
+        for (int j = 0; j < 8; j++) lo[j] = hi[j] = _mm512_setzero_ps();
+        for (int m = 0; m < M; m++) {
+            __m512 dl = _mm512_loadu_ps(D + (size_t)m * K);
+            __m512 dh = _mm512_maskz_loadu_ps(km, D + (size_t)m * K + 16);
+            const float *a = A + (size_t)m * lda + r0;
+            for (int j = 0; j < 8; j++) {
+                __m512 av = _mm512_set1_ps(a[j]);
+                lo[j] = _mm512_fmadd_ps(av, dl, lo[j]);
+                hi[j] = _mm512_fmadd_ps(av, dh, hi[j]);
+            }
+        }
+        for (int j = 0; j < 8; j++) {
+            float *o = C + (size_t)(r0 + j) * K;
+            __m512 vl = lo[j], vh = hi[j];
+            if (acc) {
+                vl = _mm512_add_ps(vl, _mm512_loadu_ps(o));
+                vh = _mm512_add_ps(vh, _mm512_maskz_loadu_ps(km, o + 16));
+            }
+            _mm512_storeu_ps(o, vl);
+            _mm512_mask_storeu_ps(o + 16, km, vh);
+        }
+    }
+    if (r0 < R) {
+        /* the remaining rows of C: a column slice of A */
+        for (int r = r0; r < R; r++) {
+            __m512 lo = _mm512_setzero_ps(), hi = lo;
+            for (int m = 0; m < M; m++) {
+                __m512 av = _mm512_set1_ps(A[(size_t)m * lda + r]);
+                lo = _mm512_fmadd_ps(av, _mm512_loadu_ps(D + (size_t)m * K), lo);
+                hi = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(km, D + (size_t)m * K + 16), hi);
+            }
+            float *o = C + (size_t)r * K;
+            if (acc) {
+                lo = _mm512_add_ps(lo, _mm512_loadu_ps(o));
+                hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(km, o + 16));
+            }
+            _mm512_storeu_ps(o, lo);
+            _mm512_mask_storeu_ps(o + 16, km, hi);
+        }
+    }
+}
+
+/* C[M][R] (+)= D BT, BT[K][R], K <= 32, R any: two rows of C at a time,
+ * 96 columns (6 registers each) per pass. */
+AVX512 static void nt_simd(int M, int R, int K, const float *D, const float *BT, float *C, int ldc,
+                           bool acc)
+{
+    enum { V = 6 };
+    int m = 0;
+    for (; m + 2 <= M; m += 2) {
+        const float *d0 = D + (size_t)m * K, *d1 = d0 + K;
+        float *o0 = C + (size_t)m * ldc, *o1 = o0 + ldc;
+        for (int r0 = 0; r0 < R; r0 += 16 * V) {
+            int nv = (R - r0 + 15) / 16;
+            if (nv > V) nv = V;
+            __mmask16 mk[V];
+            for (int v = 0; v < V; v++) {
+                int left = R - r0 - 16 * v;
+                mk[v] = left >= 16 ? (__mmask16)0xffff
+                        : left > 0 ? (__mmask16)((1u << left) - 1)
+                                   : (__mmask16)0;
+            }
+            __m512 a[V], b[V];
+            for (int v = 0; v < V; v++) a[v] = b[v] = _mm512_setzero_ps();
+            /* fixed V so the accumulators stay in registers; unused
+             * vectors have an empty mask */
+            for (int k = 0; k < K; k++) {
+                __m512 x0 = _mm512_set1_ps(d0[k]), x1 = _mm512_set1_ps(d1[k]);
+                const float *bt = BT + (size_t)k * R + r0;
+                for (int v = 0; v < V; v++) {
+                    __m512 w = _mm512_maskz_loadu_ps(mk[v], bt + 16 * v);
+                    a[v] = _mm512_fmadd_ps(x0, w, a[v]);
+                    b[v] = _mm512_fmadd_ps(x1, w, b[v]);
+                }
+            }
+            for (int v = 0; v < nv; v++) {
+                float *p0 = o0 + r0 + 16 * v, *p1 = o1 + r0 + 16 * v;
+                __m512 va = a[v], vb = b[v];
+                if (acc) {
+                    va = _mm512_add_ps(va, _mm512_maskz_loadu_ps(mk[v], p0));
+                    vb = _mm512_add_ps(vb, _mm512_maskz_loadu_ps(mk[v], p1));
+                }
+                _mm512_mask_storeu_ps(p0, mk[v], va);
+                _mm512_mask_storeu_ps(p1, mk[v], vb);
+            }
+        }
+    }
+    if (m < M) nt_port(M - m, R, K, D + (size_t)m * K, BT, C + (size_t)m * ldc, ldc, acc);
+}
+
+/* One output row of a convolution read straight from the padded image
+ * (implicit im2col): the window of output column ow starts at
+ * prow + ow*SWC and is KH segments of seg floats, WpC apart. 8 columns at a
+ * time, K <= 16. */
+AVX512 static void conv_row_16(float *out, const float *prow, int OW, int SWC, int KH, int WpC,
+                               int seg, const float *W, int K, const float *bias, bool relu)
+{
+    const __mmask16 km = (__mmask16)((1u << K) - 1);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(km, bias) : zero;
+    /* the last block may run past OW: it reads up to 7*SWC floats beyond the
+     * row's windows (the caller's slack) and stores only the valid columns */
+    for (int ow = 0; ow < OW; ow += 8) {
+        int nv = OW - ow < 8 ? OW - ow : 8;
+        __m512 c0 = bv, c1 = bv, c2 = bv, c3 = bv, c4 = bv, c5 = bv, c6 = bv, c7 = bv;
+        for (int kh = 0; kh < KH; kh++) {
+            const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
+            const float *b = W + (size_t)kh * seg * K;
+            for (int j = 0; j < seg; j++) {
+                __m512 w = _mm512_maskz_loadu_ps(km, b + (size_t)j * K);
+                c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), w, c0);
+                c1 = _mm512_fmadd_ps(_mm512_set1_ps(a[SWC + j]), w, c1);
+                c2 = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * SWC + j]), w, c2);
+                c3 = _mm512_fmadd_ps(_mm512_set1_ps(a[3 * SWC + j]), w, c3);
+                c4 = _mm512_fmadd_ps(_mm512_set1_ps(a[4 * SWC + j]), w, c4);
+                c5 = _mm512_fmadd_ps(_mm512_set1_ps(a[5 * SWC + j]), w, c5);
+                c6 = _mm512_fmadd_ps(_mm512_set1_ps(a[6 * SWC + j]), w, c6);
+                c7 = _mm512_fmadd_ps(_mm512_set1_ps(a[7 * SWC + j]), w, c7);
+            }
+        }
+        __m512 cs[8] = {c0, c1, c2, c3, c4, c5, c6, c7};
+        for (int i = 0; i < nv; i++) {
+            __m512 v = relu ? _mm512_max_ps(cs[i], zero) : cs[i];
+            _mm512_mask_storeu_ps(out + (size_t)(ow + i) * K, km, v);
+        }
+    }
+}
+
+/* The same for 16 < K <= 32: two registers per column, 4 columns at a time. */
+AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, int KH, int WpC,
+                               int seg, const float *W, int K, const float *bias, bool relu)
+{
+    const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 blo = bias ? _mm512_loadu_ps(bias) : zero;
+    const __m512 bhi = bias ? _mm512_maskz_loadu_ps(km, bias + 16) : zero;
+    for (int ow = 0; ow < OW; ow += 4) {
+        int nv = OW - ow < 4 ? OW - ow : 4;
+        __m512 l0 = blo, l1 = blo, l2 = blo, l3 = blo, h0 = bhi, h1 = bhi, h2 = bhi, h3 = bhi;
+        for (int kh = 0; kh < KH; kh++) {
+            const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
+            const float *b = W + (size_t)kh * seg * K;
+            for (int j = 0; j < seg; j++) {
+                __m512 wl = _mm512_loadu_ps(b + (size_t)j * K);
+                __m512 wh = _mm512_maskz_loadu_ps(km, b + (size_t)j * K + 16);
+                __m512 a0 = _mm512_set1_ps(a[j]), a1 = _mm512_set1_ps(a[SWC + j]);
+                __m512 a2 = _mm512_set1_ps(a[2 * SWC + j]), a3 = _mm512_set1_ps(a[3 * SWC + j]);
+                l0 = _mm512_fmadd_ps(a0, wl, l0), h0 = _mm512_fmadd_ps(a0, wh, h0);
+                l1 = _mm512_fmadd_ps(a1, wl, l1), h1 = _mm512_fmadd_ps(a1, wh, h1);
+                l2 = _mm512_fmadd_ps(a2, wl, l2), h2 = _mm512_fmadd_ps(a2, wh, h2);
+                l3 = _mm512_fmadd_ps(a3, wl, l3), h3 = _mm512_fmadd_ps(a3, wh, h3);
+            }
+        }
+        __m512 ls[4] = {l0, l1, l2, l3}, hs[4] = {h0, h1, h2, h3};
+        for (int i = 0; i < nv; i++) {
+            float *o = out + (size_t)(ow + i) * K;
+            __m512 vl = relu ? _mm512_max_ps(ls[i], zero) : ls[i];
+            __m512 vh = relu ? _mm512_max_ps(hs[i], zero) : hs[i];
+            _mm512_storeu_ps(o, vl);
+            _mm512_mask_storeu_ps(o + 16, km, vh);
+        }
+    }
+}
+#endif
+
+/* ---- entry points ------------------------------------------------------------------- */
+
+void nn_narrow_nn(int M, int K, int R, const float *A, int lda, const float *B, const float *bias,
+                  bool relu, float *C, bool acc)
+{
+    assert(K >= 1 && K <= NN_NARROW_MAX);
+#if NARROW_X86
+    if (nn_narrow_use_simd(-1)) {
+        if (K <= 16)
+            nn_16(M, K, R, A, lda, B, bias, relu, C, acc);
+        else
+            nn_32(M, K, R, A, lda, B, bias, relu, C, acc);
+        return;
+    }
+#endif
+    nn_port(M, K, R, A, lda, B, bias, relu, C, acc);
+}
+
+void nn_narrow_tn(int R, int K, int M, const float *A, int lda, const float *D, float *C, bool acc)
+{
+    assert(K >= 1 && K <= NN_NARROW_MAX);
+#if NARROW_X86
+    if (nn_narrow_use_simd(-1)) {
+        if (K <= 16)
+            tn_16(R, K, M, A, lda, D, C, acc);
+        else
+            tn_32(R, K, M, A, lda, D, C, acc);
+        return;
+    }
+#endif
+    tn_port(R, K, M, A, lda, D, C, acc);
+}
+
+void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C, int ldc, bool acc)
+{
+    assert(K >= 1 && K <= NN_NARROW_MAX);
+#if NARROW_X86
+    if (nn_narrow_use_simd(-1)) {
+        nt_simd(M, R, K, D, BT, C, ldc, acc);
+        return;
+    }
+#endif
+    nt_port(M, R, K, D, BT, C, ldc, acc);
+}
+
+void nn_narrow_conv_row(float *out, const float *prow, int OW, int SWC, int KH, int WpC, int seg,
+                        const float *W, int K, const float *bias, bool relu)
+{
+    assert(K >= 1 && K <= NN_NARROW_MAX);
+#if NARROW_X86
+    if (nn_narrow_use_simd(-1)) {
+        if (K <= 16)
+            conv_row_16(out, prow, OW, SWC, KH, WpC, seg, W, K, bias, relu);
+        else
+            conv_row_32(out, prow, OW, SWC, KH, WpC, seg, W, K, bias, relu);
+        return;
+    }
+#endif
+    conv_row_port(out, prow, OW, SWC, KH, WpC, seg, W, K, bias, relu);
+}

@@ -1,0 +1,102 @@
+/* bench_model.c - images/s of one training step (forward, loss, backward,
+ * momentum-SGD update) per built-in model on random data, one thread, after
+ * warm-up; then a per-layer forward/backward breakdown. Built with the
+ * tests, not registered as one (a benchmark, not a check).
+ *
+ *   bench_model [--steps N] [--batch B] [--size HxWxC] [model ...]
+ * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "layers.h"
+#include "pstrain/blas.h"
+#include "pstrain/common.h"
+#include "pstrain/model.h"
+#include "pstrain/optim.h"
+
+#define WARMUP 20
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void bench(const char *name, int batch, int steps, int h, int w, int c)
+{
+    nn_model_cfg cfg = {name, h, w, c, 10, batch, 1234, 0.0f, 0.0f};
+    nn_model *m = NULL;
+    pst_err e;
+    if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);
+    size_t per = (size_t)h * w * c, size = nn_model_size(m);
+    int nbatches = 8; /* a few different batches, as a data stream would give */
+    float *x = pst_aligned_alloc(sizeof(float) * nbatches * batch * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * nbatches * batch);
+    nn_rng r;
+    nn_rng_seed(&r, 99);
+    for (size_t i = 0; i < (size_t)nbatches * batch * per; i++) x[i] = (float)nn_rng_normal(&r);
+    for (int i = 0; i < nbatches * batch; i++) y[i] = (int32_t)(nn_rng_next(&r) % 10);
+    opt_cfg oc = opt_defaults(OPT_MOMENTUM);
+    float *slots = pst_aligned_alloc(sizeof(float) * size);
+    opt_init_slots(&oc, slots, size, size);
+    float *p = nn_model_params(m), *g = nn_model_grads(m);
+
+    double t0 = 0, c0 = 0, tstep = 0, topt = 0;
+    float loss = 0;
+    for (int s = 0; s < WARMUP + steps; s++) {
+        if (s == WARMUP) t0 = pst_now(), c0 = cpu_now(), tstep = topt = 0;
+        int b = s % nbatches;
+        double a = pst_now();
+        loss = nn_model_train_step(m, x + (size_t)b * batch * per, y + (size_t)b * batch, batch, s,
+                                   NULL);
+        double mid = pst_now();
+        /* the whole slab: non-trainable entries are overwritten right after */
+        opt_apply(&oc, 0.01f, s + 1, p, g, slots, size, size);
+        nn_model_apply_state(m, p, g, 0, size);
+        double end = pst_now();
+        tstep += mid - a, topt += end - mid;
+    }
+    double total = pst_now() - t0, cpu = cpu_now() - c0;
+    /* img/s by CPU time is what an idle core would give; wall time also
+     * counts other processes on a shared machine */
+    printf("%-15s batch %d  %8.0f img/s (cpu time)  %8.0f img/s (wall)  step %.3f ms cpu "
+           "(train_step %.3f, optimizer %.3f wall)  loss %.3f  params %zu  blis %s\n",
+           name, batch, (double)steps * batch / cpu, (double)steps * batch / total,
+           1e3 * cpu / steps, 1e3 * tstep / steps, 1e3 * topt / steps, loss,
+           nn_model_trainable_size(m), nn_blis_arch());
+    /* per-layer breakdown over a second, profiled run */
+    nn_model_set_profiling(m, true);
+    int psteps = steps < 50 ? steps : 50;
+    for (int s = 0; s < psteps; s++)
+        nn_model_train_step(m, x + (size_t)(s % nbatches) * batch * per,
+                            y + (size_t)(s % nbatches) * batch, batch, s, NULL);
+    nn_model_profile_report(m, stdout);
+    fflush(stdout);
+    free(x), free(y), free(slots);
+    nn_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    pst_set_progname("bench_model");
+    nn_blis_init();
+    int batch = 64, steps = 300, h = 28, w = 28, c = 1, nmodels = 0;
+    const char *models[8];
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &steps) < 0 || steps < 1) pst_die("bad --steps");
+        } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &batch) < 0 || batch < 1) pst_die("bad --batch");
+        } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+            if (sscanf(argv[++i], "%dx%dx%d", &h, &w, &c) != 3) pst_die("bad --size, want HxWxC");
+        } else if (nmodels < 8) {
+            models[nmodels++] = argv[i];
+        }
+    }
+    if (!nmodels)
+        models[0] = "mlp", models[1] = "lenet5", models[2] = "inception-mini", nmodels = 3;
+    for (int i = 0; i < nmodels; i++) bench(models[i], batch, steps, h, w, c);
+    return 0;
+}

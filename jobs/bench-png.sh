@@ -20,7 +20,8 @@ peer=${PEER:-$top/../shared/peers/prep_peer.py}
 mkdir -p "$out"
 
 [ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
-ninja -C "$build" data-tools/pstrain-prep test/png/make_png_tree >/dev/null
+ninja -C "$build" data-tools/pstrain-prep test/png/make_png_tree >"$out/build.log" ||
+    { cat "$out/build.log" >&2; echo "bench-png: build failed" >&2; exit 1; }
 prep=$build/data-tools/pstrain-prep
 gray=$out/fm-png-gray-10k
 rgb=$out/fm-png-rgb-5k
@@ -41,8 +42,13 @@ run_prep() {
     local tree=$1
     shift
     rm -f "$out/prep.h5"
-    "$prep" png "$tree" --chunk-images 1024 --compression 4 "$@" -o "$out/prep.h5" 2>/dev/null |
-        sed -n 's/^ *[0-9.]* s, \([0-9.]*\) images\/s$/\1/p'
+    if ! "$prep" png "$tree" --chunk-images 1024 --compression 4 "$@" -o "$out/prep.h5" \
+        >"$out/prep.log" 2>&1; then
+        cat "$out/prep.log" >&2
+        echo "bench-png: pstrain-prep png $tree $* failed" >&2
+        exit 1
+    fi
+    sed -n 's/^ *[0-9.]* s, \([0-9.]*\) images\/s$/\1/p' "$out/prep.log"
 }
 
 # images_per_sec from the peer's last stdout line (JSON)

@@ -406,6 +406,11 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (check_config(cfg, size, e) < 0) return -1;
+    int thread_level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&thread_level);
+    if (thread_level < MPI_THREAD_FUNNELED)
+        return pst_fail(e, "MPI was initialised without MPI_THREAD_FUNNELED (the input "
+                           "pipeline's threads run beside MPI on the root)");
     const int P = cfg->ps, W = size - 1 - P;
     const int R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
     const bool is_root = rank == 0, is_ps = rank >= 1 && rank <= P; /* else a worker */

@@ -160,7 +160,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     int nhave = 0, nended = 0;
     memset(st, 0, sizeof *st);
     dist_backoff bo;
-    dist_backoff_init(&bo, 10, 1000);
+    dist_backoff_init(&bo, 10, 250); /* wake-up latency adds to every sync step */
     const double t0 = pst_now(), cpu0 = dist_cpu_seconds();
     double t_report = t0;
     int64_t version = 0;

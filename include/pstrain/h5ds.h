@@ -31,10 +31,10 @@
 #define H5DS_MAX_SPLITS 3
 
 typedef struct h5ds_split {
-    char name[8];         /* "train", "val", "test" */
-    int64_t count;        /* number of examples */
-    int64_t chunk_images; /* images per HDF5 chunk of /<split>/images (whole-image
-                           * chunks; other layouts: a read unit of about 1 MiB) */
+    char name[8];                 /* "train", "val", "test" */
+    int64_t count;                /* number of examples */
+    int64_t chunk_images;         /* images per HDF5 chunk of /<split>/images (whole-image
+                                   * chunks; other layouts: a read unit of about 1 MiB) */
     int64_t images_id, labels_id; /* hid_t of the open datasets (internal) */
 } h5ds_split;
 

@@ -80,10 +80,18 @@ static size_t wt_floats(const nn_conv_dims *d)
     return d->K <= NN_NARROW_MAX ? (size_t)d->K * d->KH * d->KW * d->C + CONV_SLACK : 0;
 }
 
+/* The col area; the one-channel path keeps its transposed gradient there. */
+static size_t col_floats(const nn_conv_dims *d)
+{
+    size_t col = (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C;
+    size_t c1 = nn_conv1ch_scratch(d);
+    return col > c1 ? col : c1;
+}
+
 size_t nn_conv_scratch(const nn_conv_dims *d)
 {
     if (conv_is_pointwise(d)) return wt_floats(d);
-    size_t col = (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C;
+    size_t col = col_floats(d);
     size_t pad = (size_t)pad_h(d) * pad_w(d) * d->C;
     return col + CONV_SLACK + pad + pad_slack(d) + wt_floats(d);
 }
@@ -183,7 +191,7 @@ static void im2col_padded(float *col, const float *pad, const nn_conv_dims *d)
  * (a pointwise conv has only W^T). */
 static float *scratch_pad(float *scratch, const nn_conv_dims *d)
 {
-    return scratch + (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C + CONV_SLACK;
+    return scratch + col_floats(d) + CONV_SLACK;
 }
 static float *scratch_wt(float *scratch, const nn_conv_dims *d)
 {
@@ -283,7 +291,15 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
     }
     const size_t img_rows = (size_t)d->OH * d->OW;
     float *col = scratch, *pad = scratch_pad(scratch, d);
-    memset(pad, 0, sizeof(float) * (size_t)pad_h(d) * pad_w(d) * d->C);
+    /* borders and slack zero (the vector kernels read into the slack) */
+    memset(pad, 0, sizeof(float) * ((size_t)pad_h(d) * pad_w(d) * d->C + pad_slack(d)));
+    if (nn_conv1ch_ok(d)) {
+        for (int n = 0; n < d->N; n++) {
+            pad_image(pad, inp, d, n);
+            nn_conv1ch_forward(out + (size_t)n * img_rows * K, pad, pad_w(d), d, w, b, relu);
+        }
+        return;
+    }
     if (K <= NN_NARROW_MAX) {
         /* implicit im2col: each output row straight from the padded image */
         const int Wp = pad_w(d), C = d->C;
@@ -325,6 +341,17 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     const int chunk = nn_conv_chunk(d);
     const size_t npad = (size_t)pad_h(d) * pad_w(d) * d->C;
     float *col = scratch, *pad = scratch_pad(scratch, d), *wt = scratch_wt(scratch, d);
+    if (!dinp && nn_conv1ch_ok(d)) {
+        memset(pad, 0, sizeof(float) * (npad + pad_slack(d)));
+        memset(dw, 0, sizeof(float) * (size_t)R * K);
+        if (db) memset(db, 0, sizeof(float) * K);
+        for (int n = 0; n < d->N; n++) {
+            pad_image(pad, inp, d, n);
+            size_t o = (size_t)n * img_rows * K;
+            nn_conv1ch_dw(dw, db, pad, pad_w(d), d, dout + o, out + o, relu, col);
+        }
+        return;
+    }
     if (dinp && K <= NN_NARROW_MAX) transpose_kernel(wt, w, R, K);
     if (db) memset(db, 0, sizeof(float) * K);
     for (int n0 = 0; n0 < d->N; n0 += chunk) {

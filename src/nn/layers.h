@@ -119,6 +119,18 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
                         const float *inp, const float *w, const nn_conv_dims *d, bool relu,
                         float *scratch);
 
+/* One-channel, stride-1 convolutions with K <= 16 vectorised along the
+ * output row (conv1ch.c): whether they apply (AVX-512 only), their scratch
+ * floats, the forward of one image from its zero-padded copy (rows Wp
+ * floats apart, 16 floats of finite slack after it), and dw/db (added to)
+ * of one image; g is scratch of nn_conv1ch_scratch floats. */
+bool nn_conv1ch_ok(const nn_conv_dims *d);
+size_t nn_conv1ch_scratch(const nn_conv_dims *d);
+void nn_conv1ch_forward(float *out, const float *pad, int Wp, const nn_conv_dims *d, const float *w,
+                        const float *bias, bool relu);
+void nn_conv1ch_dw(float *dw, float *db, const float *pad, int Wp, const nn_conv_dims *d,
+                   const float *dout, const float *out, bool relu, float *g);
+
 /* ---- pooling ---------------------------------------------------------------- */
 
 typedef struct nn_pool_dims {

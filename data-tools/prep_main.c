@@ -13,11 +13,13 @@ static void usage(FILE *out)
             "\n"
             "  idx     --train-images F --train-labels F [--test-images F --test-labels F]\n"
             "          [--classes NAME,...] [--chunk-images N] [--compression 0-9] [--force] -o OUT.h5\n"
+            "          [--threads N]\n"
             "  png     DIR [--test-dir DIR] [--size HxW] [--channels 1|3] [--val-fraction F]\n"
-            "          [--seed S] [--strict] [--max-pixels N] [--force] -o OUT.h5\n"
+            "          [--seed S] [--strict] [--max-pixels N] [--alpha black|drop]\n"
+            "          [--compression 0-9] [--chunk-images N] [--threads N] [--force] -o OUT.h5\n"
             "  info    FILE.h5\n"
             "  verify  FILE.h5          exit 0 only if the file is a sound data set\n"
-            "  preview FILE.h5 [--split train] [--count 64] [--seed S] -o GRID.png\n"
+            "  preview FILE.h5 [--split train] [--count 64] [--seed S] [--scale N] -o GRID.png\n"
             "\n"
             "  pstrain-prep --version, pstrain-prep COMMAND --help\n");
 }

@@ -695,8 +695,11 @@ void pipe_normalize(const uint8_t *px, int64_t n_pixels, int C, const float *mea
     const int span = C * PIPE_NORM_SPAN;
     for (int j = 0; j < span; j++) {
         const int c = j % C;
-        sc[j] = (float)(1.0 / (255.0 * (double)std[c]));
-        bi[j] = (float)(-(double)mean[c] / (double)std[c]);
+        /* A channel that is constant over the train split has std 0 (a sound
+         * data set may have one): centre it without scaling. */
+        const double sd = std[c] > 1e-12f ? (double)std[c] : 1.0;
+        sc[j] = (float)(1.0 / (255.0 * sd));
+        bi[j] = (float)(-(double)mean[c] / sd);
     }
     const int64_t n = n_pixels * C;
     int64_t i = 0;

@@ -288,52 +288,67 @@ AVX512 static void tn_32(int R, int K, int M, const float *A, int lda, const flo
     }
 }
 
-/* C[M][R] (+)= D BT, BT[K][R], K <= 32, R any: two rows of C at a time,
- * 96 columns (6 registers each) per pass. */
+/* ROWS rows of C[m][r0, r0 + 16*NV) (+)= D BT; the last vector may be
+ * partial. Inlined with constant ROWS and NV: 16 accumulators at most. */
+__attribute__((always_inline)) AVX512 static inline void nt_block(int ROWS, int NV, int m, int r0,
+                                                                  int R, int K, const float *D,
+                                                                  const float *BT, float *C,
+                                                                  int ldc, bool acc)
+{
+    __mmask16 mk[4];
+    for (int v = 0; v < NV; v++) {
+        int left = R - r0 - 16 * v;
+        mk[v] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    }
+    __m512 c[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < ROWS; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[i][v] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        const float *bt = BT + (size_t)k * R + r0;
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) w[v] = _mm512_maskz_loadu_ps(mk[v], bt + 16 * v);
+#pragma GCC unroll 4
+        for (int i = 0; i < ROWS; i++) {
+            __m512 x = _mm512_set1_ps(D[(size_t)(m + i) * K + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, w[v], c[i][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < ROWS; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) {
+            float *p = C + (size_t)(m + i) * ldc + r0 + 16 * v;
+            __m512 val = c[i][v];
+            if (acc) val = _mm512_add_ps(val, _mm512_maskz_loadu_ps(mk[v], p));
+            _mm512_mask_storeu_ps(p, mk[v], val);
+        }
+}
+
+#define NT_ROWS(ROWS)                                                                              \
+    for (int r0 = 0; r0 < R; r0 += 64) {                                                           \
+        int nv = (R - r0 + 15) / 16;                                                               \
+        if (nv >= 4)                                                                               \
+            nt_block(ROWS, 4, m, r0, R, K, D, BT, C, ldc, acc);                                    \
+        else if (nv == 3)                                                                          \
+            nt_block(ROWS, 3, m, r0, R, K, D, BT, C, ldc, acc);                                    \
+        else if (nv == 2)                                                                          \
+            nt_block(ROWS, 2, m, r0, R, K, D, BT, C, ldc, acc);                                    \
+        else                                                                                       \
+            nt_block(ROWS, 1, m, r0, R, K, D, BT, C, ldc, acc);                                    \
+    }
+
+/* C[M][R] (+)= D BT, BT[K][R], K <= 32, R any: 4 rows x 64 columns of C
+ * per block. */
 AVX512 static void nt_simd(int M, int R, int K, const float *D, const float *BT, float *C, int ldc,
                            bool acc)
 {
-    enum { V = 6 };
     int m = 0;
-    for (; m + 2 <= M; m += 2) {
-        const float *d0 = D + (size_t)m * K, *d1 = d0 + K;
-        float *o0 = C + (size_t)m * ldc, *o1 = o0 + ldc;
-        for (int r0 = 0; r0 < R; r0 += 16 * V) {
-            int nv = (R - r0 + 15) / 16;
-            if (nv > V) nv = V;
-            __mmask16 mk[V];
-            for (int v = 0; v < V; v++) {
-                int left = R - r0 - 16 * v;
-                mk[v] = left >= 16 ? (__mmask16)0xffff
-                        : left > 0 ? (__mmask16)((1u << left) - 1)
-                                   : (__mmask16)0;
-            }
-            __m512 a[V], b[V];
-            for (int v = 0; v < V; v++) a[v] = b[v] = _mm512_setzero_ps();
-            /* fixed V so the accumulators stay in registers; unused
-             * vectors have an empty mask */
-            for (int k = 0; k < K; k++) {
-                __m512 x0 = _mm512_set1_ps(d0[k]), x1 = _mm512_set1_ps(d1[k]);
-                const float *bt = BT + (size_t)k * R + r0;
-                for (int v = 0; v < V; v++) {
-                    __m512 w = _mm512_maskz_loadu_ps(mk[v], bt + 16 * v);
-                    a[v] = _mm512_fmadd_ps(x0, w, a[v]);
-                    b[v] = _mm512_fmadd_ps(x1, w, b[v]);
-                }
-            }
-            for (int v = 0; v < nv; v++) {
-                float *p0 = o0 + r0 + 16 * v, *p1 = o1 + r0 + 16 * v;
-                __m512 va = a[v], vb = b[v];
-                if (acc) {
-                    va = _mm512_add_ps(va, _mm512_maskz_loadu_ps(mk[v], p0));
-                    vb = _mm512_add_ps(vb, _mm512_maskz_loadu_ps(mk[v], p1));
-                }
-                _mm512_mask_storeu_ps(p0, mk[v], va);
-                _mm512_mask_storeu_ps(p1, mk[v], vb);
-            }
-        }
-    }
-    if (m < M) nt_port(M - m, R, K, D + (size_t)m * K, BT, C + (size_t)m * ldc, ldc, acc);
+    for (; m + 4 <= M; m += 4) NT_ROWS(4)
+    for (; m < M; m++) NT_ROWS(1)
 }
 
 /* One output row of a convolution read straight from the padded image

@@ -45,6 +45,8 @@ typedef struct feed_geom {
     int64_t example_bytes; /* H*W*C */
     int nslots;            /* K >= 1 */
     int nworkers;          /* workers that will take tickets (for `finished`) */
+    int64_t first_ticket;  /* resume: the first ticket handed out (0) */
+    int64_t first_step;    /* resume: the async global step counter's start (0) */
 } feed_geom;
 
 typedef struct feed feed;
@@ -58,11 +60,18 @@ void feed_free(feed *f);
 
 /* ---- root side ---- */
 
-/* The source of batches: returns 1 with *b filled, 0 at the end, -1 on error
- * (message in e). Called by the root's main thread only. */
-typedef int (*feed_source_fn)(void *ctx, pipe_batch *b, pst_err *e);
-/* Called every `tick_secs` from the service loop (metrics). May be NULL. */
-typedef void (*feed_tick_fn)(void *ctx);
+/* What the root's service loop calls, all on the root's main thread:
+ *   source: the next batch: 1 with *b filled, 0 at the end, -1 on error;
+ *   poll:   (may be NULL) every iteration, for other duties (checkpoint
+ *           messages, stop requests): 1 if it did work, 0 if not, -1 on error;
+ *   tick:   (may be NULL) every tick_secs (metrics). */
+typedef struct feed_hooks {
+    int (*source)(void *ctx, pipe_batch *b, pst_err *e);
+    int (*poll)(void *ctx, pst_err *e);
+    void (*tick)(void *ctx);
+    void *ctx;
+    double tick_secs;
+} feed_hooks;
 
 typedef struct feed_serve_stats {
     int64_t batches;     /* data batches published */
@@ -72,11 +81,17 @@ typedef struct feed_serve_stats {
 } feed_serve_stats;
 
 /* Serves tickets until all nworkers have called feed_finish: tickets below
- * `total` (-1: until the source ends) carry the source's batches, later ones
- * end-of-data markers. Returns 0, or -1 when the source fails (the caller
- * must abort the job: workers are waiting). */
-int feed_root_serve(feed *f, int64_t total, feed_source_fn src, void *src_ctx, feed_tick_fn tick,
-                    void *tick_ctx, double tick_secs, feed_serve_stats *st, pst_err *e);
+ * `total` (absolute; -1: until the source ends) carry the source's batches,
+ * later ones end-of-data markers. Returns 0, or -1 when the source or the
+ * poll hook fails (the caller must abort the job: workers are waiting). */
+int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stats *st, pst_err *e);
+/* Root, from a hook: the next ticket to be published (all below it are). */
+int64_t feed_root_next_ticket(const feed *f);
+/* Root, from a hook: publish data only below `total` (never below the next
+ * ticket, never raising an earlier limit): how a stop is made. */
+void feed_root_set_total(feed *f, int64_t total);
+/* Root: the current limit (-1: none; lowered when the source ends early). */
+int64_t feed_root_total(const feed *f);
 
 /* The report record of `rank` in the root's window (root only; values are
  * whatever the rank last put there, 0 initially). */

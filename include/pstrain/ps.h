@@ -5,7 +5,8 @@
  * PS p (0-based) is MPI rank ps_rank0 + p; worker w is rank worker_rank0 + w.
  * One MPI_Win_allocate window over the communicator; each PS exposes
  *   ctl:     int64 lockseq (2*version; odd while the PS writes parameters),
- *            done (1 once the step limit is reached)
+ *            done (1 once the step limit is reached), stop_t and ckpt_at
+ *            (requests from the root)
  *   stamps:  per slot 64 bytes: int64 seq, version, ticket, count, step, ack
  *   params:  its shard: the plan's ranges back to back (place_range.ps_offset)
  *   grads:   W shard-sized gradient slots (sync mode, and async mode with a
@@ -69,6 +70,16 @@ typedef struct ps_layout {
     int nworkers;
     bool grad_slots; /* sync, or async with a stateful optimizer */
     bool lockstep;   /* sync with R == W: slot = ticket mod W (see above) */
+    int root_rank;   /* where snapshots go */
+    /* optimizer slots of the shards: their kind, and the full-slab slot
+     * arrays to start from (slot k of element j at k*init_slot_stride + j; NULL:
+     * the optimizer's initial values) */
+    opt_cfg opt;
+    const float *init_slots;
+    size_t init_slot_stride;
+    /* resume: the version the run starts at, and (lockstep) the ticket of
+     * that version's first gradient */
+    int64_t first_version, first_ticket;
 } ps_layout;
 
 /* Creates the window: collective over comm. On PS ranks `init` is the
@@ -89,6 +100,7 @@ typedef struct ps_serve_cfg {
     int64_t max_versions;  /* sync: stop after this many updates (0 = no limit) */
     int64_t total_tickets; /* lockstep: batches published (T); the PS stops
                               after ceil(T/W) versions */
+    int64_t ckpt_every;    /* lockstep: snapshot to the root every N versions */
     /* Called about every report_secs with {version, applied, dropped_stale,
      * apply, idle, cpu}; may be NULL. */
     void (*report)(void *ctx, const double *vals, int n);
@@ -105,6 +117,28 @@ typedef struct ps_serve_stats {
 
 /* The PS service loop: runs until every worker has ended. */
 int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e);
+
+/* ---- snapshots and requests (checkpoints, stop) ---- */
+
+/* PS: sends its shard's parameters and slots at `version` to the root
+ * (non-blocking; waits for the previous snapshot to leave first). In
+ * lockstep ps_serve sends one every ckpt_every versions and at the version
+ * the root asked for; the caller sends the final one after ps_serve. */
+void ps_snapshot_send(ps_shard *s, int64_t version);
+/* PS: waits until the last snapshot has left. */
+void ps_snapshot_wait(ps_shard *s);
+/* Root: receives PS p's next snapshot into the full slabs (params; slots
+ * with slot_stride). Non-blocking unless `block`: returns 1 if one was
+ * received, 0 if none is waiting. Snapshots from one PS arrive in order. */
+int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *params, float *slots,
+                     size_t slot_stride);
+/* Root: asks every PS for a snapshot when it reaches `version` (lockstep;
+ * the root must choose a version no PS can have reached: one whose tickets
+ * it has not published yet). */
+void ps_request_snapshot(ps_shard *s, int64_t version);
+/* Root: lowers the number of tickets (lockstep: the PS then stop after
+ * version ceil(T/W)); the root publishes end-of-data from there. */
+void ps_request_stop(ps_shard *s, int64_t total_tickets);
 
 /* ---- worker side (and the root's final pull) ---- */
 

@@ -24,6 +24,7 @@
 
 #include "dist_internal.h"
 #include "pstrain/blas.h"
+#include "pstrain/ckpt.h"
 #include "pstrain/feed.h"
 #include "pstrain/h5ds.h"
 #include "pstrain/metrics.h"
@@ -58,8 +59,14 @@ typedef struct start_info {
     float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
     int64_t per_epoch; /* examples per epoch */
     int64_t bpe;       /* batches per epoch */
-    int64_t total;     /* batches to publish, -1 = until the workers stop */
+    int64_t total;     /* absolute ticket limit: batches to publish, -1 = until stopped */
     int64_t max_versions;
+    /* resume (all 0 for a fresh run) */
+    int resumed;
+    int64_t first_version; /* sync: updates already applied (global step) */
+    int64_t first_ticket;  /* batches already consumed (the data cursor) */
+    int64_t prior_examples;
+    double prior_seconds;
     char msg[PST_ERR_LEN];
 } start_info;
 
@@ -103,15 +110,35 @@ static int check_config(const train_cfg *c, int size, pst_err *e)
 
 typedef struct root_ctx {
     const train_cfg *cfg;
+    const start_info *info;
     feed *f;
+    ps_shard *sh;
     metrics *mx;
-    int P, W;
+    pipeline *pl;
+    int P, W, R;
+    bool lockstep;
     lr_schedule sched;
     int64_t total_steps;
     double t0;
     double prev[64][WR_N]; /* previous worker records (first 64 workers) */
     double last_loss;
     bool have_loss;
+    /* checkpoints and stop (root's poll hook) */
+    const nn_var *vars;
+    int nvars;
+    const char *model_text;
+    const h5ds *ds;
+    size_t nparam;
+    int nslots;
+    float *ck_params, *ck_slots; /* a snapshot being assembled */
+    int *ck_got;
+    int64_t ck_version;
+    bool ck_requested;
+    double t_ckpt;
+    bool stopping;
+    int stop_signal;
+    int64_t told_total; /* the ticket limit the PS know */
+    train_result *res;
 } root_ctx;
 
 static void root_tick(void *vctx)
@@ -174,7 +201,124 @@ static void root_tick(void *vctx)
 
 static int pipe_source(void *ctx, pipe_batch *b, pst_err *e)
 {
-    return pipe_next(ctx, b, e);
+    return pipe_next(((root_ctx *)ctx)->pl, b, e);
+}
+
+/* The checkpoint attributes of the state after sync version `version`, or
+ * (async, and at the end) after `next_batch` batches and `step` steps. */
+static ckpt_meta run_meta(const root_ctx *c, int64_t step, int64_t next_batch)
+{
+    const start_info *in = c->info;
+    const train_cfg *cfg = c->cfg;
+    ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    m.model_name = cfg->model;
+    m.model_text = c->model_text;
+    m.height = in->height, m.width = in->width, m.channels = in->channels;
+    m.num_classes = in->classes;
+    m.global_step = step;
+    const int64_t bpe = PST_MAX(in->bpe, 1);
+    m.epoch = (int)(next_batch / bpe);
+    m.epoch_batch = next_batch % bpe;
+    m.next_batch = next_batch;
+    /* every batch but an epoch's last is full */
+    m.examples = (int64_t)m.epoch * in->per_epoch + m.epoch_batch * cfg->batch;
+    m.seed = cfg->seed;
+    m.train_seconds = in->prior_seconds + (pst_now() - c->t0);
+    m.mode = cfg->mode == TRAIN_ASYNC ? "async" : "sync";
+    m.workers = c->W, m.ps = c->P, m.batch = cfg->batch;
+    m.opt = cfg->opt;
+    m.lr = c->sched;
+    m.weight_decay = cfg->weight_decay;
+    m.label_smoothing = cfg->label_smoothing;
+    return m;
+}
+
+static int save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const float *params,
+                           const float *slots, pst_err *e)
+{
+    ckpt_meta cm = run_meta(c, step, next_batch);
+    if (ckpt_save(c->cfg->checkpoint_dir, c->cfg->keep_checkpoints, &cm, c->vars, c->nvars, params,
+                  c->nslots ? slots : NULL, c->nparam, c->res->last_checkpoint,
+                  sizeof c->res->last_checkpoint, e) < 0)
+        return -1;
+    if (!c->cfg->quiet)
+        fprintf(stderr, "\ncheckpoint %s (step %lld)\n", c->res->last_checkpoint, (long long)step);
+    return 0;
+}
+
+/* The root's poll hook: assembles PS snapshots into checkpoints, asks for
+ * time-based ones, and turns a stop signal into a stop at the next version
+ * boundary (sync) or after the batches already published (async). */
+static int root_poll(void *vctx, pst_err *e)
+{
+    root_ctx *c = vctx;
+    const train_cfg *cfg = c->cfg;
+    const start_info *in = c->info;
+    int did = 0;
+    /* the input ended early (or a stop lowered the limit): the PS must not
+     * wait for versions that will never come */
+    const int64_t ft = feed_root_total(c->f);
+    if (c->lockstep && ft >= 0 && ft < c->told_total) {
+        ps_request_stop(c->sh, ft);
+        c->told_total = ft;
+    }
+    if (!cfg->checkpoint_dir) return 0;
+    const int64_t prod = feed_root_next_ticket(c->f);
+    if (c->lockstep) {
+        int ngot = 0;
+        for (int p = 0; p < c->P; p++) {
+            int64_t v;
+            if (!c->ck_got[p] &&
+                ps_snapshot_recv(c->sh, p, false, &v, c->ck_params, c->ck_slots, c->nparam)) {
+                if (v < 0) dist_fatal("PS %d sent its final state during the run", p + 1);
+                if (p > 0 && c->ck_got[0] && v != c->ck_version)
+                    dist_fatal("PS %d snapshot at version %lld, PS 1 at %lld", p + 1, (long long)v,
+                               (long long)c->ck_version);
+                c->ck_version = v;
+                c->ck_got[p] = 1;
+                did = 1;
+            }
+            ngot += c->ck_got[p];
+        }
+        if (ngot == c->P) {
+            int64_t v = c->ck_version;
+            int64_t next = in->first_ticket + (v - in->first_version) * c->W;
+            if (save_checkpoint(c, v, next, c->ck_params, c->ck_slots, e) < 0) return -1;
+            memset(c->ck_got, 0, sizeof *c->ck_got * (size_t)c->P);
+            c->ck_requested = false;
+            c->t_ckpt = pst_now();
+        }
+        /* time-based: a version none of the PS can have reached yet (its
+         * tickets are not published), so every PS snapshots the same one */
+        if (cfg->checkpoint_secs > 0 && !c->ck_requested && !c->stopping &&
+            pst_now() - c->t_ckpt >= cfg->checkpoint_secs) {
+            int64_t v = in->first_version + (prod - in->first_ticket) / c->W + 1;
+            ps_request_snapshot(c->sh, v);
+            c->ck_requested = true;
+            c->t_ckpt = pst_now();
+        }
+    }
+    int sig = ckpt_stop_requested();
+    if (sig && !c->stopping) {
+        c->stopping = true;
+        c->stop_signal = sig;
+        if (c->lockstep) {
+            /* finish the version whose tickets are partly published */
+            int64_t k = (prod - in->first_ticket + c->W - 1) / c->W;
+            int64_t t = in->first_ticket + k * c->W;
+            if (in->total >= 0) t = PST_MIN(t, in->total);
+            feed_root_set_total(c->f, t);
+            ps_request_stop(c->sh, t);
+            c->told_total = PST_MIN(c->told_total, t);
+        } else {
+            feed_root_set_total(c->f, prod);
+        }
+        if (!cfg->quiet)
+            fprintf(stderr, "\npstrain: signal %d: stopping after the batches in flight\n", sig);
+        did = 1;
+    }
+    return did;
 }
 
 typedef struct ps_report_ctx {
@@ -238,12 +382,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
         feed_report(a->f, rec, WR_N); /* completes with feed_take's flush */
         feed_batch b;
-        if (!feed_take(a->f, &b, &tm.wait_data)) {
-            if (lockstep && b.ticket < a->info->total)
-                dist_fatal("the input ended at batch %lld of %lld", (long long)b.ticket,
-                           (long long)a->info->total);
-            break;
-        }
+        if (!feed_take(a->f, &b, &tm.wait_data)) break;
 
         if (lockstep) {
             /* ticket t belongs to version t/W: wait for it on every PS */
@@ -320,14 +459,15 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
 
 /* Per-epoch accounting from the gathered logs; writes the trace file. */
 static int account(const train_cfg *cfg, train_result *res, const int64_t *all, const int *counts,
-                   const int *displs, int first_worker, int W, int64_t per_epoch, pst_err *e)
+                   const int *displs, int first_worker, int W, int64_t per_epoch,
+                   const i64vec *prior, int prior_epoch, pst_err *e)
 {
     FILE *trace = NULL;
     if (cfg->trace_path) {
         trace = fopen(cfg->trace_path, "w");
         if (!trace) return pst_fail(e, "%s: cannot write the example trace", cfg->trace_path);
     }
-    int nep = 0;
+    int nep = prior->n ? prior_epoch + 1 : 0;
     for (int w = 0; w < W; w++) {
         const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
         while (p < end) {
@@ -344,6 +484,16 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
         res->epoch_stats[i].per_worker = pst_calloc((size_t)W, sizeof(int64_t));
     }
     int64_t bad_ids = 0;
+    /* resumed: the batches of the epoch that the interrupted run consumed */
+    for (size_t i = 0; i < prior->n; i++) {
+        res->epoch_stats[prior_epoch].examples++;
+        int64_t id = prior->a[i];
+        uint8_t *sp = seen + (size_t)prior_epoch * (size_t)per_epoch;
+        if (id < 0 || id >= per_epoch)
+            bad_ids++;
+        else if (sp[id] < 255)
+            sp[id]++;
+    }
     for (int w = 0; w < W; w++) {
         const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
         while (p < end) {
@@ -373,6 +523,7 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
     }
     for (int i = 0; i < nep; i++) {
         epoch_stats *es = &res->epoch_stats[i];
+        if (es->examples == 0) continue; /* before a resumed run's first epoch */
         const uint8_t *s = seen + (size_t)i * (size_t)per_epoch;
         int64_t unique = 0;
         for (int64_t j = 0; j < per_epoch; j++) unique += s[j] != 0;
@@ -399,6 +550,47 @@ static int dump_params(const char *path, const float *p, size_t n, pst_err *e)
 
 /* ---- dist_train ------------------------------------------------------------------ */
 
+/* Resume on the root: reads the checkpoint's attributes into info (the
+ * tensors follow once the model exists). Returns 1 with `path` filled, 0 for
+ * a fresh start, -1 on error. */
+static int root_resume_meta(const train_cfg *cfg, int W, int R, start_info *info, char *path,
+                            size_t n, pst_err *e)
+{
+    const char *arg = cfg->resume_path ? cfg->resume_path : cfg->checkpoint_dir;
+    if (!arg) return pst_fail(e, "--resume: give a checkpoint or --checkpoint-dir");
+    int r = ckpt_resolve(arg, path, n, e);
+    if (r <= 0) {
+        if (r == 0 && !cfg->quiet)
+            fprintf(stderr, "pstrain: no checkpoint in %s yet: starting from scratch\n", arg);
+        return r;
+    }
+    ckpt_meta cm;
+    memset(&cm, 0, sizeof cm);
+    if (ckpt_read_meta(path, &cm, e) < 0) return -1;
+    int rc = 1;
+    if (cm.batch != cfg->batch)
+        rc = pst_fail(e,
+                      "%s: attribute batch is %d but this run uses --batch %d: the data cursor "
+                      "would not match",
+                      path, cm.batch, cfg->batch);
+    else if (cm.seed != cfg->seed)
+        rc = pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
+                      (unsigned long long)cm.seed, (unsigned long long)cfg->seed);
+    else if (cfg->mode == TRAIN_SYNC && R == W && cm.next_batch != cm.global_step * W &&
+             !cfg->quiet)
+        fprintf(stderr,
+                "pstrain: %s was written by a run with another worker count (step %lld, batch "
+                "%lld): continuing, but not bitwise like an uninterrupted run\n",
+                path, (long long)cm.global_step, (long long)cm.next_batch);
+    info->resumed = 1;
+    info->first_version = cm.global_step;
+    info->first_ticket = cm.next_batch;
+    info->prior_examples = cm.examples;
+    info->prior_seconds = cm.train_seconds;
+    ckpt_meta_free(&cm);
+    return rc;
+}
+
 int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);
@@ -414,6 +606,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     const int P = cfg->ps, W = size - 1 - P;
     const int R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
     const bool is_root = rank == 0, is_ps = rank >= 1 && rank <= P; /* else a worker */
+    const bool lockstep = cfg->mode == TRAIN_SYNC && R == W;
     const int worker_id = rank - 1 - P;
 
     static char progname[64]; /* pst_set_progname keeps the pointer */
@@ -443,15 +636,21 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     feed *f = NULL;
     ps_shard *sh = NULL;
     metrics *mx = NULL;
-    i64vec log = {0};
+    i64vec log = {0}, prior = {0};
     int64_t *all = NULL;
     int *counts = NULL, *displs = NULL;
     double *recs = NULL;
+    nn_var *vars = NULL;
+    float *slots = NULL;
+    char *mtext = NULL;
+    root_ctx *rctx = NULL;
     start_info info;
     memset(&info, 0, sizeof info);
+    static char ckpt_file[4096];
+    int prior_epoch = 0;
 
-    /* 1. the root opens the data and starts the pipeline; everybody learns
-     * the image geometry and the number of batches */
+    /* 1. the root opens the data (and a checkpoint to resume from) and starts
+     * the pipeline; everybody learns the geometry and the number of batches */
     if (is_root) {
         info.ok = 1;
         if (h5ds_open(&ds, cfg->data_path, e) < 0) {
@@ -464,6 +663,9 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                 info.ok = 0;
             }
         }
+        if (info.ok && cfg->resume &&
+            root_resume_meta(cfg, W, R, &info, ckpt_file, sizeof ckpt_file, e) < 0)
+            info.ok = 0;
         if (info.ok) {
             info.height = ds.height, info.width = ds.width, info.channels = ds.channels;
             info.classes = ds.num_classes;
@@ -475,26 +677,47 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
             pc.batch = cfg->batch;
             pc.seed = cfg->seed;
             pc.epochs = cfg->epochs;
-            if (pipe_new(&pl, &ds, &pc, e) < 0) {
-                info.ok = 0;
-            } else {
-                info.bpe = pipe_batches_per_epoch(pl);
-                info.per_epoch = pipe_examples_per_epoch(pl);
-                int64_t by_epochs = cfg->epochs ? cfg->epochs * info.bpe : -1;
-                int64_t by_steps = -1;
-                if (cfg->steps) {
-                    if (cfg->mode == TRAIN_ASYNC)
-                        by_steps = cfg->steps;
-                    else if (R == W)
-                        by_steps = cfg->steps * W; /* W tickets per version */
-                    else
-                        info.max_versions = cfg->steps; /* PS raise `done` */
+            if (pipe_new(&pl, &ds, &pc, e) < 0) info.ok = 0;
+        }
+        if (info.ok && !cfg->dry_run) {
+            info.bpe = pipe_batches_per_epoch(pl);
+            info.per_epoch = pipe_examples_per_epoch(pl);
+            if (info.resumed) {
+                /* the pipeline replays epochs exactly: start at the
+                 * checkpoint's epoch and skip what it had consumed of it */
+                pipe_free(pl), pl = NULL;
+                pipe_cfg pc = cfg->pipe;
+                pc.batch = cfg->batch;
+                pc.seed = cfg->seed;
+                pc.epochs = cfg->epochs;
+                prior_epoch = (int)(info.first_ticket / PST_MAX(info.bpe, 1));
+                pc.first_epoch = prior_epoch;
+                if (cfg->epochs && prior_epoch >= cfg->epochs) pc.first_epoch = cfg->epochs;
+                if (pipe_new(&pl, &ds, &pc, e) < 0) info.ok = 0;
+                for (int64_t i = 0; info.ok && i < info.first_ticket % PST_MAX(info.bpe, 1); i++) {
+                    pipe_batch b;
+                    int got = pipe_next(pl, &b, e);
+                    if (got < 0) info.ok = 0;
+                    if (got <= 0) break;
+                    for (int j = 0; j < b.count; j++) vec_push(&prior, b.ids[j]);
                 }
-                info.total = by_epochs < 0  ? by_steps
-                             : by_steps < 0 ? by_epochs
-                                            : PST_MIN(by_epochs, by_steps);
-                if (cfg->mode == TRAIN_SYNC && cfg->steps && R == W) info.max_versions = cfg->steps;
             }
+        }
+        if (info.ok && !cfg->dry_run) {
+            const int64_t t0 = info.first_ticket, v0 = info.first_version;
+            int64_t by_epochs = cfg->epochs ? cfg->epochs * info.bpe : -1;
+            int64_t by_steps = -1;
+            if (cfg->steps) {
+                if (cfg->mode == TRAIN_ASYNC)
+                    by_steps = t0 + PST_MAX(cfg->steps - v0, 0);
+                else if (R == W)
+                    by_steps = t0 + PST_MAX(cfg->steps - v0, 0) * W; /* W tickets a version */
+                info.max_versions = cfg->mode == TRAIN_SYNC ? cfg->steps : 0;
+            }
+            info.total = by_epochs < 0  ? by_steps
+                         : by_steps < 0 ? by_epochs
+                                        : PST_MIN(by_epochs, by_steps);
+            if (info.total >= 0) info.total = PST_MAX(info.total, t0);
         }
         if (!info.ok) snprintf(info.msg, sizeof info.msg, "%s", e->msg);
     }
@@ -515,18 +738,48 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                        .weight_decay = cfg->weight_decay,
                        .label_smoothing = cfg->label_smoothing};
     int ok = nn_model_new(&m, &mc, e) == 0;
+    int nv = 0;
     if (ok) {
-        int nv = nn_model_nvars(m);
-        nn_var *vars = pst_malloc(sizeof *vars * (size_t)(nv ? nv : 1));
+        nv = nn_model_nvars(m);
+        vars = pst_malloc(sizeof *vars * (size_t)(nv ? nv : 1));
         for (int i = 0; i < nv; i++) vars[i] = *nn_model_var(m, i);
         ok = place_plan_new(&plan, vars, nv, P, cfg->placement, cfg->partition_bytes, e) == 0;
-        free(vars);
+    }
+    const size_t nparam = ok ? nn_model_size(m) : 0;
+    const int nslots = opt_nslots(cfg->opt.kind);
+    if (ok) {
+        slots =
+            pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * (nparam ? nparam : 1));
+        opt_init_slots(&cfg->opt, slots, nparam, nparam);
+    }
+    /* resume: the root reads the variables and slots, everybody gets them */
+    if (ok && is_root && info.resumed) {
+        ckpt_expect want = {.model_name = cfg->model,
+                            .height = info.height,
+                            .width = info.width,
+                            .channels = info.channels,
+                            .num_classes = info.classes,
+                            .vars = vars,
+                            .nvars = nv,
+                            .check_opt = true,
+                            .opt_kind = cfg->opt.kind};
+        ok = ckpt_read(ckpt_file, &want, nn_model_params(m), nslots ? slots : NULL, nparam, NULL,
+                       e) == 0;
     }
     int all_ok = 0;
     MPI_OK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     if (!all_ok) {
-        if (ok) pst_fail(e, "model or placement set-up failed on another rank");
+        if (ok) pst_fail(e, "model, placement or checkpoint set-up failed on another rank");
         goto out;
+    }
+    if (info.resumed) {
+        MPI_OK(MPI_Bcast(nn_model_params(m), (int)nparam, MPI_FLOAT, 0, MPI_COMM_WORLD));
+        if (nslots)
+            MPI_OK(MPI_Bcast(slots, (int)(nparam * (size_t)nslots), MPI_FLOAT, 0, MPI_COMM_WORLD));
+        res->start_step = cfg->mode == TRAIN_SYNC ? info.first_version : info.first_ticket;
+        if (is_root && !cfg->quiet)
+            fprintf(stderr, "pstrain: resumed from %s at step %lld (batch %lld)\n", ckpt_file,
+                    (long long)info.first_version, (long long)info.first_ticket);
     }
     if (is_root && !cfg->quiet) {
         fprintf(stderr, "%d ranks: root, %d PS, %d workers; mode %s, R = %d\n", size, P, W,
@@ -541,19 +794,33 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         rc = 0;
         goto out;
     }
+    if (cfg->checkpoint_dir) {
+        if (ckpt_signals_install(e) < 0) dist_fatal("%s", e->msg);
+        if (is_root && !lockstep && (cfg->checkpoint_every || cfg->checkpoint_secs > 0) &&
+            !cfg->quiet)
+            fprintf(stderr, "pstrain: periodic checkpoints need --mode sync without backup "
+                            "workers; this run checkpoints at the end and on a signal only\n");
+    }
 
     /* 3. windows */
     feed_geom fg = {.batch = cfg->batch,
                     .example_bytes = (int64_t)info.height * info.width * info.channels,
                     .nslots = 2 * W + 2,
-                    .nworkers = W};
-    ok = feed_new(&f, MPI_COMM_WORLD, 0, &fg, e) == 0;
-    if (!ok) dist_fatal("%s", e->msg);
+                    .nworkers = W,
+                    .first_ticket = info.first_ticket,
+                    .first_step = cfg->mode == TRAIN_ASYNC ? info.first_version : 0};
+    if (feed_new(&f, MPI_COMM_WORLD, 0, &fg, e) < 0) dist_fatal("%s", e->msg);
     ps_layout lay = {.ps_rank0 = 1,
                      .worker_rank0 = 1 + P,
                      .nworkers = W,
                      .grad_slots = cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD,
-                     .lockstep = cfg->mode == TRAIN_SYNC && R == W};
+                     .lockstep = lockstep,
+                     .root_rank = 0,
+                     .opt = cfg->opt,
+                     .init_slots = info.resumed && nslots ? slots : NULL,
+                     .init_slot_stride = nparam,
+                     .first_version = cfg->mode == TRAIN_SYNC ? info.first_version : 0,
+                     .first_ticket = info.first_ticket};
     if (ps_new(&sh, MPI_COMM_WORLD, plan, &lay, nn_model_params(m), e) < 0)
         dist_fatal("%s", e->msg);
 
@@ -570,20 +837,45 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     feed_serve_stats fst = {0};
     if (is_root) {
         if (metrics_open(&mx, cfg->metrics_path, !cfg->quiet, e) < 0) dist_fatal("%s", e->msg);
-        root_ctx *rctx = pst_calloc(1, sizeof *rctx);
-        rctx->cfg = cfg, rctx->f = f, rctx->mx = mx, rctx->P = P, rctx->W = W;
+        rctx = pst_calloc(1, sizeof *rctx);
+        rctx->cfg = cfg, rctx->info = &info, rctx->f = f, rctx->sh = sh, rctx->mx = mx;
+        rctx->pl = pl, rctx->P = P, rctx->W = W, rctx->R = R, rctx->lockstep = lockstep;
         rctx->sched = sched;
-        rctx->total_steps = cfg->mode == TRAIN_SYNC
-                                ? (info.max_versions ? info.max_versions : (info.total + W - 1) / W)
-                                : info.total;
+        rctx->total_steps =
+            cfg->mode == TRAIN_SYNC
+                ? (info.max_versions
+                       ? info.max_versions
+                       : info.first_version + (info.total - info.first_ticket + W - 1) / W)
+                : info.total;
         rctx->t0 = pst_now();
-        int src = feed_root_serve(f, info.total, pipe_source, pl, root_tick, rctx,
-                                  cfg->log_every > 0 ? cfg->log_every : 1.0, &fst, e);
-        if (src < 0) dist_fatal("%s", e->msg);
+        rctx->vars = vars, rctx->nvars = nv, rctx->ds = &ds;
+        mtext = NULL;
+        {
+            size_t len = 0;
+            FILE *mf = open_memstream(&mtext, &len);
+            if (mf) {
+                nn_model_describe(m, mf);
+                fclose(mf);
+            }
+        }
+        rctx->model_text = mtext;
+        rctx->nparam = nparam, rctx->nslots = nslots;
+        rctx->ck_params = pst_aligned_alloc(sizeof(float) * (nparam ? nparam : 1));
+        rctx->ck_slots =
+            pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * (nparam ? nparam : 1));
+        rctx->ck_got = pst_calloc((size_t)P, sizeof *rctx->ck_got);
+        rctx->t_ckpt = pst_now();
+        rctx->res = res;
+        rctx->told_total = info.total >= 0 ? info.total : INT64_MAX;
+        feed_hooks hooks = {.source = pipe_source,
+                            .poll = root_poll,
+                            .tick = root_tick,
+                            .ctx = rctx,
+                            .tick_secs = cfg->log_every > 0 ? cfg->log_every : 1.0};
+        if (feed_root_serve(f, info.total, &hooks, &fst, e) < 0) dist_fatal("%s", e->msg);
         root_tick(rctx); /* the final interval */
         if (rctx->have_loss) res->final_loss = (float)rctx->last_loss;
         t_train = fst.wall;
-        free(rctx);
     } else if (is_ps) {
         ps_report_ctx rc_ctx = {f};
         ps_serve_cfg sc = {.mode = cfg->mode,
@@ -592,6 +884,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                            .sched = sched,
                            .max_versions = info.max_versions,
                            .total_tickets = info.total,
+                           .ckpt_every = cfg->checkpoint_dir ? cfg->checkpoint_every : 0,
                            .report = ps_report,
                            .report_ctx = &rc_ctx,
                            .report_secs = 0.25};
@@ -600,6 +893,9 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         my_rec[0] = (double)pst.version, my_rec[1] = (double)pst.applied;
         my_rec[2] = (double)pst.dropped_stale, my_rec[3] = pst.apply, my_rec[4] = pst.idle;
         my_rec[5] = pst.cpu, my_rec[6] = pst.wall;
+        /* the final state of the shard (marked final by a negative version) */
+        ps_snapshot_send(sh, -1 - pst.version);
+        ps_snapshot_wait(sh);
     } else {
         worker_args wa = {.cfg = cfg,
                           .info = &info,
@@ -614,10 +910,15 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         worker_run(&wa, &log, my_rec);
     }
 
-    /* 5. every rank is out of its loop: no more updates. The root pulls the
-     * final variables while the others wait in the barrier. */
-    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
-    if (is_root) ps_pull(sh, nn_model_params(m), false, NULL);
+    /* 5. the final variables and slots: every PS's last snapshot (earlier
+     * ones still in flight are superseded) */
+    if (is_root) {
+        for (int p = 0; p < P; p++) {
+            int64_t v = 0;
+            do ps_snapshot_recv(sh, p, true, &v, nn_model_params(m), slots, nparam);
+            while (v >= 0);
+        }
+    }
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
 
     /* example logs and report records to the root */
@@ -641,6 +942,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     }
     MPI_OK(
         MPI_Gatherv(log.a, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, MPI_COMM_WORLD));
+    int64_t final_ticket = feed_root_next_ticket(f); /* root: all published were consumed */
     ps_free(sh), sh = NULL;
     feed_free(f), f = NULL;
 
@@ -651,13 +953,15 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         res->root_cpu = fst.cpu;
         res->nworker_timing = W;
         res->wtiming = pst_calloc((size_t)W, sizeof *res->wtiming);
+        int64_t async_steps = 0;
         for (int w = 0; w < W; w++) {
             const double *r = recs + (size_t)(1 + P + w) * FEED_REPORT_WORDS;
             res->wtiming[w] = (worker_timing){r[WR_WAIT_DATA], r[WR_PULL], r[WR_COMPUTE],
                                               r[WR_PUSH], r[WR_WAIT_VERSION]};
             res->examples += (int64_t)r[WR_EXAMPLES];
-            if (cfg->mode == TRAIN_ASYNC) res->steps += (int64_t)r[WR_STEPS];
+            async_steps += (int64_t)r[WR_STEPS];
         }
+        if (cfg->mode == TRAIN_ASYNC) res->steps = info.first_version + async_steps;
         res->nps = P;
         res->pstiming = pst_calloc((size_t)P, sizeof *res->pstiming);
         res->per_ps_bytes = pst_calloc((size_t)P, sizeof *res->per_ps_bytes);
@@ -671,12 +975,22 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         res->imbalance = plan->imbalance;
         res->train_seconds = t_train;
         res->images_per_sec = t_train > 0 ? (double)res->examples / t_train : 0;
+        /* the batches consumed: every published data ticket */
+        int64_t data_end = info.total >= 0 ? PST_MIN(final_ticket, info.total) : final_ticket;
+        data_end = PST_MAX(info.first_ticket, PST_MIN(data_end, info.first_ticket + fst.batches));
+        res->examples += info.prior_examples;
         res->epochs = info.per_epoch ? (int)(res->examples / info.per_epoch) : 0;
-        if (account(cfg, res, all, counts, displs, 1 + P, W, info.per_epoch, e) < 0) goto out;
-        if (cfg->dump_params_path &&
-            dump_params(cfg->dump_params_path, nn_model_params(m), nn_model_size(m), e) < 0)
+        res->stop_signal = rctx->stop_signal;
+        if (account(cfg, res, all, counts, displs, 1 + P, W, info.per_epoch, &prior, prior_epoch,
+                    e) < 0)
             goto out;
-        if (h5ds_find_split(&ds, "test")) {
+        if (cfg->checkpoint_dir &&
+            save_checkpoint(rctx, res->steps, data_end, nn_model_params(m), slots, e) < 0)
+            goto out;
+        if (cfg->dump_params_path &&
+            dump_params(cfg->dump_params_path, nn_model_params(m), nparam, e) < 0)
+            goto out;
+        if (h5ds_find_split(&ds, "test") && !res->stop_signal) {
             if (train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,
                                &res->test_examples, NULL, e) < 0)
                 goto out;
@@ -687,9 +1001,14 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     }
     rc = 0;
 out:
+    if (rctx) {
+        free(rctx->ck_params), free(rctx->ck_slots), free(rctx->ck_got);
+        free(rctx);
+    }
     metrics_close(mx);
     pipe_free(pl);
-    free(log.a), free(all), free(counts), free(displs), free(recs);
+    free(log.a), free(prior.a), free(all), free(counts), free(displs), free(recs);
+    free(vars), free(slots), free(mtext);
     place_plan_free(plan);
     nn_model_free(m);
     if (ds_open) h5ds_close(&ds);

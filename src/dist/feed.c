@@ -27,7 +27,8 @@ struct feed {
     feed_geom g;
     unsigned char *base; /* window memory (root: the ring; others: none) */
     MPI_Aint reports_off, slots_off, slot_bytes, ids_off, labels_off, pixels_off;
-    unsigned char *buf; /* worker: one slot's copy */
+    unsigned char *buf;  /* worker: one slot's copy */
+    int64_t prod, total; /* root: next ticket to publish; tickets with data (-1: all) */
 };
 
 static MPI_Aint align64(MPI_Aint n)
@@ -69,7 +70,12 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
         return pst_fail(e, "feed: MPI_Win_allocate of %lld bytes failed: %s", (long long)size, s);
     }
     MPI_Win_set_errhandler(f->win, MPI_ERRORS_RETURN);
-    if (f->rank == root) memset(f->base, 0, (size_t)size);
+    if (f->rank == root) {
+        memset(f->base, 0, (size_t)size);
+        ((int64_t *)f->base)[HDR_HEAD] = g->first_ticket;
+        ((int64_t *)f->base)[HDR_STEP] = g->first_step;
+    }
+    f->prod = g->first_ticket;
     f->buf = pst_aligned_alloc((size_t)f->slot_bytes);
     MPI_OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, f->win));
     MPI_OK(MPI_Win_sync(f->win));
@@ -123,15 +129,29 @@ static void fill_slot(feed *f, int k, int64_t ticket, const pipe_batch *b)
     MPI_OK(MPI_Win_sync(f->win));
 }
 
-int feed_root_serve(feed *f, int64_t total, feed_source_fn src, void *src_ctx, feed_tick_fn tick,
-                    void *tick_ctx, double tick_secs, feed_serve_stats *st, pst_err *e)
+int64_t feed_root_next_ticket(const feed *f)
+{
+    return f->prod;
+}
+
+int64_t feed_root_total(const feed *f)
+{
+    return f->total;
+}
+
+void feed_root_set_total(feed *f, int64_t total)
+{
+    if (f->total < 0 || total < f->total) f->total = PST_MAX(total, f->prod);
+}
+
+int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stats *st, pst_err *e)
 {
     const int K = f->g.nslots, W = f->g.nworkers;
     int64_t *filled = pst_malloc(sizeof *filled * (size_t)K);
     for (int k = 0; k < K; k++) filled[k] = -1;
     volatile int64_t *hdr = (volatile int64_t *)f->base;
     memset(st, 0, sizeof *st);
-    int64_t prod = 0;
+    f->total = total;
     bool src_done = false;
     dist_backoff bo;
     dist_backoff_init(&bo, 10, 1000);
@@ -142,41 +162,48 @@ int feed_root_serve(feed *f, int64_t total, feed_source_fn src, void *src_ctx, f
         MPI_OK(MPI_Win_sync(f->win));
         if (dist_load64(&hdr[HDR_FINISHED]) >= W) break;
         bool did = false;
+        if (h->poll) {
+            int r = h->poll(h->ctx, e);
+            if (r < 0) {
+                rc = -1;
+                goto out;
+            }
+            did = r > 0;
+        }
         /* fill every free slot in ticket order; W end markers are enough */
-        while (!(src_done && prod >= total + W)) {
-            const int k = (int)(prod % K);
+        while (!(src_done && f->prod >= f->total + W)) {
+            const int k = (int)(f->prod % K);
             if (filled[k] >= 0 && dist_load64(&slot_ctl(f, k)[CTL_RELEASE]) != filled[k] + 1) break;
-            if (!src_done && (total < 0 || prod < total)) {
+            if (!src_done && (f->total < 0 || f->prod < f->total)) {
                 pipe_batch b;
                 double ts = pst_now();
-                int got = src(src_ctx, &b, e);
+                int got = h->source(h->ctx, &b, e);
                 st->source_wait += pst_now() - ts;
                 if (got < 0) {
                     rc = -1;
                     goto out;
                 }
                 if (got > 0) {
-                    fill_slot(f, k, prod, &b);
+                    fill_slot(f, k, f->prod, &b);
                     st->batches++;
-                    filled[k] = prod++;
+                    filled[k] = f->prod++;
                     did = true;
                     dist_progress();
                     continue;
                 }
-                src_done = true;
-                total = prod;
+                f->total = f->prod;
             }
-            if (total >= 0 && prod >= total) src_done = true;
-            fill_slot(f, k, prod, NULL);
+            src_done = true;
+            fill_slot(f, k, f->prod, NULL);
             st->end_markers++;
-            filled[k] = prod++;
+            filled[k] = f->prod++;
             did = true;
         }
         dist_progress();
-        if (tick) {
+        if (h->tick) {
             double now = pst_now();
-            if (now - t_tick >= tick_secs) {
-                tick(tick_ctx);
+            if (now - t_tick >= h->tick_secs) {
+                h->tick(h->ctx);
                 t_tick = now;
             }
         }

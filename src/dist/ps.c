@@ -17,7 +17,8 @@
 
 #include "dist_internal.h"
 
-enum { CTL_LOCKSEQ = 0, CTL_DONE = 1 };
+enum { CTL_LOCKSEQ = 0, CTL_DONE = 1, CTL_STOP_T = 2, CTL_CKPT_AT = 3 };
+enum { TAG_SNAP_VERSION = 7101, TAG_SNAP_DATA = 7102 };
 enum { ST_SEQ = 0, ST_VERSION = 1, ST_TICKET = 2, ST_COUNT = 3, ST_STEP = 4, ST_ACK = 5 };
 #define STAMP_BYTES 64
 
@@ -33,6 +34,12 @@ struct ps_shard {
     int64_t my_seq;       /* worker: pushes so far */
     int64_t seq_buf;      /* the seq being put, alive until flushed */
     int64_t *stamp_buf;   /* worker: 4 stamp words per PS, alive until flushed */
+    int nslots;           /* optimizer slots per parameter */
+    float *slots;         /* PS: nslots arrays of the shard size */
+    float *snap;          /* PS: params + slots snapshot in flight to the root */
+    int64_t snap_version;
+    MPI_Request snap_req[2];
+    int64_t *req_buf; /* root: words being put by ps_request_* */
 };
 
 static MPI_Aint align64(MPI_Aint n)
@@ -70,6 +77,9 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
     s->params_off = align64(64 + (MPI_Aint)STAMP_BYTES * lay->nworkers);
     s->slot_bytes = pst_malloc(sizeof *s->slot_bytes * (size_t)plan->nps);
     s->stamp_buf = pst_malloc(sizeof *s->stamp_buf * 4 * (size_t)plan->nps);
+    s->req_buf = pst_calloc((size_t)plan->nps, sizeof *s->req_buf);
+    s->nslots = opt_nslots(lay->opt.kind);
+    s->snap_req[0] = s->snap_req[1] = MPI_REQUEST_NULL;
     for (int p = 0; p < plan->nps; p++)
         s->slot_bytes[p] = align64((MPI_Aint)(plan->ps_floats[p] * sizeof(float)));
     MPI_Aint size = 0;
@@ -82,6 +92,7 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
         MPI_Error_string(rc, msg, &n);
         free(s->slot_bytes);
         free(s->stamp_buf);
+        free(s->req_buf);
         free(s);
         return pst_fail(e, "ps: MPI_Win_allocate of %lld bytes failed: %s", (long long)size, msg);
     }
@@ -94,6 +105,21 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
             const place_range *q = &plan->ranges[r];
             memcpy(params + q->ps_offset, init + q->offset, sizeof(float) * q->count);
         }
+        /* optimizer slots: from a checkpoint, or their initial values */
+        const size_t n = plan->ps_floats[s->me];
+        s->slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(s->nslots, 1) * (n ? n : 1));
+        opt_init_slots(&lay->opt, s->slots, n, n);
+        if (lay->init_slots)
+            for (int k = 0; k < s->nslots; k++)
+                for (int r = plan->ps_first[s->me];
+                     r < plan->ps_first[s->me] + plan->ps_nranges[s->me]; r++) {
+                    const place_range *q = &plan->ranges[r];
+                    memcpy(s->slots + (size_t)k * n + q->ps_offset,
+                           lay->init_slots + (size_t)k * lay->init_slot_stride + q->offset,
+                           sizeof(float) * q->count);
+                }
+        s->snap = pst_aligned_alloc(sizeof(float) * (size_t)(1 + s->nslots) * (n ? n : 1));
+        ((int64_t *)s->base)[CTL_LOCKSEQ] = 2 * lay->first_version;
     }
     MPI_OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
     MPI_OK(MPI_Win_sync(s->win));
@@ -109,7 +135,15 @@ void ps_free(ps_shard *s)
     MPI_OK(MPI_Win_free(&s->win));
     free(s->slot_bytes);
     free(s->stamp_buf);
+    free(s->req_buf);
+    free(s->slots);
+    free(s->snap);
     free(s);
+}
+
+static int ps_rank_of(const ps_shard *s, int p)
+{
+    return s->lay.ps_rank0 + p;
 }
 
 /* ---- PS side ---------------------------------------------------------- */
@@ -149,9 +183,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     const bool sync = c->mode == TRAIN_SYNC;
     volatile int64_t *ctl = (volatile int64_t *)s->base;
     float *params = (float *)(s->base + s->params_off);
-    const int nslots = opt_nslots(c->opt.kind);
-    float *slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * (n ? n : 1));
-    opt_init_slots(&c->opt, slots, n, n);
+    float *slots = s->slots;
     float *acc = pst_aligned_alloc(sizeof(float) * (n ? n : 1));
     int64_t *seen = pst_calloc((size_t)W, sizeof *seen);
     bool *ended = pst_calloc((size_t)W, sizeof *ended);
@@ -163,17 +195,24 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     dist_backoff_init(&bo, 10, 250); /* wake-up latency adds to every sync step */
     const double t0 = pst_now(), cpu0 = dist_cpu_seconds();
     double t_report = t0;
-    int64_t version = 0;
-    /* lockstep (sync, R == W): version v is exactly tickets [vW, vW+W) of
-     * the T published, in slots ticket mod W; the PS stops after the last */
+    const int64_t V0 = s->lay.first_version, tk0 = s->lay.first_ticket;
+    int64_t version = V0;
+    /* lockstep (sync, R == W): version V0+k is exactly tickets
+     * [t0+kW, t0+kW+W) of the T published, in slots (ticket-t0) mod W; the
+     * PS stops after the last. A stop request lowers T (CTL_STOP_T). */
     const bool lockstep = s->lay.lockstep;
-    const int64_t T = c->total_tickets;
-    const int64_t last_version = lockstep ? (T + W - 1) / W : 0;
-    if (lockstep && T <= 0) nended = W;
+    int64_t T = c->total_tickets;
+    int64_t last_version = lockstep ? V0 + (T - tk0 + W - 1) / W : 0;
+    if (lockstep && T <= tk0) nended = W;
 
     for (;;) {
         MPI_OK(MPI_Win_sync(s->win));
         bool did = false;
+        int64_t stop_t = dist_load64(&ctl[CTL_STOP_T]);
+        if (lockstep && stop_t > 0 && stop_t < T) {
+            T = stop_t;
+            last_version = V0 + (T - tk0 + W - 1) / W;
+        }
         for (int w = 0; w < W; w++) {
             volatile int64_t *stp = (volatile int64_t *)(s->base + stamp_off(w, 0));
             int64_t seq = dist_load64(&stp[ST_SEQ]);
@@ -208,8 +247,9 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             MPI_OK(MPI_Win_sync(s->win));
             st->apply += pst_now() - ta;
         }
-        bool complete = lockstep ? nhave > 0 && nhave == PST_MIN((int64_t)W, T - version * W)
-                                 : nhave > 0 && (nhave >= R || nhave + nended >= W);
+        bool complete =
+            lockstep ? nhave > 0 && nhave == PST_MIN((int64_t)W, T - tk0 - (version - V0) * W)
+                     : nhave > 0 && (nhave >= R || nhave + nended >= W);
         if (sync && complete && (c->max_versions <= 0 || version < c->max_versions)) {
             double ta = pst_now();
             int take = PST_MIN(nhave, R); /* the first R by arrival */
@@ -237,6 +277,12 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
                 (lockstep && version >= last_version))
                 dist_store64(&ctl[CTL_DONE], 1);
             if (lockstep && version >= last_version) nended = W;
+            /* checkpoints: every ckpt_every versions, or the version the root
+             * asked for (never the last one: the final state follows) */
+            if (lockstep && version < last_version &&
+                ((c->ckpt_every > 0 && version % c->ckpt_every == 0) ||
+                 version == dist_load64(&ctl[CTL_CKPT_AT])))
+                ps_snapshot_send(s, version);
             MPI_OK(MPI_Win_sync(s->win));
             dist_store64(&ctl[CTL_LOCKSEQ], 2 * version);
             MPI_OK(MPI_Win_sync(s->win));
@@ -271,8 +317,76 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             st->cpu};
         c->report(c->report_ctx, vals, 6);
     }
-    free(slots), free(acc), free(seen), free(ended), free(have), free(order);
+    MPI_OK(MPI_Waitall(2, s->snap_req, MPI_STATUSES_IGNORE));
+    free(acc), free(seen), free(ended), free(have), free(order);
     return 0;
+}
+
+/* ---- snapshots: PS -> root by two-sided messages ---------------------------------- */
+
+void ps_snapshot_send(ps_shard *s, int64_t version)
+{
+    const size_t n = s->plan->ps_floats[s->me];
+    /* the previous snapshot must have left before its buffer is reused */
+    MPI_OK(MPI_Waitall(2, s->snap_req, MPI_STATUSES_IGNORE));
+    memcpy(s->snap, s->base + s->params_off, sizeof(float) * n);
+    memcpy(s->snap + n, s->slots, sizeof(float) * n * (size_t)s->nslots);
+    s->snap_version = version;
+    MPI_OK(MPI_Isend(&s->snap_version, 1, MPI_INT64_T, s->lay.root_rank, TAG_SNAP_VERSION, s->comm,
+                     &s->snap_req[0]));
+    MPI_OK(MPI_Isend(s->snap, (int)(n * (size_t)(1 + s->nslots)), MPI_FLOAT, s->lay.root_rank,
+                     TAG_SNAP_DATA, s->comm, &s->snap_req[1]));
+}
+
+void ps_snapshot_wait(ps_shard *s)
+{
+    MPI_OK(MPI_Waitall(2, s->snap_req, MPI_STATUSES_IGNORE));
+}
+
+int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *params, float *slots,
+                     size_t slot_stride)
+{
+    const int src = ps_rank_of(s, p);
+    if (!block) {
+        int flag = 0;
+        MPI_OK(MPI_Iprobe(src, TAG_SNAP_VERSION, s->comm, &flag, MPI_STATUS_IGNORE));
+        if (!flag) return 0;
+    }
+    const place_plan *pl = s->plan;
+    const size_t n = pl->ps_floats[p];
+    float *buf = pst_aligned_alloc(sizeof(float) * (size_t)(1 + s->nslots) * (n ? n : 1));
+    MPI_OK(MPI_Recv(version, 1, MPI_INT64_T, src, TAG_SNAP_VERSION, s->comm, MPI_STATUS_IGNORE));
+    MPI_OK(MPI_Recv(buf, (int)(n * (size_t)(1 + s->nslots)), MPI_FLOAT, src, TAG_SNAP_DATA, s->comm,
+                    MPI_STATUS_IGNORE));
+    for (int r = pl->ps_first[p]; r < pl->ps_first[p] + pl->ps_nranges[p]; r++) {
+        const place_range *q = &pl->ranges[r];
+        memcpy(params + q->offset, buf + q->ps_offset, sizeof(float) * q->count);
+        for (int k = 0; k < s->nslots; k++)
+            memcpy(slots + (size_t)k * slot_stride + q->offset,
+                   buf + n + (size_t)k * n + q->ps_offset, sizeof(float) * q->count);
+    }
+    free(buf);
+    return 1;
+}
+
+static void put_ctl_all(ps_shard *s, int word, int64_t value)
+{
+    for (int p = 0; p < s->plan->nps; p++) {
+        s->req_buf[p] = value;
+        MPI_OK(MPI_Put(&s->req_buf[p], 1, MPI_INT64_T, ps_rank_of(s, p), word * 8, 1, MPI_INT64_T,
+                       s->win));
+    }
+    MPI_OK(MPI_Win_flush_all(s->win));
+}
+
+void ps_request_snapshot(ps_shard *s, int64_t version)
+{
+    put_ctl_all(s, CTL_CKPT_AT, version);
+}
+
+void ps_request_stop(ps_shard *s, int64_t total_tickets)
+{
+    put_ctl_all(s, CTL_STOP_T, total_tickets);
 }
 
 /* ---- worker side --------------------------------------------------------- */
@@ -380,7 +494,7 @@ void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64
              int64_t step, int count)
 {
     const place_plan *pl = s->plan;
-    const int slot = s->lay.lockstep ? (int)(ticket % s->lay.nworkers) : w;
+    const int slot = s->lay.lockstep ? (int)((ticket - s->lay.first_ticket) % s->lay.nworkers) : w;
     for (int r = 0; r < pl->nranges; r++) {
         const place_range *q = &pl->ranges[r];
         MPI_OK(MPI_Put(grads + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps),

@@ -181,9 +181,9 @@ static int bench_ring(int argc, char **argv, int rank, int size)
         s.until = pst_now() + secs;
         timed_pipe tp = {pl, s.until};
         feed_serve_stats st;
-        if (feed_root_serve(f, -1, data ? pipe_src : synth_next, data ? (void *)&tp : (void *)&s,
-                            NULL, NULL, 1.0, &st, &e) < 0)
-            die(e.msg);
+        feed_hooks h = {.source = data ? pipe_src : synth_next,
+                        .ctx = data ? (void *)&tp : (void *)&s};
+        if (feed_root_serve(f, -1, &h, &st, &e) < 0) die(e.msg);
         printf("ring: %s source, batch %d of %lld-byte images, %d consuming worker(s), %d slots "
                "of %lld bytes\n",
                data ? "pipeline" : "synthetic", B, (long long)px, W, 2 * W + 2,

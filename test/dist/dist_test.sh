@@ -14,6 +14,11 @@
 #   async           async with every optimizer: exactly once, finishes
 #   refuse          no worker, no PS, R > W, missing data: refused cleanly
 #   idle            PS and root service loops use little CPU
+#   resume          sync checkpoints (every N, final at --steps): resuming from
+#                   any of them, with another PS count, ends bitwise equal to an
+#                   uninterrupted run; async and backup-worker runs resume
+#   signal          SIGUSR1 to mpirun mid-run: checkpoint, exit 0; the resumed
+#                   run ends bitwise equal to an uninterrupted one
 #   fashion         LeNet-5 on Fashion-MNIST, async, 2 workers, 1 epoch: acc >= 0.82
 #                   (and async momentum converges too)
 set -eu
@@ -122,6 +127,51 @@ idle)
     # the root's loop must stay a small fraction of the wall time
     run 4 --data "$TMP/img.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --epochs 8 \
         --max-ps-cpu-fraction 0.05
+    ;;
+resume)
+    run 4 --data "$TMP/small.h5" --ps 1 --dump "$TMP/ref.bin" >/dev/null
+    run 4 --data "$TMP/small.h5" --ps 1 --steps 20 --checkpoint-dir "$TMP/ck" \
+        --checkpoint-every 7 --expect-steps 20 >/dev/null
+    for c in ckpt-7.h5 ckpt-14.h5 ckpt-20.h5; do
+        [ -f "$TMP/ck/$c" ] || { echo "missing checkpoint $c"; fail=1; continue; }
+        run 5 --data "$TMP/small.h5" --ps 2 --placement greedy --resume-from "$TMP/ck/$c" \
+            --dump "$TMP/r.bin" --expect-steps 38 >/dev/null
+        cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "resumed from $c differs"; fail=1; }
+    done
+    # --resume with the directory: its latest (ckpt-20)
+    run 4 --data "$TMP/small.h5" --ps 1 --resume --checkpoint-dir "$TMP/ck" --dump "$TMP/r.bin" \
+        >/dev/null
+    cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "--resume DIR differs"; fail=1; }
+    # async and backup workers: a final checkpoint, and a run that continues it
+    run 4 --data "$TMP/small.h5" --ps 1 --mode async --optimizer adam --lr 0.001 --epochs 1 \
+        --checkpoint-dir "$TMP/ca" --expect-steps 38 >/dev/null
+    run 4 --data "$TMP/small.h5" --ps 1 --mode async --optimizer adam --lr 0.001 --epochs 2 \
+        --resume --checkpoint-dir "$TMP/ca" --expect-steps 76 >/dev/null
+    run 5 --data "$TMP/small.h5" --ps 1 --replicas 2 --epochs 1 --checkpoint-dir "$TMP/cb" >/dev/null
+    run 5 --data "$TMP/small.h5" --ps 1 --replicas 2 --epochs 2 --resume --checkpoint-dir "$TMP/cb" \
+        >/dev/null
+    # a mismatched checkpoint is refused: another batch size
+    run 4 --data "$TMP/small.h5" --ps 1 --batch 8 --resume --checkpoint-dir "$TMP/ck" \
+        --expect-fail "batch"
+    ;;
+signal)
+    "$TEST_DIST" mkdata "$TMP/img.h5" 256 32 28 28 1 10 || die "mkdata"
+    args="--data $TMP/img.h5 --model lenet5 --epochs 60"
+    run 4 $args --ps 1 --dump "$TMP/ref.bin" >/dev/null
+    # mpirun itself in the background (it forwards SIGUSR1 to the ranks);
+    # meson's timeout guards against a hang
+    $MPI -np 4 "$TEST_DIST" train $args --ps 1 --checkpoint-dir "$TMP/ck" \
+        --metrics "$TMP/m.jsonl" >"$TMP/sig.log" 2>&1 &
+    pid=$!
+    # signal once training runs (the first metrics line), not during start-up
+    n=0
+    while ! [ -s "$TMP/m.jsonl" ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+    kill -USR1 $pid 2>/dev/null || true
+    wait $pid || { cat "$TMP/sig.log"; die "the signalled run failed"; }
+    grep -E "stop signal|checkpoint" "$TMP/sig.log" || true
+    [ -f "$TMP/ck/latest" ] || die "no checkpoint after the signal"
+    run 5 $args --ps 2 --resume --checkpoint-dir "$TMP/ck" --dump "$TMP/r.bin" >/dev/null
+    cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "signal + resume differs"; fail=1; }
     ;;
 fashion)
     : "${PSTRAIN_PREP:?}"

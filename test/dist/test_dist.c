@@ -96,6 +96,16 @@ int main(int argc, char **argv)
             cfg.trace_path = v, i++;
         else if (!strcmp(a, "--metrics"))
             cfg.metrics_path = v, i++;
+        else if (!strcmp(a, "--checkpoint-dir"))
+            cfg.checkpoint_dir = v, i++;
+        else if (!strcmp(a, "--checkpoint-every"))
+            cfg.checkpoint_every = atoll(v), i++;
+        else if (!strcmp(a, "--checkpoint-secs"))
+            cfg.checkpoint_secs = atof(v), i++;
+        else if (!strcmp(a, "--resume"))
+            cfg.resume = true;
+        else if (!strcmp(a, "--resume-from"))
+            cfg.resume = true, cfg.resume_path = v, i++;
         else if (!strcmp(a, "--single"))
             single = true;
         else if (!strcmp(a, "--expect-once"))
@@ -142,6 +152,9 @@ int main(int argc, char **argv)
         /* exact values, for scripts comparing runs (train_single has no dump) */
         printf("RESULT test_loss=%a test_accuracy=%a steps=%lld\n", res.test_loss,
                res.test_accuracy, (long long)res.steps);
+        if (res.stop_signal || res.start_step || res.last_checkpoint[0])
+            fprintf(stderr, "start step %lld, stop signal %d, last checkpoint %s\n",
+                    (long long)res.start_step, res.stop_signal, res.last_checkpoint);
         for (int w = 0; w < res.nworker_timing; w++)
             fprintf(stderr,
                     "  worker %d: wait_data %.3f pull %.3f compute %.3f push %.3f "
@@ -196,7 +209,7 @@ int main(int argc, char **argv)
         if (max_ps_cpu >= 0)
             CHECK(res.root_cpu <= max_ps_cpu * res.train_seconds,
                   "root service loop used %.3f CPU s in %.3f s", res.root_cpu, res.train_seconds);
-        CHECK(res.has_test, "no test evaluation");
+        CHECK(res.has_test || res.stop_signal, "no test evaluation");
     }
     train_result_free(&res);
     MPI_Finalize();

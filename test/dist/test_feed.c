@@ -82,7 +82,8 @@ static void run(int nslots, int64_t n, int batch, int epochs)
         src_state s = {.n = n, .batch = batch, .epochs = epochs, .rng = 42};
         perm = malloc(sizeof(int64_t) * (size_t)n);
         feed_serve_stats st;
-        CHECK(feed_root_serve(f, -1, synth_next, &s, NULL, NULL, 1.0, &st, &e) == 0, "%s", e.msg);
+        feed_hooks h = {.source = synth_next, .ctx = &s};
+        CHECK(feed_root_serve(f, -1, &h, &st, &e) == 0, "%s", e.msg);
         int64_t want = epochs * ((n + batch - 1) / batch);
         CHECK(st.batches == want, "root published %lld batches, expected %lld",
               (long long)st.batches, (long long)want);

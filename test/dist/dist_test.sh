@@ -160,7 +160,7 @@ signal)
     run 4 $args --ps 1 --dump "$TMP/ref.bin" >/dev/null
     # mpirun itself in the background (it forwards SIGUSR1 to the ranks);
     # meson's timeout guards against a hang
-    $MPI -np 4 "$TEST_DIST" train $args --ps 1 --checkpoint-dir "$TMP/ck" \
+    $MPI -np 4 "$TEST_DIST" train $args --ps 1 --checkpoint-dir "$TMP/ck" --checkpoint-secs 0.2 \
         --metrics "$TMP/m.jsonl" >"$TMP/sig.log" 2>&1 &
     pid=$!
     # signal once training runs (the first metrics line), not during start-up
@@ -170,6 +170,12 @@ signal)
     wait $pid || { cat "$TMP/sig.log"; die "the signalled run failed"; }
     grep -E "stop signal|checkpoint" "$TMP/sig.log" || true
     [ -f "$TMP/ck/latest" ] || die "no checkpoint after the signal"
+    # the oldest checkpoint: a time-based one, unless the signal came first
+    first=$(ls "$TMP/ck" | grep '^ckpt-' | sort -t- -k2 -n | head -1)
+    echo "checkpoints: $(ls "$TMP/ck" | tr '\n' ' ')"
+    run 4 $args --ps 1 --resume-from "$TMP/ck/$first" --dump "$TMP/r.bin" >/dev/null
+    cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "resume from $first differs"; fail=1; }
+    # (this one writes ckpt-480 and prunes the old ones)
     run 5 $args --ps 2 --resume --checkpoint-dir "$TMP/ck" --dump "$TMP/r.bin" >/dev/null
     cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "signal + resume differs"; fail=1; }
     ;;

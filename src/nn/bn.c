@@ -16,8 +16,8 @@
 #define BN_MAX_C 1024 /* channels; sums live on the stack */
 
 /* y = x*scale[c] + shift[c], then ReLU. */
-static void bn_affine(float *out, const float *inp, const float *scale, const float *shift, int M,
-                      int C, bool relu)
+NN_CLONES static void bn_affine(float *out, const float *inp, const float *scale,
+                                const float *shift, int M, int C, bool relu)
 {
     for (int i = 0; i < M; i++) {
         const float *restrict x = inp + (size_t)i * C;
@@ -32,6 +32,48 @@ static void bn_affine(float *out, const float *inp, const float *scale, const fl
     }
 }
 
+/* sum[c] += x[i][c], sq[c] += (x[i][c] - mean[c])^2 (when mean). */
+NN_CLONES static void bn_sums(double *sum, const float *inp, const float *mean, int M, int C)
+{
+    for (int i = 0; i < M; i++) {
+        const float *restrict x = inp + (size_t)i * C;
+        if (mean)
+            for (int c = 0; c < C; c++) {
+                double v = (double)x[c] - mean[c];
+                sum[c] += v * v;
+            }
+        else
+            for (int c = 0; c < C; c++) sum[c] += x[c];
+    }
+}
+
+/* sdy[c] += dy, sdyx[c] += dy * xhat */
+NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const float *inp, const float *dout,
+                                   const float *mean, const float *invstd, int M, int C)
+{
+    for (int i = 0; i < M; i++) {
+        const float *restrict x = inp + (size_t)i * C, *restrict dy = dout + (size_t)i * C;
+        for (int c = 0; c < C; c++) {
+            sdy[c] += dy[c];
+            sdyx[c] += (double)dy[c] * ((x[c] - mean[c]) * invstd[c]);
+        }
+    }
+}
+
+NN_CLONES static void bn_dx(float *dinp, bool acc, const float *inp, const float *dout,
+                            const float *mean, const float *a, const float *bterm, const float *g,
+                            int M, int C)
+{
+    for (int i = 0; i < M; i++) {
+        const float *restrict x = inp + (size_t)i * C, *restrict dy = dout + (size_t)i * C;
+        float *restrict dx = dinp + (size_t)i * C;
+        if (acc)
+            for (int c = 0; c < C; c++) dx[c] += a[c] * dy[c] - bterm[c] - (x[c] - mean[c]) * g[c];
+        else
+            for (int c = 0; c < C; c++) dx[c] = a[c] * dy[c] - bterm[c] - (x[c] - mean[c]) * g[c];
+    }
+}
+
 void nn_bn_forward_train(float *out, float *mean, float *invstd, float *new_mean, float *new_var,
                          const float *inp, const float *gamma, const float *beta,
                          const float *moving_mean, const float *moving_var, int M, int C,
@@ -41,19 +83,10 @@ void nn_bn_forward_train(float *out, float *mean, float *invstd, float *new_mean
     double sum[BN_MAX_C], sq[BN_MAX_C];
     float scale[BN_MAX_C], shift[BN_MAX_C];
     for (int c = 0; c < C; c++) sum[c] = 0.0, sq[c] = 0.0;
-    for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C;
-        for (int c = 0; c < C; c++) sum[c] += x[c];
-    }
+    bn_sums(sum, inp, NULL, M, C);
     for (int c = 0; c < C; c++) mean[c] = (float)(sum[c] / M);
     /* second pass around the mean: no cancellation */
-    for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            double v = (double)x[c] - mean[c];
-            sq[c] += v * v;
-        }
-    }
+    bn_sums(sq, inp, mean, M, C);
     for (int c = 0; c < C; c++) {
         double var = sq[c] / M;
         invstd[c] = (float)(1.0 / sqrt(var + eps));
@@ -87,13 +120,7 @@ void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *d
     if (relu) nn_relu_mask(dout, out, (size_t)M * C);
     double sdy[BN_MAX_C], sdyx[BN_MAX_C];
     for (int c = 0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
-    for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C, *restrict dy = dout + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            sdy[c] += dy[c];
-            sdyx[c] += (double)dy[c] * ((x[c] - mean[c]) * invstd[c]);
-        }
-    }
+    bn_grad_sums(sdy, sdyx, inp, dout, mean, invstd, M, C);
     float a[BN_MAX_C], bterm[BN_MAX_C], g[BN_MAX_C];
     for (int c = 0; c < C; c++) {
         dbeta[c] = (float)sdy[c];
@@ -104,13 +131,5 @@ void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *d
         bterm[c] = (float)(k * sdy[c] / M);
         g[c] = (float)(k * sdyx[c] / M) * invstd[c];
     }
-    if (!dinp) return;
-    for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C, *restrict dy = dout + (size_t)i * C;
-        float *restrict dx = dinp + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            float v = a[c] * dy[c] - bterm[c] - (x[c] - mean[c]) * g[c];
-            dx[c] = acc ? dx[c] + v : v;
-        }
-    }
+    if (dinp) bn_dx(dinp, acc, inp, dout, mean, a, bterm, g, M, C);
 }

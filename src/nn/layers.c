@@ -78,7 +78,7 @@ uint64_t nn_seed_mix(uint64_t a, uint64_t b, uint64_t c)
 
 /* ---- elementwise ------------------------------------------------------------- */
 
-void nn_bias_relu(float *out, const float *b, int M, int K, bool relu)
+NN_CLONES void nn_bias_relu(float *out, const float *b, int M, int K, bool relu)
 {
     /* out[M][K]: one pass, row by row, while the row is in cache. */
     for (int i = 0; i < M; i++) {
@@ -96,7 +96,7 @@ void nn_bias_relu(float *out, const float *b, int M, int K, bool relu)
     }
 }
 
-void nn_bias_backward(float *db, const float *dout, int M, int K)
+NN_CLONES void nn_bias_backward(float *db, const float *dout, int M, int K)
 {
     /* db[K] = sum_i dout[i][K]; accumulated in float rows, which is exact
      * enough for batch means (the tests compare with finite differences). */
@@ -108,19 +108,20 @@ void nn_bias_backward(float *db, const float *dout, int M, int K)
     }
 }
 
-void nn_relu_mask(float *dout, const float *out, size_t n)
+NN_CLONES void nn_relu_mask(float *dout, const float *out, size_t n)
 {
     float *restrict d = dout;
     const float *restrict o = out;
     for (size_t i = 0; i < n; i++) d[i] = o[i] > 0.0f ? d[i] : 0.0f;
 }
 
-void nn_relu_forward(float *out, const float *inp, size_t n)
+NN_CLONES void nn_relu_forward(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 
-void nn_relu_backward(float *dinp, bool acc, const float *dout, const float *out, size_t n)
+NN_CLONES void nn_relu_backward(float *dinp, bool acc, const float *dout, const float *out,
+                                size_t n)
 {
     float *restrict di = dinp;
     const float *restrict d = dout, *restrict o = out;
@@ -268,6 +269,89 @@ AVX512 static void maxpool_2x2_backward_simd(float *dinp, bool acc, const float 
         }
     }
 }
+
+/* Any window: 16 channels per vector, the window's positions in registers. */
+AVX512 static void maxpool_simd(float *out, int32_t *argmax, const float *inp,
+                                const nn_pool_dims *d)
+{
+    const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int n = 0; n < d->N; n++) {
+        const float *img = inp + (size_t)n * H * W * C;
+        for (int oh = 0; oh < OH; oh++) {
+            int h0 = oh * d->SH - d->PH, h1 = h0 + d->KH;
+            h0 = h0 < 0 ? 0 : h0;
+            h1 = h1 > H ? H : h1;
+            for (int ow = 0; ow < OW; ow++) {
+                int w0 = ow * d->SW - d->PW, w1 = w0 + d->KW;
+                w0 = w0 < 0 ? 0 : w0;
+                w1 = w1 > W ? W : w1;
+                size_t o = (((size_t)n * OH + oh) * OW + ow) * C;
+                for (int c0 = 0; c0 < C; c0 += 16) {
+                    int left = C - c0;
+                    __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                    int off0 = (h0 * W + w0) * C + c0;
+                    __m512 best = _mm512_maskz_loadu_ps(m, img + off0);
+                    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(off0), iota);
+                    for (int h = h0; h < h1; h++)
+                        for (int w = w0; w < w1; w++) {
+                            int off = (h * W + w) * C + c0;
+                            __m512 v = _mm512_maskz_loadu_ps(m, img + off);
+                            __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+                            best = _mm512_mask_blend_ps(gt, best, v);
+                            idx = _mm512_mask_blend_epi32(
+                                gt, idx, _mm512_add_epi32(_mm512_set1_epi32(off), iota));
+                        }
+                    _mm512_mask_storeu_ps(out + o + c0, m, best);
+                    _mm512_mask_storeu_epi32(argmax + o + c0, m, idx);
+                }
+            }
+        }
+    }
+}
+
+/* Average pool forward (scale = 1/positions inside the image) and backward. */
+AVX512 static void avgpool_simd(float *out, const float *inp, float *dinp, const float *dout,
+                                const nn_pool_dims *d)
+{
+    const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
+    for (int n = 0; n < d->N; n++) {
+        size_t img_off = (size_t)n * H * W * C;
+        for (int oh = 0; oh < OH; oh++) {
+            int h0 = oh * d->SH - d->PH, h1 = h0 + d->KH;
+            h0 = h0 < 0 ? 0 : h0;
+            h1 = h1 > H ? H : h1;
+            for (int ow = 0; ow < OW; ow++) {
+                int w0 = ow * d->SW - d->PW, w1 = w0 + d->KW;
+                w0 = w0 < 0 ? 0 : w0;
+                w1 = w1 > W ? W : w1;
+                size_t o = (((size_t)n * OH + oh) * OW + ow) * C;
+                __m512 scale = _mm512_set1_ps(1.0f / (float)((h1 - h0) * (w1 - w0)));
+                for (int c0 = 0; c0 < C; c0 += 16) {
+                    int left = C - c0;
+                    __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                    if (out) {
+                        __m512 acc = _mm512_setzero_ps();
+                        for (int h = h0; h < h1; h++)
+                            for (int w = w0; w < w1; w++)
+                                acc = _mm512_add_ps(
+                                    acc, _mm512_maskz_loadu_ps(
+                                             m, inp + img_off + ((size_t)h * W + w) * C + c0));
+                        _mm512_mask_storeu_ps(out + o + c0, m, _mm512_mul_ps(acc, scale));
+                    } else {
+                        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, dout + o + c0), scale);
+                        for (int h = h0; h < h1; h++)
+                            for (int w = w0; w < w1; w++) {
+                                float *p = dinp + img_off + ((size_t)h * W + w) * C + c0;
+                                _mm512_mask_storeu_ps(
+                                    p, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), g));
+                            }
+                    }
+                }
+            }
+        }
+    }
+}
 #endif
 
 static bool is_pool_2x2(const nn_pool_dims *d)
@@ -290,6 +374,12 @@ void nn_maxpool_forward(float *out, int32_t *argmax, const float *inp, const nn_
         maxpool_2x2(out, argmax, inp, d);
         return;
     }
+#if LAYERS_X86
+    if (nn_narrow_use_simd(-1)) {
+        maxpool_simd(out, argmax, inp, d);
+        return;
+    }
+#endif
     for (int n = 0; n < d->N; n++) {
         const float *img = inp + (size_t)n * H * W * C;
         for (int oh = 0; oh < OH; oh++) {
@@ -344,6 +434,12 @@ void nn_avgpool_forward(float *out, const float *inp, const nn_pool_dims *d)
 {
     const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
     assert(d->PH < d->KH && d->PW < d->KW);
+#if LAYERS_X86
+    if (nn_narrow_use_simd(-1)) {
+        avgpool_simd(out, inp, NULL, NULL, d);
+        return;
+    }
+#endif
     for (int n = 0; n < d->N; n++) {
         const float *img = inp + (size_t)n * H * W * C;
         for (int oh = 0; oh < OH; oh++) {
@@ -372,6 +468,12 @@ void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool
 {
     const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
     if (!acc) memset(dinp, 0, sizeof(float) * (size_t)d->N * H * W * C);
+#if LAYERS_X86
+    if (nn_narrow_use_simd(-1)) {
+        avgpool_simd(NULL, NULL, dinp, dout, d);
+        return;
+    }
+#endif
     for (int n = 0; n < d->N; n++) {
         float *img = dinp + (size_t)n * H * W * C;
         for (int oh = 0; oh < OH; oh++) {
@@ -413,12 +515,13 @@ void nn_dropout_mask(float *mask, size_t n, float rate, uint64_t seed)
     if (i < n) mask[i] = nn_rng_uniform(&r) < keep ? scale : 0.0f;
 }
 
-void nn_dropout_forward(float *out, const float *inp, const float *mask, size_t n)
+NN_CLONES void nn_dropout_forward(float *out, const float *inp, const float *mask, size_t n)
 {
     for (size_t i = 0; i < n; i++) out[i] = inp[i] * mask[i];
 }
 
-void nn_dropout_backward(float *dinp, bool acc, const float *dout, const float *mask, size_t n)
+NN_CLONES void nn_dropout_backward(float *dinp, bool acc, const float *dout, const float *mask,
+                                   size_t n)
 {
     float *restrict di = dinp;
     const float *restrict d = dout, *restrict mk = mask;

@@ -27,6 +27,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Hot elementwise loops are compiled twice, for AVX-512 and the baseline
+ * ISA, and chosen at load time (the build does not assume -march=native). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define NN_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define NN_CLONES
+#endif
+
 /* ---- random numbers: splitmix64 to seed, xoshiro256** to draw ---------- */
 
 typedef struct nn_rng {

@@ -429,9 +429,9 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             }
             if (sig) {
                 res->stop_signal = sig;
-                if (!cfg->quiet)
-                    fprintf(stderr, "\npstrain: signal %d: stopped at step %lld, checkpoint %s\n",
-                            sig, (long long)step, res->last_checkpoint);
+                /* also under --quiet (no progress line): the job log must say why */
+                fprintf(stderr, "%spstrain: signal %d: stopped at step %lld, checkpoint %s\n",
+                        cfg->quiet ? "" : "\n", sig, (long long)step, res->last_checkpoint);
                 break;
             }
         }

@@ -2,8 +2,9 @@
 # Stop on signal (issue 5): SIGTERM, then SIGUSR1, to a run with
 # --checkpoint-dir: it writes a checkpoint at the next step boundary, says
 # so, and exits 0; a twice-interrupted run (SIGINT twice) ends at once with
-# status 130. Each time `--resume` continues, and the run finally ends
-# bitwise equal to an uninterrupted one (h5diff of variables and slots).
+# status 130. The stop message is printed under --quiet too. Each time
+# `--resume` continues, and the run finally ends bitwise equal to an
+# uninterrupted one (h5diff of variables and slots).
 . "$(dirname "$0")/lib.sh"
 need_fm
 need_h5diff
@@ -26,8 +27,8 @@ interrupt() {
     local name=$1 before pid i
     shift
     before=$(latest_step)
-    nice "$PSTRAIN" train "${ARGS[@]}" --checkpoint-dir "$S" --checkpoint-every 50 --resume \
-        >"$tmp/$name.log" 2>&1 &
+    nice "$PSTRAIN" train "${ARGS[@]}" "${EXTRA[@]}" --checkpoint-dir "$S" --checkpoint-every 50 \
+        --resume >"$tmp/$name.log" 2>&1 &
     pid=$!
     for ((i = 0; i < 600; i++)); do
         [ "$(latest_step)" -gt "$before" ] && break
@@ -47,8 +48,11 @@ train "$tmp/ref.log" "${ARGS[@]}" --checkpoint-dir "$tmp/ref" --summary-json "$t
     --quiet || { bad "reference run failed"; finish; }
 
 stops=()
+EXTRA=()
 for sig in TERM USR1; do
-    say "SIG$sig"
+    # the message is also printed under --quiet (only the progress line is not)
+    [ $sig = USR1 ] && EXTRA=(--quiet)
+    say "SIG$sig ${EXTRA[*]}"
     interrupt $sig $sig
     check "SIG$sig: exit status $rc, expected 0" test "$rc" = 0
     crash_free "$tmp/$sig.log" || bad "SIG$sig: crash report in the output"
@@ -71,6 +75,7 @@ done
     test "${stops[1]}" -gt "${stops[0]}"
 
 say "SIGINT twice: ends at once"
+EXTRA=()
 interrupt INT INT INT
 check "SIGINT twice: exit status $rc, expected 130" test "$rc" = 130
 f=$S/$(cat "$S/latest")

@@ -211,7 +211,7 @@ static void mul_fwd(float *out, const float *col, const float *w, const float *b
                     int K, bool relu)
 {
     if (K <= NN_NARROW_MAX) {
-        nn_narrow_nn(rows, K, R, col, R, w, b, relu, out, false);
+        nn_narrow_nn(rows, K, R, col, R, w, K, b, relu, out, K, false);
     } else {
         nn_gemm(false, false, rows, K, R, 1.0f, col, R, w, K, 0.0f, out, K);
         nn_bias_relu(out, b, rows, K, relu);
@@ -220,7 +220,7 @@ static void mul_fwd(float *out, const float *col, const float *w, const float *b
 static void mul_dw(float *dw, const float *col, const float *dy, int rows, int R, int K, bool acc)
 {
     if (K <= NN_NARROW_MAX)
-        nn_narrow_tn(R, K, rows, col, R, dy, dw, acc);
+        nn_narrow_tn(R, K, rows, col, R, dy, K, dw, K, acc);
     else
         nn_gemm(true, false, R, K, rows, 1.0f, col, R, dy, K, acc ? 1.0f : 0.0f, dw, K);
 }

@@ -133,9 +133,25 @@ NN_CLONES void nn_relu_backward(float *dinp, bool acc, const float *dout, const 
 
 /* ---- dense --------------------------------------------------------------------- */
 
+/* Small dense products (the last layers: weights up to 16k floats) go by
+ * column blocks of NN_NARROW_MAX through the narrow kernels when they run
+ * vectorised: BLIS's call and packing overheads dominate there. Larger ones
+ * (784x256) measured faster in BLIS. */
+static bool dense_narrow(int I, int O)
+{
+    return (size_t)I * O <= 16384 && nn_narrow_use_simd(-1);
+}
+
 void nn_dense_forward(float *out, const float *inp, const float *w, const float *b, int N, int I,
                       int O, bool relu)
 {
+    if (dense_narrow(I, O)) {
+        for (int j0 = 0; j0 < O; j0 += NN_NARROW_MAX) {
+            int kb = O - j0 < NN_NARROW_MAX ? O - j0 : NN_NARROW_MAX;
+            nn_narrow_nn(N, kb, I, inp, I, w + j0, O, b ? b + j0 : NULL, relu, out + j0, O, false);
+        }
+        return;
+    }
     /* out[N][O] = inp[N][I] w[I][O] */
     nn_gemm(false, false, N, O, I, 1.0f, inp, I, w, O, 0.0f, out, O);
     nn_bias_relu(out, b, N, O, relu);
@@ -146,7 +162,14 @@ void nn_dense_backward(float *dinp, bool acc, float *dw, float *db, float *dout,
 {
     if (relu) nn_relu_mask(dout, out, (size_t)N * O);
     /* dw[I][O] = inp^T[I][N] dout[N][O] */
-    nn_gemm(true, false, I, O, N, 1.0f, inp, I, dout, O, 0.0f, dw, O);
+    if (O <= NN_NARROW_MAX && dense_narrow(I, O)) {
+        for (int j0 = 0; j0 < O; j0 += NN_NARROW_MAX) {
+            int kb = O - j0 < NN_NARROW_MAX ? O - j0 : NN_NARROW_MAX;
+            nn_narrow_tn(I, kb, N, inp, I, dout + j0, O, dw + j0, O, false);
+        }
+    } else {
+        nn_gemm(true, false, I, O, N, 1.0f, inp, I, dout, O, 0.0f, dw, O);
+    }
     if (db) nn_bias_backward(db, dout, N, O);
     /* dinp[N][I] = dout[N][O] w^T[O][I] */
     if (dinp) nn_gemm(false, true, N, I, O, 1.0f, dout, O, w, O, acc ? 1.0f : 0.0f, dinp, I);

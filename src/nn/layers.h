@@ -79,12 +79,14 @@ void nn_dense_backward(float *dinp, bool acc, float *dw, float *db, float *dout,
 
 #define NN_NARROW_MAX 32
 
-/* C[M][K] (+)= A[M][R] (lda) B[R][K], + bias[K] (may be NULL), then ReLU;
- * acc adds to C first. K <= NN_NARROW_MAX. */
-void nn_narrow_nn(int M, int K, int R, const float *A, int lda, const float *B, const float *bias,
-                  bool relu, float *C, bool acc);
-/* C[R][K] (+)= A^T D: A[M][R] (lda), D[M][K]. K <= NN_NARROW_MAX. */
-void nn_narrow_tn(int R, int K, int M, const float *A, int lda, const float *D, float *C, bool acc);
+/* C[M][K] (ldc) (+)= A[M][R] (lda) B[R][K] (ldb), + bias[K] (may be NULL),
+ * then ReLU; acc adds to C first. K <= NN_NARROW_MAX (wider products go
+ * by column blocks: B + j0, C + j0). */
+void nn_narrow_nn(int M, int K, int R, const float *A, int lda, const float *B, int ldb,
+                  const float *bias, bool relu, float *C, int ldc, bool acc);
+/* C[R][K] (ldc) (+)= A^T D: A[M][R] (lda), D[M][K] (ldd). K <= NN_NARROW_MAX. */
+void nn_narrow_tn(int R, int K, int M, const float *A, int lda, const float *D, int ldd, float *C,
+                  int ldc, bool acc);
 /* C[M][R] (ldc) (+)= D[M][K] BT[K][R]. K <= NN_NARROW_MAX. */
 void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C, int ldc,
                   bool acc);

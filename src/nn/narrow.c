@@ -45,30 +45,31 @@ bool nn_narrow_use_simd(int force)
 
 /* ---- portable versions ------------------------------------------------------------- */
 
-static void nn_port(int M, int K, int R, const float *A, int lda, const float *B, const float *bias,
-                    bool relu, float *C, bool acc)
+static void nn_port(int M, int K, int R, const float *A, int lda, const float *B, int ldb,
+                    const float *bias, bool relu, float *C, int ldc, bool acc)
 {
     for (int i = 0; i < M; i++) {
         float out[NN_NARROW_MAX];
-        for (int k = 0; k < K; k++) out[k] = acc ? C[(size_t)i * K + k] : 0.0f;
+        for (int k = 0; k < K; k++) out[k] = acc ? C[(size_t)i * ldc + k] : 0.0f;
         const float *a = A + (size_t)i * lda;
         for (int r = 0; r < R; r++)
-            for (int k = 0; k < K; k++) out[k] += a[r] * B[(size_t)r * K + k];
+            for (int k = 0; k < K; k++) out[k] += a[r] * B[(size_t)r * ldb + k];
         for (int k = 0; k < K; k++) {
             float v = out[k] + (bias ? bias[k] : 0.0f);
-            C[(size_t)i * K + k] = relu && v < 0.0f ? 0.0f : v;
+            C[(size_t)i * ldc + k] = relu && v < 0.0f ? 0.0f : v;
         }
     }
 }
 
-static void tn_port(int R, int K, int M, const float *A, int lda, const float *D, float *C,
-                    bool acc)
+static void tn_port(int R, int K, int M, const float *A, int lda, const float *D, int ldd, float *C,
+                    int ldc, bool acc)
 {
-    if (!acc) memset(C, 0, sizeof(float) * (size_t)R * K);
+    if (!acc)
+        for (int r = 0; r < R; r++) memset(C + (size_t)r * ldc, 0, sizeof(float) * K);
     for (int m = 0; m < M; m++) {
-        const float *a = A + (size_t)m * lda, *d = D + (size_t)m * K;
+        const float *a = A + (size_t)m * lda, *d = D + (size_t)m * ldd;
         for (int r = 0; r < R; r++)
-            for (int k = 0; k < K; k++) C[(size_t)r * K + k] += a[r] * d[k];
+            for (int k = 0; k < K; k++) C[(size_t)r * ldc + k] += a[r] * d[k];
     }
 }
 
@@ -106,8 +107,8 @@ static void conv_row_port(float *out, const float *prow, int OW, int SWC, int KH
 #define AVX512 __attribute__((target("avx512f,fma")))
 
 /* C[M][K] (+)= A B (+ bias, ReLU), K <= 16: 8 rows at a time in 8 registers. */
-AVX512 static void nn_16(int M, int K, int R, const float *A, int lda, const float *B,
-                         const float *bias, bool relu, float *C, bool acc)
+AVX512 static void nn_16(int M, int K, int R, const float *A, int lda, const float *B, int ldb,
+                         const float *bias, bool relu, float *C, int ldc, bool acc)
 {
     const __mmask16 km = (__mmask16)((1u << K) - 1);
     const __m512 bv = bias ? _mm512_maskz_loadu_ps(km, bias) : _mm512_setzero_ps();
@@ -118,7 +119,7 @@ AVX512 static void nn_16(int M, int K, int R, const float *A, int lda, const flo
                c7 = zero;
         const float *a = A + (size_t)i * lda;
         for (int r = 0; r < R; r++) {
-            __m512 b = _mm512_maskz_loadu_ps(km, B + (size_t)r * K);
+            __m512 b = _mm512_maskz_loadu_ps(km, B + (size_t)r * ldb);
             c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), b, c0);
             c1 = _mm512_fmadd_ps(_mm512_set1_ps(a[lda + r]), b, c1);
             c2 = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * lda + r]), b, c2);
@@ -130,7 +131,7 @@ AVX512 static void nn_16(int M, int K, int R, const float *A, int lda, const flo
         }
         __m512 cs[8] = {c0, c1, c2, c3, c4, c5, c6, c7};
         for (int j = 0; j < 8; j++) {
-            float *c = C + (size_t)(i + j) * K;
+            float *c = C + (size_t)(i + j) * ldc;
             __m512 v = _mm512_add_ps(cs[j], bv);
             if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, c));
             if (relu) v = _mm512_max_ps(v, zero);
@@ -141,9 +142,9 @@ AVX512 static void nn_16(int M, int K, int R, const float *A, int lda, const flo
         __m512 c0 = zero;
         const float *a = A + (size_t)i * lda;
         for (int r = 0; r < R; r++)
-            c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[r]), _mm512_maskz_loadu_ps(km, B + (size_t)r * K),
-                                 c0);
-        float *c = C + (size_t)i * K;
+            c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[r]),
+                                 _mm512_maskz_loadu_ps(km, B + (size_t)r * ldb), c0);
+        float *c = C + (size_t)i * ldc;
         __m512 v = _mm512_add_ps(c0, bv);
         if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, c));
         if (relu) v = _mm512_max_ps(v, zero);
@@ -152,8 +153,8 @@ AVX512 static void nn_16(int M, int K, int R, const float *A, int lda, const flo
 }
 
 /* K in (16, 32]: two registers per row, 4 rows at a time. */
-AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const float *B,
-                         const float *bias, bool relu, float *C, bool acc)
+AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const float *B, int ldb,
+                         const float *bias, bool relu, float *C, int ldc, bool acc)
 {
     const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
     const __m512 zero = _mm512_setzero_ps();
@@ -165,8 +166,8 @@ AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const flo
                h3 = zero;
         const float *a = A + (size_t)i * lda;
         for (int r = 0; r < R; r++) {
-            __m512 bl = _mm512_loadu_ps(B + (size_t)r * K);
-            __m512 bh = _mm512_maskz_loadu_ps(km, B + (size_t)r * K + 16);
+            __m512 bl = _mm512_loadu_ps(B + (size_t)r * ldb);
+            __m512 bh = _mm512_maskz_loadu_ps(km, B + (size_t)r * ldb + 16);
             __m512 a0 = _mm512_set1_ps(a[r]), a1 = _mm512_set1_ps(a[lda + r]);
             __m512 a2 = _mm512_set1_ps(a[2 * lda + r]), a3 = _mm512_set1_ps(a[3 * lda + r]);
             l0 = _mm512_fmadd_ps(a0, bl, l0), h0 = _mm512_fmadd_ps(a0, bh, h0);
@@ -176,7 +177,7 @@ AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const flo
         }
         __m512 ls[4] = {l0, l1, l2, l3}, hs[4] = {h0, h1, h2, h3};
         for (int j = 0; j < 4; j++) {
-            float *c = C + (size_t)(i + j) * K;
+            float *c = C + (size_t)(i + j) * ldc;
             __m512 vl = _mm512_add_ps(ls[j], blo), vh = _mm512_add_ps(hs[j], bhi);
             if (acc) {
                 vl = _mm512_add_ps(vl, _mm512_loadu_ps(c));
@@ -188,7 +189,8 @@ AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const flo
         }
     }
     if (i < M)
-        nn_port(M - i, K, R, A + (size_t)i * lda, lda, B, bias, relu, C + (size_t)i * K, acc);
+        nn_port(M - i, K, R, A + (size_t)i * lda, lda, B, ldb, bias, relu, C + (size_t)i * ldc, ldc,
+                acc);
 }
 
 /* NB rows of C = A^T D, K <= 16, with U independent accumulators per row
@@ -196,8 +198,8 @@ AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const flo
  * Inlined with constant NB and U: the accumulators live in registers. */
 __attribute__((always_inline)) AVX512 static inline void tn16_block(int NB, int U, int r0, int K,
                                                                     int M, const float *A, int lda,
-                                                                    const float *D, float *C,
-                                                                    bool acc)
+                                                                    const float *D, int ldd,
+                                                                    float *C, int ldc, bool acc)
 {
     const __mmask16 km = (__mmask16)((1u << K) - 1);
     __m512 c[4][16];
@@ -206,20 +208,20 @@ __attribute__((always_inline)) AVX512 static inline void tn16_block(int NB, int 
     int m = 0;
     for (; m + U <= M; m += U)
         for (int u = 0; u < U; u++) {
-            __m512 d = _mm512_maskz_loadu_ps(km, D + (size_t)(m + u) * K);
+            __m512 d = _mm512_maskz_loadu_ps(km, D + (size_t)(m + u) * ldd);
             const float *a = A + (size_t)(m + u) * lda + r0;
             for (int j = 0; j < NB; j++)
                 c[u][j] = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), d, c[u][j]);
         }
     for (; m < M; m++) {
-        __m512 d = _mm512_maskz_loadu_ps(km, D + (size_t)m * K);
+        __m512 d = _mm512_maskz_loadu_ps(km, D + (size_t)m * ldd);
         const float *a = A + (size_t)m * lda + r0;
         for (int j = 0; j < NB; j++) c[0][j] = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), d, c[0][j]);
     }
     for (int j = 0; j < NB; j++) {
         __m512 v = c[0][j];
         for (int u = 1; u < U; u++) v = _mm512_add_ps(v, c[u][j]);
-        float *o = C + (size_t)(r0 + j) * K;
+        float *o = C + (size_t)(r0 + j) * ldc;
         if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, o));
         _mm512_mask_storeu_ps(o, km, v);
     }
@@ -227,20 +229,20 @@ __attribute__((always_inline)) AVX512 static inline void tn16_block(int NB, int 
 
 /* C[R][K] (+)= A^T D, K <= 16: blocks of 16, 8, 4, 2, 1 rows of C in
  * registers, all of M streamed through each block. */
-AVX512 static void tn_16(int R, int K, int M, const float *A, int lda, const float *D, float *C,
-                         bool acc)
+AVX512 static void tn_16(int R, int K, int M, const float *A, int lda, const float *D, int ldd,
+                         float *C, int ldc, bool acc)
 {
     int r0 = 0;
-    for (; r0 + 16 <= R; r0 += 16) tn16_block(16, 1, r0, K, M, A, lda, D, C, acc);
-    if (r0 + 8 <= R) tn16_block(8, 2, r0, K, M, A, lda, D, C, acc), r0 += 8;
-    if (r0 + 4 <= R) tn16_block(4, 4, r0, K, M, A, lda, D, C, acc), r0 += 4;
-    if (r0 + 2 <= R) tn16_block(2, 4, r0, K, M, A, lda, D, C, acc), r0 += 2;
-    if (r0 < R) tn16_block(1, 4, r0, K, M, A, lda, D, C, acc);
+    for (; r0 + 16 <= R; r0 += 16) tn16_block(16, 1, r0, K, M, A, lda, D, ldd, C, ldc, acc);
+    if (r0 + 8 <= R) tn16_block(8, 2, r0, K, M, A, lda, D, ldd, C, ldc, acc), r0 += 8;
+    if (r0 + 4 <= R) tn16_block(4, 4, r0, K, M, A, lda, D, ldd, C, ldc, acc), r0 += 4;
+    if (r0 + 2 <= R) tn16_block(2, 4, r0, K, M, A, lda, D, ldd, C, ldc, acc), r0 += 2;
+    if (r0 < R) tn16_block(1, 4, r0, K, M, A, lda, D, ldd, C, ldc, acc);
 }
 
 /* K in (16, 32]: 8 rows of C (16 registers) at a time. */
-AVX512 static void tn_32(int R, int K, int M, const float *A, int lda, const float *D, float *C,
-                         bool acc)
+AVX512 static void tn_32(int R, int K, int M, const float *A, int lda, const float *D, int ldd,
+                         float *C, int ldc, bool acc)
 {
     const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
     int r0 = 0;
@@ -248,8 +250,8 @@ AVX512 static void tn_32(int R, int K, int M, const float *A, int lda, const flo
         __m512 lo[8], hi[8];
         for (int j = 0; j < 8; j++) lo[j] = hi[j] = _mm512_setzero_ps();
         for (int m = 0; m < M; m++) {
-            __m512 dl = _mm512_loadu_ps(D + (size_t)m * K);
-            __m512 dh = _mm512_maskz_loadu_ps(km, D + (size_t)m * K + 16);
+            __m512 dl = _mm512_loadu_ps(D + (size_t)m * ldd);
+            __m512 dh = _mm512_maskz_loadu_ps(km, D + (size_t)m * ldd + 16);
             const float *a = A + (size_t)m * lda + r0;
             for (int j = 0; j < 8; j++) {
                 __m512 av = _mm512_set1_ps(a[j]);
@@ -258,7 +260,7 @@ AVX512 static void tn_32(int R, int K, int M, const float *A, int lda, const flo
             }
         }
         for (int j = 0; j < 8; j++) {
-            float *o = C + (size_t)(r0 + j) * K;
+            float *o = C + (size_t)(r0 + j) * ldc;
             __m512 vl = lo[j], vh = hi[j];
             if (acc) {
                 vl = _mm512_add_ps(vl, _mm512_loadu_ps(o));
@@ -274,10 +276,10 @@ AVX512 static void tn_32(int R, int K, int M, const float *A, int lda, const flo
             __m512 lo = _mm512_setzero_ps(), hi = lo;
             for (int m = 0; m < M; m++) {
                 __m512 av = _mm512_set1_ps(A[(size_t)m * lda + r]);
-                lo = _mm512_fmadd_ps(av, _mm512_loadu_ps(D + (size_t)m * K), lo);
-                hi = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(km, D + (size_t)m * K + 16), hi);
+                lo = _mm512_fmadd_ps(av, _mm512_loadu_ps(D + (size_t)m * ldd), lo);
+                hi = _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(km, D + (size_t)m * ldd + 16), hi);
             }
-            float *o = C + (size_t)r * K;
+            float *o = C + (size_t)r * ldc;
             if (acc) {
                 lo = _mm512_add_ps(lo, _mm512_loadu_ps(o));
                 hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(km, o + 16));
@@ -428,35 +430,36 @@ AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, i
 
 /* ---- entry points ------------------------------------------------------------------- */
 
-void nn_narrow_nn(int M, int K, int R, const float *A, int lda, const float *B, const float *bias,
-                  bool relu, float *C, bool acc)
+void nn_narrow_nn(int M, int K, int R, const float *A, int lda, const float *B, int ldb,
+                  const float *bias, bool relu, float *C, int ldc, bool acc)
 {
     assert(K >= 1 && K <= NN_NARROW_MAX);
 #if NARROW_X86
     if (nn_narrow_use_simd(-1)) {
         if (K <= 16)
-            nn_16(M, K, R, A, lda, B, bias, relu, C, acc);
+            nn_16(M, K, R, A, lda, B, ldb, bias, relu, C, ldc, acc);
         else
-            nn_32(M, K, R, A, lda, B, bias, relu, C, acc);
+            nn_32(M, K, R, A, lda, B, ldb, bias, relu, C, ldc, acc);
         return;
     }
 #endif
-    nn_port(M, K, R, A, lda, B, bias, relu, C, acc);
+    nn_port(M, K, R, A, lda, B, ldb, bias, relu, C, ldc, acc);
 }
 
-void nn_narrow_tn(int R, int K, int M, const float *A, int lda, const float *D, float *C, bool acc)
+void nn_narrow_tn(int R, int K, int M, const float *A, int lda, const float *D, int ldd, float *C,
+                  int ldc, bool acc)
 {
     assert(K >= 1 && K <= NN_NARROW_MAX);
 #if NARROW_X86
     if (nn_narrow_use_simd(-1)) {
         if (K <= 16)
-            tn_16(R, K, M, A, lda, D, C, acc);
+            tn_16(R, K, M, A, lda, D, ldd, C, ldc, acc);
         else
-            tn_32(R, K, M, A, lda, D, C, acc);
+            tn_32(R, K, M, A, lda, D, ldd, C, ldc, acc);
         return;
     }
 #endif
-    tn_port(R, K, M, A, lda, D, C, acc);
+    tn_port(R, K, M, A, lda, D, ldd, C, ldc, acc);
 }
 
 void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C, int ldc, bool acc)

@@ -27,38 +27,42 @@ static double max_diff(const float *a, const float *b, size_t n)
 
 static void check_shape(int M, int K, int R, int pad, bool simd)
 {
-    int lda = R + pad;
-    float *A = rand_vec((size_t)M * lda), *B = rand_vec((size_t)R * K), *bias = rand_vec(K);
-    float *C = rand_vec((size_t)M * K), *ref = pst_malloc(sizeof(float) * M * K);
-    float *C0 = pst_malloc(sizeof(float) * M * K);
-    memcpy(C0, C, sizeof(float) * M * K);
+    /* lda, and the row length of B, C and D (a column block of a wider matrix) */
+    int lda = R + pad, ldk = K + 2 * pad;
+    float *A = rand_vec((size_t)M * lda), *B = rand_vec((size_t)R * ldk), *bias = rand_vec(K);
+    float *C = rand_vec((size_t)M * ldk), *ref = pst_malloc(sizeof(float) * M * ldk);
+    float *C0 = pst_malloc(sizeof(float) * M * ldk);
+    memcpy(C0, C, sizeof(float) * M * ldk);
     double tol = 1e-5 * (R + M + 4);
     for (int mode = 0; mode < 4; mode++) {
         bool acc = mode & 1, fused = mode & 2;
-        memcpy(C, C0, sizeof(float) * M * K);
-        memcpy(ref, C0, sizeof(float) * M * K);
-        nn_narrow_nn(M, K, R, A, lda, B, fused ? bias : NULL, fused, C, acc);
-        nn_gemm_ref(false, false, M, K, R, 1, A, lda, B, K, acc ? 1 : 0, ref, K);
+        memcpy(C, C0, sizeof(float) * M * ldk);
+        memcpy(ref, C0, sizeof(float) * M * ldk);
+        nn_narrow_nn(M, K, R, A, lda, B, ldk, fused ? bias : NULL, fused, C, ldk, acc);
+        nn_gemm_ref(false, false, M, K, R, 1, A, lda, B, ldk, acc ? 1 : 0, ref, ldk);
         if (fused)
-            for (int i = 0; i < M * K; i++) {
-                float v = ref[i] + bias[i % K];
-                ref[i] = v > 0 ? v : 0;
-            }
-        CHECK(max_diff(C, ref, (size_t)M * K) < tol, "nn simd=%d M%d K%d R%d acc%d fused%d: %g",
-              simd, M, K, R, acc, fused, max_diff(C, ref, (size_t)M * K));
+            for (int i = 0; i < M; i++)
+                for (int k = 0; k < K; k++) {
+                    float v = ref[i * ldk + k] + bias[k];
+                    ref[i * ldk + k] = v > 0 ? v : 0;
+                }
+        /* columns past K untouched: compared too */
+        CHECK(max_diff(C, ref, (size_t)M * ldk) < tol, "nn simd=%d M%d K%d R%d acc%d fused%d: %g",
+              simd, M, K, R, acc, fused, max_diff(C, ref, (size_t)M * ldk));
     }
     /* tn: C[R][K] = A^T D with D = [M][K] */
-    float *D = rand_vec((size_t)M * K), *T = rand_vec((size_t)R * K);
-    float *Tref = pst_malloc(sizeof(float) * R * K);
+    float *D = rand_vec((size_t)M * ldk), *T = rand_vec((size_t)R * ldk);
+    float *Tref = pst_malloc(sizeof(float) * R * ldk);
     for (int acc = 0; acc < 2; acc++) {
-        memcpy(Tref, T, sizeof(float) * R * K);
-        nn_narrow_tn(R, K, M, A, lda, D, T, acc);
-        nn_gemm_ref(true, false, R, K, M, 1, A, lda, D, K, acc ? 1 : 0, Tref, K);
-        CHECK(max_diff(T, Tref, (size_t)R * K) < tol, "tn simd=%d M%d K%d R%d acc%d: %g", simd, M,
-              K, R, acc, max_diff(T, Tref, (size_t)R * K));
+        memcpy(Tref, T, sizeof(float) * R * ldk);
+        nn_narrow_tn(R, K, M, A, lda, D, ldk, T, ldk, acc);
+        nn_gemm_ref(true, false, R, K, M, 1, A, lda, D, ldk, acc ? 1 : 0, Tref, ldk);
+        CHECK(max_diff(T, Tref, (size_t)R * ldk) < tol, "tn simd=%d M%d K%d R%d acc%d: %g", simd, M,
+              K, R, acc, max_diff(T, Tref, (size_t)R * ldk));
     }
     /* nt: C[M][R] (ldc) = D[M][K] BT[K][R] */
     int ldc = R + pad;
+    for (int i = 0; i < M; i++) memmove(D + (size_t)i * K, D + (size_t)i * ldk, sizeof(float) * K);
     float *BT = rand_vec((size_t)K * R), *E = rand_vec((size_t)M * ldc);
     float *Eref = pst_malloc(sizeof(float) * M * ldc);
     for (int acc = 0; acc < 2; acc++) {

@@ -8,7 +8,7 @@
 # an LR decay that changes at the boundary, with batch norm and dropout
 # (inception-mini), from a FILE as well as from a DIR, from a directory
 # whose newest checkpoint is damaged, and from an empty directory. Also
-# --keep-checkpoints pruning.
+# --keep-checkpoints pruning and time-based --checkpoint-secs.
 . "$(dirname "$0")/lib.sh"
 need_fm
 need_h5diff
@@ -110,5 +110,20 @@ for keep in 3 0 1; do
         s=$("$CKPT_CHECK" "$f") || bad "$f does not verify"
         check "$f holds step $s" test "$(basename "$f")" = "ckpt-$s.h5"
     done
+done
+say "--checkpoint-secs"
+d=$tmp/secs
+train "$d.log" --data "$FM" --model lenet5 "${L[@]}" --epochs 3 --checkpoint-dir "$d" \
+    --checkpoint-secs 0.25 --keep-checkpoints 0 --summary-json "$d.json" --quiet ||
+    bad "--checkpoint-secs run failed"
+secs=$(jget "$d.json" 'j["train_seconds"]')
+n=$(ls "$d" | grep -c '^ckpt-.*\.h5$')
+# one every 0.25 s of a run of train_seconds, plus the final one
+want=$(awk -v s="$secs" 'BEGIN {print int(s / 0.25 / 2)}')
+echo "  $n checkpoints in a run of $secs s"
+check "--checkpoint-secs 0.25: $n checkpoints in $secs s, expected more than $want" test "$n" -gt "$want"
+check "--checkpoint-secs: final ckpt-300.h5" test -e "$d/ckpt-300.h5"
+for f in "$d"/ckpt-*.h5; do
+    "$CKPT_CHECK" "$f" >/dev/null || bad "$f does not verify"
 done
 finish

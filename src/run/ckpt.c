@@ -78,6 +78,25 @@ static void h5_close(hid_t id)
     }
 }
 
+/* A file-access property list: strong close (no id outlives its file), and
+ * no HDF5 file locking. Checkpoints are never modified in place (one writer
+ * makes a new file and renames it), so the lock protects nothing, while
+ * flock() fails on some parallel file systems (Lustre, NFS mounts without
+ * locking) and would make checkpoints impossible there. */
+static hid_t ckpt_fapl(void)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0) return -1;
+    if (H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) goto fail;
+#if H5_VERSION_GE(1, 10, 7)
+    if (H5Pset_file_locking(fapl, 0, 1) < 0) goto fail;
+#endif
+    return fapl;
+fail:
+    H5Pclose(fapl);
+    return -1;
+}
+
 /* ---- small helpers ------------------------------------------------------ */
 
 static const char *const g_slot_names[][2] = {
@@ -483,10 +502,10 @@ int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int 
     char dir[PATH_LEN], tmp[PATH_LEN], name[PATH_LEN];
     const char *base;
     hid_t fapl = -1, f = -1;
-    int nslots = slot_count(meta->opt.kind);
     bool created = false;
     if ((int)meta->opt.kind < 0 || (size_t)meta->opt.kind >= PST_ARRAY_LEN(g_opt_names))
         return pst_fail(e, "%s: unknown optimizer kind %d", path, (int)meta->opt.kind);
+    int nslots = slot_count(meta->opt.kind);
     if (nslots && !slots)
         return pst_fail(e, "%s: optimizer %s has %d slots but none were given", path,
                         g_opt_names[meta->opt.kind], nslots);
@@ -500,10 +519,17 @@ int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int 
 
     h5quiet q = h5_quiet_begin();
     const char *step = "create";
-    fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) goto fail;
+    fapl = ckpt_fapl();
+    if (fapl < 0) goto fail;
+    errno = 0;
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    if (f < 0) goto fail;
+    if (f < 0) {
+        int err = errno;
+        h5_close(fapl);
+        h5_quiet_end(q);
+        return pst_fail(e, "%s: cannot create the temporary file %s%s%s", path, tmp,
+                        err ? ": " : "", err ? strerror(err) : "");
+    }
     created = true;
     step = "write attributes";
     if (write_meta(f, meta) < 0) goto fail;
@@ -620,9 +646,8 @@ static hid_t open_ckpt(const char *path, pst_err *e)
         pst_fail(e, "%s: %s", path, strerror(errno));
         return -1;
     }
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
-        h5_close(fapl);
+    hid_t fapl = ckpt_fapl();
+    if (fapl < 0) {
         pst_fail(e, "%s: HDF5 property list", path);
         return -1;
     }

@@ -250,6 +250,16 @@ static void test_refusals(const char *dir)
     H5Fclose(f);
     expect_refused(path, &x, false, "format_version is 2", "format version 2");
 
+    /* a directory that does not exist: the write fails, naming why */
+    {
+        char p3[4200];
+        snprintf(p3, sizeof p3, "%s/no-such-dir/x.h5", dir);
+        pst_err e3 = {{0}};
+        CHECK(ckpt_write(p3, &m, g_vars, g_nvars, params, slots, stride, &e3) < 0 &&
+                  strstr(e3.msg, "No such file or directory") && strstr(e3.msg, "x.h5"),
+              "write into a missing directory: %s", e3.msg);
+    }
+
     /* not HDF5 at all, and a missing file */
     snprintf(other, sizeof other, "%s/junk.h5", dir);
     FILE *j = fopen(other, "w");

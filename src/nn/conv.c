@@ -372,6 +372,19 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
         }
         mul_dw(dw, col, dy, rows, R, K, n0 > 0);
         if (!dinp) continue;
+        if (K <= NN_NARROW_MAX) {
+            /* each output row's input gradient straight into the padded image */
+            const int Wp = pad_w(d), C = d->C;
+            for (int i = 0; i < nn; i++) {
+                memset(pad, 0, sizeof(float) * npad);
+                for (int oh = 0; oh < d->OH; oh++)
+                    nn_narrow_dcol_row(pad + (size_t)oh * d->SH * Wp * C,
+                                       dy + ((size_t)i * d->OH + oh) * d->OW * K, d->OW, d->SW * C,
+                                       d->KH, Wp * C, d->KW * C, wt, K);
+                unpad_image(dinp, acc, pad, d, n0 + i);
+            }
+            continue;
+        }
         /* dcol overwrites col: dcol[rows][R] = dy[rows][K] w^T */
         mul_dcol(col, dy, w, wt, rows, R, K, false);
         for (int i = 0; i < nn; i++) {

@@ -97,6 +97,12 @@ void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C
  * 8*SWC floats past the last window: the padded image needs that slack. */
 void nn_narrow_conv_row(float *out, const float *prow, int OW, int SWC, int KH, int WpC, int seg,
                         const float *W, int K, const float *bias, bool relu);
+/* The input gradient of one output row of such a convolution, added
+ * straight into the zero-padded image gradient (no dcol matrix, no
+ * col2im): dprow[kh*WpC + ow*SWC + j] += sum_k dy[ow][k] WT[k][kh*seg + j],
+ * WT = W^T [K][KH*seg]. */
+void nn_narrow_dcol_row(float *dprow, const float *dy, int OW, int SWC, int KH, int WpC, int seg,
+                        const float *WT, int K);
 /* Whether the AVX-512 kernels run; force = 0 or 1 switches (tests), -1 asks. */
 bool nn_narrow_use_simd(int force);
 

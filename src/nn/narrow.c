@@ -101,6 +101,21 @@ static void conv_row_port(float *out, const float *prow, int OW, int SWC, int KH
     }
 }
 
+static void dcol_row_port(float *dprow, const float *dy, int OW, int SWC, int KH, int WpC, int seg,
+                          const float *WT, int K)
+{
+    const int R = KH * seg;
+    for (int ow = 0; ow < OW; ow++)
+        for (int kh = 0; kh < KH; kh++) {
+            float *o = dprow + (size_t)kh * WpC + (size_t)ow * SWC;
+            for (int k = 0; k < K; k++) {
+                float g = dy[(size_t)ow * K + k];
+                const float *wt = WT + (size_t)k * R + (size_t)kh * seg;
+                for (int j = 0; j < seg; j++) o[j] += g * wt[j];
+            }
+        }
+}
+
 /* ---- AVX-512 kernels ------------------------------------------------------------------ */
 
 #if NARROW_X86
@@ -426,6 +441,70 @@ AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, i
         }
     }
 }
+
+/* ROWS output columns ow.. of one output row: their dcol segments for
+ * window row kh, columns [j0, j0 + 16*NV) of the segment, in registers,
+ * then added into the padded gradient one column after the other (the
+ * windows overlap: program order keeps the sums right). */
+__attribute__((always_inline)) AVX512 static inline void
+dcol_block(int ROWS, int NV, float *dprow, const float *dy, int ow, int SWC, int kh, int WpC,
+           int seg, int j0, const float *WT, int R, int K)
+{
+    __mmask16 mk[4];
+    for (int v = 0; v < NV; v++) {
+        int left = seg - j0 - 16 * v;
+        mk[v] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    }
+    __m512 c[4][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < ROWS; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) c[i][v] = _mm512_setzero_ps();
+    const float *wt0 = WT + (size_t)kh * seg + j0;
+    for (int k = 0; k < K; k++) {
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            w[v] = _mm512_maskz_loadu_ps(mk[v], wt0 + (size_t)k * R + 16 * v);
+#pragma GCC unroll 4
+        for (int i = 0; i < ROWS; i++) {
+            __m512 x = _mm512_set1_ps(dy[(size_t)(ow + i) * K + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, w[v], c[i][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < ROWS; i++) {
+        float *o = dprow + (size_t)kh * WpC + (size_t)(ow + i) * SWC + j0;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(o + 16 * v, mk[v],
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(mk[v], o + 16 * v), c[i][v]));
+    }
+}
+
+#define DCOL_ROWS(ROWS)                                                                            \
+    for (int kh = 0; kh < KH; kh++)                                                                \
+        for (int j0 = 0; j0 < seg; j0 += 64) {                                                     \
+            int nv = (seg - j0 + 15) / 16;                                                         \
+            if (nv >= 4)                                                                           \
+                dcol_block(ROWS, 4, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
+            else if (nv == 3)                                                                      \
+                dcol_block(ROWS, 3, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
+            else if (nv == 2)                                                                      \
+                dcol_block(ROWS, 2, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
+            else                                                                                   \
+                dcol_block(ROWS, 1, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
+        }
+
+AVX512 static void dcol_row_simd(float *dprow, const float *dy, int OW, int SWC, int KH, int WpC,
+                                 int seg, const float *WT, int K)
+{
+    const int R = KH * seg;
+    int ow = 0;
+    for (; ow + 4 <= OW; ow += 4) DCOL_ROWS(4)
+    for (; ow < OW; ow++) DCOL_ROWS(1)
+}
 #endif
 
 /* ---- entry points ------------------------------------------------------------------- */
@@ -488,4 +567,16 @@ void nn_narrow_conv_row(float *out, const float *prow, int OW, int SWC, int KH, 
     }
 #endif
     conv_row_port(out, prow, OW, SWC, KH, WpC, seg, W, K, bias, relu);
+}
+
+void nn_narrow_dcol_row(float *dprow, const float *dy, int OW, int SWC, int KH, int WpC, int seg,
+                        const float *WT, int K)
+{
+#if NARROW_X86
+    if (nn_narrow_use_simd(-1)) {
+        dcol_row_simd(dprow, dy, OW, SWC, KH, WpC, seg, WT, K);
+        return;
+    }
+#endif
+    dcol_row_port(dprow, dy, OW, SWC, KH, WpC, seg, WT, K);
 }

@@ -442,68 +442,101 @@ AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, i
     }
 }
 
-/* ROWS output columns ow.. of one output row: their dcol segments for
- * window row kh, columns [j0, j0 + 16*NV) of the segment, in registers,
- * then added into the padded gradient one column after the other (the
- * windows overlap: program order keeps the sums right). */
+/* ROWS output columns rows[0..ROWS) of one output row: their dcol segments
+ * for window row kh, columns [j0, j0 + 16*NV) of the segment, in
+ * registers, then added into the padded gradient. The columns of a block
+ * are chosen so that their windows do not overlap: a load that overlaps a
+ * store just issued cannot take its data from the store buffer and waits
+ * for it to retire. */
 __attribute__((always_inline)) AVX512 static inline void
-dcol_block(int ROWS, int NV, float *dprow, const float *dy, int ow, int SWC, int kh, int WpC,
-           int seg, int j0, const float *WT, int R, int K)
+dcol_block(int ROWS, int NV, int KHB, float *dprow, const float *dy, const int *rows, int SWC,
+           int kh, int WpC, int seg, int j0, const float *WT, int R, int K)
 {
+    /* KHB window rows at once (disjoint too): more independent sums */
     __mmask16 mk[4];
     for (int v = 0; v < NV; v++) {
         int left = seg - j0 - 16 * v;
         mk[v] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
     }
-    __m512 c[4][4];
+    __m512 c[2][4][4];
+#pragma GCC unroll 2
+    for (int h = 0; h < KHB; h++)
 #pragma GCC unroll 4
-    for (int i = 0; i < ROWS; i++)
+        for (int i = 0; i < ROWS; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) c[i][v] = _mm512_setzero_ps();
+            for (int v = 0; v < NV; v++) c[h][i][v] = _mm512_setzero_ps();
     const float *wt0 = WT + (size_t)kh * seg + j0;
     for (int k = 0; k < K; k++) {
-        __m512 w[4];
+        __m512 w[2][4];
+#pragma GCC unroll 2
+        for (int h = 0; h < KHB; h++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            w[v] = _mm512_maskz_loadu_ps(mk[v], wt0 + (size_t)k * R + 16 * v);
+            for (int v = 0; v < NV; v++)
+                w[h][v] =
+                    _mm512_maskz_loadu_ps(mk[v], wt0 + (size_t)k * R + (size_t)h * seg + 16 * v);
 #pragma GCC unroll 4
         for (int i = 0; i < ROWS; i++) {
-            __m512 x = _mm512_set1_ps(dy[(size_t)(ow + i) * K + k]);
+            __m512 x = _mm512_set1_ps(dy[(size_t)rows[i] * K + k]);
+#pragma GCC unroll 2
+            for (int h = 0; h < KHB; h++)
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, w[v], c[i][v]);
+                for (int v = 0; v < NV; v++) c[h][i][v] = _mm512_fmadd_ps(x, w[h][v], c[h][i][v]);
         }
     }
+#pragma GCC unroll 2
+    for (int h = 0; h < KHB; h++)
 #pragma GCC unroll 4
-    for (int i = 0; i < ROWS; i++) {
-        float *o = dprow + (size_t)kh * WpC + (size_t)(ow + i) * SWC + j0;
+        for (int i = 0; i < ROWS; i++) {
+            float *o = dprow + (size_t)(kh + h) * WpC + (size_t)rows[i] * SWC + j0;
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(o + 16 * v, mk[v],
-                                  _mm512_add_ps(_mm512_maskz_loadu_ps(mk[v], o + 16 * v), c[i][v]));
-    }
+            for (int v = 0; v < NV; v++)
+                _mm512_mask_storeu_ps(
+                    o + 16 * v, mk[v],
+                    _mm512_add_ps(_mm512_maskz_loadu_ps(mk[v], o + 16 * v), c[h][i][v]));
+        }
 }
 
+#define DCOL_KH(ROWS, KHB)                                                                         \
+    for (int j0 = 0; j0 < seg; j0 += 64) {                                                         \
+        int nv = (seg - j0 + 15) / 16;                                                             \
+        if (nv >= 4)                                                                               \
+            dcol_block(ROWS, 4, KHB, dprow, dy, rows, SWC, kh, WpC, seg, j0, WT, R, K);            \
+        else if (nv == 3)                                                                          \
+            dcol_block(ROWS, 3, KHB, dprow, dy, rows, SWC, kh, WpC, seg, j0, WT, R, K);            \
+        else if (nv == 2)                                                                          \
+            dcol_block(ROWS, 2, KHB, dprow, dy, rows, SWC, kh, WpC, seg, j0, WT, R, K);            \
+        else                                                                                       \
+            dcol_block(ROWS, 1, KHB, dprow, dy, rows, SWC, kh, WpC, seg, j0, WT, R, K);            \
+    }
+
 #define DCOL_ROWS(ROWS)                                                                            \
-    for (int kh = 0; kh < KH; kh++)                                                                \
-        for (int j0 = 0; j0 < seg; j0 += 64) {                                                     \
-            int nv = (seg - j0 + 15) / 16;                                                         \
-            if (nv >= 4)                                                                           \
-                dcol_block(ROWS, 4, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
-            else if (nv == 3)                                                                      \
-                dcol_block(ROWS, 3, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
-            else if (nv == 2)                                                                      \
-                dcol_block(ROWS, 2, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
-            else                                                                                   \
-                dcol_block(ROWS, 1, dprow, dy, ow, SWC, kh, WpC, seg, j0, WT, R, K);               \
-        }
+    {                                                                                              \
+        int kh = 0;                                                                                \
+        for (; kh + 2 <= KH; kh += 2) DCOL_KH(ROWS, 2)                                             \
+        for (; kh < KH; kh++) DCOL_KH(ROWS, 1)                                                     \
+    }
 
 AVX512 static void dcol_row_simd(float *dprow, const float *dy, int OW, int SWC, int KH, int WpC,
                                  int seg, const float *WT, int K)
 {
     const int R = KH * seg;
-    int ow = 0;
-    for (; ow + 4 <= OW; ow += 4) DCOL_ROWS(4)
-    for (; ow < OW; ow++) DCOL_ROWS(1)
+    /* columns step apart have disjoint windows: blocks o, o+step, ... */
+    const int step = (seg + SWC - 1) / SWC;
+    for (int o = 0; o < step && o < OW; o++) {
+        int rows[4], n = 0;
+        for (int ow = o; ow < OW; ow += step) {
+            rows[n++] = ow;
+            if (n == 4) {
+                DCOL_ROWS(4)
+                n = 0;
+            }
+        }
+        if (n >= 2) {
+            DCOL_ROWS(2)
+            rows[0] = rows[2], rows[1] = rows[3], n -= 2;
+        }
+        if (n == 1) DCOL_ROWS(1)
+    }
 }
 #endif
 

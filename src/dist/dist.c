@@ -132,6 +132,7 @@ typedef struct root_ctx {
     int nslots;
     float *ck_params, *ck_slots; /* a snapshot being assembled */
     int *ck_got;
+    int *final_got; /* PS whose final state arrived (in ck_params/ck_slots) */
     int64_t ck_version;
     bool ck_requested;
     double t_ckpt;
@@ -269,9 +270,13 @@ static int root_poll(void *vctx, pst_err *e)
         int ngot = 0;
         for (int p = 0; p < c->P; p++) {
             int64_t v;
-            if (!c->ck_got[p] &&
+            if (!c->ck_got[p] && !c->final_got[p] &&
                 ps_snapshot_recv(c->sh, p, false, &v, c->ck_params, c->ck_slots, c->nparam)) {
-                if (v < 0) dist_fatal("PS %d sent its final state during the run", p + 1);
+                did = 1;
+                if (v < 0) { /* this PS is done: its final state, kept for the end */
+                    c->final_got[p] = 1;
+                    continue;
+                }
                 if (p > 0 && c->ck_got[0] && v != c->ck_version)
                     dist_fatal("PS %d snapshot at version %lld, PS 1 at %lld", p + 1, (long long)v,
                                (long long)c->ck_version);
@@ -864,6 +869,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         rctx->ck_slots =
             pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * (nparam ? nparam : 1));
         rctx->ck_got = pst_calloc((size_t)P, sizeof *rctx->ck_got);
+        rctx->final_got = pst_calloc((size_t)P, sizeof *rctx->final_got);
         rctx->t_ckpt = pst_now();
         rctx->res = res;
         rctx->told_total = info.total >= 0 ? info.total : INT64_MAX;
@@ -914,10 +920,14 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
      * ones still in flight are superseded) */
     if (is_root) {
         for (int p = 0; p < P; p++) {
-            int64_t v = 0;
-            do ps_snapshot_recv(sh, p, true, &v, nn_model_params(m), slots, nparam);
-            while (v >= 0);
+            int64_t v = -1;
+            if (!rctx->final_got[p]) {
+                do ps_snapshot_recv(sh, p, true, &v, rctx->ck_params, rctx->ck_slots, nparam);
+                while (v >= 0);
+            }
         }
+        memcpy(nn_model_params(m), rctx->ck_params, sizeof(float) * nparam);
+        memcpy(slots, rctx->ck_slots, sizeof(float) * nparam * (size_t)nslots);
     }
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
 
@@ -1002,7 +1012,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     rc = 0;
 out:
     if (rctx) {
-        free(rctx->ck_params), free(rctx->ck_slots), free(rctx->ck_got);
+        free(rctx->ck_params), free(rctx->ck_slots), free(rctx->ck_got), free(rctx->final_got);
         free(rctx);
     }
     metrics_close(mx);

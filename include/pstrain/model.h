@@ -73,10 +73,15 @@ void nn_model_describe(const nn_model *m, FILE *out);
  * x: n*H*W*C normalised floats; labels: n ints in [0, K). Overwrites the
  * gradient slab (mean over the batch, plus weight decay) and, for
  * non-trainable variables, puts their new values there (see above). Returns
- * the mean loss; *ncorrect (may be NULL) gets the number of correct argmax
- * predictions. Dropout draws from (seed, step) so results are reproducible. */
-float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, int n,
-                          int64_t step, int *ncorrect);
+ * the mean loss (softmax cross-entropy with the configured label smoothing,
+ * plus weight_decay/2 * |w|^2 over the kernels, whose gradient is added);
+ * *ncorrect (may be NULL) gets the number of correct argmax predictions.
+ * Dropout draws from (seed, step) so results are reproducible. Batch norm
+ * uses the batch statistics and moves the averages with momentum 0.99
+ * (variance with Bessel's correction, as TF's fused batch norm), eps 1e-3.
+ * Single-threaded; a model is used by one thread at a time. */
+float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, int n, int64_t step,
+                          int *ncorrect);
 
 /* Inference forward (batch norm uses the moving statistics, no dropout).
  * Returns the mean loss; *ncorrect and pred[n] (either may be NULL). */
@@ -85,7 +90,8 @@ float nn_model_eval(nn_model *m, const float *x, const int32_t *labels, int n, i
 
 /* Copies the new values of non-trainable variables from `src` (a gradient
  * slab, or an average of several) into `params`, for the slab range
- * [begin, end). */
+ * [begin, end). Both are indexed by slab offset (element i is offset i);
+ * trainable entries are left alone. */
 void nn_model_apply_state(const nn_model *m, float *params, const float *src, size_t begin,
                           size_t end);
 

@@ -1,26 +1,34 @@
 /*
- * conv.c - 2-D convolution lowered to matrix products (im2col + nn_gemm).
+ * conv.c - 2-D convolution lowered to matrix products.
  *
  * For images [n0, n0+nn) the NHWC im2col matrix is
  *   col[nn*OH*OW][R],  R = KH*KW*C,  row (n, oh, ow), column (kh, kw, c),
  * and the kernel w[KH][KW][C][K] is the matrix [R][K], so
- *   forward   out[rows][K] = col w                   (one nn_gemm)
- *   backward  dw[R][K]     = col^T dout              (nn_gemm, summed over chunks)
- *             dcol[rows][R] = dout w^T, col2im(dcol) (nn_gemm + scatter-add)
- * The batch is processed in chunks of a few images so that a chunk's col
- * matrix stays in the L2 cache between im2col and the gemm; backward
- * rebuilds the chunk's col instead of keeping the whole batch's (it is cheap
- * next to the gemm and saves N*OH*OW*R floats per layer).
+ *   forward   out[rows][K] = col w
+ *   backward  dw[R][K]     = col^T dout              (summed over chunks)
+ *             dcol[rows][R] = dout w^T, col2im(dcol) (scatter-add)
+ * Which code multiplies depends on K, the output channels:
+ *   K > 32     nn_gemm (BLIS) on the col matrix of a chunk of images, sized
+ *              to stay in L2; backward rebuilds the chunk's col (cheaper
+ *              than keeping N*OH*OW*R floats per layer).
+ *   K <= 32    the narrow kernels (narrow.c): the forward reads windows
+ *              straight from a zero-padded copy of each image ("implicit
+ *              im2col": no col matrix), dw multiplies the chunk's col, and
+ *              the input gradient is added straight into the padded image
+ *              gradient (no dcol matrix, no col2im). BLIS measured 7-40
+ *              GFLOP/s on these shapes.
+ *   C = 1, stride 1, K <= 16 (a grayscale input layer): conv1ch.c,
+ *              vectorised along the output row.
+ *   1x1, stride 1, no padding: a dense layer over the N*H*W rows.
+ * The narrow and one-channel kernels are AVX-512 with portable versions.
  *
- * im2col copies from a zero-padded copy of one image, so every window row
- * (KW*C floats, contiguous in NHWC) is one straight copy with no bounds
- * checks. The copies move whole blocks of 8 floats and may write up to 7
- * floats past a segment: segments are written in increasing address order,
- * so the overhang is always overwritten by the next segment, and the
- * scratch buffers carry slack for the last one.
- *
- * A 1x1 convolution with stride 1 and no padding is a dense layer over the
- * N*H*W rows and multiplies the input directly.
+ * im2col copies from the padded image, so every window row (KW*C floats,
+ * contiguous in NHWC) is one straight copy with no bounds checks. The
+ * portable copy moves whole blocks of 8 floats and may write up to 7 floats
+ * past a segment: segments are written in increasing address order, so the
+ * overhang is overwritten by the next segment, and the scratch carries
+ * slack for the last one. The vector kernels read past the padded image
+ * (pad_slack), whose slack is kept zero.
  */
 #include <string.h>
 

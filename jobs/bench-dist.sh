@@ -16,14 +16,18 @@
 # With as many busy ranks as cores, scaling numbers show the machine, not the
 # protocol: on a 2-core machine 2 workers + root + PS share 2 cores.
 #
-#   bash jobs/bench-dist.sh                 (EPOCHS=1)
-#   BUILD_DIR=build-x OUT=out/bench-dist EPOCHS=2 bash jobs/bench-dist.sh
+# Each configuration runs ROUNDS times, alternating, and the median images/s
+# is reported (other load on a shared machine moves single runs a lot).
+#
+#   bash jobs/bench-dist.sh [ROUNDS]        (default 3; EPOCHS=1)
+#   BUILD_DIR=build-x OUT=out/bench-dist EPOCHS=2 bash jobs/bench-dist.sh 5
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
 build=${BUILD_DIR:-build}
 out=${OUT:-out/bench-dist}
 epochs=${EPOCHS:-1}
+rounds=${1:-3}
 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun="mpirun --oversubscribe"
@@ -43,26 +47,33 @@ if ! [ -f "$data" ]; then
         --test-labels "$fm/t10k-labels-idx1-ubyte.gz" -o "$data" >/dev/null
 fi
 
-echo "== 1. lenet5, Fashion-MNIST, $epochs epoch(s), batch 64 per worker, $(nproc) cores"
+echo "== 1. lenet5, Fashion-MNIST, $epochs epoch(s), batch 64 per worker, $(nproc) cores, median of $rounds"
 common=(--data "$data" --model lenet5 --epochs "$epochs" --batch 64 --quiet)
-"$pstrain" train "${common[@]}" --optimizer momentum --lr 0.01 \
-    --summary-json "$out/single.json" >/dev/null
-$mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode sync --optimizer momentum \
-    --lr 0.01 --summary-json "$out/sync.json" >/dev/null
-$mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode async --optimizer sgd \
-    --lr 0.05 --summary-json "$out/async.json" >/dev/null
-python3 - "$out/single.json" "$out/sync.json" "$out/async.json" <<'EOF'
+for r in $(seq "$rounds"); do
+    "$pstrain" train "${common[@]}" --optimizer momentum --lr 0.01 \
+        --summary-json "$out/single-$r.json" >/dev/null
+    $mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode sync --optimizer momentum \
+        --lr 0.01 --summary-json "$out/sync-$r.json" >/dev/null
+    $mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode async --optimizer sgd \
+        --lr 0.05 --summary-json "$out/async-$r.json" >/dev/null
+done
+python3 - "$out" "$rounds" <<'EOF'
 import json, sys
-runs = [("single", json.load(open(sys.argv[1]))), ("sync, 2 workers", json.load(open(sys.argv[2]))),
-        ("async, 2 workers", json.load(open(sys.argv[3])))]
+out, rounds = sys.argv[1], int(sys.argv[2])
+def load(name):
+    runs = [json.load(open("%s/%s-%d.json" % (out, name, r + 1))) for r in range(rounds)]
+    runs.sort(key=lambda r: r["images_per_sec"])
+    return runs[len(runs) // 2], [r["images_per_sec"] for r in runs]
+runs = [("single",) + load("single"), ("sync, 2 workers",) + load("sync"),
+        ("async, 2 workers",) + load("async")]
 base = runs[0][1]["images_per_sec"]
-print("%-18s %10s %7s %9s %9s" % ("run", "images/s", "ratio", "test acc", "train s"))
-for name, r in runs:
-    print("%-18s %10.0f %6.2fx %9.4f %9.2f" % (name, r["images_per_sec"], r["images_per_sec"] / base,
-                                         r.get("test_accuracy", float("nan")), r["train_seconds"]))
-for name, r in runs[1:]:
+print("%-18s %10s %7s %9s %9s  %s" % ("run", "images/s", "ratio", "test acc", "train s", "all rounds"))
+for name, r, allr in runs:
+    print("%-18s %10.0f %6.2fx %9.4f %9.2f  %s" % (name, r["images_per_sec"], r["images_per_sec"] / base,
+          r.get("test_accuracy", float("nan")), r["train_seconds"], " ".join("%.0f" % x for x in allr)))
+for name, r, _ in runs[1:]:
     t = r.get("timing", {})
-    print("timing breakdown, %s (seconds over the run):" % name)
+    print("timing breakdown, %s, median run (seconds over the run):" % name)
     for i, w in enumerate(t.get("workers", [])):
         step = sum(w.values())
         comm = w["pull"] + w["push"]

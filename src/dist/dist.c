@@ -786,7 +786,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
             fprintf(stderr, "pstrain: resumed from %s at step %lld (batch %lld)\n", ckpt_file,
                     (long long)info.first_version, (long long)info.first_ticket);
     }
-    if (is_root && !cfg->quiet) {
+    if (is_root && !cfg->quiet && !cfg->dry_run) {
         fprintf(stderr, "%d ranks: root, %d PS, %d workers; mode %s, R = %d\n", size, P, W,
                 cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
         place_plan_print(plan, stderr);

@@ -972,7 +972,7 @@ static int list_ckpts(const char *dir, step_file **out, pst_err *e)
         n++;
     }
     closedir(d);
-    qsort(a, (size_t)n, sizeof *a, cmp_step_desc);
+    if (n > 1) qsort(a, (size_t)n, sizeof *a, cmp_step_desc); /* a is NULL when n == 0 */
     *out = a;
     return n;
 }

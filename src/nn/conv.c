@@ -30,6 +30,7 @@
  * slack for the last one. The vector kernels read past the padded image
  * (pad_slack), whose slack is kept zero.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "layers.h"
@@ -76,16 +77,24 @@ int nn_conv_chunk(const nn_conv_dims *d)
     return (int)chunk;
 }
 
+/* Every scratch area starts 64-byte aligned (the scratch itself is): a
+ * 16-float row of a kernel matrix is then one cache line, not two. */
+static size_t align16(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
 /* After the padded image: the implicit-im2col kernel's overrun (8 windows). */
 static size_t pad_slack(const nn_conv_dims *d)
 {
     return (size_t)8 * d->SW * d->C + CONV_SLACK;
 }
 
-/* W^T [K][R] for the narrow dcol product, after the other areas. */
+/* W^T [K][R] for the narrow dcol product (backward), an aligned copy of W
+ * (forward). */
 static size_t wt_floats(const nn_conv_dims *d)
 {
-    return d->K <= NN_NARROW_MAX ? (size_t)d->K * d->KH * d->KW * d->C + CONV_SLACK : 0;
+    return d->K <= NN_NARROW_MAX ? align16((size_t)d->K * d->KH * d->KW * d->C + CONV_SLACK) : 0;
 }
 
 /* The col area; the one-channel path keeps its transposed gradient there. */
@@ -93,15 +102,18 @@ static size_t col_floats(const nn_conv_dims *d)
 {
     size_t col = (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C;
     size_t c1 = nn_conv1ch_scratch(d);
-    return col > c1 ? col : c1;
+    return align16((col > c1 ? col : c1) + CONV_SLACK);
+}
+
+static size_t pad_floats(const nn_conv_dims *d)
+{
+    return align16((size_t)pad_h(d) * pad_w(d) * d->C + pad_slack(d));
 }
 
 size_t nn_conv_scratch(const nn_conv_dims *d)
 {
     if (conv_is_pointwise(d)) return wt_floats(d);
-    size_t col = col_floats(d);
-    size_t pad = (size_t)pad_h(d) * pad_w(d) * d->C;
-    return col + CONV_SLACK + pad + pad_slack(d) + wt_floats(d);
+    return col_floats(d) + pad_floats(d) + wt_floats(d);
 }
 
 /* dst[0, n) = src[0, n) in blocks of 8 floats (may touch up to 7 more). */
@@ -195,16 +207,16 @@ static void im2col_padded(float *col, const float *pad, const nn_conv_dims *d)
     im2col_port(col, pad, d);
 }
 
-/* Scratch layout: [col chunk | slack | padded image | slack | W^T | slack]
+/* Scratch layout: [col chunk + slack | padded image + slack | W^T + slack]
  * (a pointwise conv has only W^T). */
 static float *scratch_pad(float *scratch, const nn_conv_dims *d)
 {
-    return scratch + col_floats(d) + CONV_SLACK;
+    return scratch + col_floats(d);
 }
 static float *scratch_wt(float *scratch, const nn_conv_dims *d)
 {
     if (conv_is_pointwise(d)) return scratch;
-    return scratch_pad(scratch, d) + (size_t)pad_h(d) * pad_w(d) * d->C + pad_slack(d);
+    return scratch_pad(scratch, d) + pad_floats(d);
 }
 
 /* wt[K][R] = w[R][K]^T */
@@ -309,7 +321,9 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
         return;
     }
     if (K <= NN_NARROW_MAX) {
-        /* implicit im2col: each output row straight from the padded image */
+        /* implicit im2col: each output row straight from the padded image;
+         * the kernel's rows aligned (a variable's slab offset need not be) */
+        if ((uintptr_t)w % 64) w = memcpy(scratch_wt(scratch, d), w, sizeof(float) * R * K);
         const int Wp = pad_w(d), C = d->C;
         for (int n = 0; n < d->N; n++) {
             pad_image(pad, inp, d, n);

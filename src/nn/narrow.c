@@ -370,39 +370,58 @@ AVX512 static void nt_simd(int M, int R, int K, const float *D, const float *BT,
 
 /* One output row of a convolution read straight from the padded image
  * (implicit im2col): the window of output column ow starts at
- * prow + ow*SWC and is KH segments of seg floats, WpC apart. 8 columns at a
- * time, K <= 16. */
+ * prow + ow*SWC and is KH segments of seg floats, WpC apart. ROWS columns
+ * at a time in ROWS registers (inlined with constant ROWS), K <= 16. */
+__attribute__((always_inline)) AVX512 static inline void
+conv16_block(int ROWS, float *out, const float *prow, int ow, int SWC, int KH, int WpC, int seg,
+             const float *W, int K, __m512 bv, __mmask16 km, bool relu)
+{
+    __m512 c[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < ROWS; i++) c[i] = bv;
+    for (int kh = 0; kh < KH; kh++) {
+        const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
+        const float *b = W + (size_t)kh * seg * K;
+        for (int j = 0; j < seg; j++) {
+            __m512 w = _mm512_maskz_loadu_ps(km, b + (size_t)j * K);
+#pragma GCC unroll 8
+            for (int i = 0; i < ROWS; i++)
+                c[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(size_t)i * SWC + j]), w, c[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < ROWS; i++) {
+        __m512 v = relu ? _mm512_max_ps(c[i], _mm512_setzero_ps()) : c[i];
+        _mm512_mask_storeu_ps(out + (size_t)(ow + i) * K, km, v);
+    }
+}
+
+#define CONV16(R)                                                                                  \
+    case R:                                                                                        \
+        conv16_block(R, out, prow, ow, SWC, KH, WpC, seg, W, K, bv, km, relu);                     \
+        break;
+
 AVX512 static void conv_row_16(float *out, const float *prow, int OW, int SWC, int KH, int WpC,
                                int seg, const float *W, int K, const float *bias, bool relu)
 {
     const __mmask16 km = (__mmask16)((1u << K) - 1);
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 bv = bias ? _mm512_maskz_loadu_ps(km, bias) : zero;
-    /* the last block may run past OW: it reads up to 7*SWC floats beyond the
-     * row's windows (the caller's slack) and stores only the valid columns */
-    for (int ow = 0; ow < OW; ow += 8) {
-        int nv = OW - ow < 8 ? OW - ow : 8;
-        __m512 c0 = bv, c1 = bv, c2 = bv, c3 = bv, c4 = bv, c5 = bv, c6 = bv, c7 = bv;
-        for (int kh = 0; kh < KH; kh++) {
-            const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
-            const float *b = W + (size_t)kh * seg * K;
-            for (int j = 0; j < seg; j++) {
-                __m512 w = _mm512_maskz_loadu_ps(km, b + (size_t)j * K);
-                c0 = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), w, c0);
-                c1 = _mm512_fmadd_ps(_mm512_set1_ps(a[SWC + j]), w, c1);
-                c2 = _mm512_fmadd_ps(_mm512_set1_ps(a[2 * SWC + j]), w, c2);
-                c3 = _mm512_fmadd_ps(_mm512_set1_ps(a[3 * SWC + j]), w, c3);
-                c4 = _mm512_fmadd_ps(_mm512_set1_ps(a[4 * SWC + j]), w, c4);
-                c5 = _mm512_fmadd_ps(_mm512_set1_ps(a[5 * SWC + j]), w, c5);
-                c6 = _mm512_fmadd_ps(_mm512_set1_ps(a[6 * SWC + j]), w, c6);
-                c7 = _mm512_fmadd_ps(_mm512_set1_ps(a[7 * SWC + j]), w, c7);
-            }
+    const __m512 bv = bias ? _mm512_maskz_loadu_ps(km, bias) : _mm512_setzero_ps();
+    /* blocks of equal size (10 = 5 + 5, not 8 + 2: a short block is bound
+     * by the FMA latency) */
+    int nblocks = (OW + 7) / 8;
+    for (int ow = 0, bi = 0; bi < nblocks; bi++) {
+        int rows = (OW - ow) / (nblocks - bi);
+        switch (rows) {
+            CONV16(1)
+            CONV16(2)
+            CONV16(3)
+            CONV16(4)
+            CONV16(5)
+            CONV16(6)
+            CONV16(7)
+            CONV16(8)
         }
-        __m512 cs[8] = {c0, c1, c2, c3, c4, c5, c6, c7};
-        for (int i = 0; i < nv; i++) {
-            __m512 v = relu ? _mm512_max_ps(cs[i], zero) : cs[i];
-            _mm512_mask_storeu_ps(out + (size_t)(ow + i) * K, km, v);
-        }
+        ow += rows;
     }
 }
 

@@ -807,10 +807,14 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                             "workers; this run checkpoints at the end and on a signal only\n");
     }
 
-    /* 3. windows */
+    /* 3. windows. The ring holds up to 8 batches per worker (at least 2,
+     * within about 32 MiB): slack for a root that waits for a core. */
+    const int64_t slot_bytes =
+        (int64_t)cfg->batch * ((int64_t)info.height * info.width * info.channels + 12);
+    const int nring = (int)PST_MAX(2 * W + 2, PST_MIN(8 * W + 8, (32LL << 20) / slot_bytes));
     feed_geom fg = {.batch = cfg->batch,
                     .example_bytes = (int64_t)info.height * info.width * info.channels,
-                    .nslots = 2 * W + 2,
+                    .nslots = nring,
                     .nworkers = W,
                     .first_ticket = info.first_ticket,
                     .first_step = cfg->mode == TRAIN_ASYNC ? info.first_version : 0};

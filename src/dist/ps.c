@@ -469,7 +469,8 @@ static void put_stamp(ps_shard *s, int slot, int64_t ticket, const int64_t *vers
                       int64_t count)
 {
     const int P = s->plan->nps;
-    /* stamp fields, then (after they completed) the seq that publishes them */
+    /* stamp fields (with the data, if any, still in flight), then, after
+     * both completed, the seq that publishes them */
     for (int p = 0; p < P; p++) {
         int64_t *f = s->stamp_buf + 4 * p;
         f[0] = versions ? versions[p] : 0;
@@ -501,8 +502,7 @@ void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64
                        grads_off(s, q->ps, slot) + (MPI_Aint)(q->ps_offset * sizeof(float)),
                        (int)q->count, MPI_FLOAT, s->win));
     }
-    MPI_OK(MPI_Win_flush_all(s->win));
-    put_stamp(s, slot, ticket, versions, step, count);
+    put_stamp(s, slot, ticket, versions, step, count); /* its first flush completes the data */
 }
 
 void ps_push_end(ps_shard *s, int w)

@@ -32,7 +32,8 @@
  * replaced atomically). A kill -9 at any moment leaves either the old or
  * the new checkpoint, never a half-written one under a final name; stray
  * temporary files are ignored by ckpt_find_latest and removed by
- * ckpt_prune. One run writes to a directory at a time.
+ * ckpt_prune once their writer is gone. One run should write to a
+ * directory at a time (two would prune each other's checkpoints).
  *
  * Files in a checkpoint directory: ckpt-<global_step>.h5, latest (one line:
  * the file name), .ckpt-*.tmp.* (temporaries of an interrupted write).
@@ -157,7 +158,8 @@ int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e);
 int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e);
 
 /* Removes all but the newest `keep` ckpt-<step>.h5 in `dir` (never the one
- * DIR/latest names) and stale temporary files. keep <= 0: only the
+ * DIR/latest names) and stale temporary files (of this process or of pids
+ * that no longer exist: a live writer's are kept). keep <= 0: only the
  * temporaries. Returns the number of checkpoints removed, -1 on error. */
 int ckpt_prune(const char *dir, int keep, pst_err *e);
 

@@ -1033,11 +1033,30 @@ int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)
     return 1;
 }
 
-/* Stale temporaries of an interrupted write: ".<name>.tmp.<pid>" of a
- * checkpoint or of the latest pointer. */
+/* Temporaries of a write: ".<name>.tmp.<pid>" of a checkpoint or of the
+ * latest pointer. */
 static bool is_temp_name(const char *s)
 {
     return (!strncmp(s, ".ckpt-", 6) || !strncmp(s, ".latest.", 8)) && strstr(s, ".tmp.");
+}
+
+/* A temporary is stale when its writer is gone: this process (its own
+ * writes are finished when it prunes) or a pid that no longer exists. A
+ * live writer's file is left alone, so a second process in the same
+ * directory cannot pull a checkpoint from under the first. (On a shared
+ * file system a temporary from another host whose pid exists here is only
+ * left behind, never a danger.) */
+static bool temp_is_stale(const char *s)
+{
+    const char *t = strrchr(s, '.');
+    long pid = 0;
+    for (const char *c = t + 1; *c; c++) {
+        if (*c < '0' || *c > '9' || pid > 1L << 40) return false;
+        pid = pid * 10 + (*c - '0');
+    }
+    if (pid <= 0) return false;
+    if (pid == (long)getpid()) return true;
+    return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
 }
 
 int ckpt_prune(const char *dir, int keep, pst_err *e)
@@ -1047,7 +1066,7 @@ int ckpt_prune(const char *dir, int keep, pst_err *e)
     if (!d) return pst_fail(e, "%s: %s", dir, strerror(errno));
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (!is_temp_name(de->d_name)) continue;
+        if (!is_temp_name(de->d_name) || !temp_is_stale(de->d_name)) continue;
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         unlink(p);
     }

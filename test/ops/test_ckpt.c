@@ -340,8 +340,9 @@ static void test_latest_and_prune(const char *root)
     CHECK(ckpt_resolve(p, got, sizeof got, &e) < 0 && strstr(e.msg, "ckpt-41.h5"),
           "resolve of a missing file: %s", e.msg);
 
-    /* a stray temporary of a newer checkpoint, and a junk ckpt-90.h5: skipped */
-    snprintf(p, sizeof p, "%s/.ckpt-60.h5.tmp.12345", dir);
+    /* a stray temporary of a newer checkpoint (of a writer that is gone: a
+     * pid above the kernel's maximum), and a junk ckpt-90.h5: skipped */
+    snprintf(p, sizeof p, "%s/.ckpt-60.h5.tmp.99999999", dir);
     truncated_copy(q, p, file_size(q) / 2);
     snprintf(p, sizeof p, "%s/ckpt-90.h5", dir);
     FILE *j = fopen(p, "w");
@@ -399,11 +400,16 @@ static void test_latest_and_prune(const char *root)
     snprintf(p, sizeof p, "%s/latest", dir);
     read_file(p, text, sizeof text);
     CHECK(!strcmp(text, "ckpt-50.h5\n"), "latest %s", text);
+    /* the temporary of a live writer (our parent process) stays */
+    snprintf(p, sizeof p, "%s/.ckpt-61.h5.tmp.%ld", dir, (long)getppid());
+    fclose(fopen(p, "w"));
     int removed = ckpt_prune(dir, 1, &e);
     /* files: 30, 40, 50, 70, 90 -> keep 90 (newest by name) and 50 (latest) */
     CHECK(removed == 3, "prune removed %d", removed);
-    snprintf(p, sizeof p, "%s/.ckpt-60.h5.tmp.12345", dir);
-    CHECK(access(p, F_OK) != 0, "temporary survived pruning");
+    snprintf(p, sizeof p, "%s/.ckpt-60.h5.tmp.99999999", dir);
+    CHECK(access(p, F_OK) != 0, "stale temporary survived pruning");
+    snprintf(p, sizeof p, "%s/.ckpt-61.h5.tmp.%ld", dir, (long)getppid());
+    CHECK(access(p, F_OK) == 0, "a live writer's temporary was pruned");
     CHECK(access(q, F_OK) == 0, "pruned the latest checkpoint");
     free(params);
 }

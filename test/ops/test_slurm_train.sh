@@ -95,6 +95,24 @@ if [ "$mode" = train ]; then
         [ "$(json_num "$work/eval.json" examples)" = 10000 ] || bad "eval examples $(json_num "$work/eval.json" examples)"
     fi
     grep -q 'transport shm' "$work/train.out" || bad "train.sbatch did not pick the one-node transport"
+
+    # the multi-node recipe, on the one node: srun --mpi=pmix and the TCP
+    # flags (btl self,tcp, pml ob1, osc pt2pt), with checkpoints
+    if [ "$RANKS" -gt 1 ]; then
+        out=$work/run-tcp
+        jid=$(OUT=$out STEPS=20 CKPT_EVERY=10 LAUNCHER=srun TRANSPORT=tcp "${sb[@]}" \
+            -o "$work/tcp.out" "$src/jobs/train.sbatch") || { echo "FAIL: sbatch train.sbatch (tcp)"; exit 1; }
+        slurm_wait_job "$jid" 180
+        echo "train job $jid (srun, TCP): $JOB_STATE $JOB_EXIT"
+        grep -q 'transport tcp, launcher srun' "$work/tcp.out" || bad "TRANSPORT=tcp LAUNCHER=srun not honoured"
+        if [ "$JOB_STATE" = COMPLETED ] && [ "$JOB_EXIT" = 0:0 ]; then
+            [ "$(json_num "$out/summary.json" steps)" = 20 ] || bad "tcp: summary steps $(json_num "$out/summary.json" steps), expected 20"
+            [ "$(latest_step "$out/ckpt")" = 20 ] || bad "tcp: latest checkpoint $(latest_step "$out/ckpt"), expected 20"
+        else
+            show_log "$work/tcp.out"
+            bad "train.sbatch with srun and TCP did not complete with 0"
+        fi
+    fi
     [ $fail = 0 ] && echo "slurm train: all checks passed"
     exit $fail
 fi
@@ -126,11 +144,14 @@ echo "signalled job $jid after checkpoint step $(latest_step "$ck")"
 # the job checkpoints, exits 0 and requeues itself; the requeued run
 # (SLURM_RESTART_COUNT=1) starts after cred_expire (10 s) and resumes
 t0=$SECONDS
+until grep -q 'pstrain exited with status' "$work/resume.out" 2>/dev/null || [ $((SECONDS - t0)) -ge 60 ]; do sleep 0.2; done
+# the checkpoint the stop wrote: the newest one once the first run is over
+stopped=$(ls "$ck" | sed -n 's/^ckpt-\([0-9]*\)\.h5$/\1/p' | sort -n | tail -1)
 until grep -q 'restart 1' "$work/resume.out" 2>/dev/null || [ $((SECONDS - t0)) -ge 60 ]; do sleep 0.3; done
 grep -q 'got SIGUSR1' "$work/resume.out" || bad "the batch script did not see SIGUSR1"
-stopped=$(sed -n 's/.*stopped at step \([0-9]*\).*/\1/p' "$work/resume.out" | head -1)
-[ -n "$stopped" ] || { show_log "$work/resume.out"; bad "pstrain did not report stopping on the signal"; exit 1; }
-[ "$stopped" -lt "$total" ] || bad "stopped at $stopped, not before the end ($total)"
+grep -q 'pstrain: signal 10' "$work/resume.out" || bad "pstrain did not report the signal"
+grep -q 'pstrain exited with status 0' "$work/resume.out" || { show_log "$work/resume.out"; bad "pstrain did not exit 0 after the signal"; exit 1; }
+[ -n "$stopped" ] && [ "$stopped" -lt "$total" ] || bad "stopped at '$stopped', not before the end ($total)"
 grep -q 'requeueing job' "$work/resume.out" || bad "train.sbatch did not requeue"
 grep -q 'restart 1' "$work/resume.out" || { show_log "$work/resume.out"; bad "the requeued job did not start within 60 s"; exit 1; }
 slurm_wait_job "$jid" 240

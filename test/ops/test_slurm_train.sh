@@ -60,7 +60,7 @@ fi
 
 # common job settings: small and quick; several ranks on the one node
 export DATA=$data PSTRAIN MODEL=lenet5 PS=1 BATCH=32 OVERSUBSCRIBE=1 CKPT_SECS=0
-export EXTRA_ARGS="--limit 4096 --log-every 0.2"
+export EXTRA_ARGS="--limit 4096 --log-every 0.01"
 sb=(sbatch --parsable -N1 -n "$RANKS" --ntasks-per-node="$RANKS")
 
 if [ "$mode" = train ]; then
@@ -81,6 +81,10 @@ if [ "$mode" = train ]; then
     acc=$(json_num "$s" test_accuracy)
     awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.2 && a <= 1) }' || bad "test accuracy '$acc' after 40 steps"
     grep -q '"type":"step"' "$out"/metrics-*.jsonl || bad "metrics file has no step lines"
+    if command -v gnuplot >/dev/null; then
+        [ "$(od -An -tx1 -N4 "$out/loss.png" 2>/dev/null | tr -d ' ')" = 89504e47 ] ||
+            bad "train.sbatch made no loss.png"
+    fi
     if [ ! -s "$out/ckpt/latest" ]; then
         if [ "$RANKS" -gt 1 ]; then
             echo "SKIP (partial): the summary checks passed, but distributed training wrote no checkpoint in $out/ckpt"

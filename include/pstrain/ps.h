@@ -136,6 +136,9 @@ int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *pa
  * the root must choose a version no PS can have reached: one whose tickets
  * it has not published yet). */
 void ps_request_snapshot(ps_shard *s, int64_t version);
+/* Root: the same for an evaluation (a second request word, so that a
+ * checkpoint request and an evaluation request can be pending together). */
+void ps_request_eval(ps_shard *s, int64_t version);
 /* Root: lowers the number of tickets (lockstep: the PS then stop after
  * version ceil(T/W)); the root publishes end-of-data from there. */
 void ps_request_stop(ps_shard *s, int64_t total_tickets);

@@ -138,7 +138,15 @@ typedef struct root_ctx {
     double t_ckpt;
     bool stopping;
     int stop_signal;
-    int64_t told_total; /* the ticket limit the PS know */
+    int64_t told_total;     /* the ticket limit the PS know */
+    int64_t ck_req_version; /* the time-based checkpoint asked for */
+    /* --eval-every: the next epoch count to evaluate after, and (lockstep)
+     * the version whose snapshot serves it (-1: not asked yet) */
+    nn_model *m;
+    h5ds *ds_rw;
+    int nring;
+    int next_eval_epoch;
+    int64_t eval_version;
     train_result *res;
 } root_ctx;
 
@@ -251,6 +259,37 @@ static int save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const 
 /* The root's poll hook: assembles PS snapshots into checkpoints, asks for
  * time-based ones, and turns a stop signal into a stop at the next version
  * boundary (sync) or after the batches already published (async). */
+/* Evaluates the root's copy of the model (params already in it) on the test
+ * split, sharing the data set with the pipeline's reader. */
+static int root_eval(root_ctx *c, int64_t step, int epoch, pst_err *e)
+{
+    if (!h5ds_find_split(c->ds, "test")) return 0;
+    double acc, loss;
+    int64_t n;
+    pipe_lock_ds(c->pl);
+    int r = train_evaluate(c->m, c->ds_rw, "test", c->cfg->batch, &acc, &loss, &n, NULL, e);
+    pipe_unlock_ds(c->pl);
+    if (r < 0) return -1;
+    metrics_eval(c->mx, step, epoch, "test", acc, loss, n);
+    return 0;
+}
+
+/* The root's poll hook: assembles PS snapshots into checkpoints and
+ * evaluations, asks for time-based checkpoints and epoch-end evaluations,
+ * and turns a stop signal into a stop at the next version boundary (sync)
+ * or after the batches already published (async). */
+/* The next evaluation's epoch boundary (absolute ticket), or -1 if none
+ * comes before the end (which has its own evaluation). */
+static int64_t next_eval_ticket(const root_ctx *c)
+{
+    if (c->cfg->eval_every <= 0 || c->stopping) return -1;
+    const start_info *in = c->info;
+    int64_t L = (int64_t)c->next_eval_epoch * PST_MAX(in->bpe, 1);
+    int64_t ft = feed_root_total(c->f);
+    int64_t end = ft >= 0 ? ft : (in->total >= 0 ? in->total : INT64_MAX);
+    return L < end ? L : -1;
+}
+
 static int root_poll(void *vctx, pst_err *e)
 {
     root_ctx *c = vctx;
@@ -264,7 +303,6 @@ static int root_poll(void *vctx, pst_err *e)
         ps_request_stop(c->sh, ft);
         c->told_total = ft;
     }
-    if (!cfg->checkpoint_dir) return 0;
     const int64_t prod = feed_root_next_ticket(c->f);
     if (c->lockstep) {
         int ngot = 0;
@@ -282,29 +320,59 @@ static int root_poll(void *vctx, pst_err *e)
                                (long long)c->ck_version);
                 c->ck_version = v;
                 c->ck_got[p] = 1;
-                did = 1;
             }
             ngot += c->ck_got[p];
         }
         if (ngot == c->P) {
-            int64_t v = c->ck_version;
-            int64_t next = in->first_ticket + (v - in->first_version) * c->W;
-            if (save_checkpoint(c, v, next, c->ck_params, c->ck_slots, e) < 0) return -1;
+            const int64_t v = c->ck_version;
+            const int64_t next = in->first_ticket + (v - in->first_version) * c->W;
+            const bool is_ckpt = cfg->checkpoint_dir &&
+                                 ((cfg->checkpoint_every > 0 && v % cfg->checkpoint_every == 0) ||
+                                  (c->ck_requested && v == c->ck_req_version));
+            if (is_ckpt) {
+                if (save_checkpoint(c, v, next, c->ck_params, c->ck_slots, e) < 0) return -1;
+                c->ck_requested = false;
+                c->t_ckpt = pst_now();
+            }
+            if (v == c->eval_version) {
+                memcpy(nn_model_params(c->m), c->ck_params, sizeof(float) * c->nparam);
+                if (root_eval(c, v, c->next_eval_epoch, e) < 0) return -1;
+                c->eval_version = -1;
+                c->next_eval_epoch += cfg->eval_every;
+            }
             memset(c->ck_got, 0, sizeof *c->ck_got * (size_t)c->P);
-            c->ck_requested = false;
-            c->t_ckpt = pst_now();
         }
-        /* time-based: a version none of the PS can have reached yet (its
-         * tickets are not published), so every PS snapshots the same one */
-        if (cfg->checkpoint_secs > 0 && !c->ck_requested && !c->stopping &&
+        /* Requests name a version no PS can have reached yet (its tickets
+         * are not all published), so every PS snapshots the same one. */
+        const int64_t v_safe = in->first_version + (prod - in->first_ticket) / c->W + 1;
+        if (cfg->checkpoint_dir && cfg->checkpoint_secs > 0 && !c->ck_requested && !c->stopping &&
             pst_now() - c->t_ckpt >= cfg->checkpoint_secs) {
-            int64_t v = in->first_version + (prod - in->first_ticket) / c->W + 1;
-            ps_request_snapshot(c->sh, v);
+            ps_request_snapshot(c->sh, v_safe);
             c->ck_requested = true;
+            c->ck_req_version = v_safe;
             c->t_ckpt = pst_now();
         }
+        const int64_t eval_ticket = next_eval_ticket(c);
+        if (eval_ticket >= 0 && c->eval_version < 0) {
+            /* the first version after the epoch's last batch (or later, if
+             * the root already published past it) */
+            int64_t v_end = in->first_version + (eval_ticket - in->first_ticket + c->W - 1) / c->W;
+            c->eval_version = PST_MAX(v_end, v_safe);
+            ps_request_eval(c->sh, c->eval_version);
+        }
+    } else if (next_eval_ticket(c) >= 0 && prod >= next_eval_ticket(c) + c->nring) {
+        /* async / backup workers: once the ring has cycled past the epoch's
+         * last batch, evaluate the variables as they are, at about the step
+         * the workers report */
+        ps_pull(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC, NULL);
+        double step = 0;
+        for (int w = 0; w < c->W; w++)
+            step = PST_MAX(step, feed_report_of(c->f, 1 + c->P + w)[WR_LAST_STEP] + 1);
+        if (root_eval(c, (int64_t)step, c->next_eval_epoch, e) < 0) return -1;
+        c->next_eval_epoch += cfg->eval_every;
+        did = 1;
     }
-    int sig = ckpt_stop_requested();
+    int sig = cfg->checkpoint_dir ? ckpt_stop_requested() : 0;
     if (sig && !c->stopping) {
         c->stopping = true;
         c->stop_signal = sig;
@@ -877,6 +945,13 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         rctx->t_ckpt = pst_now();
         rctx->res = res;
         rctx->told_total = info.total >= 0 ? info.total : INT64_MAX;
+        rctx->m = m, rctx->ds_rw = &ds, rctx->nring = nring;
+        rctx->eval_version = -1;
+        /* the first epoch count to evaluate after: the next multiple */
+        if (cfg->eval_every > 0) {
+            int done = (int)(info.first_ticket / PST_MAX(info.bpe, 1));
+            rctx->next_eval_epoch = (done / cfg->eval_every + 1) * cfg->eval_every;
+        }
         feed_hooks hooks = {.source = pipe_source,
                             .poll = root_poll,
                             .tick = root_tick,

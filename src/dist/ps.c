@@ -17,7 +17,7 @@
 
 #include "dist_internal.h"
 
-enum { CTL_LOCKSEQ = 0, CTL_DONE = 1, CTL_STOP_T = 2, CTL_CKPT_AT = 3 };
+enum { CTL_LOCKSEQ = 0, CTL_DONE = 1, CTL_STOP_T = 2, CTL_CKPT_AT = 3, CTL_EVAL_AT = 4 };
 enum { TAG_SNAP_VERSION = 7101, TAG_SNAP_DATA = 7102 };
 enum { ST_SEQ = 0, ST_VERSION = 1, ST_TICKET = 2, ST_COUNT = 3, ST_STEP = 4, ST_ACK = 5 };
 #define STAMP_BYTES 64
@@ -120,6 +120,8 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
                 }
         s->snap = pst_aligned_alloc(sizeof(float) * (size_t)(1 + s->nslots) * (n ? n : 1));
         ((int64_t *)s->base)[CTL_LOCKSEQ] = 2 * lay->first_version;
+        ((int64_t *)s->base)[CTL_CKPT_AT] = -1; /* no request */
+        ((int64_t *)s->base)[CTL_EVAL_AT] = -1;
     }
     MPI_OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->win));
     MPI_OK(MPI_Win_sync(s->win));
@@ -281,7 +283,8 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
              * asked for (never the last one: the final state follows) */
             if (lockstep && version < last_version &&
                 ((c->ckpt_every > 0 && version % c->ckpt_every == 0) ||
-                 version == dist_load64(&ctl[CTL_CKPT_AT])))
+                 version == dist_load64(&ctl[CTL_CKPT_AT]) ||
+                 version == dist_load64(&ctl[CTL_EVAL_AT])))
                 ps_snapshot_send(s, version);
             MPI_OK(MPI_Win_sync(s->win));
             dist_store64(&ctl[CTL_LOCKSEQ], 2 * version);
@@ -382,6 +385,11 @@ static void put_ctl_all(ps_shard *s, int word, int64_t value)
 void ps_request_snapshot(ps_shard *s, int64_t version)
 {
     put_ctl_all(s, CTL_CKPT_AT, version);
+}
+
+void ps_request_eval(ps_shard *s, int64_t version)
+{
+    put_ctl_all(s, CTL_EVAL_AT, version);
 }
 
 void ps_request_stop(ps_shard *s, int64_t total_tickets)

@@ -6,7 +6,8 @@
 #   once W          exactly once: W workers (1 PS), 2 epochs, trace file checked
 #   determinism     sync final variables bitwise equal for --ps 1/2/3 x every
 #                   placement, over TCP (btl tcp, pml ob1, osc pt2pt), a rerun,
-#                   and a model with batch norm (inception-mini)
+#                   a model with batch norm (inception-mini), and the
+#                   per-epoch evaluations of --eval-every
 #   single          sync with 1 worker == train_single (exact test loss and
 #                   accuracy: train_single has no parameter dump)
 #   backup          W=3, R=2: progress, dropped stale gradients counted
@@ -79,6 +80,14 @@ determinism)
         --dump "$TMP/a2.bin" >/dev/null
     cmp "$TMP/a1.bin" "$TMP/a2.bin" || { echo "adam, 3 workers: --ps 1 vs 2 differ"; fail=1; }
     cmp -s "$TMP/ref.bin" "$TMP/a1.bin" && { echo "adam equals momentum?"; fail=1; }
+    # --eval-every 1: one evaluation per epoch, at the version that ends it,
+    # identical for any PS count
+    run 4 --data "$TMP/small.h5" --ps 1 --epochs 3 --eval-every 1 --metrics "$TMP/m1.jsonl" >/dev/null
+    run 6 --data "$TMP/small.h5" --ps 3 --epochs 3 --eval-every 1 --metrics "$TMP/m3.jsonl" >/dev/null
+    grep '"eval"' "$TMP/m1.jsonl" >"$TMP/e1.txt"
+    grep '"eval"' "$TMP/m3.jsonl" >"$TMP/e3.txt"
+    [ "$(wc -l <"$TMP/e1.txt")" = 3 ] || { echo "expected 3 eval lines:"; cat "$TMP/e1.txt"; fail=1; }
+    cmp "$TMP/e1.txt" "$TMP/e3.txt" || { echo "evaluations differ between --ps 1 and 3"; fail=1; }
     # batch norm: moving statistics are variables too
     "$TEST_DIST" mkdata "$TMP/c3.h5" 192 32 16 16 3 10 || die "mkdata"
     run 4 --data "$TMP/c3.h5" --model inception-mini --epochs 1 --ps 1 --dump "$TMP/i1.bin" >/dev/null

@@ -106,6 +106,8 @@ int main(int argc, char **argv)
             cfg.resume = true;
         else if (!strcmp(a, "--resume-from"))
             cfg.resume = true, cfg.resume_path = v, i++;
+        else if (!strcmp(a, "--eval-every"))
+            cfg.eval_every = atoi(v), i++;
         else if (!strcmp(a, "--single"))
             single = true;
         else if (!strcmp(a, "--expect-once"))

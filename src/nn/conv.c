@@ -386,17 +386,28 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
                 const float *restrict s = dy + (size_t)r * K;
                 for (int k = 0; k < K; k++) db[k] += s[k];
             }
-        /* rebuild this chunk's columns (pad borders must be zero again) */
-        memset(pad, 0, sizeof(float) * npad);
-        for (int i = 0; i < nn; i++) {
+        const int Wp = pad_w(d), C = d->C;
+        bool implicit = true;
+        for (int i = 0; i < nn && implicit; i++) {
+            /* dw straight from each padded image when the kernel applies */
+            memset(pad, 0, sizeof(float) * npad);
             pad_image(pad, inp, d, n0 + i);
-            im2col_padded(col + i * img_rows * R, pad, d);
+            implicit =
+                nn_narrow_conv_dw(dw, pad, d->OH, d->OW, d->SH * Wp * C, d->SW * C, d->KH, Wp * C,
+                                  d->KW * C, dy + i * img_rows * K, K, n0 > 0 || i > 0);
         }
-        mul_dw(dw, col, dy, rows, R, K, n0 > 0);
+        if (!implicit) {
+            /* rebuild this chunk's columns (pad borders must be zero again) */
+            memset(pad, 0, sizeof(float) * npad);
+            for (int i = 0; i < nn; i++) {
+                pad_image(pad, inp, d, n0 + i);
+                im2col_padded(col + i * img_rows * R, pad, d);
+            }
+            mul_dw(dw, col, dy, rows, R, K, n0 > 0);
+        }
         if (!dinp) continue;
         if (K <= NN_NARROW_MAX) {
             /* each output row's input gradient straight into the padded image */
-            const int Wp = pad_w(d), C = d->C;
             for (int i = 0; i < nn; i++) {
                 memset(pad, 0, sizeof(float) * npad);
                 for (int oh = 0; oh < d->OH; oh++)

@@ -557,6 +557,69 @@ AVX512 static void dcol_row_simd(float *dprow, const float *dy, int OW, int SWC,
         if (n == 1) DCOL_ROWS(1)
     }
 }
+
+/* dw rows [kh*seg + j0, + NB) (+)= windows^T dy over one padded image
+ * (implicit im2col: window (oh, ow) starts at pad + oh*SHWpC + ow*SWC);
+ * K <= 16; U accumulators per row over consecutive columns. Inlined with
+ * constant NB and U. */
+__attribute__((always_inline)) AVX512 static inline void
+cdw_block(int NB, int U, float *dw, const float *pad, int OH, int OW, int SHWpC, int SWC, int kh,
+          int WpC, int seg, int j0, const float *dy, int K, bool acc)
+{
+    const __mmask16 km = (__mmask16)((1u << K) - 1);
+    __m512 c[4][16];
+#pragma GCC unroll 4
+    for (int u = 0; u < U; u++)
+#pragma GCC unroll 16
+        for (int j = 0; j < NB; j++) c[u][j] = _mm512_setzero_ps();
+    for (int oh = 0; oh < OH; oh++) {
+        const float *arow = pad + (size_t)oh * SHWpC + (size_t)kh * WpC + j0;
+        const float *drow = dy + (size_t)oh * OW * K;
+        int ow = 0;
+        for (; ow + U <= OW; ow += U)
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                __m512 d = _mm512_maskz_loadu_ps(km, drow + (size_t)(ow + u) * K);
+                const float *a = arow + (size_t)(ow + u) * SWC;
+#pragma GCC unroll 16
+                for (int j = 0; j < NB; j++)
+                    c[u][j] = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), d, c[u][j]);
+            }
+        for (; ow < OW; ow++) {
+            __m512 d = _mm512_maskz_loadu_ps(km, drow + (size_t)ow * K);
+            const float *a = arow + (size_t)ow * SWC;
+#pragma GCC unroll 16
+            for (int j = 0; j < NB; j++)
+                c[0][j] = _mm512_fmadd_ps(_mm512_set1_ps(a[j]), d, c[0][j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; j++) {
+        __m512 v = c[0][j];
+#pragma GCC unroll 4
+        for (int u = 1; u < U; u++) v = _mm512_add_ps(v, c[u][j]);
+        float *o = dw + (size_t)(kh * seg + j0 + j) * K;
+        if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, o));
+        _mm512_mask_storeu_ps(o, km, v);
+    }
+}
+
+AVX512 static void conv_dw_simd(float *dw, const float *pad, int OH, int OW, int SHWpC, int SWC,
+                                int KH, int WpC, int seg, const float *dy, int K, bool acc)
+{
+    for (int kh = 0; kh < KH; kh++) {
+        int j0 = 0;
+        for (; j0 + 16 <= seg; j0 += 16)
+            cdw_block(16, 1, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, dy, K, acc);
+        if (j0 + 8 <= seg)
+            cdw_block(8, 2, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, dy, K, acc), j0 += 8;
+        if (j0 + 4 <= seg)
+            cdw_block(4, 4, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, dy, K, acc), j0 += 4;
+        if (j0 + 2 <= seg)
+            cdw_block(2, 4, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, dy, K, acc), j0 += 2;
+        if (j0 < seg) cdw_block(1, 4, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, dy, K, acc);
+    }
+}
 #endif
 
 /* ---- entry points ------------------------------------------------------------------- */
@@ -631,4 +694,18 @@ void nn_narrow_dcol_row(float *dprow, const float *dy, int OW, int SWC, int KH, 
     }
 #endif
     dcol_row_port(dprow, dy, OW, SWC, KH, WpC, seg, WT, K);
+}
+
+bool nn_narrow_conv_dw(float *dw, const float *pad, int OH, int OW, int SHWpC, int SWC, int KH,
+                       int WpC, int seg, const float *dy, int K, bool acc)
+{
+#if NARROW_X86
+    if (K <= 16 && nn_narrow_use_simd(-1)) {
+        conv_dw_simd(dw, pad, OH, OW, SHWpC, SWC, KH, WpC, seg, dy, K, acc);
+        return true;
+    }
+#endif
+    (void)dw, (void)pad, (void)OH, (void)OW, (void)SHWpC, (void)SWC, (void)KH, (void)WpC;
+    (void)seg, (void)dy, (void)K, (void)acc;
+    return false;
 }

@@ -131,6 +131,13 @@ refuse)
     run 3 --data "$TMP/small.h5" --ps 0 --expect-fail "at least one parameter server"
     run 4 --data "$TMP/small.h5" --ps 1 --replicas 3 --expect-fail "replicas-to-aggregate 3 with 2 workers"
     run 4 --data "$TMP/none.h5" --ps 1 --expect-fail "none.h5"
+    # a fatal error on one rank ends the whole job (no hang) with the rank's role
+    if timeout 60 $MPI -np 4 "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --lr 1e30 \
+        >"$TMP/nan.log" 2>&1; then
+        echo "a diverging run exited 0"; fail=1
+    fi
+    grep -E "^rank [0-9]+ \(worker [0-9]+\): loss is (NaN|Inf)" "$TMP/nan.log" ||
+        { cat "$TMP/nan.log"; echo "no 'rank R (worker W): loss is NaN' message"; fail=1; }
     ;;
 idle)
     "$TEST_DIST" mkdata "$TMP/img.h5" 512 64 28 28 1 10 || die "mkdata"

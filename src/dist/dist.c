@@ -1,20 +1,45 @@
 /*
  * dist.c - distributed training: roles, start-up checks, the worker loop,
- * and the end of a run (final variables, evaluation, accounting).
+ * the root's duties during the run (metrics, checkpoints, evaluations, stop
+ * signals) and the end of a run (final variables, evaluation, accounting).
  *
  * Roles (DESIGN.md 1): rank 0 root (input pipeline -> batch ring, metrics,
  * summary), ranks 1..P parameter servers (ps.c), ranks P+1..N-1 workers.
  * Every rank builds the same model from the same seed (so initial
- * variables agree without a broadcast), the same placement plan, and joins
- * two windows: the root's batch ring (feed.c) and the PS shards (ps.c).
+ * variables agree without a broadcast; a resumed run broadcasts the
+ * checkpoint's), the same placement plan, and joins two windows: the root's
+ * batch ring (feed.c) and the PS shards (ps.c).
  *
- * Termination: the root knows the number of batches T in advance (epochs x
- * batches per epoch, capped by --steps), publishes end-of-data markers after
- * them and serves until every worker has called feed_finish; a PS serves
- * until every worker has put its end stamp. In sync mode with --steps and
- * backup workers the PS raises `done` after S updates instead. Afterwards
- * all ranks meet in collectives: the root pulls the final variables, gathers
- * the workers' example logs and timings, evaluates and fills the result.
+ * Termination: the root knows the ticket limit T in advance (epochs x
+ * batches per epoch, capped by --steps), publishes end-of-data markers from
+ * T on and serves until every worker has called feed_finish. A lockstep PS
+ * (sync, R = W) stops after the version that consumes ticket T-1; other PS
+ * serve until every worker has put its end stamp (sync with backup workers
+ * and --steps: the PS raise `done` after S updates). Afterwards every PS
+ * sends its final shard (variables and optimizer slots) to the root, and all
+ * ranks meet in collectives: the root gathers the example logs and timings,
+ * writes the final checkpoint, evaluates and fills the result.
+ *
+ * Checkpoints (--checkpoint-dir): a checkpoint is the PS snapshots of one
+ * version, assembled on the root (ckpt.h layout, independent of P and the
+ * placement). Lockstep PS snapshot every --checkpoint-every versions on
+ * their own, and at a version the root names for --checkpoint-secs (one
+ * whose tickets it has not published yet, so every PS takes the same). The
+ * data cursor of version v is ticket t0 + (v - v0) W. SIGTERM/SIGUSR1/SIGINT
+ * (the root's flag decides): the root lowers T to the end of the version in
+ * flight, the run ends there with a final checkpoint and exit 0. --resume:
+ * the root reads the checkpoint, everybody starts at its version and data
+ * cursor (the pipeline replays the epoch and skips the consumed batches), so
+ * a sync run resumed ends bitwise equal to an uninterrupted one, for any PS
+ * count. Async and backup-worker runs checkpoint at the end and on a signal.
+ *
+ * --eval-every E: lockstep runs evaluate the snapshot of the version that
+ * ends epoch E, 2E, ... (the same numbers for any PS count); other modes the
+ * variables as they are once the ring has passed the epoch's last batch.
+ *
+ * --trace-examples FILE: one JSON object per batch, in worker order:
+ * {"worker": w, "step": the version (sync) or global step (async) it was
+ * computed at, "ticket": t, "epoch": e, "ids": [...]}.
  */
 #include <math.h>
 #include <stdio.h>

@@ -13,10 +13,10 @@
  *              than keeping N*OH*OW*R floats per layer).
  *   K <= 32    the narrow kernels (narrow.c): the forward reads windows
  *              straight from a zero-padded copy of each image ("implicit
- *              im2col": no col matrix), dw multiplies the chunk's col, and
- *              the input gradient is added straight into the padded image
- *              gradient (no dcol matrix, no col2im). BLIS measured 7-40
- *              GFLOP/s on these shapes.
+ *              im2col": no col matrix), so does dw for K <= 16 (else it
+ *              multiplies the chunk's col), and the input gradient is added
+ *              straight into the padded image gradient (no dcol matrix, no
+ *              col2im). BLIS measured 7-40 GFLOP/s on these shapes.
  *   C = 1, stride 1, K <= 16 (a grayscale input layer): conv1ch.c,
  *              vectorised along the output row.
  *   1x1, stride 1, no padding: a dense layer over the N*H*W rows.

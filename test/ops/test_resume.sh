@@ -11,6 +11,7 @@
 #
 #   test_resume.sh single      # one process
 #   test_resume.sh dist        # mpirun -np 4: root, 1 PS, 2 workers
+#   test_resume.sh dist-tcp    # the same over TCP (btl self,tcp, pml ob1, osc pt2pt)
 set -u
 mode=${1:-single}
 PSTRAIN=${PSTRAIN:?}
@@ -53,6 +54,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BLIS_NUM_THREAD
 if [ "$mode" = dist ]; then
     launch=(mpirun --oversubscribe -np 4 "$PSTRAIN")
     extra=(--ps 1)
+elif [ "$mode" = dist-tcp ]; then # the multi-node transport flags of jobs/train.sbatch
+    launch=(mpirun --oversubscribe -np 4 --mca btl self,tcp --mca pml ob1 --mca osc pt2pt "$PSTRAIN")
+    extra=(--ps 1)
 else
     launch=("$PSTRAIN")
     extra=()
@@ -91,7 +95,7 @@ wait_latest() { # dir seconds
 # A: uninterrupted
 run --steps $total --checkpoint-dir "$tmp/A" >"$tmp/A.log" 2>&1 || { cat "$tmp/A.log"; bad "run A"; exit 1; }
 [ -f "$tmp/A/ckpt-$total.h5" ] || {
-    if [ "$mode" = dist ]; then
+    if [ "$mode" != single ]; then
         echo "SKIP: distributed training wrote no checkpoint (not implemented yet?)"
         fail=0
         exit 77
@@ -126,7 +130,7 @@ run_bg --steps $total --checkpoint-dir "$tmp/D" --checkpoint-every 5 >"$tmp/D1.l
 pid=$BG_PID
 wait_latest "$tmp/D" 60 || bad "D: no checkpoint within 60 s"
 sleep 0.0$((RANDOM % 10))
-if [ "$mode" = dist ]; then
+if [ "$mode" != single ]; then
     victim=$(pgrep -P $pid | tail -1) # mpirun's children are the ranks; the last is a worker
 else
     victim=$pid

@@ -226,11 +226,19 @@ static void transpose_kernel(float *restrict wt, const float *restrict w, int R,
         for (int k = 0; k < K; k++) wt[(size_t)k * R + r] = w[(size_t)r * K + k];
 }
 
-/* The three products; the narrow kernels when the output channels allow. */
+/* The narrow kernels when the output channels allow and they run
+ * vectorised; without AVX-512 BLIS on the col matrix is the faster path
+ * (the portable narrow kernels are the reference the tests compare with). */
+static bool use_narrow(int K)
+{
+    return K <= NN_NARROW_MAX && nn_narrow_use_simd(-1);
+}
+
+/* The three products. */
 static void mul_fwd(float *out, const float *col, const float *w, const float *b, int rows, int R,
                     int K, bool relu)
 {
-    if (K <= NN_NARROW_MAX) {
+    if (use_narrow(K)) {
         nn_narrow_nn(rows, K, R, col, R, w, K, b, relu, out, K, false);
     } else {
         nn_gemm(false, false, rows, K, R, 1.0f, col, R, w, K, 0.0f, out, K);
@@ -239,7 +247,7 @@ static void mul_fwd(float *out, const float *col, const float *w, const float *b
 }
 static void mul_dw(float *dw, const float *col, const float *dy, int rows, int R, int K, bool acc)
 {
-    if (K <= NN_NARROW_MAX)
+    if (use_narrow(K))
         nn_narrow_tn(R, K, rows, col, R, dy, K, dw, K, acc);
     else
         nn_gemm(true, false, R, K, rows, 1.0f, col, R, dy, K, acc ? 1.0f : 0.0f, dw, K);
@@ -248,7 +256,7 @@ static void mul_dw(float *dw, const float *col, const float *dy, int rows, int R
 static void mul_dcol(float *dcol, const float *dy, const float *w, const float *wt, int rows, int R,
                      int K, bool acc)
 {
-    if (K <= NN_NARROW_MAX)
+    if (use_narrow(K))
         nn_narrow_nt(rows, R, K, dy, wt, dcol, R, acc);
     else
         nn_gemm(false, true, rows, R, K, 1.0f, dy, K, w, K, acc ? 1.0f : 0.0f, dcol, R);
@@ -320,7 +328,7 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
         }
         return;
     }
-    if (K <= NN_NARROW_MAX) {
+    if (use_narrow(K)) {
         /* implicit im2col: each output row straight from the padded image;
          * the kernel's rows aligned (a variable's slab offset need not be) */
         if ((uintptr_t)w % 64) w = memcpy(scratch_wt(scratch, d), w, sizeof(float) * R * K);
@@ -374,7 +382,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
         }
         return;
     }
-    if (dinp && K <= NN_NARROW_MAX) transpose_kernel(wt, w, R, K);
+    if (dinp && use_narrow(K)) transpose_kernel(wt, w, R, K);
     if (db) memset(db, 0, sizeof(float) * K);
     for (int n0 = 0; n0 < d->N; n0 += chunk) {
         int nn = d->N - n0 < chunk ? d->N - n0 : chunk;
@@ -406,7 +414,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             mul_dw(dw, col, dy, rows, R, K, n0 > 0);
         }
         if (!dinp) continue;
-        if (K <= NN_NARROW_MAX) {
+        if (use_narrow(K)) {
             /* each output row's input gradient straight into the padded image */
             for (int i = 0; i < nn; i++) {
                 memset(pad, 0, sizeof(float) * npad);

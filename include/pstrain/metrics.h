@@ -29,6 +29,9 @@ typedef struct metrics_step_rec {
 } metrics_step_rec;
 
 int metrics_open(metrics **out, const char *path, bool progress, pst_err *e);
+/* The same, appending to an existing file (a resumed run continues its
+ * log). `elapsed` in step lines counts from this call. */
+int metrics_open_append(metrics **out, const char *path, bool progress, pst_err *e);
 void metrics_step(metrics *m, const metrics_step_rec *r);
 void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double accuracy,
                   double loss, int64_t examples);

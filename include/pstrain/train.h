@@ -34,11 +34,11 @@ typedef struct train_cfg {
     pipe_cfg pipe; /* prep threads, queue, augmentation, limit */
 
     /* distributed */
-    int ps;                      /* parameter-server ranks */
+    int ps; /* parameter-server ranks */
     place_kind placement;
-    int64_t partition_bytes;     /* default 256 KiB */
+    int64_t partition_bytes; /* default 256 KiB */
     train_mode mode;
-    int replicas_to_aggregate;   /* 0 = all workers */
+    int replicas_to_aggregate; /* 0 = all workers */
 
     /* checkpoints (ckpt.h): DIR/ckpt-<step>.h5 + DIR/latest */
     const char *checkpoint_dir;
@@ -49,10 +49,10 @@ typedef struct train_cfg {
     const char *resume_path;  /* a checkpoint file or directory; NULL = checkpoint_dir */
 
     /* reporting */
-    int eval_every;      /* epochs; 0 = only at the end */
-    double log_every;    /* seconds between progress/metrics lines */
+    int eval_every;   /* epochs; 0 = only at the end */
+    double log_every; /* seconds between progress/metrics lines */
     const char *metrics_path, *summary_path, *trace_path;
-    bool dry_run;        /* print the model (and plan) and exit */
+    bool dry_run; /* print the model (and plan) and exit */
     bool quiet;
     /* diagnostic: write the final parameter slab as raw native float32 to this
      * file (tests compare runs bitwise); NULL = off */
@@ -81,27 +81,27 @@ typedef struct epoch_stats {
 
 typedef struct train_result {
     int ranks, ps, workers;
-    int64_t steps;       /* global steps (optimizer updates in sync mode) */
-    int epochs;          /* epochs completed */
-    int64_t examples;    /* training examples processed */
+    int64_t steps;    /* global steps (optimizer updates in sync mode) */
+    int epochs;       /* epochs completed */
+    int64_t examples; /* training examples processed */
     double train_seconds, images_per_sec;
-    float final_loss;    /* mean loss over the last logging interval */
+    float final_loss; /* mean training loss of the last 100 steps (fewer if fewer ran) */
     bool has_test;
     double test_accuracy, test_loss;
     int64_t test_examples;
     int nepochs_stats;
-    epoch_stats *epoch_stats;  /* owned */
+    epoch_stats *epoch_stats; /* owned */
     int nps;
-    int64_t *per_ps_bytes;     /* owned */
+    int64_t *per_ps_bytes; /* owned */
     double imbalance;
-    int64_t dropped_stale;     /* sync mode with backup workers */
-    int64_t start_step;        /* > 0 when resumed from a checkpoint */
-    int stop_signal;           /* the signal that stopped the run early, or 0 */
+    int64_t dropped_stale; /* sync mode with backup workers */
+    int64_t start_step;    /* > 0 when resumed from a checkpoint */
+    int stop_signal;       /* the signal that stopped the run early, or 0 */
     char last_checkpoint[4096];
     int nworker_timing;
-    worker_timing *wtiming;    /* per worker, owned */
-    ps_timing *pstiming;       /* per PS, owned */
-    double root_cpu;           /* CPU seconds of the root's service loop (distributed) */
+    worker_timing *wtiming; /* per worker, owned */
+    ps_timing *pstiming;    /* per PS, owned */
+    double root_cpu;        /* CPU seconds of the root's service loop (distributed) */
 } train_result;
 
 void train_result_free(train_result *r); /* frees the owned arrays; NULL-safe */
@@ -130,7 +130,6 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
 int eval_main(int argc, char **argv);
 
 /* Writes the --summary-json object of DESIGN.md section 6. */
-int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r,
-                        pst_err *e);
+int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r, pst_err *e);
 
 #endif

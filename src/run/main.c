@@ -96,6 +96,10 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    /* getopt names the program after argv[0] in its messages */
+    static char name[32];
+    snprintf(name, sizeof name, "pstrain %s", cmd);
+    argv[1] = name;
     if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return eval_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return plan_main(argc - 1, argv + 1);

@@ -15,11 +15,11 @@ struct metrics {
     double t0;
 };
 
-int metrics_open(metrics **out, const char *path, bool progress, pst_err *e)
+static int open_mode(metrics **out, const char *path, bool progress, const char *mode, pst_err *e)
 {
     metrics *m = pst_calloc(1, sizeof *m);
     if (path) {
-        m->f = fopen(path, "w");
+        m->f = fopen(path, mode);
         if (!m->f) {
             free(m);
             return pst_fail(e, "%s: cannot create metrics file: %s", path, strerror(errno));
@@ -39,6 +39,16 @@ static void jnum(FILE *f, const char *key, double v, bool comma)
         fprintf(f, "\"%s\":%.6g%s", key, v, comma ? "," : "");
     else
         fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
+}
+
+int metrics_open(metrics **out, const char *path, bool progress, pst_err *e)
+{
+    return open_mode(out, path, progress, "w", e);
+}
+
+int metrics_open_append(metrics **out, const char *path, bool progress, pst_err *e)
+{
+    return open_mode(out, path, progress, "a", e);
 }
 
 void metrics_step(metrics *m, const metrics_step_rec *r)

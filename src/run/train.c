@@ -111,18 +111,18 @@ static int slab_ranges(const nn_model *m, slab_range *out)
     return n;
 }
 
-/* The accounting record of `epoch`, created on first use. */
+/* The accounting record of `epoch`, created on first use (a resumed run
+ * has records only for the epochs it saw). */
 static epoch_stats *stats_for_epoch(train_result *r, int epoch, int nworkers)
 {
-    if (epoch >= r->nepochs_stats) {
-        r->epoch_stats = pst_realloc(r->epoch_stats, sizeof *r->epoch_stats * (size_t)(epoch + 1));
-        for (int i = r->nepochs_stats; i <= epoch; i++) {
-            r->epoch_stats[i] = (epoch_stats){.epoch = i, .nworkers = nworkers};
-            r->epoch_stats[i].per_worker = pst_calloc((size_t)nworkers, sizeof(int64_t));
-        }
-        r->nepochs_stats = epoch + 1;
-    }
-    return &r->epoch_stats[epoch];
+    for (int i = r->nepochs_stats - 1; i >= 0; i--)
+        if (r->epoch_stats[i].epoch == epoch) return &r->epoch_stats[i];
+    r->epoch_stats =
+        pst_realloc(r->epoch_stats, sizeof *r->epoch_stats * (size_t)(r->nepochs_stats + 1));
+    epoch_stats *s = &r->epoch_stats[r->nepochs_stats++];
+    *s = (epoch_stats){.epoch = epoch, .nworkers = nworkers};
+    s->per_worker = pst_calloc((size_t)nworkers, sizeof(int64_t));
+    return s;
 }
 
 /* Counts a batch in its epoch's accounting and the bitmap of seen ids. */
@@ -200,6 +200,33 @@ static int check_resume_meta(const char *path, const ckpt_meta *m, const train_c
         return pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
                         (unsigned long long)m->seed, (unsigned long long)cfg->seed);
     return 0;
+}
+
+/* Losses of the last FINAL_LOSS_STEPS steps: final_loss is their mean, so
+ * it depends on the steps run, never on the logging interval's timing. */
+#define FINAL_LOSS_STEPS 100
+
+/* What is logged every --log-every seconds: means over the interval. */
+typedef struct log_window {
+    int64_t examples, correct;
+    double loss;
+    int steps;
+} log_window;
+
+static void log_step(metrics *mx, log_window *w, int64_t step, int64_t total_steps, int epoch,
+                     float lr, double rate, const worker_timing *tm)
+{
+    if (!w->steps) return;
+    metrics_step_rec rec = {.step = step,
+                            .total_steps = total_steps,
+                            .epoch = epoch,
+                            .loss = w->loss / w->steps,
+                            .accuracy = (double)w->correct / (double)w->examples,
+                            .lr = lr,
+                            .images_per_sec = rate,
+                            .worker = tm};
+    metrics_step(mx, &rec);
+    *w = (log_window){0};
 }
 
 static int check_cfg(const train_cfg *cfg, pst_err *e)
@@ -318,16 +345,22 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                          .decay = cfg->lr_decay,
                          .decay_epochs = cfg->lr_decay_epochs,
                          .steps_per_epoch = steps_per_epoch};
-    if (metrics_open(&mx, cfg->metrics_path, !cfg->quiet, e) < 0) goto out;
+    if ((res->start_step > 0 ? metrics_open_append : metrics_open)(&mx, cfg->metrics_path,
+                                                                   !cfg->quiet, e) < 0)
+        goto out;
 
     const int64_t px = (int64_t)ds.height * ds.width * ds.channels;
     x = pst_aligned_alloc(sizeof(float) * (size_t)(cfg->batch * px));
     float *params = nn_model_params(m), *grads = nn_model_grads(m);
     worker_timing tm = {0};
     bool has_test = h5ds_find_split(&ds, "test") != NULL;
-    int64_t win_examples = 0, win_correct = 0, epoch_batch = skip_batches;
-    double win_loss = 0;
-    int win_steps = 0, epoch = start_epoch;
+    int64_t epoch_batch = skip_batches;
+    int epoch = start_epoch;
+    log_window win = {0};
+    float last_losses[FINAL_LOSS_STEPS], lr = cfg->lr;
+    /* this process's share, for its images/s (a resumed run started mid-way) */
+    const int64_t examples0 = examples;
+    const double t_train0 = t_train;
     if (cfg->checkpoint_dir && ckpt_signals_install(e) < 0) goto out;
     const int64_t per_epoch = pipe_examples_per_epoch(p);
     seen = pst_calloc((size_t)per_epoch, 1);
@@ -381,7 +414,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         }
         double t2 = pst_now();
         step++;
-        float lr = lr_at(&sched, step - 1);
+        lr = lr_at(&sched, step - 1);
         for (int r = 0; r < nranges; r++) {
             size_t o = ranges[r].begin, n = ranges[r].end - ranges[r].begin;
             if (ranges[r].trainable)
@@ -395,23 +428,15 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         tm.compute += t2 - t1;
         tm.push += t3 - t2;
         examples += b.count;
-        win_examples += b.count;
-        win_correct += ncorrect;
-        win_loss += loss;
-        win_steps++;
+        win.examples += b.count;
+        win.correct += ncorrect;
+        win.loss += loss;
+        win.steps++;
+        last_losses[(step - 1) % FINAL_LOSS_STEPS] = loss;
         if (t3 - t_log >= cfg->log_every) {
-            double el = t_train + (t3 - t_seg);
-            metrics_step_rec rec = {.step = step,
-                                    .total_steps = total_steps,
-                                    .epoch = b.epoch,
-                                    .loss = win_loss / win_steps,
-                                    .accuracy = (double)win_correct / (double)win_examples,
-                                    .lr = lr,
-                                    .images_per_sec = el > 0 ? (double)examples / el : 0,
-                                    .worker = &tm};
-            metrics_step(mx, &rec);
-            res->final_loss = (float)(win_loss / win_steps);
-            win_loss = 0, win_steps = 0, win_examples = 0, win_correct = 0;
+            double el = t_train + (t3 - t_seg) - t_train0;
+            log_step(mx, &win, step, total_steps, b.epoch, lr,
+                     el > 0 ? (double)(examples - examples0) / el : 0, &tm);
             t_log = t3;
         }
         if (cfg->checkpoint_dir) {
@@ -451,7 +476,15 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         }
     }
     if (res->nepochs_stats) stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
-    if (win_steps) res->final_loss = (float)(win_loss / win_steps);
+    if (t_train > t_train0) /* the last, partial interval */
+        log_step(mx, &win, step, total_steps, epoch, lr,
+                 (double)(examples - examples0) / (t_train - t_train0), &tm);
+    {
+        int64_t n = PST_MIN(step - res->start_step, (int64_t)FINAL_LOSS_STEPS);
+        double sum = 0;
+        for (int64_t i = 1; i <= n; i++) sum += last_losses[(step - i) % FINAL_LOSS_STEPS];
+        res->final_loss = n ? (float)(sum / (double)n) : NAN;
+    }
 
     res->ranks = 1, res->ps = 0, res->workers = 1;
     res->steps = step;

@@ -6,6 +6,8 @@
 #                                       environment (source it: SLURM_CONF)
 #   slurm-cluster.sh stop DIR           stop the daemons (by their pid files)
 #
+# The node is this host by its short name (so that mpirun in a job knows
+# the allocation is local and starts its ranks itself, not through srun).
 # Everything lives in DIR (created, must be empty or missing): munge key,
 # socket, slurm.conf, state, spool, logs, pid files. The node advertises
 # CPUS (default 16) CPUs whatever the machine has (config_overrides), so
@@ -51,6 +53,22 @@ stop_pidfile() { # pidfile name
 cmd_stop() {
     local d=$1
     [ -d "$d" ] || return 0
+    # Jobs first: a job step outlives slurmd (slurmstepd is on its own), so
+    # cancel everything and let slurmd reap it before the daemons go.
+    if [ -s "$d/run/slurmctld.pid" ] && [ -f "$d/slurm.conf" ]; then
+        export SLURM_CONF=$d/slurm.conf PATH=$PATH:/usr/sbin
+        scancel --quiet --user=root 2>/dev/null || true
+        for _ in $(seq 100); do
+            [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+            sleep 0.1
+        done
+        [ -z "$(squeue -h -o %i 2>/dev/null)" ] ||
+            echo "slurm-cluster: jobs still there after 10 s: $(squeue -h -o '%i %T' | tr '\n' ' ')" >&2
+        # and any step processes slurmd has not reaped yet
+        local pids
+        pids=$(scontrol listpids 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ { print $1 }' || true)
+        [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+    fi
     stop_pidfile "$d/run/slurmd.pid" slurmd
     stop_pidfile "$d/run/slurmctld.pid" slurmctld
     stop_pidfile "$d/munge/munged.pid" munged
@@ -138,8 +156,8 @@ SlurmctldLogFile=$d/log/slurmctld.log
 SlurmdLogFile=$d/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=pstnode NodeAddr=127.0.0.1 NodeHostname=$host CPUs=$cpus State=UNKNOWN
-PartitionName=test Nodes=pstnode Default=YES MaxTime=INFINITE MaxNodes=1 State=UP OverSubscribe=NO
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE MaxNodes=1 State=UP OverSubscribe=NO
 EOF
     printf 'export SLURM_CONF=%q\nexport SLURM_CLUSTER_DIR=%q\nexport PATH=$PATH:/usr/sbin\n' \
         "$d/slurm.conf" "$d" >"$d/env"
@@ -147,20 +165,20 @@ EOF
 
     slurmctld -f "$d/slurm.conf" >"$d/log/slurmctld.out" 2>&1 ||
         die_skip "slurmctld did not start (see $d/log/slurmctld.log)"
-    slurmd -f "$d/slurm.conf" -N pstnode >"$d/log/slurmd.out" 2>&1 ||
+    slurmd -f "$d/slurm.conf" -N "$host" >"$d/log/slurmd.out" 2>&1 ||
         die_skip "slurmd did not start (see $d/log/slurmd.log)"
 
     local state=""
     for _ in $(seq 100); do
-        state=$(sinfo -h -n pstnode -o %T 2>/dev/null || true)
+        state=$(sinfo -h -n "$host" -o %T 2>/dev/null || true)
         [ "$state" = idle ] && break
         sleep 0.2
     done
     if [ "$state" != idle ]; then
         tail -5 "$d/log/slurmctld.log" "$d/log/slurmd.log" >&2 || true
-        die_skip "node pstnode is '${state:-unreachable}', not idle, after 20 s (logs in $d/log)"
+        die_skip "node $host is '${state:-unreachable}', not idle, after 20 s (logs in $d/log)"
     fi
-    echo "slurm-cluster: up in $d (node pstnode, $cpus CPUs, ports $ctl_port/$d_port)" >&2
+    echo "slurm-cluster: up in $d (node $host, $cpus CPUs, ports $ctl_port/$d_port)" >&2
 }
 
 case "${1:-}" in

@@ -16,6 +16,7 @@ export SLURM_TEST_DIR
 
 slurm_down() {
     local rc=$?
+    trap '' TERM INT # finish stopping the cluster whatever comes
     bash "$ops_dir/slurm-cluster.sh" stop "$SLURM_TEST_DIR" || true
     if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
         echo "---- slurmctld.log (tail) ----"
@@ -31,6 +32,8 @@ slurm_down() {
 
 slurm_up() {
     trap slurm_down EXIT
+    trap 'exit 143' TERM # meson's timeout: stop the cluster on the way out
+    trap 'exit 130' INT
     bash "$ops_dir/slurm-cluster.sh" start "$SLURM_TEST_DIR" "${1:-16}"
     local rc=$?
     if [ $rc = 77 ]; then

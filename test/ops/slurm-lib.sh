@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # slurm-lib.sh - sourced by the Slurm tests: a private one-node cluster for
 # the test's lifetime, and bounded waits on jobs.
 #

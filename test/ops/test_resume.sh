@@ -74,7 +74,7 @@ run_bg() {
     (exec "${launch[@]}" "${common[@]}" "$@") &
     local p=$!
     BG_PID=$p
-    bg_pids+=($p)
+    bg_pids+=("$p")
     # a watchdog instead of timeout(1), which would not pass USR1 on; it
     # ends by itself soon after the run does
     (

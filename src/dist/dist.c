@@ -532,10 +532,13 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         rec[WR_CORRECT] += ncorrect;
         rec[WR_LAST_STEP] = (double)step;
         rec[WR_EPOCH] = b.epoch;
+        int64_t loss_bits = 0;
+        memcpy(&loss_bits, &loss, sizeof loss);
         vec_push(log, b.ticket);
         vec_push(log, step);
         vec_push(log, b.epoch);
         vec_push(log, b.count);
+        vec_push(log, loss_bits);
         for (int i = 0; i < b.count; i++) vec_push(log, b.ids[i]);
         if (sync && !lockstep) {
             bool done = ps_wait_newer(a->s, versions, now, &tm.wait_version);
@@ -555,7 +558,45 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
 
 /* ---- end of the run on the root ------------------------------------------------ */
 
-/* Per-epoch accounting from the gathered logs; writes the trace file. */
+/* A worker's log: per batch LOG_HDR words {ticket, step, epoch, count, loss
+ * (float bits)} then its `count` example ids. */
+enum { LOG_TICKET, LOG_STEP, LOG_EPOCH, LOG_COUNT, LOG_LOSS, LOG_HDR };
+
+typedef struct batch_loss {
+    int64_t ticket, step;
+    float loss;
+} batch_loss;
+
+static int cmp_batch_ticket(const void *a, const void *b)
+{
+    const batch_loss *x = a, *y = b;
+    return (x->ticket > y->ticket) - (x->ticket < y->ticket);
+}
+
+/* final_loss (train.h): the mean training loss of the last FINAL_LOSS_STEPS
+ * steps, summed in ticket order, so that it does not depend on timing. Sync:
+ * every batch computed at one of the last 100 versions; async: the last 100
+ * batches (a step is a batch). */
+#define FINAL_LOSS_STEPS 100
+static float final_loss(batch_loss *bl, size_t n, bool sync)
+{
+    if (!n) return NAN;
+    qsort(bl, n, sizeof *bl, cmp_batch_ticket);
+    int64_t max_step = 0;
+    for (size_t i = 0; i < n; i++) max_step = PST_MAX(max_step, bl[i].step);
+    /* newest first, as train_single sums its last steps */
+    double sum = 0;
+    int64_t k = 0;
+    for (size_t j = n; j-- > 0;) {
+        if (sync ? bl[j].step <= max_step - FINAL_LOSS_STEPS : k >= FINAL_LOSS_STEPS) break;
+        sum += bl[j].loss;
+        k++;
+    }
+    return k ? (float)(sum / (double)k) : NAN;
+}
+
+/* Per-epoch accounting from the gathered logs (epochs that saw examples
+ * only), final_loss, and the trace file. */
 static int account(const train_cfg *cfg, train_result *res, const int64_t *all, const int *counts,
                    const int *displs, int first_worker, int W, int64_t per_epoch,
                    const i64vec *prior, int prior_epoch, pst_err *e)
@@ -569,8 +610,8 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
     for (int w = 0; w < W; w++) {
         const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
         while (p < end) {
-            nep = PST_MAX(nep, (int)p[2] + 1);
-            p += 4 + p[3];
+            nep = PST_MAX(nep, (int)p[LOG_EPOCH] + 1);
+            p += LOG_HDR + p[LOG_COUNT];
         }
     }
     res->nepochs_stats = nep;
@@ -582,6 +623,14 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
         res->epoch_stats[i].per_worker = pst_calloc((size_t)W, sizeof(int64_t));
     }
     int64_t bad_ids = 0;
+    size_t nbatches = 0;
+    batch_loss *bl = NULL;
+    for (int w = 0; w < W; w++)
+        for (const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+             p < end; p += LOG_HDR + p[LOG_COUNT])
+            nbatches++;
+    bl = pst_malloc(sizeof *bl * (nbatches ? nbatches : 1));
+    nbatches = 0;
     /* resumed: the batches of the epoch that the interrupted run consumed */
     for (size_t i = 0; i < prior->n; i++) {
         res->epoch_stats[prior_epoch].examples++;
@@ -595,14 +644,17 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
     for (int w = 0; w < W; w++) {
         const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
         while (p < end) {
-            int64_t ticket = p[0], step = p[1], count = p[3];
-            int ep = (int)p[2];
+            int64_t ticket = p[LOG_TICKET], step = p[LOG_STEP], count = p[LOG_COUNT];
+            int ep = (int)p[LOG_EPOCH];
+            batch_loss *b = &bl[nbatches++];
+            b->ticket = ticket, b->step = step;
+            memcpy(&b->loss, &p[LOG_LOSS], sizeof b->loss);
             epoch_stats *es = &res->epoch_stats[ep];
             es->examples += count;
             es->per_worker[w] += count;
             uint8_t *s = seen + (size_t)ep * (size_t)per_epoch;
             for (int64_t i = 0; i < count; i++) {
-                int64_t id = p[4 + i];
+                int64_t id = p[LOG_HDR + i];
                 if (id < 0 || id >= per_epoch)
                     bad_ids++;
                 else if (s[id] < 255)
@@ -613,22 +665,30 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
                         "{\"worker\":%d,\"step\":%lld,\"ticket\":%lld,\"epoch\":%d,\"ids\":[", w,
                         (long long)step, (long long)ticket, ep);
                 for (int64_t i = 0; i < count; i++)
-                    fprintf(trace, "%s%lld", i ? "," : "", (long long)p[4 + i]);
+                    fprintf(trace, "%s%lld", i ? "," : "", (long long)p[LOG_HDR + i]);
                 fputs("]}\n", trace);
             }
-            p += 4 + count;
+            p += LOG_HDR + count;
         }
     }
+    res->final_loss = final_loss(bl, nbatches, cfg->mode == TRAIN_SYNC);
+    free(bl);
+    int kept = 0;
     for (int i = 0; i < nep; i++) {
         epoch_stats *es = &res->epoch_stats[i];
-        if (es->examples == 0) continue; /* before a resumed run's first epoch */
+        if (es->examples == 0) { /* before a resumed run's first epoch */
+            free(es->per_worker);
+            continue;
+        }
         const uint8_t *s = seen + (size_t)i * (size_t)per_epoch;
         int64_t unique = 0;
         for (int64_t j = 0; j < per_epoch; j++) unique += s[j] != 0;
         es->unique = unique;
         es->duplicates = es->examples - unique;
         es->missing = per_epoch - unique;
+        res->epoch_stats[kept++] = *es;
     }
+    res->nepochs_stats = kept;
     free(seen);
     int rc = 0;
     if (trace && fclose(trace) != 0)
@@ -938,7 +998,10 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     double t_train = 0;
     feed_serve_stats fst = {0};
     if (is_root) {
-        if (metrics_open(&mx, cfg->metrics_path, !cfg->quiet, e) < 0) dist_fatal("%s", e->msg);
+        /* a resumed run continues its metrics log */
+        if ((info.resumed ? metrics_open_append : metrics_open)(&mx, cfg->metrics_path, !cfg->quiet,
+                                                                e) < 0)
+            dist_fatal("%s", e->msg);
         rctx = pst_calloc(1, sizeof *rctx);
         rctx->cfg = cfg, rctx->info = &info, rctx->f = f, rctx->sh = sh, rctx->mx = mx;
         rctx->pl = pl, rctx->P = P, rctx->W = W, rctx->R = R, rctx->lockstep = lockstep;
@@ -984,7 +1047,6 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                             .tick_secs = cfg->log_every > 0 ? cfg->log_every : 1.0};
         if (feed_root_serve(f, info.total, &hooks, &fst, e) < 0) dist_fatal("%s", e->msg);
         root_tick(rctx); /* the final interval */
-        if (rctx->have_loss) res->final_loss = (float)rctx->last_loss;
         t_train = fst.wall;
     } else if (is_ps) {
         ps_report_ctx rc_ctx = {f};

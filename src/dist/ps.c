@@ -194,7 +194,10 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     int nhave = 0, nended = 0;
     memset(st, 0, sizeof *st);
     dist_backoff bo;
-    dist_backoff_init(&bo, 10, 250); /* wake-up latency adds to every sync step */
+    /* the PS's wake-up latency adds to every sync step (and to an async
+     * gradient's turnaround); without slots (async SGD) it only serves
+     * progress and end stamps, and sleeps longer */
+    dist_backoff_init(&bo, 10, s->lay.grad_slots ? 250 : 1000);
     const double t0 = pst_now(), cpu0 = dist_cpu_seconds();
     double t_report = t0;
     const int64_t V0 = s->lay.first_version, tk0 = s->lay.first_ticket;

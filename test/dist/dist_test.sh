@@ -141,10 +141,11 @@ refuse)
     ;;
 idle)
     "$TEST_DIST" mkdata "$TMP/img.h5" 512 64 28 28 1 10 || die "mkdata"
-    # async SGD: the PS has nothing to do but serve progress; its CPU time and
-    # the root's loop must stay a small fraction of the wall time (seen: ~1%)
+    # async SGD: the PS has nothing to do but serve progress: its CPU time
+    # must stay a small fraction of the wall time (seen: 1-3%); the root's
+    # loop serves ~1000 batches/s here (seen: 3-11%) but must not spin
     run 4 --data "$TMP/img.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --epochs 40 \
-        --max-ps-cpu-fraction 0.05
+        --max-ps-cpu-fraction 0.05 --max-root-cpu-fraction 0.3
     ;;
 resume)
     run 4 --data "$TMP/small.h5" --ps 1 --dump "$TMP/ref.bin" >/dev/null

@@ -1020,7 +1020,7 @@ int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)
          * (a first run). A missing *.h5 file is an error. */
         size_t len = strlen(arg);
         if (errno == ENOENT && !(len > 3 && !strcmp(arg + len - 3, ".h5"))) return 0;
-        return pst_fail(e, "--resume %s: %s", arg, strerror(errno));
+        return pst_fail(e, "%s: cannot read checkpoint: %s", arg, strerror(errno));
     }
     if (S_ISDIR(st.st_mode)) return ckpt_find_latest(arg, out, n, e);
     /* DIR/latest (the pointer file) stands for its directory */
@@ -1028,7 +1028,7 @@ int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)
     const char *base;
     split_path(arg, dir, sizeof dir, &base);
     if (!strcmp(base, "latest")) return ckpt_find_latest(dir, out, n, e);
-    if (ckpt_verify(arg, e) < 0) return pst_err_prefix(e, "--resume");
+    if (ckpt_verify(arg, e) < 0) return -1; /* the message names the file */
     if ((size_t)snprintf(out, n, "%s", arg) >= n) return pst_fail(e, "%s: path too long", arg);
     return 1;
 }

@@ -333,6 +333,16 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         }
     }
 
+    if (!cfg->resume && cfg->checkpoint_dir) {
+        /* Mixing two runs in one directory would make a later --resume pick
+         * whichever has the higher step. */
+        char prev[4096];
+        if (ckpt_find_latest(cfg->checkpoint_dir, prev, sizeof prev, NULL) == 1)
+            pst_warn("%s already holds checkpoints (newest %s); this run starts from scratch and "
+                     "writes its own there - pass --resume to continue that run instead",
+                     cfg->checkpoint_dir, prev);
+    }
+
     pipe_cfg pc = cfg->pipe;
     pc.batch = cfg->batch;
     pc.seed = cfg->seed;

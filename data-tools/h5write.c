@@ -32,6 +32,7 @@
 #include <zlib.h>
 
 #include "pstrain/h5ds.h"
+#include "pstrain/h5util.h"
 
 #define H5W_CHUNK_TARGET ((size_t)512 << 10) /* default chunk: about 512 KiB of images */
 #define H5W_LABEL_CHUNK ((hsize_t)1 << 16)
@@ -117,20 +118,6 @@ static void unguard_tmp(void)
 }
 
 /* ---- HDF5 helpers ----------------------------------------------------------- */
-
-static herr_t innermost_cb(unsigned n, const H5E_error2_t *err, void *data)
-{
-    if (n == 0 && err->desc) snprintf(data, 256, "%s", err->desc);
-    return 0;
-}
-
-static const char *h5_reason(char buf[256])
-{
-    snprintf(buf, 256, "HDF5 gave no reason");
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, buf);
-    H5Eclear2(H5E_DEFAULT);
-    return buf;
-}
 
 static int write_attr_str(hid_t obj, const char *name, const char *value)
 {
@@ -292,18 +279,18 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
         if (fapl >= 0) H5Pclose(fapl);
-        pst_fail(e, "%s: HDF5 setup failed (%s)", path, h5_reason(why));
+        pst_fail(e, "%s: HDF5 setup failed (%s)", path, h5u_reason(why));
         goto fail;
     }
     w->file = H5Fcreate(w->tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     if (w->file < 0) {
         int err = errno;
-        pst_fail(e, "%s: cannot create (%s; %s)", w->tmp, h5_reason(why), strerror(err));
+        pst_fail(e, "%s: cannot create (%s; %s)", w->tmp, h5u_reason(why), strerror(err));
         goto fail;
     }
     if (write_classes(w->file, o) < 0) {
-        pst_fail(e, "%s: writing /classes failed (%s)", w->tmp, h5_reason(why));
+        pst_fail(e, "%s: writing /classes failed (%s)", w->tmp, h5u_reason(why));
         goto fail;
     }
     if (o->compression > 0 && start_threads(w, e) < 0) goto fail;
@@ -352,7 +339,7 @@ int h5w_split_begin(h5w *w, const char *name, int64_t n, pst_err *e)
                         (long long)chunk);
 
     hid_t g = H5Gcreate2(w->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (g < 0) return pst_fail(e, "%s: creating /%s failed (%s)", w->tmp, name, h5_reason(why));
+    if (g < 0) return pst_fail(e, "%s: creating /%s failed (%s)", w->tmp, name, h5u_reason(why));
     hsize_t idims[4] = {(hsize_t)n, (hsize_t)w->o.height, (hsize_t)w->o.width,
                         (hsize_t)w->o.channels};
     hsize_t ichunk[4] = {(hsize_t)chunk, idims[1], idims[2], idims[3]};
@@ -361,7 +348,7 @@ int h5w_split_begin(h5w *w, const char *name, int64_t n, pst_err *e)
     if (w->images >= 0) w->labels = make_dataset(w, g, "labels", H5T_STD_I32LE, 1, &ldims, &lchunk);
     H5Gclose(g);
     if (w->images < 0 || w->labels < 0)
-        return pst_fail(e, "%s: creating /%s datasets failed (%s)", w->tmp, name, h5_reason(why));
+        return pst_fail(e, "%s: creating /%s datasets failed (%s)", w->tmp, name, h5u_reason(why));
     snprintf(w->split, sizeof w->split, "%s", name);
     w->n = n;
     w->written = 0;
@@ -413,7 +400,7 @@ static int write_oldest(h5w *w, pst_err *e)
     }
     if (H5Dwrite_chunk(w->images, H5P_DEFAULT, mask, offset, len, data) < 0)
         return pst_fail(e, "%s: writing /%s/images examples [%lld, %lld) failed (%s)", w->tmp,
-                        w->split, (long long)first, (long long)last, h5_reason(why));
+                        w->split, (long long)first, (long long)last, h5u_reason(why));
     sl->state = SLOT_FREE;
     w->nwrit++;
     return 0;
@@ -440,7 +427,7 @@ static int submit_chunk(h5w *w, pst_err *e)
         rc = 0;
     else
         pst_fail(e, "%s: writing /%s/labels [%lld, %lld) failed (%s)", w->tmp, w->split,
-                 (long long)first, (long long)(first + w->cfill), h5_reason(why));
+                 (long long)first, (long long)(first + w->cfill), h5u_reason(why));
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (rc < 0) return -1;
@@ -559,17 +546,6 @@ int h5w_split_end(h5w *w, pst_err *e)
 
 /* ---- commit ------------------------------------------------------------------- */
 
-static int fsync_path(const char *path, int flags)
-{
-    int fd = open(path, flags | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    errno = err;
-    return rc;
-}
-
 /* Stops the threads and frees w itself (the file is closed by then). */
 static void free_writer(h5w *w)
 {
@@ -615,16 +591,16 @@ int h5w_commit(h5w *w, pst_err *e)
         write_attr_doubles(f, "mean", mean, c) < 0 || write_attr_doubles(f, "std", sd, c) < 0 ||
         write_attr_str(f, "source", w->o.source ? w->o.source : "") < 0 ||
         write_attr_str(f, "created", created) < 0) {
-        pst_fail(e, "%s: writing the root attributes failed (%s)", w->tmp, h5_reason(why));
+        pst_fail(e, "%s: writing the root attributes failed (%s)", w->tmp, h5u_reason(why));
         goto fail;
     }
     herr_t closed = H5Fclose(w->file);
     w->file = -1;
     if (closed < 0) {
-        pst_fail(e, "%s: closing failed (%s)", w->tmp, h5_reason(why));
+        pst_fail(e, "%s: closing failed (%s)", w->tmp, h5u_reason(why));
         goto fail;
     }
-    if (fsync_path(w->tmp, O_RDONLY) < 0) {
+    if (pst_fsync_path(w->tmp, false) < 0) {
         pst_fail(e, "%s: fsync failed: %s", w->tmp, strerror(errno));
         goto fail;
     }
@@ -636,7 +612,7 @@ int h5w_commit(h5w *w, pst_err *e)
     /* make the rename itself durable (best effort: some file systems refuse) */
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", w->path);
-    fsync_path(dirname(dir), O_RDONLY | O_DIRECTORY);
+    pst_fsync_path(dirname(dir), true);
     free_writer(w);
     return 0;
 fail:

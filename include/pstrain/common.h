@@ -13,6 +13,7 @@
 #define PSTRAIN_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,6 +63,10 @@ double pst_now(void);
 int pst_parse_i64(const char *s, int64_t *out);
 int pst_parse_int(const char *s, int *out);
 int pst_parse_double(const char *s, double *out);
+
+/* fsyncs a file (or, with dir, a directory: after a rename into it).
+ * -1 with errno set on failure. */
+int pst_fsync_path(const char *path, bool dir);
 
 /* Writes all of buf or fails with errno set. */
 int pst_write_all(int fd, const void *buf, size_t n);

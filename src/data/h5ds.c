@@ -7,6 +7,7 @@
  * innermost message of HDF5's error stack is folded into our one-line errors.
  */
 #include "pstrain/h5ds.h"
+#include "pstrain/h5util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,22 +30,6 @@ static const char *const split_names[H5DS_MAX_SPLITS] = {"train", "val", "test"}
 #define H5DS_LABEL_BLOCK ((int64_t)1 << 20)
 
 /* ---- HDF5 error stack -> one short reason ---------------------------------- */
-
-static herr_t innermost_cb(unsigned n, const H5E_error2_t *err, void *data)
-{
-    if (n == 0 && err->desc) snprintf(data, 256, "%s", err->desc);
-    return 0;
-}
-
-/* The innermost (most specific) description on HDF5's error stack, which
- * is then cleared. */
-static const char *h5_reason(char buf[256])
-{
-    snprintf(buf, 256, "HDF5 gave no reason");
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, buf);
-    H5Eclear2(H5E_DEFAULT);
-    return buf;
-}
 
 static void h5_quiet(void)
 {
@@ -129,13 +114,13 @@ static hid_t attr_open(vctx *v, hid_t obj, const char *name, const char *expect)
     htri_t ex = H5Aexists(obj, name);
     if (ex <= 0) {
         if (ex < 0)
-            problem(v, "root attribute '%s': cannot be checked (%s)", name, h5_reason(why));
+            problem(v, "root attribute '%s': cannot be checked (%s)", name, h5u_reason(why));
         else
             problem(v, "root attribute '%s': missing (expected %s)", name, expect);
         return -1;
     }
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) problem(v, "root attribute '%s': cannot be opened (%s)", name, h5_reason(why));
+    if (a < 0) problem(v, "root attribute '%s': cannot be opened (%s)", name, h5u_reason(why));
     return a;
 }
 
@@ -172,7 +157,7 @@ static int check_attr_int(vctx *v, hid_t root, const char *name, int64_t lo, int
     }
     int64_t x;
     if (H5Aread(a, H5T_NATIVE_INT64, &x) < 0) {
-        problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+        problem(v, "root attribute '%s': cannot be read (%s)", name, h5u_reason(why));
         goto done;
     }
     if (x < lo || x > hi) {
@@ -213,7 +198,7 @@ static int check_attr_str(vctx *v, hid_t root, const char *name, const char *exp
         char *s = NULL;
         if (H5Tset_size(mt, H5T_VARIABLE) < 0 || H5Tset_cset(mt, H5Tget_cset(t)) < 0 ||
             H5Aread(a, mt, &s) < 0 || !s) {
-            problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+            problem(v, "root attribute '%s': cannot be read (%s)", name, h5u_reason(why));
             goto done;
         }
         snprintf(buf, n, "%s", s);
@@ -224,7 +209,7 @@ static int check_attr_str(vctx *v, hid_t root, const char *name, const char *exp
         if (H5Tset_size(mt, size) < 0 || H5Tset_cset(mt, H5Tget_cset(t)) < 0 ||
             H5Aread(a, mt, s) < 0) {
             free(s);
-            problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+            problem(v, "root attribute '%s': cannot be read (%s)", name, h5u_reason(why));
             goto done;
         }
         snprintf(buf, n, "%s", s);
@@ -262,7 +247,7 @@ static int check_attr_floats(vctx *v, hid_t root, const char *name, int count, d
     }
     double x[H5DS_MAX_CHANNELS];
     if (H5Aread(a, H5T_NATIVE_DOUBLE, x) < 0) {
-        problem(v, "root attribute '%s': cannot be read (%s)", name, h5_reason(why));
+        problem(v, "root attribute '%s': cannot be read (%s)", name, h5u_reason(why));
         goto done;
     }
     rc = 0;
@@ -348,13 +333,13 @@ static char **check_classes(vctx *v, hid_t file, int64_t k)
     }
     d = H5Dopen2(file, "classes", H5P_DEFAULT);
     if (d < 0) {
-        problem(v, "/classes: not a dataset (%s)", h5_reason(why));
+        problem(v, "/classes: not a dataset (%s)", h5u_reason(why));
         return NULL;
     }
     t = H5Dget_type(d);
     s = H5Dget_space(d);
     if (t < 0 || s < 0) {
-        problem(v, "/classes: cannot be inspected (%s)", h5_reason(why));
+        problem(v, "/classes: cannot be inspected (%s)", h5u_reason(why));
         goto done;
     }
     if (H5Tget_class(t) != H5T_STRING) {
@@ -375,7 +360,7 @@ static char **check_classes(vctx *v, hid_t file, int64_t k)
     }
     if (k < 0) goto done; /* num_classes already reported */
     if (read_strings(d, t, k, &names) < 0) {
-        problem(v, "/classes: cannot be read (%s)", h5_reason(why));
+        problem(v, "/classes: cannot be read (%s)", h5u_reason(why));
         goto done;
     }
     int bad = 0;
@@ -450,13 +435,13 @@ static hid_t check_images(vctx *v, hid_t g, const char *name, const shape_attrs 
     if (dapl >= 0) H5Pset_chunk_cache(dapl, H5DS_CACHE_SLOTS, H5DS_CACHE_BYTES, 1.0);
     d = H5Dopen2(g, "images", dapl >= 0 ? dapl : H5P_DEFAULT);
     if (d < 0) {
-        problem(v, "/%s/images: not a dataset (%s)", name, h5_reason(why));
+        problem(v, "/%s/images: not a dataset (%s)", name, h5u_reason(why));
         goto done;
     }
     t = H5Dget_type(d);
     s = H5Dget_space(d);
     if (t < 0 || s < 0) {
-        problem(v, "/%s/images: cannot be inspected (%s)", name, h5_reason(why));
+        problem(v, "/%s/images: cannot be inspected (%s)", name, h5u_reason(why));
         goto done;
     }
     if (!is_int_type(t, 1, false)) {
@@ -497,7 +482,7 @@ static hid_t check_images(vctx *v, hid_t g, const char *name, const shape_attrs 
             *chunk_images = PST_MIN((int64_t)cd[0], *n);
     }
     if (probe_image(d, 0, image_bytes, dims) < 0 || probe_image(d, *n - 1, image_bytes, dims) < 0) {
-        problem(v, "/%s/images: image data cannot be read (%s)", name, h5_reason(why));
+        problem(v, "/%s/images: image data cannot be read (%s)", name, h5u_reason(why));
         goto done;
     }
     ok = true;
@@ -528,13 +513,13 @@ static hid_t check_labels(vctx *v, hid_t g, const char *name, int64_t n, int64_t
     }
     d = H5Dopen2(g, "labels", H5P_DEFAULT);
     if (d < 0) {
-        problem(v, "/%s/labels: not a dataset (%s)", name, h5_reason(why));
+        problem(v, "/%s/labels: not a dataset (%s)", name, h5u_reason(why));
         return -1;
     }
     t = H5Dget_type(d);
     s = H5Dget_space(d);
     if (t < 0 || s < 0) {
-        problem(v, "/%s/labels: cannot be inspected (%s)", name, h5_reason(why));
+        problem(v, "/%s/labels: cannot be inspected (%s)", name, h5u_reason(why));
         goto done;
     }
     if (!is_int_type(t, 4, true)) {
@@ -565,7 +550,7 @@ static hid_t check_labels(vctx *v, hid_t g, const char *name, int64_t n, int64_t
         ms = H5Screate_simple(1, &cnt, NULL);
         if (ms < 0 || H5Sselect_hyperslab(s, H5S_SELECT_SET, &start, NULL, &cnt, NULL) < 0 ||
             H5Dread(d, H5T_NATIVE_INT32, ms, s, H5P_DEFAULT, buf) < 0) {
-            problem(v, "/%s/labels: cannot be read (%s)", name, h5_reason(why));
+            problem(v, "/%s/labels: cannot be read (%s)", name, h5u_reason(why));
             goto done;
         }
         for (hsize_t i = 0; i < cnt; i++) {
@@ -633,13 +618,13 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
     htri_t is_h5 = H5Fis_hdf5(path);
     if (is_h5 <= 0)
         return pst_fail(e, "%s: not an HDF5 file (%s)", path,
-                        is_h5 < 0 ? h5_reason(why) : "no HDF5 signature");
+                        is_h5 < 0 ? h5u_reason(why) : "no HDF5 signature");
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
-        return pst_fail(e, "%s: HDF5 setup failed (%s)", path, h5_reason(why));
+        return pst_fail(e, "%s: HDF5 setup failed (%s)", path, h5u_reason(why));
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
-    if (file < 0) return pst_fail(e, "%s: cannot open as HDF5 (%s)", path, h5_reason(why));
+    if (file < 0) return pst_fail(e, "%s: cannot open as HDF5 (%s)", path, h5u_reason(why));
 
     h5ds tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -684,7 +669,7 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
         }
         hid_t g = H5Gopen2(file, name, H5P_DEFAULT);
         if (g < 0) {
-            problem(&v, "/%s: not a group (%s)", name, h5_reason(why));
+            problem(&v, "/%s: not a group (%s)", name, h5u_reason(why));
             continue;
         }
         int64_t n = -1, chunk = 0;
@@ -797,9 +782,9 @@ int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t
     if (count == 0) return 0;
     if (images && read_rows(sp->images_id, H5T_NATIVE_UINT8, first, count, images) < 0)
         return pst_fail(e, "%s: /%s/images: reading examples [%lld, %lld) failed (%s)", ds->path,
-                        split, (long long)first, (long long)(first + count), h5_reason(why));
+                        split, (long long)first, (long long)(first + count), h5u_reason(why));
     if (labels && read_rows(sp->labels_id, H5T_NATIVE_INT32, first, count, labels) < 0)
         return pst_fail(e, "%s: /%s/labels: reading examples [%lld, %lld) failed (%s)", ds->path,
-                        split, (long long)first, (long long)(first + count), h5_reason(why));
+                        split, (long long)first, (long long)(first + count), h5u_reason(why));
     return 0;
 }

@@ -442,17 +442,6 @@ fail_msg:
 
 /* ---- files and directories ---------------------------------------------- */
 
-static int fsync_path(const char *path, bool dir)
-{
-    int fd = open(path, O_RDONLY | (dir ? O_DIRECTORY : 0) | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    errno = err;
-    return rc;
-}
-
 /* Splits path into its directory ("." when none) and base name. */
 static void split_path(const char *path, char *dir, size_t ndir, const char **base)
 {
@@ -555,7 +544,7 @@ int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int 
     H5Pclose(fapl);
     fapl = -1;
     /* fsync after the close: H5Fclose may still write metadata. */
-    if (fsync_path(tmp, false) < 0) {
+    if (pst_fsync_path(tmp, false) < 0) {
         pst_fail(e, "%s: fsync of %s: %s", path, tmp, strerror(errno));
         goto fail_os;
     }
@@ -563,7 +552,7 @@ int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int 
         pst_fail(e, "%s: rename from %s: %s", path, tmp, strerror(errno));
         goto fail_os;
     }
-    if (fsync_path(dir, true) < 0)
+    if (pst_fsync_path(dir, true) < 0)
         return pst_fail(e, "%s: fsync of directory %s: %s", path, dir, strerror(errno));
     return 0;
 
@@ -915,7 +904,7 @@ static int write_latest(const char *dir, const char *name, pst_err *e)
         unlink(tmp);
         return pst_fail(e, "%s: %s", fin, strerror(err));
     }
-    if (fsync_path(dir, true) < 0) return pst_fail(e, "%s: fsync: %s", dir, strerror(errno));
+    if (pst_fsync_path(dir, true) < 0) return pst_fail(e, "%s: fsync: %s", dir, strerror(errno));
     return 0;
 }
 

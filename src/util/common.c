@@ -2,6 +2,7 @@
 #include "pstrain/common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -152,6 +153,17 @@ int pst_parse_double(const char *s, double *out)
     if (errno || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
+}
+
+int pst_fsync_path(const char *path, bool dir)
+{
+    int fd = open(path, O_RDONLY | (dir ? O_DIRECTORY : 0) | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
 }
 
 int pst_write_all(int fd, const void *buf, size_t n)

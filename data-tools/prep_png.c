@@ -198,15 +198,6 @@ static int list_classes(const char *dir, char ***classes, int64_t *n, int64_t *i
     return 0;
 }
 
-/* Splitmix64: a small, well-mixed generator for the validation choice. */
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
 /* The .png files of one class directory (names only), sorted; the other
  * entries are counted as ignored. */
 static int list_class_files(const char *cdir, char ***files, int64_t *n, int64_t *ignored,
@@ -270,7 +261,7 @@ static int list_tree(png_tree *t, const png_cfg *c, pst_err *e)
             int64_t *perm = pst_malloc(sizeof(int64_t) * (size_t)nf);
             for (int64_t i = 0; i < nf; i++) perm[i] = i;
             for (int64_t i = 0; i < want; i++) {
-                int64_t j = i + (int64_t)(splitmix64(&rng) % (uint64_t)(nf - i));
+                int64_t j = i + (int64_t)(pst_splitmix64(&rng) % (uint64_t)(nf - i));
                 int64_t tmp = perm[i];
                 perm[i] = perm[j], perm[j] = tmp;
                 is_val[perm[i]] = true;

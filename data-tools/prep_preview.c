@@ -95,14 +95,6 @@ static int parse_args(int argc, char **argv, preview_cfg *c)
     return 0;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
-}
-
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -118,7 +110,7 @@ static int64_t *choose(int64_t n, int64_t count, bool random, uint64_t seed)
     if (random) {
         uint64_t s = seed;
         for (int64_t i = 0; i < count; i++) {
-            int64_t j = i + (int64_t)(splitmix64(&s) % (uint64_t)(n - i));
+            int64_t j = i + (int64_t)(pst_splitmix64(&s) % (uint64_t)(n - i));
             int64_t t = idx[i];
             idx[i] = idx[j], idx[j] = t;
         }

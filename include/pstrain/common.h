@@ -71,6 +71,16 @@ int pst_fsync_path(const char *path, bool dir);
 /* Writes all of buf or fails with errno set. */
 int pst_write_all(int fd, const void *buf, size_t n);
 
+/* splitmix64: one step of a small, well-mixed 64-bit generator (seeding
+ * other generators, hashing seeds and ids). Advances *state. */
+static inline uint64_t pst_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 #define PST_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define PST_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define PST_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -115,33 +115,23 @@ struct pipeline {
     pst_err err;
 };
 
-/* ---- seeded randomness ------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* A well-mixed 64-bit value of (seed, epoch, tag, id). */
 static uint64_t hash4(uint64_t seed, int64_t epoch, uint64_t tag, int64_t id)
 {
     uint64_t s = seed;
-    uint64_t h = splitmix64(&s);
+    uint64_t h = pst_splitmix64(&s);
     s = h ^ ((uint64_t)epoch * 0xD1B54A32D192ED03ull);
-    h = splitmix64(&s);
+    h = pst_splitmix64(&s);
     s = h ^ (tag * 0x8CB92BA72F3D8DD7ull);
-    h = splitmix64(&s);
+    h = pst_splitmix64(&s);
     s = h ^ (uint64_t)id;
-    return splitmix64(&s);
+    return pst_splitmix64(&s);
 }
 
 /* Uniform in [0, n). The modulo bias is below n/2^64: irrelevant here. */
 static uint64_t rng_below(uint64_t *s, uint64_t n)
 {
-    return splitmix64(s) % n;
+    return pst_splitmix64(s) % n;
 }
 
 /* ---- augmentation ----------------------------------------------------------- */

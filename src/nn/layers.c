@@ -3,6 +3,7 @@
  * concat and softmax cross-entropy. Shapes and conventions: layers.h.
  */
 #include "layers.h"
+#include "pstrain/common.h"
 
 #include <assert.h>
 #include <math.h>
@@ -18,20 +19,10 @@
 #define LAYERS_X86 0
 #endif
 
-/* ---- random numbers --------------------------------------------------------- */
-
-uint64_t nn_splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void nn_rng_seed(nn_rng *r, uint64_t seed)
 {
     uint64_t st = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = nn_splitmix64(&st);
+    for (int i = 0; i < 4; i++) r->s[i] = pst_splitmix64(&st);
 }
 
 static inline uint64_t rotl64(uint64_t x, int k)
@@ -69,11 +60,11 @@ double nn_rng_normal(nn_rng *r)
 uint64_t nn_seed_mix(uint64_t a, uint64_t b, uint64_t c)
 {
     uint64_t st = a;
-    uint64_t h = nn_splitmix64(&st);
+    uint64_t h = pst_splitmix64(&st);
     st = h ^ b;
-    h = nn_splitmix64(&st);
+    h = pst_splitmix64(&st);
     st = h ^ c;
-    return nn_splitmix64(&st);
+    return pst_splitmix64(&st);
 }
 
 /* ---- elementwise ------------------------------------------------------------- */

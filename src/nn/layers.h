@@ -41,7 +41,6 @@ typedef struct nn_rng {
     uint64_t s[4];
 } nn_rng;
 
-uint64_t nn_splitmix64(uint64_t *state);
 /* A stream that depends on nothing but `seed`. */
 void nn_rng_seed(nn_rng *r, uint64_t seed);
 uint64_t nn_rng_next(nn_rng *r);

@@ -20,8 +20,8 @@
 /* C[M][N] = alpha * op(A) * op(B) + beta * C, all row-major.
  * op(A) is M x K: A is M x K (lda >= K) or, transposed, K x M (lda >= M).
  * op(B) is K x N: B is K x N (ldb >= N) or, transposed, N x K (ldb >= K). */
-void nn_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
-             int lda, const float *B, int ldb, float beta, float *C, int ldc);
+void nn_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc);
 /* Same contract, plain loops, for tests. */
 void nn_gemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc);

@@ -30,8 +30,8 @@ typedef struct opt_cfg {
     opt_kind kind;
     float momentum; /* momentum and rmsprop; default 0.9 */
     bool nesterov;
-    float rms_decay, rms_eps;         /* default 0.9, 1.0 (Inception example) */
-    float beta1, beta2, adam_eps;     /* default 0.9, 0.999, 1e-8 */
+    float rms_decay, rms_eps;     /* default 0.9, 1.0 (Inception example) */
+    float beta1, beta2, adam_eps; /* default 0.9, 0.999, 1e-8 */
 } opt_cfg;
 
 /* Defaults for `kind` as documented above. */
@@ -46,16 +46,16 @@ void opt_init_slots(const opt_cfg *c, float *slots, size_t slot_stride, size_t n
 
 /* One update of n elements. t = 1-based count of updates applied so far
  * including this one (Adam's bias correction). */
-void opt_apply(const opt_cfg *c, float lr, int64_t t, float *param, const float *grad,
-               float *slots, size_t slot_stride, size_t n);
+void opt_apply(const opt_cfg *c, float lr, int64_t t, float *param, const float *grad, float *slots,
+               size_t slot_stride, size_t n);
 
 /* Learning rate schedule: constant, or exponential staircase decay
  * lr = base * decay^floor(epoch / decay_epochs), with
  * epoch = step / steps_per_epoch (the Inception example: 0.94 every 2). */
 typedef struct lr_schedule {
     float base;
-    float decay;          /* 1 or 0 = constant */
-    float decay_epochs;   /* > 0 when decaying */
+    float decay;        /* 1 or 0 = constant */
+    float decay_epochs; /* > 0 when decaying */
     int64_t steps_per_epoch;
 } lr_schedule;
 

@@ -48,7 +48,7 @@ typedef struct pipe_cfg {
     int queue_capacity;    /* examples held by the shuffle buffer (>= 1) */
     int min_after_dequeue; /* < queue_capacity */
     uint64_t seed;
-    bool shuffle;          /* false: file order, no buffer shuffling (eval) */
+    bool shuffle; /* false: file order, no buffer shuffling (eval) */
     bool aug_crop, aug_flip;
     int crop_pad;          /* default 4 */
     int64_t limit;         /* use only the first `limit` examples (0 = all) */
@@ -59,10 +59,10 @@ typedef struct pipe_cfg {
 pipe_cfg pipe_cfg_defaults(void);
 
 typedef struct pipe_batch {
-    int count;       /* examples in this batch, 1..B */
-    int epoch;       /* 0-based */
-    int64_t index;   /* 0-based batch number since pipe_new (the ticket) */
-    int64_t *ids;    /* example ids: index into the split */
+    int count;     /* examples in this batch, 1..B */
+    int epoch;     /* 0-based */
+    int64_t index; /* 0-based batch number since pipe_new (the ticket) */
+    int64_t *ids;  /* example ids: index into the split */
     int32_t *labels;
     uint8_t *pixels; /* count*H*W*C */
 } pipe_batch;
@@ -91,7 +91,7 @@ void pipe_lock_ds(pipeline *p);
 void pipe_unlock_ds(pipeline *p);
 
 /* out[i] = (px[i]/255 - mean[c]) / std[c] for n pixels of C channels. */
-void pipe_normalize(const uint8_t *px, int64_t n_pixels, int C, const float *mean,
-                    const float *std, float *out);
+void pipe_normalize(const uint8_t *px, int64_t n_pixels, int C, const float *mean, const float *std,
+                    float *out);
 
 #endif

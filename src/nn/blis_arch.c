@@ -33,8 +33,8 @@ static arch_t arch_from_name(const char *s, arch_t fallback)
         const char *name;
         arch_t id;
     } names[] = {
-        {"skx", BLIS_ARCH_SKX},     {"zen3", BLIS_ARCH_ZEN3},
-        {"zen2", BLIS_ARCH_ZEN2},   {"zen", BLIS_ARCH_ZEN},
+        {"skx", BLIS_ARCH_SKX},         {"zen3", BLIS_ARCH_ZEN3},
+        {"zen2", BLIS_ARCH_ZEN2},       {"zen", BLIS_ARCH_ZEN},
         {"haswell", BLIS_ARCH_HASWELL}, {"sandybridge", BLIS_ARCH_SANDYBRIDGE},
         {"generic", BLIS_ARCH_GENERIC},
     };
@@ -56,8 +56,8 @@ static arch_t arch_detect(void)
     if (!os_avx) return BLIS_ARCH_GENERIC;
     __cpuid_count(7, 0, a, b, c, d);
     bool avx2 = b & (1u << 5);
-    bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 28)) &&
-                  (b & (1u << 30)) && (b & (1u << 31)); /* F DQ CD BW VL */
+    bool avx512 = (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 28)) && (b & (1u << 30)) &&
+                  (b & (1u << 31)); /* F DQ CD BW VL */
     if (avx512 && os_avx512 && fma) return BLIS_ARCH_SKX;
     if (avx2 && fma) return amd ? BLIS_ARCH_ZEN3 : BLIS_ARCH_HASWELL;
     return BLIS_ARCH_SANDYBRIDGE;

@@ -3,8 +3,8 @@
 
 #include "pstrain/blas.h"
 
-void nn_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
-             int lda, const float *B, int ldb, float beta, float *C, int ldc)
+void nn_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+             const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (M <= 0 || N <= 0) return;
     /* BLIS takes general strides: row-major is row stride ld, column stride 1,

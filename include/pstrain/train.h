@@ -125,6 +125,10 @@ int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, d
  * 2 after printing a usage error / 1 for --help (printed) so main can exit. */
 int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
 
+/* Writes n floats (a parameter slab) as raw native float32 to path: the
+ * --dump-params diagnostic that tests use to compare runs bitwise. */
+int train_dump_params(const char *path, const float *p, size_t n, pst_err *e);
+
 /* `pstrain eval --data F --checkpoint C [--split S] [--summary-json J]`:
  * argv[0] is "eval"; returns the process exit status. */
 int eval_main(int argc, char **argv);

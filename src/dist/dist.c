@@ -697,15 +697,6 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
     return rc;
 }
 
-static int dump_params(const char *path, const float *p, size_t n, pst_err *e)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) return pst_fail(e, "%s: cannot write the parameter dump", path);
-    size_t w = fwrite(p, sizeof(float), n, f);
-    if (fclose(f) != 0 || w != n) return pst_fail(e, "%s: write error on the parameter dump", path);
-    return 0;
-}
-
 /* ---- dist_train ------------------------------------------------------------------ */
 
 /* Resume on the root: reads the checkpoint's attributes into info (the
@@ -1164,7 +1155,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
             save_checkpoint(rctx, res->steps, data_end, nn_model_params(m), slots, e) < 0)
             goto out;
         if (cfg->dump_params_path &&
-            dump_params(cfg->dump_params_path, nn_model_params(m), nparam, e) < 0)
+            train_dump_params(cfg->dump_params_path, nn_model_params(m), nparam, e) < 0)
             goto out;
         if (h5ds_find_split(&ds, "test") && !res->stop_signal) {
             if (train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,

@@ -58,6 +58,8 @@ static const char train_usage[] =
     "  --metrics FILE.jsonl    metrics log\n"
     "  --summary-json FILE     summary of the run\n"
     "  --trace-examples FILE   which worker saw which example ids in which step\n"
+    "  --dump-params FILE      write the final parameter slab as raw float32 (for comparing\n"
+    "                          runs bitwise: cmp a.bin b.bin)\n"
     "  --dry-run               print the model (and placement) and exit\n"
     "  --quiet                 no progress line\n";
 
@@ -103,7 +105,8 @@ enum {
     O_CKPT_EVERY,
     O_CKPT_SECS,
     O_KEEP,
-    O_RESUME
+    O_RESUME,
+    O_DUMP
 };
 
 static const struct option train_opts[] = {
@@ -146,6 +149,7 @@ static const struct option train_opts[] = {
     {"checkpoint-secs", required_argument, 0, O_CKPT_SECS},
     {"keep-checkpoints", required_argument, 0, O_KEEP},
     {"resume", optional_argument, 0, O_RESUME},
+    {"dump-params", required_argument, 0, O_DUMP},
     {"dry-run", no_argument, 0, O_DRY},
     {"quiet", no_argument, 0, O_QUIET},
     {"help", no_argument, 0, O_HELP},
@@ -354,6 +358,9 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
                 cfg->resume_path = optarg;
             else if (optind < argc && strncmp(argv[optind], "--", 2) != 0)
                 cfg->resume_path = argv[optind++];
+            break;
+        case O_DUMP:
+            cfg->dump_params_path = optarg;
             break;
         case O_DRY:
             cfg->dry_run = true;

@@ -7,6 +7,7 @@
  * the trainable ranges of the slab, new batch-norm statistics copied into
  * the non-trainable ranges.
  */
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -88,6 +89,15 @@ int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *
     *accuracy = n ? (double)correct / (double)n : 0;
     *loss = n ? loss_sum / (double)n : 0;
     *examples = n;
+    return 0;
+}
+
+int train_dump_params(const char *path, const float *p, size_t n, pst_err *e)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return pst_fail(e, "%s: cannot write the parameter dump: %s", path, strerror(errno));
+    size_t w = fwrite(p, sizeof(float), n, f);
+    if (fclose(f) != 0 || w != n) return pst_fail(e, "%s: write error on the parameter dump", path);
     return 0;
 }
 
@@ -502,6 +512,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->epochs = (int)(step / PST_MAX(steps_per_epoch, 1));
     res->train_seconds = t_train;
     res->images_per_sec = t_train > 0 ? (double)examples / t_train : 0;
+    if (cfg->dump_params_path && train_dump_params(cfg->dump_params_path, params, nparam, e) < 0)
+        goto out;
     res->nworker_timing = 1;
     res->wtiming = pst_malloc(sizeof *res->wtiming);
     res->wtiming[0] = tm;

@@ -8,8 +8,8 @@
 #                   placement, over TCP (btl tcp, pml ob1, osc pt2pt), a rerun,
 #                   a model with batch norm (inception-mini), and the
 #                   per-epoch evaluations of --eval-every
-#   single          sync with 1 worker == train_single (exact test loss and
-#                   accuracy: train_single has no parameter dump)
+#   single          sync with 1 worker == train_single: bitwise equal final
+#                   parameters, and the same test loss and accuracy
 #   backup          W=3, R=2: progress, dropped stale gradients counted
 #   steps           --steps S stops after exactly S updates (sync, R=W and R<W)
 #   async           async with every optimizer: exactly once, finishes
@@ -96,18 +96,22 @@ determinism)
     cmp "$TMP/i1.bin" "$TMP/i3.bin" || { echo "inception-mini: --ps 1 vs 3 differ"; fail=1; }
     ;;
 single)
-    "$TEST_DIST" train --data "$TMP/small.h5" --single | grep RESULT >"$TMP/single.txt"
+    "$TEST_DIST" train --data "$TMP/small.h5" --single --dump "$TMP/s.bin" |
+        grep RESULT >"$TMP/single.txt"
     for ps in 1 2; do
-        run $((ps + 2)) --data "$TMP/small.h5" --ps $ps | grep RESULT >"$TMP/dist.txt"
+        run $((ps + 2)) --data "$TMP/small.h5" --ps $ps --dump "$TMP/d.bin" |
+            grep RESULT >"$TMP/dist.txt"
         cat "$TMP/single.txt" "$TMP/dist.txt"
         cmp "$TMP/single.txt" "$TMP/dist.txt" || { echo "1 worker, --ps $ps != single"; fail=1; }
+        cmp "$TMP/s.bin" "$TMP/d.bin" || { echo "1 worker, --ps $ps: parameters != single"; fail=1; }
     done
     "$TEST_DIST" mkdata "$TMP/img.h5" 256 64 28 28 1 10 || die "mkdata"
-    "$TEST_DIST" train --data "$TMP/img.h5" --model lenet5 --epochs 1 --single |
+    "$TEST_DIST" train --data "$TMP/img.h5" --model lenet5 --epochs 1 --single --dump "$TMP/s.bin" |
         grep RESULT >"$TMP/single.txt"
-    run 4 --data "$TMP/img.h5" --model lenet5 --epochs 1 --ps 2 --placement greedy |
-        grep RESULT >"$TMP/dist.txt"
+    run 4 --data "$TMP/img.h5" --model lenet5 --epochs 1 --ps 2 --placement greedy \
+        --dump "$TMP/d.bin" | grep RESULT >"$TMP/dist.txt"
     cmp "$TMP/single.txt" "$TMP/dist.txt" || { echo "lenet5: 1 worker != single"; fail=1; }
+    cmp "$TMP/s.bin" "$TMP/d.bin" || { echo "lenet5: 1 worker: parameters != single"; fail=1; }
     ;;
 backup)
     run 5 --data "$TMP/small.h5" --ps 1 --replicas 2 --expect-dropped --expect-once

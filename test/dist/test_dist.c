@@ -129,9 +129,6 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (single && cfg.dump_params_path) {
-        fprintf(stderr, "test_dist: --single cannot dump parameters (train_single has no hook)\n");
-    }
     train_result res;
     pst_err e = {{0}};
     int rc = single ? train_single(&cfg, &res, &e) : dist_train(&cfg, &res, &e);

@@ -101,9 +101,9 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     }
     fprintf(f, "], \"ps\": [");
     for (int i = 0; i < r->nps && r->pstiming; i++)
-        fprintf(f, "%s{\"apply\": %.4f, \"idle\": %.4f}", i ? ", " : "", r->pstiming[i].apply,
-                r->pstiming[i].idle);
-    fprintf(f, "]},\n  \"blis_arch\": ");
+        fprintf(f, "%s{\"apply\": %.4f, \"idle\": %.4f, \"cpu\": %.4f}", i ? ", " : "",
+                r->pstiming[i].apply, r->pstiming[i].idle, r->pstiming[i].cpu);
+    fprintf(f, "], \"root_cpu\": %.4f},\n  \"blis_arch\": ", r->root_cpu);
     jstr(f, nn_blis_arch());
     fprintf(f, "\n}\n");
     if (fflush(f) != 0 || ferror(f)) {

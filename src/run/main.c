@@ -62,6 +62,10 @@ static int cmd_train(int argc, char **argv)
     if (train_run(&cfg, &res, &e) < 0) {
         if (rank == 0) fprintf(stderr, "pstrain: %s\n", e.msg);
         rc = 1;
+    } else if (rank == 0 && res.stop_signal) {
+        /* also under --quiet: a job log must say why the run ended early */
+        fprintf(stderr, "\npstrain: signal %d: stopped at step %lld, checkpoint %s\n",
+                res.stop_signal, (long long)res.steps, res.last_checkpoint);
     } else if (rank == 0 && !cfg.dry_run) {
         printf("trained %s: %lld steps, %d epoch(s), %lld examples in %.1f s, %.0f images/s",
                cfg.model, (long long)res.steps, res.epochs, (long long)res.examples,

@@ -473,10 +473,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                 t_ckpt = pst_now();
             }
             if (sig) {
-                res->stop_signal = sig;
-                /* also under --quiet (no progress line): the job log must say why */
-                fprintf(stderr, "%spstrain: signal %d: stopped at step %lld, checkpoint %s\n",
-                        cfg->quiet ? "" : "\n", sig, (long long)step, res->last_checkpoint);
+                res->stop_signal = sig; /* main reports it, for both paths */
                 break;
             }
         }

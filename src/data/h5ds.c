@@ -612,6 +612,9 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
     h5_quiet();
     if (stat(path, &st) < 0) return pst_fail(e, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return pst_fail(e, "%s: is a directory, expected an HDF5 file", path);
+    /* open() would block on a FIFO, and HDF5 needs a seekable file anyway */
+    if (!S_ISREG(st.st_mode))
+        return pst_fail(e, "%s: not a regular file, expected an HDF5 file", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC); /* a clear reason for unreadable files */
     if (fd < 0) return pst_fail(e, "%s: cannot open: %s", path, strerror(errno));
     close(fd);

@@ -635,6 +635,10 @@ static hid_t open_ckpt(const char *path, pst_err *e)
         pst_fail(e, "%s: %s", path, strerror(errno));
         return -1;
     }
+    if (!S_ISREG(st.st_mode)) { /* a FIFO would block H5Fopen */
+        pst_fail(e, "%s: not a regular file, expected a pstrain checkpoint", path);
+        return -1;
+    }
     hid_t fapl = ckpt_fapl();
     if (fapl < 0) {
         pst_fail(e, "%s: HDF5 property list", path);

@@ -7,6 +7,8 @@
 #include <hdf5.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "h5write.h"
@@ -298,6 +300,13 @@ static void test_not_a_dataset(void)
     CHECK(h5ds_verify(scratch_path("absent.h5"), NULL, NULL, &e) == -1 &&
               strstr(e.msg, "No such file"),
           "absent file: %s", e.msg);
+    /* a FIFO is refused up front; opening it would block (alarm: a hang fails) */
+    const char *fifo = scratch_path("fifo.h5");
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    alarm(20);
+    CHECK(h5ds_verify(fifo, NULL, NULL, &e) == -1 && strstr(e.msg, "not a regular file"),
+          "FIFO: %s", e.msg);
+    alarm(0);
     /* a sound file cut in half */
     const char *cut = scratch_path("cut.h5");
     build(cut, SOUND);

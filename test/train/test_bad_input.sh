@@ -47,6 +47,9 @@ err_case "label out of range" "bad-label.h5|label" "${T[@]}" --data "$d/bad-labe
 err_case "missing file" "nonexistent.h5" "${T[@]}" --data "$d/nonexistent.h5"
 err_case "not HDF5" "junk.h5" "${T[@]}" --data "$d/junk.h5"
 err_case "missing --data" "--data" "${T[@]}" --model mlp
+# a FIFO must be refused, not block in open() (timeout: a hang fails the needles)
+mkfifo "$d/fifo.h5"
+err_case "data is a FIFO" "fifo.h5|regular file" timeout 20 "${T[@]}" --data "$d/fifo.h5"
 err_case "lenet5 on 4x4" "lenet5|4x4" "${T[@]}" --data "$d/tiny4.h5" --model lenet5
 err_case "inception-mini on 4x4" "inception-mini|4x4" "${T[@]}" --data "$d/tiny4.h5" --model inception-mini
 
@@ -119,6 +122,8 @@ mkdir -p "$d/empty"
 say "eval"
 err_case "eval: other image size" "ckpt-3.h5|32x32" "${E[@]}" --data "$d/img32.h5" --checkpoint "$ck"
 err_case "eval: no checkpoint in dir" "$d/empty" "${E[@]}" --data "$d/ok.h5" --checkpoint "$d/empty"
+err_case "eval: checkpoint is a FIFO" "fifo.h5|regular file" timeout 20 "${E[@]}" --data "$d/ok.h5" \
+    --checkpoint "$d/fifo.h5"
 err_case "eval: truncated checkpoint" "cut.h5" "${E[@]}" --data "$d/ok.h5" --checkpoint "$d/cut.h5"
 err_case "eval: missing data" "gone.h5" "${E[@]}" --data "$d/gone.h5" --checkpoint "$ck"
 err_case "eval: broken data" "bad-label.h5|label" "${E[@]}" --data "$d/bad-label.h5" --checkpoint "$ck"

@@ -1,6 +1,7 @@
 /* cli.c - `pstrain train` flags -> train_cfg. All checks of values live here,
  * so that a bad flag is a one-line error before any rank starts work. */
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -173,7 +174,13 @@ static void bad(argctx *c, const char *what, const char *got)
 static int64_t arg_i64(argctx *c, const char *s, int64_t lo, int64_t hi, const char *what)
 {
     int64_t v;
-    if (pst_parse_i64(s, &v) < 0 || v < lo || v > hi) {
+    bool parsed = pst_parse_i64(s, &v) == 0;
+    if (!parsed || v < lo || v > hi) {
+        char why[160]; /* over the limit, "a positive ..." alone would mislead */
+        if (parsed && v > hi && !strstr(what, "..")) {
+            snprintf(why, sizeof why, "%s (at most %" PRId64 ")", what, hi);
+            what = why;
+        }
         bad(c, what, s);
         return lo;
     }

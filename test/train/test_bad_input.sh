@@ -55,6 +55,7 @@ err_case "inception-mini on 4x4" "inception-mini|4x4" "${T[@]}" --data "$d/tiny4
 
 say "flags"
 err_case "batch 0" "--batch|'0'" "${T[@]}" --data "$d/ok.h5" --batch 0
+err_case "batch too large" "--batch|at most 1048576" "${T[@]}" --data "$d/ok.h5" --batch 100000000
 err_case "batch junk" "--batch|12x" "${T[@]}" --data "$d/ok.h5" --batch 12x
 err_case "lr -1" "--lr|-1" "${T[@]}" --data "$d/ok.h5" --lr -1
 err_case "lr nan" "--lr|nan" "${T[@]}" --data "$d/ok.h5" --lr nan

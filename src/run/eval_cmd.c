@@ -136,10 +136,13 @@ int eval_main(int argc, char **argv)
                  ds.width, ds.channels, ds.num_classes);
         goto fail;
     }
-    if (!h5ds_find_split(&ds, split)) {
+    const h5ds_split *sp = h5ds_find_split(&ds, split);
+    if (!sp) {
         pst_fail(&e, "%s: no '%s' split", data, split);
         goto fail;
     }
+    /* a batch larger than the split would only allocate (and maybe exhaust) memory */
+    if (batch > sp->count) batch = (int)PST_MAX(sp->count, (int64_t)1);
     nn_model_cfg mc = {.name = meta.model_name,
                        .height = ds.height,
                        .width = ds.width,

@@ -132,4 +132,7 @@ err_case "eval: no such split" "val" "${E[@]}" --data "$d/ok.h5" --checkpoint "$
 err_case "eval: no test split" "notest.h5|test" "${E[@]}" --data "$d/notest.h5" --checkpoint "$ck"
 err_case "eval: batch 0" "--batch" "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --batch 0
 err_case "eval: missing --checkpoint" "--checkpoint" "${E[@]}" --data "$d/ok.h5"
+# a batch far larger than the split is no error (nor an attempt to allocate it)
+"${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --batch 2000000000 >"$tmp/out" 2>"$tmp/err" ||
+    bad "eval --batch 2000000000 failed: $(head -1 "$tmp/err")"
 finish

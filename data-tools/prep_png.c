@@ -315,6 +315,10 @@ static int list_tree(png_tree *t, const png_cfg *c, pst_err *e)
             free(cdir);
         }
         free_names(tclasses, ntc);
+        /* a mistyped --test-dir must not silently give a set without a test split */
+        if (t->per_split[SPLIT_TEST] == 0)
+            return pst_fail(e, "%s: no .png files for the test split under %s/<class>/",
+                            c->test_dir, c->test_dir);
     }
     if (t->per_split[SPLIT_TRAIN] == 0)
         return pst_fail(e, "%s: no .png files for the train split under %s/<class>/", c->dir,

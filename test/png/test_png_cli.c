@@ -390,6 +390,14 @@ static void test_sizes_and_test_dir(const char *tree)
     rc = prep("png", tree, "--test-dir", tdir, "-o", out, NULL);
     CHECK(rc == 1 && strstr(g_log, "'wolf'"), "unknown test class: %s", g_log);
     CHECK(!exists(out), "output after an error");
+    /* a test tree without any .png (e.g. a mistyped path) is an error, not a set without test */
+    char edir[160];
+    snprintf(edir, sizeof edir, "%s/emptytest", g_dir);
+    mkdir(edir, 0777);
+    rc = prep("png", tree, "--test-dir", edir, "-o", out, NULL);
+    CHECK(rc == 1 && strstr(g_log, "emptytest: no .png files for the test split"),
+          "empty test tree: rc %d %s", rc, g_log);
+    CHECK(!exists(out), "output after an error");
 
     /* one image of another size: an error naming it, unless --size */
     path2(p, sizeof p, tree, "zebra/99.png");

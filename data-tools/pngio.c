@@ -236,28 +236,21 @@ void pngio_image_free(pngio_image *img)
     memset(img, 0, sizeof *img);
 }
 
-int pngio_write(const char *path, const uint8_t *pixels, int height, int width, int channels,
-                int level, pst_err *e)
+/* Encodes the image into the open stream `f`; `path` names it in messages. */
+static int write_stream(FILE *f, const char *path, const uint8_t *pixels, int height, int width,
+                        int channels, int level, pst_err *e)
 {
-    assert(channels == 1 || channels == 3);
-    assert(height > 0 && width > 0);
-    FILE *f = fopen(path, "wb");
-    if (!f) return pst_fail(e, "%s: cannot create: %s", path, strerror(errno));
     pngio_ctx ctx = {0};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &ctx, on_error, on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!info) {
         png_destroy_write_struct(&png, NULL);
-        fclose(f);
-        remove(path);
         return pst_fail(e, "%s: libpng write setup failed (out of memory?)", path);
     }
     png_bytep *volatile rows = NULL;
     if (setjmp(png_jmpbuf(png))) {
         free(rows);
         png_destroy_write_struct(&png, &info);
-        fclose(f);
-        remove(path);
         return pst_fail(e, "%s: writing PNG: %s", path, ctx.msg);
     }
     png_init_io(png, f);
@@ -273,16 +266,34 @@ int pngio_write(const char *path, const uint8_t *pixels, int height, int width, 
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
     free(rows);
-    if (fflush(f) != 0 || ferror(f)) {
-        int err = errno;
-        fclose(f);
-        remove(path);
-        return pst_fail(e, "%s: write failed: %s", path, strerror(err));
-    }
-    if (fclose(f) != 0) {
-        int err = errno;
-        remove(path);
-        return pst_fail(e, "%s: close failed: %s", path, strerror(err));
-    }
+    if (fflush(f) != 0 || ferror(f))
+        return pst_fail(e, "%s: write failed: %s", path, strerror(errno));
     return 0;
+}
+
+int pngio_write(const char *path, const uint8_t *pixels, int height, int width, int channels,
+                int level, pst_err *e)
+{
+    assert(channels == 1 || channels == 3);
+    assert(height > 0 && width > 0);
+    /* A regular file (or a new one) is written under a temporary name and
+     * renamed, so a failure leaves no partial file and keeps an existing
+     * one. Anything else (/dev/stdout, a FIFO, /dev/full) is written in
+     * place and never removed: unlinking a device node after a failed
+     * write would destroy it. */
+    struct stat st;
+    const bool in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    char tmp[4200];
+    if (in_place)
+        snprintf(tmp, sizeof tmp, "%s", path);
+    else if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+        return pst_fail(e, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return pst_fail(e, "%s: cannot create: %s", path, strerror(errno));
+    int rc = write_stream(f, path, pixels, height, width, channels, level, e);
+    if (fclose(f) != 0 && rc == 0) rc = pst_fail(e, "%s: close failed: %s", path, strerror(errno));
+    if (rc == 0 && !in_place && rename(tmp, path) != 0)
+        rc = pst_fail(e, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+    if (rc < 0 && !in_place) remove(tmp);
+    return rc;
 }

@@ -85,8 +85,10 @@ int pngio_read_header(const char *path, const pngio_opts *o, pngio_header *h, ps
 void pngio_image_free(pngio_image *img);
 
 /* Writes an 8-bit gray (channels 1) or RGB (channels 3) PNG, HWC pixels,
- * deflate level `level` (0-9, -1 = libpng default). A failed write removes
- * the partial file. Returns 0 or -1 with `e` naming the file. */
+ * deflate level `level` (0-9, -1 = libpng default). A regular file is
+ * written under a temporary name and renamed: a failed write leaves neither
+ * a partial file nor a damaged old one. Devices and FIFOs are written in
+ * place. Returns 0 or -1 with `e` naming the file. */
 int pngio_write(const char *path, const uint8_t *pixels, int height, int width, int channels,
                 int level, pst_err *e);
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -267,6 +268,17 @@ static void test_tree(const char *tree, int nignored)
     pngio_image_free(&im);
     rc = prep("preview", out1, "--split", "test", "-o", grid, NULL);
     CHECK(rc == 1 && strstr(g_log, "no split 'test'"), "missing split: %s", g_log);
+    /* a failed write to a device reports the error and leaves the node alone
+     * (it was unlinked like a partial file); needs root for mknod, else skipped */
+    char dev[160];
+    snprintf(dev, sizeof dev, "%s/full-dev", g_dir);
+    if (mknod(dev, S_IFCHR | 0600, makedev(1, 7)) == 0) { /* /dev/full: writes fail */
+        rc = prep("preview", out1, "--count", "5", "-o", dev, NULL);
+        struct stat st;
+        CHECK(rc == 1 && strstr(g_log, "full-dev"), "preview to /dev/full: rc %d %s", rc, g_log);
+        CHECK(stat(dev, &st) == 0 && S_ISCHR(st.st_mode), "device node removed by preview");
+        unlink(dev);
+    }
 }
 
 /* Corrupt files: skipped with a warning naming file and reason; under

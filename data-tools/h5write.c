@@ -261,6 +261,10 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) return pst_fail(e, "%s: is a directory", path);
+        /* the set is renamed into place: over /dev/null that would replace the device */
+        if (!S_ISREG(st.st_mode))
+            return pst_fail(e, "%s: not a regular file, expected a path for the new data set",
+                            path);
         if (!o->force) return pst_fail(e, "%s: exists (use --force to overwrite it)", path);
     } else if (errno != ENOENT) {
         return pst_fail(e, "%s: %s", path, strerror(errno));

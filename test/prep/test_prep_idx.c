@@ -317,6 +317,17 @@ static void test_good(void)
         CHECK(0, "open forced output: %s", e.msg);
     }
     CHECK(scratch_count(".tmp.") == 0, "no temporary file");
+    /* --force over something that is not a regular file (here a FIFO; /dev/null
+     * alike) is refused: the rename would have replaced it */
+    const char *fifo = scratch_path("fifo-out");
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    forced[11] = fifo;
+    prep_run(&r, forced);
+    struct stat fs;
+    CHECK(r.status == 1 && strstr(r.err, "fifo-out: not a regular file"),
+          "--force on a FIFO: %d %s", r.status, r.err);
+    CHECK(stat(fifo, &fs) == 0 && S_ISFIFO(fs.st_mode), "the FIFO was replaced");
+    CHECK(scratch_count(".tmp.") == 0, "no temporary file");
 }
 
 static void test_usage(void)

@@ -281,19 +281,15 @@ int pngio_write(const char *path, const uint8_t *pixels, int height, int width, 
      * one. Anything else (/dev/stdout, a FIFO, /dev/full) is written in
      * place and never removed: unlinking a device node after a failed
      * write would destroy it. */
-    struct stat st;
-    const bool in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
     char tmp[4200];
-    if (in_place)
-        snprintf(tmp, sizeof tmp, "%s", path);
-    else if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
-        return pst_fail(e, "%s: path too long", path);
+    const int renamed = pst_out_tmp(path, tmp, sizeof tmp);
+    if (renamed < 0) return pst_fail(e, "%s: path too long", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return pst_fail(e, "%s: cannot create: %s", path, strerror(errno));
     int rc = write_stream(f, path, pixels, height, width, channels, level, e);
     if (fclose(f) != 0 && rc == 0) rc = pst_fail(e, "%s: close failed: %s", path, strerror(errno));
-    if (rc == 0 && !in_place && rename(tmp, path) != 0)
+    if (rc == 0 && renamed && rename(tmp, path) != 0)
         rc = pst_fail(e, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
-    if (rc < 0 && !in_place) remove(tmp);
+    if (rc < 0 && renamed) remove(tmp);
     return rc;
 }

@@ -68,6 +68,15 @@ int pst_parse_double(const char *s, double *out);
  * -1 with errno set on failure. */
 int pst_fsync_path(const char *path, bool dir);
 
+/* Where to write the whole-file output `path` (a summary, a PNG): for a new
+ * or regular file, `tmp` gets a temporary name beside it ("PATH.tmp.PID")
+ * and the function returns 1: write there, then rename it into place (or
+ * remove it on failure), so that readers never see half a file. For an
+ * existing non-regular file (/dev/stdout, /dev/null, a FIFO) `tmp` gets
+ * `path` and it returns 0: write in place, never rename over it or remove
+ * it (that would replace or delete the device). -1 if `tmp` is too small. */
+int pst_out_tmp(const char *path, char *tmp, size_t n);
+
 /* Writes all of buf or fails with errno set. */
 int pst_write_all(int fd, const void *buf, size_t n);
 

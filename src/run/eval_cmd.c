@@ -24,7 +24,8 @@ static int write_json(const char *path, const char *ckpt, const char *split, con
                       double acc, double loss, int64_t n, const int64_t *conf, pst_err *e)
 {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    const int renamed = pst_out_tmp(path, tmp, sizeof tmp); /* 0: a device, in place */
+    if (renamed < 0) return pst_fail(e, "%s: path too long", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
     const int K = ds->num_classes;
@@ -45,10 +46,11 @@ static int write_json(const char *path, const char *ckpt, const char *split, con
     }
     fprintf(f, "\n  ]\n}\n");
     bool bad = fflush(f) != 0 || ferror(f);
-    fclose(f);
-    if (bad || rename(tmp, path) != 0) {
-        int err = errno;
-        remove(tmp);
+    int err = errno;
+    if (fclose(f) != 0 && !bad) bad = true, err = errno;
+    if (!bad && renamed && rename(tmp, path) != 0) bad = true, err = errno;
+    if (bad) {
+        if (renamed) remove(tmp);
         return pst_fail(e, "%s: cannot write summary: %s", path, strerror(err));
     }
     return 0;

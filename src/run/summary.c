@@ -44,9 +44,11 @@ static void jnum(FILE *f, double v)
 
 int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r, pst_err *e)
 {
-    /* Written under a temporary name and renamed: readers never see half a file. */
+    /* Written under a temporary name and renamed: readers never see half a
+     * file (a device such as /dev/stdout is written in place). */
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    const int renamed = pst_out_tmp(path, tmp, sizeof tmp);
+    if (renamed < 0) return pst_fail(e, "%s: path too long", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
     fprintf(f, "{\n  \"model\": ");
@@ -107,12 +109,17 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     jstr(f, nn_blis_arch());
     fprintf(f, "\n}\n");
     if (fflush(f) != 0 || ferror(f)) {
+        int err = errno;
         fclose(f);
-        remove(tmp);
-        return pst_fail(e, "%s: write failed: %s", path, strerror(errno));
+        if (renamed) remove(tmp);
+        return pst_fail(e, "%s: write failed: %s", path, strerror(err));
     }
-    fclose(f);
-    if (rename(tmp, path) != 0) {
+    if (fclose(f) != 0) {
+        int err = errno;
+        if (renamed) remove(tmp);
+        return pst_fail(e, "%s: write failed: %s", path, strerror(err));
+    }
+    if (renamed && rename(tmp, path) != 0) {
         int err = errno;
         remove(tmp);
         return pst_fail(e, "%s: cannot rename summary into place: %s", path, strerror(err));

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -164,6 +165,16 @@ int pst_fsync_path(const char *path, bool dir)
     close(fd);
     errno = err;
     return rc;
+}
+
+int pst_out_tmp(const char *path, char *tmp, size_t n)
+{
+    struct stat st;
+    const bool in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    int len = in_place ? snprintf(tmp, n, "%s", path)
+                       : snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    if (len < 0 || (size_t)len >= n) return -1;
+    return in_place ? 0 : 1;
 }
 
 int pst_write_all(int fd, const void *buf, size_t n)

@@ -81,6 +81,17 @@ touch "$d/plainfile"
 err_case "checkpoint dir under a file" "$d/plainfile/ck" "${T[@]}" --data "$d/ok.h5" \
     --model mlp --checkpoint-dir "$d/plainfile/ck"
 
+# outputs that are devices are written in place, never renamed over or
+# removed (as root, the old rename replaced /dev/null); mknod needs root
+if mknod "$d/null-dev" c 1 3 2>/dev/null && mknod "$d/full-dev" c 1 7 2>/dev/null; then
+    "${T[@]}" --data "$d/ok.h5" --model mlp --steps 2 --summary-json "$d/null-dev" \
+        >"$tmp/out" 2>"$tmp/err" || bad "summary to a null device: $(head -1 "$tmp/err")"
+    [ -c "$d/null-dev" ] || bad "summary replaced the null device node"
+    err_case "summary to a full device" "full-dev" "$PSTRAIN" train --quiet --data "$d/ok.h5" \
+        --model mlp --steps 2 --summary-json "$d/full-dev"
+    [ -c "$d/full-dev" ] || bad "summary removed the full device node"
+fi
+
 say "diverging loss"
 # sgd with lr 1e6 overflows within a few steps; the message names the step,
 # and the checkpoints written before it stay good.

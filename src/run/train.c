@@ -267,17 +267,23 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     char *mtext = NULL;
     int rc = -1;
     if (h5ds_open(&ds, cfg->data_path, e) < 0) return -1;
-    if (!h5ds_find_split(&ds, cfg->pipe.split ? cfg->pipe.split : "train")) {
+    const h5ds_split *tsp = h5ds_find_split(&ds, cfg->pipe.split ? cfg->pipe.split : "train");
+    if (!tsp) {
         pst_fail(e, "%s: no /train split to train on", cfg->data_path);
         goto out;
     }
+    /* Batches never straddle epochs, so none is larger than an epoch: size
+     * the activations (and evaluation batches) for that, not for a --batch
+     * far larger than the data (1048576 tried to allocate 74 GB for lenet5). */
+    const int64_t epoch_n = cfg->pipe.limit > 0 ? PST_MIN(cfg->pipe.limit, tsp->count) : tsp->count;
+    const int max_batch = (int)PST_MAX((int64_t)1, PST_MIN((int64_t)cfg->batch, epoch_n));
 
     nn_model_cfg mc = {.name = cfg->model,
                        .height = ds.height,
                        .width = ds.width,
                        .channels = ds.channels,
                        .num_classes = ds.num_classes,
-                       .max_batch = cfg->batch,
+                       .max_batch = max_batch,
                        .seed = cfg->seed,
                        .weight_decay = cfg->weight_decay,
                        .label_smoothing = cfg->label_smoothing};
@@ -370,7 +376,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         goto out;
 
     const int64_t px = (int64_t)ds.height * ds.width * ds.channels;
-    x = pst_aligned_alloc(sizeof(float) * (size_t)(cfg->batch * px));
+    x = pst_aligned_alloc(sizeof(float) * (size_t)(max_batch * px));
     float *params = nn_model_params(m), *grads = nn_model_grads(m);
     worker_timing tm = {0};
     bool has_test = h5ds_find_split(&ds, "test") != NULL;
@@ -412,7 +418,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                 double acc, loss;
                 int64_t n;
                 pipe_lock_ds(p); /* the pipeline's reader shares the file */
-                int er = train_evaluate(m, &ds, "test", cfg->batch, &acc, &loss, &n, NULL, e);
+                int er = train_evaluate(m, &ds, "test", max_batch, &acc, &loss, &n, NULL, e);
                 pipe_unlock_ds(p);
                 if (er < 0) goto out;
                 metrics_eval(mx, step, b.epoch, "test", acc, loss, n);
@@ -516,7 +522,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->wtiming[0] = tm;
     if (has_test) {
         pipe_lock_ds(p);
-        int er = train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,
+        int er = train_evaluate(m, &ds, "test", max_batch, &res->test_accuracy, &res->test_loss,
                                 &res->test_examples, NULL, e);
         pipe_unlock_ds(p);
         if (er < 0) goto out;

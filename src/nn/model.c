@@ -9,6 +9,7 @@
  * without an extra pass.
  */
 #include <assert.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +320,12 @@ int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu)
     if (m->failed || in == NN_FAILED) return NN_FAILED;
     int h, w, c;
     in_shape(m, in, &h, &w, &c);
+    if ((int64_t)h * w * c > INT_MAX) /* the kernels index with int */
+        return fail(m,
+                    "model %s does not fit a %dx%dx%d image: layer %s would have %lld inputs, "
+                    "expected at most %d",
+                    m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name,
+                    (long long)h * w * c, INT_MAX);
     nn_layer *l = new_layer(m, &dense_ops, name, in);
     l->h = l->w = 1, l->c = O, l->relu = relu;
     int I = h * w * c, ks[2] = {I, O};
@@ -467,6 +474,30 @@ int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
         pst_fail(e, "model %s: the last layer must be dense with %d outputs", name,
                  cfg->num_classes);
         goto fail;
+    }
+    /* The layer kernels index a batch's activations (and gemm dimensions)
+     * with int: refuse a batch and image size whose values would not fit,
+     * before allocating them. */
+    const int64_t in_vals = (int64_t)cfg->max_batch * cfg->height * cfg->width * cfg->channels;
+    if (in_vals > INT_MAX) {
+        pst_fail(e,
+                 "model %s: a batch of %d images of %dx%dx%d holds %lld values, expected at most "
+                 "%d (use a smaller batch)",
+                 name, cfg->max_batch, cfg->height, cfg->width, cfg->channels, (long long)in_vals,
+                 INT_MAX);
+        goto fail;
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        const nn_layer *l = &m->layers[i];
+        const int64_t vals = (int64_t)cfg->max_batch * l->h * l->w * l->c;
+        if (vals > INT_MAX) {
+            pst_fail(e,
+                     "model %s on %dx%dx%d images: layer %s holds %lld values for a batch of %d, "
+                     "expected at most %d (use a smaller batch)",
+                     name, cfg->height, cfg->width, cfg->channels, l->name, (long long)vals,
+                     cfg->max_batch, INT_MAX);
+            goto fail;
+        }
     }
     m->err = NULL;
     m->params = pst_aligned_alloc(sizeof(float) * m->size);

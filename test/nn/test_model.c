@@ -118,6 +118,15 @@ static void test_shapes_and_describe(void)
     CHECK(nn_model_new(&m, &unknown, &e) < 0 && strstr(e.msg, "resnet"), "message: %s", e.msg);
     nn_model_cfg zero = {"mlp", 28, 28, 1, 10, 0, 1, 0, 0};
     CHECK(nn_model_new(&m, &zero, &e) < 0 && strstr(e.msg, "batch"), "message: %s", e.msg);
+    /* sizes the int-indexed kernels cannot hold are refused before allocating */
+    nn_model_cfg huge_img = {"mlp", 65536, 65536, 4, 10, 1, 1, 0, 0};
+    CHECK(nn_model_new(&m, &huge_img, &e) < 0 && !m && strstr(e.msg, "fc1") &&
+              strstr(e.msg, "17179869184 inputs"),
+          "mlp on 65536x65536x4: %s", e.msg);
+    nn_model_cfg huge_batch = {"lenet5", 28, 28, 1, 10, 1 << 20, 1, 0, 0};
+    CHECK(nn_model_new(&m, &huge_batch, &e) < 0 && !m && strstr(e.msg, "smaller batch") &&
+              strstr(e.msg, "1048576"),
+          "lenet5 with a batch of 2^20: %s", e.msg);
     nn_model_free(NULL);
 
     /* the peer's LeNet-5 and MLP parameter counts (PyTorch's numel sums) */

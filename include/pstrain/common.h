@@ -77,6 +77,10 @@ int pst_fsync_path(const char *path, bool dir);
  * it (that would replace or delete the device). -1 if `tmp` is too small. */
 int pst_out_tmp(const char *path, char *tmp, size_t n);
 
+/* Writes `s` to `f` as a JSON string literal, quotes included ('"', '\\'
+ * and control characters escaped; NULL writes ""). */
+void pst_json_str(FILE *f, const char *s);
+
 /* Writes all of buf or fails with errno set. */
 int pst_write_all(int fd, const void *buf, size_t n);
 

@@ -29,7 +29,11 @@ static int write_json(const char *path, const char *ckpt, const char *split, con
     FILE *f = fopen(tmp, "w");
     if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
     const int K = ds->num_classes;
-    fprintf(f, "{\n  \"checkpoint\": \"%s\",\n  \"split\": \"%s\",\n", ckpt, split);
+    fprintf(f, "{\n  \"checkpoint\": ");
+    pst_json_str(f, ckpt);
+    fprintf(f, ",\n  \"split\": ");
+    pst_json_str(f, split);
+    fprintf(f, ",\n");
     fprintf(f, "  \"accuracy\": %.8g,\n  \"loss\": %.8g,\n  \"examples\": %lld,\n", acc, loss,
             (long long)n);
     fprintf(f, "  \"per_class_accuracy\": [");

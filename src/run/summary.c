@@ -19,21 +19,6 @@ void train_result_free(train_result *r)
     memset(r, 0, sizeof *r);
 }
 
-static void jstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void jnum(FILE *f, double v)
 {
     if (isfinite(v))
@@ -52,7 +37,7 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     FILE *f = fopen(tmp, "w");
     if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
     fprintf(f, "{\n  \"model\": ");
-    jstr(f, cfg->model);
+    pst_json_str(f, cfg->model);
     fprintf(f, ",\n  \"mode\": \"%s\",\n", cfg->mode == TRAIN_ASYNC ? "async" : "sync");
     fprintf(f, "  \"optimizer\": \"%s\",\n", opt_name(cfg->opt.kind));
     fprintf(f, "  \"ranks\": %d,\n  \"ps\": %d,\n  \"workers\": %d,\n", r->ranks, r->ps,
@@ -106,7 +91,7 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
         fprintf(f, "%s{\"apply\": %.4f, \"idle\": %.4f, \"cpu\": %.4f}", i ? ", " : "",
                 r->pstiming[i].apply, r->pstiming[i].idle, r->pstiming[i].cpu);
     fprintf(f, "], \"root_cpu\": %.4f},\n  \"blis_arch\": ", r->root_cpu);
-    jstr(f, nn_blis_arch());
+    pst_json_str(f, nn_blis_arch());
     fprintf(f, "\n}\n");
     if (fflush(f) != 0 || ferror(f)) {
         int err = errno;

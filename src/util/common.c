@@ -177,6 +177,21 @@ int pst_out_tmp(const char *path, char *tmp, size_t n)
     return in_place ? 0 : 1;
 }
 
+void pst_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
 int pst_write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;

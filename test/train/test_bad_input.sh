@@ -147,6 +147,11 @@ err_case "eval: no such split" "val" "${E[@]}" --data "$d/ok.h5" --checkpoint "$
 err_case "eval: no test split" "notest.h5|test" "${E[@]}" --data "$d/notest.h5" --checkpoint "$ck"
 err_case "eval: batch 0" "--batch" "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --batch 0
 err_case "eval: missing --checkpoint" "--checkpoint" "${E[@]}" --data "$d/ok.h5"
+# the summary escapes a checkpoint path that needs it (was printed raw: invalid JSON)
+mkdir -p "$d/q\"d\\x" && cp "$ck" "$d/q\"d\\x/c.h5"
+"$PSTRAIN" eval --quiet --data "$d/ok.h5" --checkpoint "$d/q\"d\\x/c.h5" --summary-json "$d/e.json" \
+    >"$tmp/out" 2>"$tmp/err" || bad "eval of a checkpoint under q\"d\\x: $(head -1 "$tmp/err")"
+grep -qF 'q\"d\\x/c.h5",' "$d/e.json" || bad "checkpoint path not escaped in the eval summary"
 # a batch far larger than the split is no error (nor an attempt to allocate it)
 "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --batch 2000000000 >"$tmp/out" 2>"$tmp/err" ||
     bad "eval --batch 2000000000 failed: $(head -1 "$tmp/err")"

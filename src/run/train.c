@@ -197,9 +197,11 @@ static char *model_text(const nn_model *m)
     return buf;
 }
 
-/* Checks that a checkpoint continues this run: same batch size and seed, so
- * that the data cursor and the random streams mean the same thing. */
-static int check_resume_meta(const char *path, const ckpt_meta *m, const train_cfg *cfg, pst_err *e)
+/* Checks that a checkpoint continues this run: same batch size, seed and
+ * epoch length (`batches_per_epoch`, which --limit changes), so that the
+ * data cursor and the random streams mean the same thing. */
+static int check_resume_meta(const char *path, const ckpt_meta *m, const train_cfg *cfg,
+                             int64_t batches_per_epoch, pst_err *e)
 {
     if (m->batch != cfg->batch)
         return pst_fail(e,
@@ -209,6 +211,17 @@ static int check_resume_meta(const char *path, const ckpt_meta *m, const train_c
     if (m->seed != cfg->seed)
         return pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
                         (unsigned long long)m->seed, (unsigned long long)cfg->seed);
+    /* a single process's schedule counts its batches per epoch (a
+     * distributed run's counts steps of several workers) */
+    const bool single = m->workers == 1 && m->ps == 0;
+    if ((single && m->lr.steps_per_epoch != batches_per_epoch) ||
+        m->epoch_batch >= batches_per_epoch)
+        return pst_fail(e,
+                        "%s: data cursor at batch %lld of epoch %d, of %lld batches per epoch%s; "
+                        "this run has %lld batches per epoch (another --limit or train split?)",
+                        path, (long long)m->epoch_batch, m->epoch + 1,
+                        (long long)m->lr.steps_per_epoch, single ? "" : " (steps)",
+                        (long long)batches_per_epoch);
     return 0;
 }
 
@@ -332,7 +345,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             memset(&cm, 0, sizeof cm);
             if (ckpt_read(path, &want, nn_model_params(m), nslots ? slots : NULL, nparam, &cm, e) <
                     0 ||
-                check_resume_meta(path, &cm, cfg, e) < 0) {
+                check_resume_meta(path, &cm, cfg, (epoch_n + cfg->batch - 1) / cfg->batch, e) < 0) {
                 ckpt_meta_free(&cm);
                 goto out;
             }

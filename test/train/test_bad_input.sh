@@ -126,6 +126,8 @@ err_case "resume: other batch" "ckpt-3.h5|--batch" "${T[@]}" --data "$d/ok.h5" -
     --batch 32 --steps 5 --resume "$ck"
 err_case "resume: other seed" "ckpt-3.h5|seed" "${T[@]}" --data "$d/ok.h5" --model mlp \
     --seed 7 --steps 5 --resume "$ck"
+err_case "resume: other --limit" "ckpt-3.h5|batches per epoch|--limit" "${T[@]}" --data "$d/ok.h5" \
+    --model mlp --limit 64 --steps 5 --resume "$ck"
 err_case "resume: missing file" "nothere.h5" "${T[@]}" --data "$d/ok.h5" --model mlp --steps 5 \
     --resume "$d/nothere.h5"
 head -c 3000 "$ck" >"$d/cut.h5"

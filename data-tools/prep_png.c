@@ -666,8 +666,9 @@ static int parse_args(int argc, char **argv, png_cfg *c)
                 return 2;
             }
         } else if (!strcmp(a, "--chunk-images")) {
-            if (pst_parse_int(v, &c->chunk_images) < 0 || c->chunk_images < 0) {
-                fprintf(stderr, "pstrain-prep png: --chunk-images '%s', expected N >= 0\n", v);
+            if (pst_parse_int(v, &c->chunk_images) < 0 || c->chunk_images < 1) {
+                fprintf(stderr, "pstrain-prep png: --chunk-images '%s', expected an integer >= 1\n",
+                        v);
                 return 2;
             }
         } else if (!strcmp(a, "--threads")) {

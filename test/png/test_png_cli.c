@@ -402,6 +402,10 @@ static void test_sizes_and_test_dir(const char *tree)
     rc = prep("png", tree, "--test-dir", tdir, "-o", out, NULL);
     CHECK(rc == 1 && strstr(g_log, "'wolf'"), "unknown test class: %s", g_log);
     CHECK(!exists(out), "output after an error");
+    /* --chunk-images 0 is refused as by idx (it silently meant the default) */
+    rc = prep("png", tree, "--chunk-images", "0", "-o", out, NULL);
+    CHECK(rc == 2 && strstr(g_log, "--chunk-images '0', expected an integer >= 1"),
+          "--chunk-images 0: rc %d %s", rc, g_log);
     /* a test tree without any .png (e.g. a mistyped path) is an error, not a set without test */
     char edir[160];
     snprintf(edir, sizeof edir, "%s/emptytest", g_dir);

@@ -45,8 +45,11 @@ typedef struct pipe_cfg {
     int first_epoch;       /* resume: start at this epoch (0-based); the
                             * epochs produced are [first_epoch, epochs) */
     int prep_threads;      /* >= 1 */
-    int queue_capacity;    /* examples held by the shuffle buffer (>= 1) */
-    int min_after_dequeue; /* < queue_capacity */
+    int queue_capacity;    /* examples held by the shuffle buffer; 0 = automatic:
+                              as many as fit in 64 MiB (at least 1024), at most
+                              the epoch - for Fashion-MNIST-sized data a full
+                              uniform shuffle of every epoch */
+    int min_after_dequeue; /* < queue_capacity; -1 = automatic: capacity - 1 */
     uint64_t seed;
     bool shuffle; /* false: file order, no buffer shuffling (eval) */
     bool aug_crop, aug_flip;
@@ -55,7 +58,7 @@ typedef struct pipe_cfg {
     int64_t preload_bytes; /* preload the split if it fits (default 512 MiB) */
 } pipe_cfg;
 
-/* Fills the defaults above (threads 2, capacity 10000, min 2000, pad 4...). */
+/* Fills the defaults above (threads 2, automatic queue, pad 4...). */
 pipe_cfg pipe_cfg_defaults(void);
 
 typedef struct pipe_batch {

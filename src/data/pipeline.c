@@ -44,6 +44,8 @@
 #define PIPE_BLOCK_BYTES 65536 /* target size of a block of examples */
 #define PIPE_BLOCK_MAX 64      /* examples per block at most */
 #define PIPE_MAX_THREADS 256
+#define PIPE_AUTO_QUEUE_BYTES ((size_t)64 << 20) /* automatic shuffle buffer: 64 MiB ... */
+#define PIPE_AUTO_QUEUE_MIN 1024                 /* ... but at least this many examples */
 
 /* Tags that separate the random streams derived from one (seed, epoch). */
 enum { TAG_CHUNKS = 1, TAG_DRAWS = 2, TAG_AUG = 3 };
@@ -434,8 +436,8 @@ pipe_cfg pipe_cfg_defaults(void)
         .epochs = 1,
         .first_epoch = 0,
         .prep_threads = 2,
-        .queue_capacity = 10000,
-        .min_after_dequeue = 2000,
+        .queue_capacity = 0,     /* auto: see pipeline.h */
+        .min_after_dequeue = -1, /* auto */
         .seed = 1234,
         .shuffle = true,
         .aug_crop = false,
@@ -457,9 +459,11 @@ static int check_cfg(const pipe_cfg *c, pst_err *e)
     if (c->prep_threads < 1 || c->prep_threads > PIPE_MAX_THREADS)
         return pst_fail(e, "pipeline: prep threads = %d, expected 1..%d", c->prep_threads,
                         PIPE_MAX_THREADS);
-    if (c->shuffle && c->queue_capacity < 1)
-        return pst_fail(e, "pipeline: queue capacity = %d, expected >= 1", c->queue_capacity);
-    if (c->shuffle && (c->min_after_dequeue < 0 || c->min_after_dequeue >= c->queue_capacity))
+    if (c->shuffle && c->queue_capacity < 0)
+        return pst_fail(e, "pipeline: queue capacity = %d, expected >= 1 (or 0: automatic)",
+                        c->queue_capacity);
+    if (c->shuffle && c->queue_capacity > 0 && c->min_after_dequeue >= 0 &&
+        c->min_after_dequeue >= c->queue_capacity)
         return pst_fail(e,
                         "pipeline: min after dequeue = %d, expected 0..%d (below the queue "
                         "capacity)",
@@ -497,6 +501,14 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
     p->end_epoch = cfg->epochs > 0 ? cfg->epochs : INT_MAX;
     p->aug = cfg->aug_crop || cfg->aug_flip;
     p->out = -1;
+    if (p->cfg.queue_capacity == 0) {
+        /* automatic: as many examples as PIPE_AUTO_QUEUE_BYTES hold, at least
+         * PIPE_AUTO_QUEUE_MIN, at most the epoch (then a full uniform shuffle) */
+        int64_t cap = PST_MAX((int64_t)PIPE_AUTO_QUEUE_MIN,
+                              (int64_t)(PIPE_AUTO_QUEUE_BYTES / PST_MAX(p->img, (size_t)1)));
+        p->cfg.queue_capacity = (int)PST_MIN(cap, PST_MIN(p->n, (int64_t)INT_MAX));
+    }
+    if (p->cfg.min_after_dequeue < 0) p->cfg.min_after_dequeue = p->cfg.queue_capacity - 1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->ds_mu, NULL);
     pthread_cond_init(&p->cv_reader, NULL);
@@ -533,7 +545,7 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
     if (cfg->shuffle) {
         /* a buffer larger than the epoch behaves like one the size of the
          * epoch (everything is inserted before the first draw) */
-        p->cap = (int)PST_MIN((int64_t)cfg->queue_capacity, p->n);
+        p->cap = (int)PST_MIN((int64_t)p->cfg.queue_capacity, p->n);
         p->buf_px = pst_aligned_alloc((size_t)p->cap * p->img);
         p->buf_ids = pst_malloc(sizeof(int64_t) * (size_t)p->cap);
         p->buf_lab = pst_malloc(sizeof(int32_t) * (size_t)p->cap);

@@ -32,8 +32,9 @@ static const char train_usage[] =
     "\n"
     "input pipeline:\n"
     "  --prep-threads T        preprocessing threads (default 2)\n"
-    "  --queue-capacity C      shuffle buffer size in examples (default 10000)\n"
-    "  --min-after-dequeue M   examples kept in the buffer (default 2000)\n"
+    "  --queue-capacity C      shuffle buffer size in examples (default: what fits in\n"
+    "                          64 MiB, at most an epoch: a full shuffle for small sets)\n"
+    "  --min-after-dequeue M   examples kept in the buffer (default: capacity - 1)\n"
     "  --augment LIST          crop,flip (random crop after 4-px padding, horizontal flip)\n"
     "  --limit N               use only the first N training examples\n"
     "\n"
@@ -430,7 +431,13 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
                 "pstrain train: --checkpoint-every/--checkpoint-secs need --checkpoint-dir D\n");
         return 2;
     }
-    if (cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity)
-        cfg->pipe.min_after_dequeue = cfg->pipe.queue_capacity - 1;
+    if (cfg->pipe.queue_capacity > 0 && cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity) {
+        if (print)
+            fprintf(stderr,
+                    "pstrain train: --min-after-dequeue %d: expected less than "
+                    "--queue-capacity %d\n",
+                    cfg->pipe.min_after_dequeue, cfg->pipe.queue_capacity);
+        return 2;
+    }
     return 0;
 }

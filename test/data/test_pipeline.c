@@ -298,6 +298,38 @@ static void test_order(h5ds *ds)
     free(b);
 }
 
+/* The automatic queue (capacity 0, min -1) of a small data set is the whole
+ * epoch: the same batches as capacity N, min N-1 - a full uniform shuffle -
+ * and unlike the explicit small buffer of test_order. */
+static void test_auto_queue(h5ds *ds)
+{
+    pipe_cfg c = pipe_cfg_defaults();
+    CHECK(c.queue_capacity == 0 && c.min_after_dequeue == -1, "defaults are not automatic");
+    c.batch = 50;
+    c.epochs = 1;
+    c.seed = 9;
+    run a, b, d;
+    collect(ds, &c, &a, "automatic queue");
+    c.queue_capacity = N;
+    c.min_after_dequeue = N - 1;
+    collect(ds, &c, &b, "capacity N, min N-1");
+    CHECK(same_run(&a, &b), "automatic queue differs from a whole-epoch buffer");
+    c.queue_capacity = 64;
+    c.min_after_dequeue = 8;
+    collect(ds, &c, &d, "capacity 64");
+    CHECK(!same_run(&a, &d), "a 64-example buffer gave the whole-epoch order");
+    /* a whole-epoch buffer: the first batch draws from all over the epoch */
+    int64_t lo = N, hi = 0;
+    for (int64_t i = 0; i < a.n && a.v[i].batch == 0; i++) {
+        lo = PST_MIN(lo, a.v[i].id);
+        hi = PST_MAX(hi, a.v[i].id);
+    }
+    CHECK(hi - lo > N / 2, "first batch spans ids %lld..%lld only", (long long)lo, (long long)hi);
+    run_free(&a);
+    run_free(&b);
+    run_free(&d);
+}
+
 static void test_bad_config(h5ds *ds)
 {
     pst_err e;
@@ -409,6 +441,7 @@ int main(void)
         return check_exit();
     }
     CHECK(h5ds_find_split(&ds, "train")->chunk_images == CHUNK, "chunk size as written");
+    test_auto_queue(&ds);
     test_bad_config(&ds);
     test_exactly_once_and_determinism(&ds);
     test_order(&ds);

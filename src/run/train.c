@@ -278,6 +278,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     uint8_t *seen = NULL;
     nn_var *vars = NULL;
     char *mtext = NULL;
+    FILE *trace = NULL;
     int rc = -1;
     if (h5ds_open(&ds, cfg->data_path, e) < 0) return -1;
     const h5ds_split *tsp = h5ds_find_split(&ds, cfg->pipe.split ? cfg->pipe.split : "train");
@@ -387,6 +388,11 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     if ((res->start_step > 0 ? metrics_open_append : metrics_open)(&mx, cfg->metrics_path,
                                                                    !cfg->quiet, e) < 0)
         goto out;
+    /* --trace-examples: the format of the distributed trace (dist.c), worker 0 */
+    if (cfg->trace_path && !(trace = fopen(cfg->trace_path, "w"))) {
+        pst_fail(e, "%s: cannot write the example trace: %s", cfg->trace_path, strerror(errno));
+        goto out;
+    }
 
     const int64_t px = (int64_t)ds.height * ds.width * ds.channels;
     x = pst_aligned_alloc(sizeof(float) * (size_t)(max_batch * px));
@@ -450,6 +456,13 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             pst_fail(e, "loss is %s at step %lld (epoch %d): training diverged; lower --lr",
                      isnan(loss) ? "NaN" : "Inf", (long long)step + 1, b.epoch + 1);
             goto out;
+        }
+        if (trace) {
+            fprintf(trace, "{\"worker\":0,\"step\":%lld,\"ticket\":%lld,\"epoch\":%d,\"ids\":[",
+                    (long long)step, (long long)step, b.epoch);
+            for (int i = 0; i < b.count; i++)
+                fprintf(trace, "%s%lld", i ? "," : "", (long long)b.ids[i]);
+            fputs("]}\n", trace);
         }
         double t2 = pst_now();
         step++;
@@ -545,6 +558,12 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     }
     rc = 0;
 out:
+    if (trace) {
+        bool bad = ferror(trace) != 0;
+        if (fclose(trace) != 0 || bad) {
+            if (rc == 0) rc = pst_fail(e, "%s: write error on the example trace", cfg->trace_path);
+        }
+    }
     metrics_close(mx);
     pipe_free(p);
     free(x);

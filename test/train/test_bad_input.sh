@@ -81,6 +81,13 @@ err_case "metrics in a missing directory" "$d/nodir/m.jsonl" "${T[@]}" --data "$
     --model mlp --metrics "$d/nodir/m.jsonl"
 err_case "summary in a missing directory" "$d/nodir/x.json" "$PSTRAIN" train --quiet \
     --data "$d/ok.h5" --model mlp --summary-json "$d/nodir/x.json"
+err_case "trace in a missing directory" "$d/nodir/t.jsonl" "${T[@]}" --data "$d/ok.h5" \
+    --model mlp --trace-examples "$d/nodir/t.jsonl"
+# a single process writes the trace too (it was silently ignored): one line per step
+"${T[@]}" --data "$d/ok.h5" --model mlp --steps 3 --trace-examples "$d/t.jsonl" >"$tmp/out" 2>&1 ||
+    bad "train with --trace-examples failed"
+[ "$(grep -c '^{"worker":0,"step":[0-2],"ticket":[0-2],"epoch":0,"ids":\[' "$d/t.jsonl")" = 3 ] ||
+    bad "single-process trace: expected 3 batch lines, got: $(head -c 200 "$d/t.jsonl")"
 touch "$d/plainfile"
 err_case "checkpoint dir under a file" "$d/plainfile/ck" "${T[@]}" --data "$d/ok.h5" \
     --model mlp --checkpoint-dir "$d/plainfile/ck"

@@ -30,7 +30,7 @@ void pst_progress_update(pst_progress *p, int64_t done, const char *extra);
 /* Final line with the total time and mean rate. */
 void pst_progress_finish(pst_progress *p, int64_t done, const char *extra);
 
-/* Formats seconds as "1h02m", "3m05s" or "12.3s". */
+/* Formats seconds as "1h02m", "3m05s" or "12.3s" (at most "99999h59m"). */
 void pst_format_duration(double seconds, char *buf, size_t n);
 
 #endif

@@ -9,6 +9,9 @@
 void pst_format_duration(double s, char *buf, size_t n)
 {
     if (s < 0 || s != s) s = 0;
+    /* an ETA can be astronomic (--steps 4e18): converting it to int would be
+     * undefined; 99999h59m says "forever" well enough */
+    if (s > 99999.0 * 3600 + 59 * 60) s = 99999.0 * 3600 + 59 * 60;
     if (s < 60)
         snprintf(buf, n, "%.1fs", s);
     else if (s < 3600)

@@ -32,5 +32,7 @@ int main(void)
     CHECK(!strcmp(buf, "3m05s"), "%s", buf);
     pst_format_duration(3725, buf, sizeof buf);
     CHECK(!strcmp(buf, "1h02m"), "%s", buf);
+    pst_format_duration(4e18, buf, sizeof buf); /* an ETA of --steps 4e18: no int overflow */
+    CHECK(!strcmp(buf, "99999h59m"), "%s", buf);
     return check_exit();
 }

@@ -134,6 +134,11 @@ int ckpt_verify(const char *path, pst_err *e);
 /* The path DIR/ckpt-<step>.h5 into out[n]; -1 if it does not fit. */
 int ckpt_path(char *out, size_t n, const char *dir, int64_t step);
 
+/* Creates `dir` if needed (one level) and checks that it is a directory
+ * this process can write, so that a run fails at its start rather than at
+ * its first checkpoint. Returns 0, or -1 with `e` naming the directory. */
+int ckpt_prepare_dir(const char *dir, pst_err *e);
+
 /* What a training loop calls: creates `dir` if needed (one level), writes
  * DIR/ckpt-<meta->global_step>.h5 with ckpt_write, records it in DIR/latest
  * (atomically), then keeps only the newest `keep` checkpoints (keep <= 0:

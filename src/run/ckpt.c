@@ -1084,6 +1084,18 @@ int ckpt_prune(const char *dir, int keep, pst_err *e)
     return removed;
 }
 
+int ckpt_prepare_dir(const char *dir, pst_err *e)
+{
+    struct stat st;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return pst_fail(e, "checkpoint directory %s: %s", dir, strerror(errno));
+    if (stat(dir, &st) < 0) return pst_fail(e, "checkpoint directory %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return pst_fail(e, "checkpoint directory %s: not a directory", dir);
+    if (access(dir, W_OK | X_OK) < 0)
+        return pst_fail(e, "checkpoint directory %s: not writable: %s", dir, strerror(errno));
+    return 0;
+}
+
 int ckpt_save(const char *dir, int keep, const ckpt_meta *meta, const nn_var *vars, int nvars,
               const float *params, const float *slots, size_t slot_stride, char *out_path,
               size_t out_len, pst_err *e)

@@ -307,6 +307,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         rc = 0;
         goto out;
     }
+    /* an unusable --checkpoint-dir fails now, not after training to the first checkpoint */
+    if (cfg->checkpoint_dir && ckpt_prepare_dir(cfg->checkpoint_dir, e) < 0) goto out;
 
     const size_t nparam = nn_model_size(m);
     const int nslots = opt_nslots(cfg->opt.kind);

@@ -103,6 +103,11 @@ if mknod "$d/null-dev" c 1 3 2>/dev/null && mknod "$d/full-dev" c 1 7 2>/dev/nul
     [ -c "$d/full-dev" ] || bad "summary removed the full device node"
 fi
 
+# an unusable checkpoint directory fails at the start, not after training
+# (timeout: the old code trained all epochs first)
+err_case "checkpoint dir is a file" "$d/plainfile|not a directory" timeout 20 "${T[@]}" \
+    --data "$d/ok.h5" --model mlp --epochs 100000 --checkpoint-dir "$d/plainfile"
+
 say "diverging loss"
 # sgd with lr 1e6 overflows within a few steps; the message names the step,
 # and the checkpoints written before it stay good.

@@ -51,8 +51,6 @@ int main(int argc, char **argv)
     cfg.lr = 0.05f;
     cfg.quiet = true;
     cfg.pipe.prep_threads = 1;
-    cfg.pipe.queue_capacity = 256;
-    cfg.pipe.min_after_dequeue = 64;
     cfg.log_every = 0.5;
     bool single = false, expect_once = false, expect_dropped = false;
     const char *expect_fail = NULL;

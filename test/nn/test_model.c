@@ -281,6 +281,6 @@ int main(void)
     const spec fit[] = {{"mlp", 8, 8, 1, 4, 16},
                         {"lenet5", 16, 16, 1, 4, 16},
                         {"inception-mini", 12, 12, 1, 4, 16}};
-    for (size_t i = 0; i < PST_ARRAY_LEN(fit); i++) test_fits_batch(&fit[i], 0.05f, 60);
+    for (size_t i = 0; i < PST_ARRAY_LEN(fit); i++) test_fits_batch(&fit[i], 0.05f, 200);
     return check_exit();
 }

@@ -267,6 +267,10 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);
     if (check_cfg(cfg, e) < 0) return -1;
+    if (cfg->ps > 0 && !cfg->quiet)
+        pst_warn("--ps %d: one process (no mpirun) has no parameter servers; --ps, --placement, "
+                 "--mode and --replicas-to-aggregate apply under mpirun -np N",
+                 cfg->ps);
     nn_blis_init();
 
     h5ds ds;

@@ -852,6 +852,16 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                 }
             }
         }
+        if (info.ok && info.per_epoch > 0 && cfg->batch > info.per_epoch) {
+            /* every worker's activations and every ring slot are sized by
+             * the batch: refuse one larger than the data */
+            pst_fail(e, "--batch %d: expected at most the %lld training examples of an epoch",
+                     cfg->batch, (long long)info.per_epoch);
+            info.ok = 0;
+        }
+        if (info.ok && cfg->checkpoint_dir && !cfg->dry_run &&
+            ckpt_prepare_dir(cfg->checkpoint_dir, e) < 0)
+            info.ok = 0; /* an unusable --checkpoint-dir, found before training */
         if (info.ok && !cfg->dry_run) {
             const int64_t t0 = info.first_ticket, v0 = info.first_version;
             int64_t by_epochs = cfg->epochs ? cfg->epochs * info.bpe : -1;

@@ -135,6 +135,8 @@ refuse)
     run 3 --data "$TMP/small.h5" --ps 0 --expect-fail "at least one parameter server"
     run 4 --data "$TMP/small.h5" --ps 1 --replicas 3 --expect-fail "replicas-to-aggregate 3 with 2 workers"
     run 4 --data "$TMP/none.h5" --ps 1 --expect-fail "none.h5"
+    run 3 --data "$TMP/small.h5" --ps 1 --batch 100000000 --expect-fail "expected at most the"
+    run 3 --data "$TMP/small.h5" --ps 1 --checkpoint-dir /dev/null --expect-fail "not a directory"
     # a fatal error on one rank ends the whole job (no hang) with the rank's role
     if timeout 60 $MPI -np 4 "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --lr 1e30 \
         >"$TMP/nan.log" 2>&1; then

@@ -554,12 +554,14 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
         for (int i = 0; i < p->cap; i++) p->spare[i] = p->cap - 1 - i;
         p->nfree = p->cap;
     }
+    /* batches never straddle epochs: none holds more than an epoch */
+    const size_t bcap = (size_t)PST_MIN((int64_t)cfg->batch, p->n);
     for (int i = 0; i < PIPE_NBAT; i++) {
         pipe_batch *b = &p->bat[i].b;
         p->bat[i].state = BAT_FREE;
-        b->ids = pst_malloc(sizeof(int64_t) * (size_t)cfg->batch);
-        b->labels = pst_malloc(sizeof(int32_t) * (size_t)cfg->batch);
-        b->pixels = pst_aligned_alloc(p->img * (size_t)cfg->batch);
+        b->ids = pst_malloc(sizeof(int64_t) * bcap);
+        b->labels = pst_malloc(sizeof(int32_t) * bcap);
+        b->pixels = pst_aligned_alloc(p->img * bcap);
     }
 
     if (pthread_create(&p->reader, NULL, reader_main, p) != 0) {

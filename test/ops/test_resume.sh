@@ -154,9 +154,16 @@ grep -q "resumed from $tmp/D/ckpt-$lost_at.h5" "$tmp/D2.log" || { cat "$tmp/D2.l
 # (A second SIGINT exits 130 at once: test_ckpt checks that handler; two
 # kills in a row here would merge into one pending signal.)
 if [ "$mode" = single ]; then
-    run_bg --steps 3000 --checkpoint-dir "$tmp/E" --checkpoint-every 100000 >"$tmp/E.log" 2>&1
+    run_bg --steps 3000 --checkpoint-dir "$tmp/E" --checkpoint-every 100000 \
+        --metrics "$tmp/E.jsonl" --log-every 0.05 >"$tmp/E.log" 2>&1
     pid=$BG_PID
-    sleep 1
+    # signal only once training runs (its handler is installed by then): on a
+    # loaded machine a fixed sleep could hit the start-up, where SIGINT kills
+    for ((i = 0; i < 600; i++)); do
+        grep -q '"type":"step"' "$tmp/E.jsonl" 2>/dev/null && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.05
+    done
     kill -INT $pid
     wait $pid
     rc=$?

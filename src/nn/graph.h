@@ -49,18 +49,8 @@ struct nn_layer {
     double t_fwd, t_bwd; /* profiling: seconds summed over calls */
 };
 
-/* What to do with a variable at initialization. NN_INIT_FAN_IN is
- * PyTorch's default for Linear and Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in))
- * for the kernel and the bias alike: the models that reproduce the PyTorch
- * peer use it. NN_INIT_AUTO (dense layers): He before a ReLU, else Glorot. */
-typedef enum nn_init {
-    NN_INIT_ZERO,
-    NN_INIT_ONE,
-    NN_INIT_HE,
-    NN_INIT_GLOROT,
-    NN_INIT_FAN_IN,
-    NN_INIT_AUTO
-} nn_init;
+/* What to do with a variable at initialization. */
+typedef enum nn_init { NN_INIT_ZERO, NN_INIT_ONE, NN_INIT_HE, NN_INIT_GLOROT } nn_init;
 
 typedef struct nn_var_info {
     nn_init init;
@@ -100,7 +90,7 @@ int nn_add_conv_bn(nn_model *m, const char *name, int in, int K, int KH, int KW,
 /* Max or average pool; KH = KW = 0 means global (the whole image). */
 int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW, int stride,
                 int pad);
-int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu, nn_init init);
+int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu);
 int nn_add_dropout(nn_model *m, const char *name, int in, float rate);
 int nn_add_concat(nn_model *m, const char *name, const int *ins, int nin);
 

@@ -267,9 +267,7 @@ int nn_add_conv(nn_model *m, const char *name, int in, int K, int KH, int KW, in
     l->h = d.OH, l->w = d.OW, l->c = K, l->relu = relu;
     int ks[4] = {KH, KW, d.C, K};
     add_var(m, l, "kernel", 4, ks, true, init, KH * KW * d.C, KH * KW * K, true);
-    if (bias)
-        add_var(m, l, "bias", 1, &K, true, init == NN_INIT_FAN_IN ? NN_INIT_FAN_IN : NN_INIT_ZERO,
-                KH * KW * d.C, 0, false);
+    if (bias) add_var(m, l, "bias", 1, &K, true, NN_INIT_ZERO, 0, 0, false);
     return m->nlayers - 1;
 }
 
@@ -317,7 +315,7 @@ int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW,
     return m->nlayers - 1;
 }
 
-int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu, nn_init init)
+int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu)
 {
     if (m->failed || in == NN_FAILED) return NN_FAILED;
     int h, w, c;
@@ -331,10 +329,8 @@ int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu, nn_ini
     nn_layer *l = new_layer(m, &dense_ops, name, in);
     l->h = l->w = 1, l->c = O, l->relu = relu;
     int I = h * w * c, ks[2] = {I, O};
-    if (init == NN_INIT_AUTO) init = relu ? NN_INIT_HE : NN_INIT_GLOROT;
-    add_var(m, l, "kernel", 2, ks, true, init, I, O, true);
-    add_var(m, l, "bias", 1, &O, true, init == NN_INIT_FAN_IN ? NN_INIT_FAN_IN : NN_INIT_ZERO, I, 0,
-            false);
+    add_var(m, l, "kernel", 2, ks, true, relu ? NN_INIT_HE : NN_INIT_GLOROT, I, O, true);
+    add_var(m, l, "bias", 1, &O, true, NN_INIT_ZERO, 0, 0, false);
     return m->nlayers - 1;
 }
 
@@ -399,14 +395,6 @@ static void init_vars(nn_model *m)
             }
             break;
         }
-        case NN_INIT_FAN_IN: {
-            float lim = (float)(1.0 / sqrt((double)in->fan_in));
-            for (size_t j = 0; j < v->size; j++) p[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * lim;
-            break;
-        }
-        case NN_INIT_AUTO: /* resolved when the layer was added */
-            assert(0);
-            break;
         case NN_INIT_GLOROT: {
             float lim = (float)sqrt(6.0 / (in->fan_in + in->fan_out));
             for (size_t j = 0; j < v->size; j++) p[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * lim;

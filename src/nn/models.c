@@ -17,23 +17,21 @@
 
 static int build_mlp(nn_model *m)
 {
-    /* initialised as PyTorch initialises the peer's nn.Linear layers */
-    int x = nn_add_dense(m, "fc1", NN_INPUT, 256, true, NN_INIT_FAN_IN);
-    x = nn_add_dense(m, "fc2", x, 256, true, NN_INIT_FAN_IN);
-    x = nn_add_dense(m, "logits", x, m->cfg.num_classes, false, NN_INIT_FAN_IN);
+    int x = nn_add_dense(m, "fc1", NN_INPUT, 256, true);
+    x = nn_add_dense(m, "fc2", x, 256, true);
+    x = nn_add_dense(m, "logits", x, m->cfg.num_classes, false);
     return x;
 }
 
 static int build_lenet5(nn_model *m)
 {
-    /* the PyTorch peer's model, initialised as PyTorch initialises it */
-    int x = nn_add_conv(m, "conv1", NN_INPUT, 6, 5, 5, 1, 2, true, true, NN_INIT_FAN_IN);
+    int x = nn_add_conv(m, "conv1", NN_INPUT, 6, 5, 5, 1, 2, true, true, NN_INIT_HE);
     x = nn_add_pool(m, "pool1", x, true, 2, 2, 2, 0);
-    x = nn_add_conv(m, "conv2", x, 16, 5, 5, 1, 0, true, true, NN_INIT_FAN_IN);
+    x = nn_add_conv(m, "conv2", x, 16, 5, 5, 1, 0, true, true, NN_INIT_HE);
     x = nn_add_pool(m, "pool2", x, true, 2, 2, 2, 0);
-    x = nn_add_dense(m, "fc1", x, 120, true, NN_INIT_FAN_IN);
-    x = nn_add_dense(m, "fc2", x, 84, true, NN_INIT_FAN_IN);
-    x = nn_add_dense(m, "logits", x, m->cfg.num_classes, false, NN_INIT_FAN_IN);
+    x = nn_add_dense(m, "fc1", x, 120, true);
+    x = nn_add_dense(m, "fc2", x, 84, true);
+    x = nn_add_dense(m, "logits", x, m->cfg.num_classes, false);
     return x;
 }
 
@@ -91,7 +89,7 @@ static int build_inception_mini(nn_model *m)
     x = inception_module(m, "mixed_b", x, (inception_widths){48, 32, 64, 16, 32, 32});
     x = nn_add_pool(m, "global_pool", x, false, 0, 0, 0, 0);
     x = nn_add_dropout(m, "dropout", x, 0.2f);
-    x = nn_add_dense(m, "logits", x, m->cfg.num_classes, false, NN_INIT_AUTO);
+    x = nn_add_dense(m, "logits", x, m->cfg.num_classes, false);
     return x;
 }
 

@@ -211,7 +211,7 @@ fashion)
     "$PSTRAIN_PREP" idx --train-images "$D/train-images-idx3-ubyte.gz" \
         --train-labels "$D/train-labels-idx1-ubyte.gz" --test-images "$D/t10k-images-idx3-ubyte.gz" \
         --test-labels "$D/t10k-labels-idx1-ubyte.gz" -o "$TMP/fm.h5" >/dev/null
-    run 4 --data "$TMP/fm.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --lr 0.1 \
+    run 4 --data "$TMP/fm.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --lr 0.05 \
         --epochs 1 --batch 64 --expect-once --min-accuracy 0.82
     run 4 --data "$TMP/fm.h5" --model lenet5 --ps 1 --mode async --optimizer momentum --lr 0.01 \
         --epochs 1 --batch 64 --min-accuracy 0.82

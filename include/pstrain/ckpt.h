@@ -113,6 +113,11 @@ typedef struct ckpt_expect {
     opt_kind opt_kind;
 } ckpt_expect;
 
+/* What to expect of a checkpoint of model `m` (its name, image shape,
+ * classes and variables); with `opt` (may be NULL) the optimizer's slots
+ * are checked too. Borrows from m. */
+ckpt_expect ckpt_expect_model(const nn_model *m, const opt_cfg *opt);
+
 /* Reads a checkpoint into the slabs. Refuses (with a message naming the
  * file and the variable, shape, attribute or optimizer) a file that is not a
  * pstrain checkpoint of a known format_version, a different model or image

@@ -64,6 +64,8 @@ float *nn_model_params(nn_model *m);
 float *nn_model_grads(nn_model *m);
 int nn_model_nvars(const nn_model *m);
 const nn_var *nn_model_var(const nn_model *m, int i);
+/* All nn_model_nvars(m) variables as one array, in model order (owned by m). */
+const nn_var *nn_model_vars(const nn_model *m);
 
 /* Text description: one line per layer with output shape and parameter
  * count, and the totals. Stored with checkpoints. */

@@ -789,7 +789,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     int64_t *all = NULL;
     int *counts = NULL, *displs = NULL;
     double *recs = NULL;
-    nn_var *vars = NULL;
+    const nn_var *vars = NULL;
     float *slots = NULL;
     char *mtext = NULL;
     root_ctx *rctx = NULL;
@@ -900,8 +900,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     int nv = 0;
     if (ok) {
         nv = nn_model_nvars(m);
-        vars = pst_malloc(sizeof *vars * (size_t)(nv ? nv : 1));
-        for (int i = 0; i < nv; i++) vars[i] = *nn_model_var(m, i);
+        vars = nn_model_vars(m);
         ok = place_plan_new(&plan, vars, nv, P, cfg->placement, cfg->partition_bytes, e) == 0;
     }
     const size_t nparam = ok ? nn_model_size(m) : 0;
@@ -913,15 +912,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     }
     /* resume: the root reads the variables and slots, everybody gets them */
     if (ok && is_root && info.resumed) {
-        ckpt_expect want = {.model_name = cfg->model,
-                            .height = info.height,
-                            .width = info.width,
-                            .channels = info.channels,
-                            .num_classes = info.classes,
-                            .vars = vars,
-                            .nvars = nv,
-                            .check_opt = true,
-                            .opt_kind = cfg->opt.kind};
+        ckpt_expect want = ckpt_expect_model(m, &cfg->opt);
         ok = ckpt_read(ckpt_file, &want, nn_model_params(m), nslots ? slots : NULL, nparam, NULL,
                        e) == 0;
     }
@@ -1185,7 +1176,7 @@ out:
     metrics_close(mx);
     pipe_free(pl);
     free(log.a), free(prior.a), free(all), free(counts), free(displs), free(recs);
-    free(vars), free(slots), free(mtext);
+    free(slots), free(mtext);
     place_plan_free(plan);
     nn_model_free(m);
     if (ds_open) h5ds_close(&ds);

@@ -547,6 +547,11 @@ const nn_var *nn_model_var(const nn_model *m, int i)
     assert(i >= 0 && i < m->nvars);
     return &m->vars[i];
 }
+
+const nn_var *nn_model_vars(const nn_model *m)
+{
+    return m->vars;
+}
 const nn_model_cfg *nn_model_config(const nn_model *m)
 {
     return &m->cfg;

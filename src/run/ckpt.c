@@ -730,6 +730,20 @@ static int check_expect_meta(const char *path, const ckpt_expect *x, const ckpt_
     return 0;
 }
 
+ckpt_expect ckpt_expect_model(const nn_model *m, const opt_cfg *opt)
+{
+    const nn_model_cfg *c = nn_model_config(m);
+    return (ckpt_expect){.model_name = c->name,
+                         .height = c->height,
+                         .width = c->width,
+                         .channels = c->channels,
+                         .num_classes = c->num_classes,
+                         .vars = nn_model_vars(m),
+                         .nvars = nn_model_nvars(m),
+                         .check_opt = opt != NULL,
+                         .opt_kind = opt ? opt->kind : OPT_SGD};
+}
+
 int ckpt_read(const char *path, const ckpt_expect *x, float *params, float *slots,
               size_t slot_stride, ckpt_meta *meta, pst_err *e)
 {

@@ -118,7 +118,6 @@ int eval_main(int argc, char **argv)
     nn_model *m = NULL;
     ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
-    nn_var *vars = NULL;
     int64_t *conf = NULL;
     int rc = 1;
     char path[4096];
@@ -157,16 +156,7 @@ int eval_main(int argc, char **argv)
                        .max_batch = batch,
                        .seed = meta.seed};
     if (nn_model_new(&m, &mc, &e) < 0) goto fail;
-    const int nvars = nn_model_nvars(m);
-    vars = pst_malloc(sizeof *vars * (size_t)nvars);
-    for (int i = 0; i < nvars; i++) vars[i] = *nn_model_var(m, i);
-    ckpt_expect want = {.model_name = meta.model_name,
-                        .height = ds.height,
-                        .width = ds.width,
-                        .channels = ds.channels,
-                        .num_classes = ds.num_classes,
-                        .vars = vars,
-                        .nvars = nvars};
+    ckpt_expect want = ckpt_expect_model(m, NULL);
     if (ckpt_read(path, &want, nn_model_params(m), NULL, 0, NULL, &e) < 0) goto fail;
 
     const int K = ds.num_classes;
@@ -202,7 +192,6 @@ fail:
     fprintf(stderr, "pstrain eval: %s\n", e.msg);
 out:
     free(conf);
-    free(vars);
     nn_model_free(m);
     ckpt_meta_free(&meta);
     h5ds_close(&ds);

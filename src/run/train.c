@@ -280,7 +280,6 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     float *slots = NULL, *x = NULL;
     slab_range *ranges = NULL;
     uint8_t *seen = NULL;
-    nn_var *vars = NULL;
     char *mtext = NULL;
     FILE *trace = NULL;
     int rc = -1;
@@ -321,9 +320,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     ranges = pst_malloc(sizeof *ranges * (size_t)nn_model_nvars(m));
     const int nranges = slab_ranges(m, ranges);
 
+    const nn_var *vars = nn_model_vars(m);
     const int nvars = nn_model_nvars(m);
-    vars = pst_malloc(sizeof *vars * (size_t)nvars);
-    for (int i = 0; i < nvars; i++) vars[i] = *nn_model_var(m, i);
     mtext = model_text(m);
 
     /* Resume: variables, slots, step and data cursor from a checkpoint. */
@@ -339,15 +337,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             if (!cfg->quiet)
                 fprintf(stderr, "pstrain: no checkpoint in %s yet: starting from scratch\n", arg);
         } else {
-            ckpt_expect want = {.model_name = cfg->model,
-                                .height = ds.height,
-                                .width = ds.width,
-                                .channels = ds.channels,
-                                .num_classes = ds.num_classes,
-                                .vars = vars,
-                                .nvars = nvars,
-                                .check_opt = true,
-                                .opt_kind = cfg->opt.kind};
+            ckpt_expect want = ckpt_expect_model(m, &cfg->opt);
             ckpt_meta cm;
             memset(&cm, 0, sizeof cm);
             if (ckpt_read(path, &want, nn_model_params(m), nslots ? slots : NULL, nparam, &cm, e) <
@@ -576,7 +566,6 @@ out:
     free(slots);
     free(ranges);
     free(seen);
-    free(vars);
     free(mtext);
     nn_model_free(m);
     h5ds_close(&ds);

@@ -12,4 +12,13 @@
  * into buf (256 bytes); the stack is then cleared. Returns buf. */
 const char *h5u_reason(char buf[256]);
 
+/* Debian's HDF5 is built without thread safety: two threads must never be
+ * inside the library at once. Every module that calls HDF5 from a thread that
+ * may run concurrently with another HDF5 user (the pipeline's reader thread,
+ * the main thread writing a checkpoint or evaluating) holds this one lock
+ * around its HDF5 calls. The lock is recursive, so a locked helper may call
+ * another locked helper. */
+void h5u_lock(void);
+void h5u_unlock(void);
+
 #endif

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pstrain vs the PyTorch peer (shared/peers/torch_lenet.py) on the same model,
+# pstrain vs the PyTorch peer (torch_lenet.py, not part of this repository: PEER=path) on the same model,
 # batch 64, one compute thread each, side by side and alternating, on
 # Fashion-MNIST. Prints images/s of each and the ratio, with the active BLIS
 # kernels. Both count only the training step (forward, loss, backward,
@@ -13,7 +13,8 @@ cd "$top"
 rounds=${1:-3}
 steps=${2:-600}
 build=${BUILD_DIR:-build}
-peer=${PEER:-$top/../shared/peers/torch_lenet.py}
+# the peers are reference implementations kept outside this repository
+peer=${PEER:-}
 models=${MODELS:-lenet5 mlp}
 out=${OUT:-out/bench}
 mkdir -p "$out"
@@ -31,7 +32,7 @@ data=$out/fashion-mnist.h5
 
 have_peer=1
 if ! [ -f "$peer" ] || ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then
-    echo "bench-peer: PyTorch peer unavailable (needs $peer and Debian's python3-torch, python3-numpy); pstrain only" >&2
+    echo "bench-peer: PyTorch peer unavailable (needs PEER=<path of torch_lenet.py> and Debian's python3-torch, python3-numpy); pstrain only" >&2
     have_peer=0
 fi
 arch=$("$build/pstrain" --version | sed -n 's/^BLIS.*kernels: \([a-z0-9]*\).*/\1/p')

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PNG-tree conversion: `pstrain-prep png` vs the PIL + h5py peer
-# (shared/peers/prep_peer.py), on Fashion-MNIST written out as PNG trees by
+# (prep_peer.py, not part of this repository: PEER=path), on Fashion-MNIST written out as PNG trees by
 # test/png/make_png_tree:
 #   - 10,000 gray 28x28 PNGs, kept at 28x28x1
 #   - 5,000 RGB 32x32 PNGs, shrunk to 24x24x3 (area averaging / PIL BOX)
@@ -16,7 +16,8 @@ cd "$top"
 rounds=${1:-3}
 build=${BUILD_DIR:-build}
 out=${OUT:-out/bench-png}
-peer=${PEER:-$top/../shared/peers/prep_peer.py}
+# the peers are reference implementations kept outside this repository
+peer=${PEER:-}
 mkdir -p "$out"
 
 [ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
@@ -30,7 +31,7 @@ rgb=$out/fm-png-rgb-5k
 
 have_peer=1
 if ! [ -f "$peer" ] || ! /usr/bin/python3 -c 'import PIL, h5py, numpy' 2>/dev/null; then
-    echo "bench-png: peer unavailable (needs $peer and Debian's python3-pil, python3-h5py," \
+    echo "bench-png: peer unavailable (needs PEER=<path of prep_peer.py> and Debian's python3-pil, python3-h5py," \
         "python3-numpy); pstrain-prep only" >&2
     have_peer=0
 fi

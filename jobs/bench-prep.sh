@@ -3,7 +3,7 @@
 #
 #  1. idx -> HDF5 of Fashion-MNIST (70,000 images, Debian's dataset-fashion-mnist):
 #     `pstrain-prep idx` with its defaults, with one compression thread, and
-#     with the peer's layout (chunks of 1024 images, deflate 4); the PIL + h5py peer (shared/peers/prep_peer.py)
+#     with the peer's layout (chunks of 1024 images, deflate 4); the PIL + h5py peer (prep_peer.py, not part of this repository: PEER=path)
 #     when Debian's python3-h5py is installed. Seconds and images/s, median of
 #     ROUNDS runs, alternating. pstrain-prep's time runs from reading the
 #     input to the renamed output (its summary line); wall time includes
@@ -21,7 +21,8 @@ cd "$top"
 rounds=${1:-3}
 build=${BUILD_DIR:-build}
 out=${OUT:-out/bench-prep}
-peer=${PEER:-$top/../shared/peers/prep_peer.py}
+# the peers are reference implementations kept outside this repository
+peer=${PEER:-}
 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 classes="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
 mkdir -p "$out"
@@ -36,7 +37,7 @@ prep=$build/data-tools/pstrain-prep
 
 have_peer=1
 if ! [ -f "$peer" ] || ! /usr/bin/python3 -c 'import h5py, numpy' 2>/dev/null; then
-    echo "bench-prep: peer unavailable (needs $peer and Debian's python3-h5py," \
+    echo "bench-prep: peer unavailable (needs PEER=<path of prep_peer.py> and Debian's python3-h5py," \
         "python3-numpy); pstrain-prep only" >&2
     have_peer=0
 fi

@@ -1,7 +1,7 @@
 /*
  * pstrain/ckpt.h - checkpoints (HDF5), resume, and stop-on-signal.
  *
- * A checkpoint is one HDF5 file (DESIGN.md section 5), readable by h5dump
+ * A checkpoint is one HDF5 file (docs/design.md §5), readable by h5dump
  * and h5py:
  *
  *   /variables/<name>        float32, the variable's shape ("conv1/kernel"

@@ -1,6 +1,6 @@
 /*
  * pstrain/feed.h - the batch ring in the root's RMA window: how different
- * workers see different parts of the data (DESIGN.md section 3).
+ * workers see different parts of the data (docs/design.md §3).
  *
  * The root (rank `root` of the communicator) owns one MPI_Win_allocate
  * window holding

@@ -1,7 +1,7 @@
 /*
  * pstrain/h5ds.h - reading and checking pstrain data sets (HDF5).
  *
- * Layout (DESIGN.md section 5, written by pstrain-prep):
+ * Layout (docs/design.md §5, written by pstrain-prep):
  *   /<split>/images  uint8 [N][H][W][C], chunked by whole images, shuffle+deflate
  *   /<split>/labels  int32 [N]                  split = train | val | test
  *   /classes         variable-length UTF-8 strings [K]

@@ -1,6 +1,6 @@
 /*
  * pstrain/placement.h - which parameter server holds which variable
- * (DESIGN.md section 2: the answer to "which code puts variables on the PS").
+ * (docs/design.md §2: the answer to "which code puts variables on the PS").
  *
  * A plan maps the model's variables (nn_var list, in model order; batch-norm
  * moving statistics included) onto P parameter servers. Each PS gets a list

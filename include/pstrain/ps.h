@@ -1,6 +1,6 @@
 /*
  * pstrain/ps.h - parameter-server shards in RMA windows, and the worker's
- * side of the sync and async protocols (DESIGN.md section 3).
+ * side of the sync and async protocols (docs/design.md §3).
  *
  * PS p (0-based) is MPI rank ps_rank0 + p; worker w is rank worker_rank0 + w.
  * One MPI_Win_allocate window over the communicator; each PS exposes

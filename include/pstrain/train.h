@@ -133,7 +133,7 @@ int train_dump_params(const char *path, const float *p, size_t n, pst_err *e);
  * argv[0] is "eval"; returns the process exit status. */
 int eval_main(int argc, char **argv);
 
-/* Writes the --summary-json object of DESIGN.md section 6. */
+/* Writes the --summary-json object of docs/design.md §6. */
 int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r, pst_err *e);
 
 #endif

@@ -3,7 +3,7 @@
  * the root's duties during the run (metrics, checkpoints, evaluations, stop
  * signals) and the end of a run (final variables, evaluation, accounting).
  *
- * Roles (DESIGN.md 1): rank 0 root (input pipeline -> batch ring, metrics,
+ * Roles (docs/design.md §1): rank 0 root (input pipeline -> batch ring, metrics,
  * summary), ranks 1..P parameter servers (ps.c), ranks P+1..N-1 workers.
  * Every rank builds the same model from the same seed (so initial
  * variables agree without a broadcast; a resumed run broadcasts the

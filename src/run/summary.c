@@ -1,4 +1,4 @@
-/* summary.c - the --summary-json object of a training run (DESIGN.md section 6). */
+/* summary.c - the --summary-json object of a training run (docs/design.md §6). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

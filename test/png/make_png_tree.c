@@ -1,7 +1,7 @@
 /*
  * make_png_tree.c - writes Fashion-MNIST as an ImageNet-style PNG tree,
  * OUT/<class name>/<index>.png, for benchmarks of `pstrain-prep png` (the C
- * twin of shared/peers/make_png_tree.py; not a test).
+ * twin of the peers' make_png_tree.py; not a test).
  *
  *   make_png_tree OUT [--split train|test] [--limit N] [--rgb] [--data DIR]
  *

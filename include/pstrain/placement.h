@@ -73,9 +73,4 @@ void place_plan_free(place_plan *p); /* NULL-safe */
  * line per range, then per-PS totals and the imbalance ratio. */
 void place_plan_print(const place_plan *p, FILE *out);
 
-/* `pstrain plan --model M --ps P [--placement S] [--partition-bytes N]
- * [--height H --width W --channels C --classes K]`: builds the model, prints
- * its plan. argv[0] is "plan". Returns the process exit status. */
-int plan_main(int argc, char **argv);
-
 #endif

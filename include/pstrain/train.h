@@ -129,10 +129,6 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
  * --dump-params diagnostic that tests use to compare runs bitwise. */
 int train_dump_params(const char *path, const float *p, size_t n, pst_err *e);
 
-/* `pstrain eval --data F --checkpoint C [--split S] [--summary-json J]`:
- * argv[0] is "eval"; returns the process exit status. */
-int eval_main(int argc, char **argv);
-
 /* Writes the --summary-json object of docs/design.md §6. */
 int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r, pst_err *e);
 

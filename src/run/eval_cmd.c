@@ -11,6 +11,7 @@
 #include "pstrain/ckpt.h"
 #include "pstrain/h5ds.h"
 #include "pstrain/model.h"
+#include "commands.h"
 #include "pstrain/train.h"
 
 static const char eval_usage[] =

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "pstrain/common.h"
-#include "pstrain/placement.h"
 #include "pstrain/train.h"
 #include "pstrain/version.h"
 

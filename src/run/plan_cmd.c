@@ -1,9 +1,11 @@
 /* plan_cmd.c - `pstrain plan`: the placement of a model's variables on P
- * parameter servers, as `pstrain train --ps P` would log it. */
+ * parameter servers, as `pstrain train --ps P` would log it. A command: it
+ * sits beside main.c and eval_cmd.c, above the library modules it uses. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "pstrain/h5ds.h"
 #include "pstrain/model.h"
 #include "pstrain/placement.h"

@@ -1,5 +1,6 @@
 /*
- * pstrain/ckpt.h - checkpoints (HDF5), resume, and stop-on-signal.
+ * pstrain/ckpt.h - checkpoints (HDF5) and resume. (Stop on signal:
+ * pstrain/signals.h.)
  *
  * A checkpoint is one HDF5 file (docs/design.md §5), readable by h5dump
  * and h5py:
@@ -172,23 +173,5 @@ int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e);
  * that no longer exist: a live writer's are kept). keep <= 0: only the
  * temporaries. Returns the number of checkpoints removed, -1 on error. */
 int ckpt_prune(const char *dir, int keep, pst_err *e);
-
-/*
- * Stop on signal. SIGTERM, SIGUSR1 (Slurm's --signal, scancel --signal) and
- * a first SIGINT set a flag that the training loop polls at each step
- * boundary: it then writes a checkpoint and exits 0. A second SIGINT ends
- * the process at once (exit status 130). Under MPI every rank installs the
- * handlers, but only the root's flag decides: the root polls it and tells
- * the others (the flag of other ranks is ignored), so all ranks stop at the
- * same step. Async-signal-safe; install once, before training.
- */
-int ckpt_signals_install(pst_err *e);
-/* The signal number that asked to stop (SIGTERM, SIGUSR1, SIGINT), or 0. */
-int ckpt_stop_requested(void);
-/* Requests a stop as if signal `signo` had arrived (a rank told by the
- * root, tests). The first request is kept. */
-void ckpt_request_stop(int signo);
-/* Clears the flag (tests). */
-void ckpt_stop_reset(void);
 
 #endif

@@ -57,6 +57,7 @@
 #include "pstrain/pipeline.h"
 #include "pstrain/placement.h"
 #include "pstrain/ps.h"
+#include "pstrain/signals.h"
 #include "pstrain/train.h"
 
 /* Worker report record in the root's window (doubles). */
@@ -397,7 +398,7 @@ static int root_poll(void *vctx, pst_err *e)
         c->next_eval_epoch += cfg->eval_every;
         did = 1;
     }
-    int sig = cfg->checkpoint_dir ? ckpt_stop_requested() : 0;
+    int sig = cfg->checkpoint_dir ? pst_stop_requested() : 0;
     if (sig && !c->stopping) {
         c->stopping = true;
         c->stop_signal = sig;
@@ -945,7 +946,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         goto out;
     }
     if (cfg->checkpoint_dir) {
-        if (ckpt_signals_install(e) < 0) dist_fatal("%s", e->msg);
+        if (pst_stop_signals_install(e) < 0) dist_fatal("%s", e->msg);
         if (is_root && !lockstep && (cfg->checkpoint_every || cfg->checkpoint_secs > 0) &&
             !cfg->quiet)
             fprintf(stderr, "pstrain: periodic checkpoints need --mode sync without backup "

@@ -1,5 +1,5 @@
-/* ckpt.c - HDF5 checkpoints: atomic write, validated read, latest, prune,
- * and the stop-on-signal flag. Layout and guarantees: pstrain/ckpt.h. */
+/* ckpt.c - HDF5 checkpoints: atomic write, validated read, latest, prune.
+ * Layout and guarantees: pstrain/ckpt.h. */
 #include "pstrain/ckpt.h"
 
 #include <dirent.h>
@@ -7,7 +7,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <inttypes.h>
-#include <signal.h>
+#include <signal.h> /* kill(pid, 0) */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -1125,48 +1125,4 @@ int ckpt_save(const char *dir, int keep, const ckpt_meta *meta, const nn_var *va
     if (out_path && (size_t)snprintf(out_path, out_len, "%s", p) >= out_len)
         return pst_fail(e, "%s: path too long", p);
     return 0;
-}
-
-/* ---- stop on signal ----------------------------------------------------- */
-
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig)
-{
-    if (sig == SIGINT && g_stop) {
-        static const char msg[] = "\ninterrupted twice: aborting without a checkpoint\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
-        _exit(130);
-    }
-    if (!g_stop) g_stop = sig;
-}
-
-int ckpt_signals_install(pst_err *e)
-{
-    static const int sigs[] = {SIGTERM, SIGUSR1, SIGINT};
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < PST_ARRAY_LEN(sigs); i++)
-        if (sigaction(sigs[i], &sa, NULL) < 0)
-            return pst_fail(e, "sigaction(%s): %s", strsignal(sigs[i]), strerror(errno));
-    return 0;
-}
-
-int ckpt_stop_requested(void)
-{
-    return g_stop;
-}
-
-void ckpt_request_stop(int signo)
-{
-    if (!g_stop) g_stop = signo;
-}
-
-void ckpt_stop_reset(void)
-{
-    g_stop = 0;
 }

@@ -15,6 +15,7 @@
 
 #include "pstrain/blas.h"
 #include "pstrain/ckpt.h"
+#include "pstrain/signals.h"
 #include "pstrain/h5ds.h"
 #include "pstrain/metrics.h"
 #include "pstrain/model.h"
@@ -402,7 +403,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     /* this process's share, for its images/s (a resumed run started mid-way) */
     const int64_t examples0 = examples;
     const double t_train0 = t_train;
-    if (cfg->checkpoint_dir && ckpt_signals_install(e) < 0) goto out;
+    if (cfg->checkpoint_dir && pst_stop_signals_install(e) < 0) goto out;
     const int64_t per_epoch = pipe_examples_per_epoch(p);
     seen = pst_calloc((size_t)per_epoch, 1);
     /* Skip what the checkpoint had consumed of its epoch: the pipeline
@@ -488,7 +489,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             t_log = t3;
         }
         if (cfg->checkpoint_dir) {
-            int sig = ckpt_stop_requested();
+            int sig = pst_stop_requested();
             bool due = (cfg->checkpoint_every && step % cfg->checkpoint_every == 0) ||
                        (cfg->checkpoint_secs > 0 && t3 - t_ckpt >= cfg->checkpoint_secs) || sig;
             if (due) {

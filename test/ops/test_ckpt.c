@@ -1,11 +1,8 @@
 /* test_ckpt.c - checkpoint round trip for every optimizer, refusal of
  * mismatched checkpoints with the culprit named, the latest pointer, pruning,
- * resolve, and the stop-on-signal flag. */
-#include <fcntl.h>
+ * resolve. */
 #include <hdf5.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "check.h"
 #include "ops_util.h"
@@ -414,35 +411,6 @@ static void test_latest_and_prune(const char *root)
     free(params);
 }
 
-static void test_signals(void)
-{
-    pst_err e;
-    CHECK(ckpt_signals_install(&e) == 0, "%s", e.msg);
-    CHECK(ckpt_stop_requested() == 0, "flag set before a signal");
-    raise(SIGUSR1);
-    CHECK(ckpt_stop_requested() == SIGUSR1, "SIGUSR1 -> %d", ckpt_stop_requested());
-    raise(SIGTERM);
-    CHECK(ckpt_stop_requested() == SIGUSR1, "first signal is kept");
-    ckpt_stop_reset();
-    raise(SIGTERM);
-    CHECK(ckpt_stop_requested() == SIGTERM, "SIGTERM -> %d", ckpt_stop_requested());
-    ckpt_stop_reset();
-
-    /* SIGINT once: flag; twice: exit 130 at once */
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 2);
-        raise(SIGINT);
-        if (ckpt_stop_requested() != SIGINT) _exit(3);
-        raise(SIGINT);
-        _exit(4);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 130, "second SIGINT: status %d", st);
-}
-
 int main(void)
 {
     g_nvars = ops_vars(g_vars, 1, &g_total);
@@ -456,7 +424,6 @@ int main(void)
           "no slot names beyond the count");
     test_refusals(d);
     test_latest_and_prune(d);
-    test_signals();
     int rc = check_exit();
     if (rc == 0) {
         char run[4200];

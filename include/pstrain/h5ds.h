@@ -14,8 +14,10 @@
  * so `pstrain train` never starts on a bad file. Serial HDF5 only (no MPI-IO):
  * works in programs that never call MPI_Init.
  *
- * Thread safety: Debian's HDF5 is not thread-safe; call h5ds_* from one
- * thread at a time.
+ * Thread safety: Debian's HDF5 is not thread-safe; every h5ds_* call holds
+ * the one HDF5 lock (h5u_lock, pstrain/h5util.h), so the pipeline's reader
+ * thread and a main thread evaluating or writing a checkpoint may use HDF5
+ * at the same time.
  */
 #ifndef PSTRAIN_H5DS_H
 #define PSTRAIN_H5DS_H

@@ -8,6 +8,8 @@
 #ifndef PSTRAIN_H5UTIL_H
 #define PSTRAIN_H5UTIL_H
 
+#include <stdbool.h>
+
 /* The innermost (most specific) description on HDF5's error stack, written
  * into buf (256 bytes); the stack is then cleared. Returns buf. */
 const char *h5u_reason(char buf[256]);
@@ -20,5 +22,8 @@ const char *h5u_reason(char buf[256]);
  * another locked helper. */
 void h5u_lock(void);
 void h5u_unlock(void);
+/* Whether the calling thread holds the lock (tests check that every HDF5
+ * call of the trainer is made under it). */
+bool h5u_held(void);
 
 #endif

@@ -74,7 +74,10 @@ typedef struct pipe_batch {
 typedef struct pipeline pipeline;
 
 /* Starts the pipeline threads. The pipeline reads through `ds`, which must
- * stay open, and must not be used by another thread meanwhile. */
+ * stay open until pipe_free (when streaming; a preloaded split is read in
+ * pipe_new). The caller may read through the same h5ds meanwhile (evaluating
+ * on the test split) and write checkpoints: every h5ds and ckpt call holds
+ * the one HDF5 lock (pstrain/h5util.h). */
 int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e);
 /* Next batch; blocks until one is ready. Returns 1 with *b filled (the
  * memory stays valid until the next pipe_next call), 0 after the last
@@ -85,13 +88,6 @@ int64_t pipe_batches_per_epoch(const pipeline *p);
 int64_t pipe_examples_per_epoch(const pipeline *p);
 /* Stops the threads and frees, at any point (mid-epoch included). NULL-safe. */
 void pipe_free(pipeline *p);
-
-/* The pipeline's reader thread uses `ds` until pipe_free (when streaming;
- * a preloaded split is read in pipe_new). A caller that reads through the
- * same h5ds meanwhile (evaluating on the test split) brackets those calls
- * with these, since HDF5 here is not thread-safe. */
-void pipe_lock_ds(pipeline *p);
-void pipe_unlock_ds(pipeline *p);
 
 /* out[i] = (px[i]/255 - mean[c]) / std[c] for n pixels of C channels. */
 void pipe_normalize(const uint8_t *px, int64_t n_pixels, int C, const float *mean, const float *std,

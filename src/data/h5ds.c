@@ -702,7 +702,10 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
 
 int h5ds_verify(const char *path, h5ds_problem_fn report, void *ctx, pst_err *e)
 {
-    return check_file(path, report, ctx, e, NULL);
+    h5u_lock();
+    int n = check_file(path, report, ctx, e, NULL);
+    h5u_unlock();
+    return n;
 }
 
 typedef struct first_problem {
@@ -721,7 +724,9 @@ int h5ds_open(h5ds *ds, const char *path, pst_err *e)
     memset(ds, 0, sizeof *ds);
     ds->file = -1;
     first_problem fp = {"", 0};
+    h5u_lock();
     int n = check_file(path, keep_first, &fp, e, ds);
+    h5u_unlock();
     if (n < 0) return -1;
     if (n > 0) {
         ds->file = -1;
@@ -736,8 +741,10 @@ int h5ds_open(h5ds *ds, const char *path, pst_err *e)
 void h5ds_close(h5ds *ds)
 {
     if (!ds) return;
+    h5u_lock();
     h5_quiet();
     close_ids(ds);
+    h5u_unlock();
     free_names(ds->class_names, ds->num_classes);
     ds->class_names = NULL;
     ds->nsplits = 0;
@@ -771,8 +778,9 @@ done:
     return rc;
 }
 
-int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t *images,
-              int32_t *labels, pst_err *e)
+/* h5ds_read without the lock. */
+static int read_unlocked(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t *images,
+                         int32_t *labels, pst_err *e)
 {
     char why[256];
     h5_quiet();
@@ -790,4 +798,13 @@ int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t
         return pst_fail(e, "%s: /%s/labels: reading examples [%lld, %lld) failed (%s)", ds->path,
                         split, (long long)first, (long long)(first + count), h5u_reason(why));
     return 0;
+}
+
+int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t *images,
+              int32_t *labels, pst_err *e)
+{
+    h5u_lock();
+    int rc = read_unlocked(ds, split, first, count, images, labels, e);
+    h5u_unlock();
+    return rc;
 }

@@ -3,7 +3,7 @@
  * batches (contract in pstrain/pipeline.h).
  *
  * Threads and what each one owns:
- *   reader     the h5ds (HDF5 is not thread-safe); per epoch it walks the
+ *   reader     the h5ds (reads hold the HDF5 lock); per epoch it walks the
  *              split's chunks in an order shuffled by (seed, epoch) and cuts
  *              each chunk into blocks of at most blk_cap examples, numbered
  *              by a stream sequence `seq`, into a ring of nblocks blocks;
@@ -74,13 +74,12 @@ struct pipeline {
     pipe_cfg cfg;
     char split[8];
     int H, W, C;
-    size_t img;            /* bytes per image */
-    int64_t n;             /* examples per epoch */
-    int64_t chunk;         /* examples per read unit (the file's chunk) */
-    int64_t nchunks;       /* ceil(n / chunk) */
-    int end_epoch;         /* one past the last epoch (INT_MAX: unbounded) */
-    bool aug;              /* crop or flip requested */
-    pthread_mutex_t ds_mu; /* serialises h5ds use with the caller */
+    size_t img;      /* bytes per image */
+    int64_t n;       /* examples per epoch */
+    int64_t chunk;   /* examples per read unit (the file's chunk) */
+    int64_t nchunks; /* ceil(n / chunk) */
+    int end_epoch;   /* one past the last epoch (INT_MAX: unbounded) */
+    bool aug;        /* crop or flip requested */
 
     uint8_t *pre_px; /* preloaded split, or NULL when streaming */
     int32_t *pre_lab;
@@ -235,10 +234,9 @@ static void *reader_main(void *arg)
                 px = p->pre_px + (size_t)first * p->img;
                 lab = p->pre_lab + first;
             } else {
-                pthread_mutex_lock(&p->ds_mu);
-                int rc = h5ds_read(p->ds, p->split, first, cnt, p->chunk_px, p->chunk_lab, &e);
-                pthread_mutex_unlock(&p->ds_mu);
-                if (rc < 0) {
+                /* h5ds_read holds the HDF5 lock: the main thread may be
+                 * evaluating or writing a checkpoint meanwhile */
+                if (h5ds_read(p->ds, p->split, first, cnt, p->chunk_px, p->chunk_lab, &e) < 0) {
                     pipe_set_failed(p, &e);
                     return NULL;
                 }
@@ -510,7 +508,6 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
     }
     if (p->cfg.min_after_dequeue < 0) p->cfg.min_after_dequeue = p->cfg.queue_capacity - 1;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_mutex_init(&p->ds_mu, NULL);
     pthread_cond_init(&p->cv_reader, NULL);
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_asm, NULL);
@@ -629,16 +626,6 @@ int64_t pipe_examples_per_epoch(const pipeline *p)
     return p->n;
 }
 
-void pipe_lock_ds(pipeline *p)
-{
-    pthread_mutex_lock(&p->ds_mu);
-}
-
-void pipe_unlock_ds(pipeline *p)
-{
-    pthread_mutex_unlock(&p->ds_mu);
-}
-
 void pipe_free(pipeline *p)
 {
     if (!p) return;
@@ -679,7 +666,6 @@ void pipe_free(pipeline *p)
     pthread_cond_destroy(&p->cv_work);
     pthread_cond_destroy(&p->cv_asm);
     pthread_cond_destroy(&p->cv_consumer);
-    pthread_mutex_destroy(&p->ds_mu);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }

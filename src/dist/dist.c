@@ -292,9 +292,7 @@ static int root_eval(root_ctx *c, int64_t step, int epoch, pst_err *e)
     if (!h5ds_find_split(c->ds, "test")) return 0;
     double acc, loss;
     int64_t n;
-    pipe_lock_ds(c->pl);
     int r = train_evaluate(c->m, c->ds_rw, "test", c->cfg->batch, &acc, &loss, &n, NULL, e);
-    pipe_unlock_ds(c->pl);
     if (r < 0) return -1;
     metrics_eval(c->mx, step, epoch, "test", acc, loss, n);
     return 0;

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pstrain/h5util.h"
 #include "pstrain/version.h"
 
 #if H5_VERSION_GE(1, 12, 0)
@@ -485,8 +486,8 @@ done:
     return rc;
 }
 
-int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
-               const float *params, const float *slots, size_t slot_stride, pst_err *e)
+static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
+                          const float *params, const float *slots, size_t slot_stride, pst_err *e)
 {
     char dir[PATH_LEN], tmp[PATH_LEN], name[PATH_LEN];
     const char *base;
@@ -744,8 +745,8 @@ ckpt_expect ckpt_expect_model(const nn_model *m, const opt_cfg *opt)
                          .opt_kind = opt ? opt->kind : OPT_SGD};
 }
 
-int ckpt_read(const char *path, const ckpt_expect *x, float *params, float *slots,
-              size_t slot_stride, ckpt_meta *meta, pst_err *e)
+static int read_unlocked(const char *path, const ckpt_expect *x, float *params, float *slots,
+                         size_t slot_stride, ckpt_meta *meta, pst_err *e)
 {
     ckpt_meta m = {0};
     name_list l = {0};
@@ -810,7 +811,7 @@ done:
     return rc;
 }
 
-int ckpt_read_meta(const char *path, ckpt_meta *meta, pst_err *e)
+static int read_meta_unlocked(const char *path, ckpt_meta *meta, pst_err *e)
 {
     h5quiet q = h5_quiet_begin();
     hid_t f = open_ckpt(path, e);
@@ -860,7 +861,7 @@ done:
     return rc;
 }
 
-int ckpt_verify(const char *path, pst_err *e)
+static int verify_unlocked(const char *path, pst_err *e)
 {
     ckpt_meta m;
     h5quiet q = h5_quiet_begin();
@@ -875,6 +876,42 @@ int ckpt_verify(const char *path, pst_err *e)
 done:
     if (f >= 0) H5Fclose(f);
     h5_quiet_end(q);
+    return rc;
+}
+
+/* ---- the public entry points: one HDF5 user at a time (h5util.h) -------- */
+
+int ckpt_write(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
+               const float *params, const float *slots, size_t slot_stride, pst_err *e)
+{
+    h5u_lock();
+    int rc = write_unlocked(path, meta, vars, nvars, params, slots, slot_stride, e);
+    h5u_unlock();
+    return rc;
+}
+
+int ckpt_read(const char *path, const ckpt_expect *x, float *params, float *slots,
+              size_t slot_stride, ckpt_meta *meta, pst_err *e)
+{
+    h5u_lock();
+    int rc = read_unlocked(path, x, params, slots, slot_stride, meta, e);
+    h5u_unlock();
+    return rc;
+}
+
+int ckpt_read_meta(const char *path, ckpt_meta *meta, pst_err *e)
+{
+    h5u_lock();
+    int rc = read_meta_unlocked(path, meta, e);
+    h5u_unlock();
+    return rc;
+}
+
+int ckpt_verify(const char *path, pst_err *e)
+{
+    h5u_lock();
+    int rc = verify_unlocked(path, e);
+    h5u_unlock();
     return rc;
 }
 

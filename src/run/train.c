@@ -433,9 +433,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             if (cfg->eval_every > 0 && has_test && b.epoch % cfg->eval_every == 0) {
                 double acc, loss;
                 int64_t n;
-                pipe_lock_ds(p); /* the pipeline's reader shares the file */
+                /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
                 int er = train_evaluate(m, &ds, "test", max_batch, &acc, &loss, &n, NULL, e);
-                pipe_unlock_ds(p);
                 if (er < 0) goto out;
                 metrics_eval(mx, step, b.epoch, "test", acc, loss, n);
             }
@@ -544,10 +543,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->wtiming = pst_malloc(sizeof *res->wtiming);
     res->wtiming[0] = tm;
     if (has_test) {
-        pipe_lock_ds(p);
         int er = train_evaluate(m, &ds, "test", max_batch, &res->test_accuracy, &res->test_loss,
                                 &res->test_examples, NULL, e);
-        pipe_unlock_ds(p);
         if (er < 0) goto out;
         res->has_test = true;
         metrics_eval(mx, step, res->epochs, "test", res->test_accuracy, res->test_loss,

@@ -22,6 +22,7 @@ const char *h5u_reason(char buf[256])
 
 static pthread_mutex_t h5_mutex;
 static pthread_once_t h5_mutex_once = PTHREAD_ONCE_INIT;
+static __thread int h5_depth; /* this thread's nesting depth of the lock */
 
 static void h5_mutex_init(void)
 {
@@ -36,9 +37,16 @@ void h5u_lock(void)
 {
     pthread_once(&h5_mutex_once, h5_mutex_init);
     pthread_mutex_lock(&h5_mutex);
+    h5_depth++;
 }
 
 void h5u_unlock(void)
 {
+    h5_depth--;
     pthread_mutex_unlock(&h5_mutex);
+}
+
+bool h5u_held(void)
+{
+    return h5_depth > 0;
 }

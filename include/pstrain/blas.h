@@ -16,6 +16,7 @@
 #define PSTRAIN_BLAS_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 /* C[M][N] = alpha * op(A) * op(B) + beta * C, all row-major.
  * op(A) is M x K: A is M x K (lda >= K) or, transposed, K x M (lda >= M).
@@ -30,6 +31,9 @@ void nn_gemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, c
 const char *nn_blis_arch(void);
 /* BLIS version string. */
 const char *nn_blis_version(void);
+/* The "BLIS     version, kernels: K (chosen by ...)" line of --version, and a
+ * warning line when K is the slow generic set. */
+void nn_blis_version_print(FILE *out);
 /* Makes BLIS single-threaded (pstrain runs one rank per core). Idempotent. */
 void nn_blis_init(void);
 

@@ -84,6 +84,16 @@ const char *nn_blis_version(void)
     return bli_info_get_version_str();
 }
 
+void nn_blis_version_print(FILE *out)
+{
+    const char *arch = nn_blis_arch();
+    fprintf(out, "BLIS     %s, kernels: %s (%s)\n", nn_blis_version(), arch,
+            PSTRAIN_BLIS_OVERRIDE ? "chosen by pstrain from cpuid" : "chosen by BLIS");
+    if (strcmp(arch, "generic") == 0)
+        fprintf(out, "warning: BLIS runs its slow generic reference kernels; rebuild with "
+                     "-Dblis_arch=auto (static BLIS) or set PSTRAIN_BLIS_ARCH\n");
+}
+
 void nn_blis_init(void)
 {
     bli_thread_set_num_threads(1);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "pstrain/blas.h"
 #include "pstrain/common.h"
 #include "pstrain/train.h"
 #include "pstrain/version.h"
@@ -107,6 +108,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
         pst_version_print(stdout, "pstrain");
+        nn_blis_version_print(stdout);
         return 0;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {

@@ -1,4 +1,6 @@
-/* version.c - versions of pstrain and of what it links. */
+/* version.c - versions of pstrain and of the libraries every program links.
+ * BLIS is not one of them (pstrain-prep does not use it): the nn layer prints
+ * its own line, nn_blis_version_print() in blis_arch.c. */
 #include "pstrain/version.h"
 
 #include <hdf5.h>
@@ -6,7 +8,6 @@
 #include <png.h>
 #include <string.h>
 
-#include "pstrain/blas.h"
 #include "pstrain_config.h"
 
 const char *pst_version(void)
@@ -23,14 +24,8 @@ void pst_version_print(FILE *out, const char *progname)
     if (nl) *nl = 0;
     unsigned maj, min, rel;
     H5get_libversion(&maj, &min, &rel);
-    const char *arch = nn_blis_arch();
     fprintf(out, "%s %s\n", progname, PSTRAIN_VERSION);
     fprintf(out, "MPI      %s (MPI %d.%d)\n", mpi, MPI_VERSION, MPI_SUBVERSION);
     fprintf(out, "HDF5     %u.%u.%u\n", maj, min, rel);
-    fprintf(out, "BLIS     %s, kernels: %s (%s)\n", nn_blis_version(), arch,
-            PSTRAIN_BLIS_OVERRIDE ? "chosen by pstrain from cpuid" : "chosen by BLIS");
     fprintf(out, "libpng   %s\n", png_get_libpng_ver(NULL));
-    if (strcmp(arch, "generic") == 0)
-        fprintf(out, "warning: BLIS runs its slow generic reference kernels; rebuild with "
-                     "-Dblis_arch=auto (static BLIS) or set PSTRAIN_BLIS_ARCH\n");
 }

@@ -15,7 +15,15 @@
 #include <stdint.h>
 
 #include "pstrain/common.h"
-#include "pstrain/train.h"
+
+/* Per-role time breakdown in seconds, summed over the run. */
+typedef struct worker_timing {
+    double wait_data, pull, compute, push, wait_version;
+} worker_timing;
+typedef struct ps_timing {
+    double apply, idle;
+    double cpu; /* CPU seconds of the PS process (distributed runs) */
+} ps_timing;
 
 typedef struct metrics metrics;
 

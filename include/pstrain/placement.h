@@ -29,7 +29,9 @@
 
 #include "pstrain/common.h"
 #include "pstrain/model.h"
-#include "pstrain/train.h"
+
+/* The strategies above (train_cfg.placement, `--placement`). */
+typedef enum place_kind { PLACE_ROUND_ROBIN, PLACE_GREEDY, PLACE_PARTITION } place_kind;
 
 /* One contiguous piece of the slab placed on one PS. */
 typedef struct place_range {

@@ -15,11 +15,12 @@
 #include <stdint.h>
 
 #include "pstrain/common.h"
+#include "pstrain/h5ds.h"
+#include "pstrain/metrics.h" /* worker_timing, ps_timing */
 #include "pstrain/optim.h"
 #include "pstrain/pipeline.h"
-
-typedef enum train_mode { TRAIN_SYNC, TRAIN_ASYNC } train_mode;
-typedef enum place_kind { PLACE_ROUND_ROBIN, PLACE_GREEDY, PLACE_PARTITION } place_kind;
+#include "pstrain/placement.h" /* place_kind */
+#include "pstrain/ps.h"        /* train_mode */
 
 typedef struct train_cfg {
     const char *data_path;
@@ -61,15 +62,6 @@ typedef struct train_cfg {
 
 /* Defaults documented in `pstrain train --help`. */
 train_cfg train_cfg_defaults(void);
-
-/* Per-role time breakdown in seconds, summed over the run. */
-typedef struct worker_timing {
-    double wait_data, pull, compute, push, wait_version;
-} worker_timing;
-typedef struct ps_timing {
-    double apply, idle;
-    double cpu; /* CPU seconds of the PS process (distributed runs) */
-} ps_timing;
 
 /* Data accounting of one epoch (distributed: across all workers). */
 typedef struct epoch_stats {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds pstrain with
-# warnings as errors, runs every test suite, then the unit tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer. Ends with "N passed, N failed".
+# warnings as errors, runs every test suite, then the unit and cli tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer and the threaded unit
+# tests under ThreadSanitizer. Ends with "N passed, N failed".
 #
 #   bash jobs/test.sh            everything
 #   SUITES="unit cli" bash jobs/test.sh   only some suites (sanitizer run too)
@@ -43,7 +44,20 @@ LSAN_OPTIONS=suppressions=$top/test/lsan.supp:print_suppressions=0 \
     meson test -C "$asan" --print-errorlogs --num-processes 2 --suite unit --suite cli \
     --timeout-multiplier 4 || status=1
 
-python3 - "$build" "$asan" <<'PY'
+# ThreadSanitizer: the threaded unit tests (the input pipeline, and a
+# training run whose reader thread streams the split while the main thread
+# writes checkpoints and evaluates, test/train/test_h5lock.c). Only those
+# targets are built. No suppressions: the reports would be pstrain's.
+tsan=${TSAN_BUILD_DIR:-build-tsan}
+tsan_tests=(pipeline augment h5lock)
+configure "$tsan" -Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=thread \
+    -Db_lundef=false || exit 1
+ninja -C "$tsan" test/data/test_pipeline test/data/test_augment test/train/test_h5lock || exit 1
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    meson test -C "$tsan" --no-rebuild --print-errorlogs --num-processes 2 \
+    --timeout-multiplier 4 "${tsan_tests[@]}" || status=1
+
+python3 - "$build" "$asan" "$tsan" <<'PY'
 import json, sys
 passed = failed = skipped = 0
 for d in sys.argv[1:]:

@@ -28,8 +28,10 @@
 #include <stdint.h>
 
 /* Hot elementwise loops are compiled twice, for AVX-512 and the baseline
- * ISA, and chosen at load time (the build does not assume -march=native). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * ISA, and chosen at load time (the build does not assume -march=native).
+ * Not under ThreadSanitizer: the load-time resolvers are instrumented and run
+ * before its runtime is initialised (SIGSEGV at start). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define NN_CLONES __attribute__((target_clones("avx512f", "default")))
 #else
 #define NN_CLONES

@@ -8,8 +8,17 @@
  * ckpt_find_latest returns a checkpoint that loads, whose every parameter
  * and slot is the value of its step, that the step never goes back, and
  * that every ckpt-<step>.h5 in the directory verifies (none half-written).
- * Repeated ITER times. */
+ * Repeated ITER times.
+ *
+ * The kill delays come from a seed, printed at the start: a failure is
+ * replayed with `test_ckpt_kill SEED` or CKPT_KILL_SEED=SEED (the delays
+ * are multiples of the measured duration of one save, so the replay kills
+ * at the same points of the write sequence as closely as timing allows).
+ * Without either, the seed is drawn from the clock and the PID. */
+#include <errno.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -122,8 +131,27 @@ static int half_written(const char *dir)
     return bad;
 }
 
-int main(void)
+/* The seed of the kill delays: argv[1], else $CKPT_KILL_SEED, else the clock
+ * and the PID. Exits 2 on a seed that is not a non-negative integer. */
+static unsigned kill_seed(int argc, char **argv)
 {
+    const char *arg = argc > 1 ? argv[1] : getenv("CKPT_KILL_SEED");
+    if (!arg || !*arg) return (unsigned)time(NULL) ^ (unsigned)getpid();
+    char *end = NULL;
+    errno = 0;
+    unsigned long v = strtoul(arg, &end, 10);
+    if (errno || *end || arg[0] == '-' || v > UINT_MAX) {
+        fprintf(stderr, "test_ckpt_kill: seed '%s': expected an integer 0..%u\n", arg, UINT_MAX);
+        exit(2);
+    }
+    return (unsigned)v;
+}
+
+int main(int argc, char **argv)
+{
+    const unsigned seed = kill_seed(argc, argv);
+    fprintf(stderr, "seed %u (replay: test_ckpt_kill %u, or CKPT_KILL_SEED=%u)\n", seed, seed,
+            seed);
     g_nvars = ops_vars(g_vars, 40, &g_total); /* ~0.9 MB of parameters, same of slots */
     float *params = malloc(g_total * sizeof(float)), *slots = malloc(g_total * sizeof(float));
     char dir[512];
@@ -142,7 +170,7 @@ int main(void)
     double per_save = (pst_now() - t0) / 3;
     fprintf(stderr, "one checkpoint save: %.2f ms (%zu floats + slots)\n", per_save * 1e3, g_total);
 
-    srand((unsigned)time(NULL) ^ (unsigned)getpid());
+    srand(seed);
     int64_t last = 3;
     int found = 0, mid_write = 0;
     for (int it = 0; it < ITER; it++) {
@@ -175,6 +203,9 @@ int main(void)
     free(params);
     free(slots);
     int rc = check_exit();
-    if (rc == 0) ops_rmdir(dir);
+    if (rc == 0)
+        ops_rmdir(dir);
+    else
+        fprintf(stderr, "replay this run with CKPT_KILL_SEED=%u\n", seed);
     return rc;
 }

@@ -23,12 +23,17 @@
  * number, applies the optimizer to its trainable ranges and copies the
  * averaged new statistics into the non-trainable ranges, then bumps its
  * version.
- *   R == W (the default, "lockstep"): version v is made of exactly the
- * tickets [vW, vW+W) (T total: the last version may have fewer), whatever
- * the timing: the gradient of ticket t goes to slot t mod W, stamped with
- * version t/W; a worker holding ticket t waits until every PS reached
- * version t/W, then pulls (no update can start before its own gradient
- * arrives). A fast worker may take several tickets of one version (dynamic
+ *   R == W (the default, "lockstep"): a run starts at version V0 and data
+ * cursor t0 (0 and 0; on resume the checkpoint's global_step and
+ * next_batch, whatever worker count wrote it). Version V0+k is made of
+ * exactly the tickets [t0+kW, t0+kW+W) (T total: the last version may have
+ * fewer), whatever the timing: the gradient of ticket t goes to slot
+ * (t-t0) mod W, stamped with version V0+(t-t0)/W; a worker holding ticket t
+ * waits until every PS reached that version, then pulls (no update can
+ * start before its own gradient arrives). The data cursor of version v is
+ * t0 + (v-V0)W: a checkpoint records it in batches (tickets), never as a
+ * multiple of the version, so a run resumed with another W continues with
+ * the next unconsumed batch and groups W' batches a version from there. A fast worker may take several tickets of one version (dynamic
  * load balance). The sum order is the ticket order, so the final variables
  * are bitwise reproducible for any number of PS, placement, transport or
  * timing. The PS stops after ceil(T/W) versions.

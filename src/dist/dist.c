@@ -25,13 +25,17 @@
  * placement). Lockstep PS snapshot every --checkpoint-every versions on
  * their own, and at a version the root names for --checkpoint-secs (one
  * whose tickets it has not published yet, so every PS takes the same). The
- * data cursor of version v is ticket t0 + (v - v0) W. SIGTERM/SIGUSR1/SIGINT
+ * data cursor of version v is ticket t0 + (v - v0) W (t0, v0: where this run
+ * started); at the end it is t0 + the batches the workers took. SIGTERM/SIGUSR1/SIGINT
  * (the root's flag decides): the root lowers T to the end of the version in
  * flight, the run ends there with a final checkpoint and exit 0. --resume:
  * the root reads the checkpoint, everybody starts at its version and data
  * cursor (the pipeline replays the epoch and skips the consumed batches), so
  * a sync run resumed ends bitwise equal to an uninterrupted one, for any PS
- * count. Async and backup-worker runs checkpoint at the end and on a signal.
+ * count. Another worker count resumes too (the cursor counts batches):
+ * lockstep then groups W' batches a version from the cursor on, so the run
+ * is deterministic for any PS count but differs from the W-worker one. Async and backup-worker runs
+ * checkpoint at the end and on a signal.
  *
  * --eval-every E: lockstep runs evaluate the snapshot of the version that
  * ends epoch E, 2E, ... (the same numbers for any PS count); other modes the
@@ -482,8 +486,11 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         if (!feed_take(a->f, &b, &tm.wait_data)) break;
 
         if (lockstep) {
-            /* ticket t belongs to version t/W: wait for it on every PS */
-            const int64_t v = b.ticket / a->W;
+            /* ticket t belongs to version V0 + (t - t0)/W, counted from
+             * the version and data cursor the run started at (a resumed
+             * run may have another W than the run that wrote the
+             * checkpoint): wait for it on every PS */
+            const int64_t v = in->first_version + (b.ticket - in->first_ticket) / a->W;
             for (int p = 0; p < a->P; p++) versions[p] = v - 1;
             ps_wait_newer(a->s, versions, now, &tm.wait_version);
             for (int p = 0; p < a->P; p++)
@@ -595,10 +602,16 @@ static float final_loss(batch_loss *bl, size_t n, bool sync)
 }
 
 /* Per-epoch accounting from the gathered logs (epochs that saw examples
- * only), final_loss, and the trace file. */
+ * only), final_loss, and the trace file. *data_end: the data cursor after
+ * this run, first_ticket + the batches the workers took. Workers take
+ * tickets with one atomic counter and log every data batch they take, so
+ * the taken tickets are [first_ticket, *data_end) (checked); batches the
+ * root published but nobody took (backup workers stopping at --steps) are
+ * not consumed and come first in a resumed run. */
 static int account(const train_cfg *cfg, train_result *res, const int64_t *all, const int *counts,
                    const int *displs, int first_worker, int W, int64_t per_epoch,
-                   const i64vec *prior, int prior_epoch, pst_err *e)
+                   const i64vec *prior, int prior_epoch, int64_t first_ticket, int64_t *data_end,
+                   pst_err *e)
 {
     FILE *trace = NULL;
     if (cfg->trace_path) {
@@ -671,6 +684,9 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
         }
     }
     res->final_loss = final_loss(bl, nbatches, cfg->mode == TRAIN_SYNC);
+    int64_t max_ticket = first_ticket - 1;
+    for (size_t i = 0; i < nbatches; i++) max_ticket = PST_MAX(max_ticket, bl[i].ticket);
+    *data_end = first_ticket + (int64_t)nbatches;
     free(bl);
     int kept = 0;
     for (int i = 0; i < nep; i++) {
@@ -693,6 +709,10 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
     if (trace && fclose(trace) != 0)
         rc = pst_fail(e, "%s: write error on the example trace", cfg->trace_path);
     if (bad_ids) rc = pst_fail(e, "%lld example ids outside the data set", (long long)bad_ids);
+    if (max_ticket + 1 != *data_end)
+        rc = pst_fail(e, "the workers took %lld batches from ticket %lld but the last was %lld",
+                      (long long)(*data_end - first_ticket), (long long)first_ticket,
+                      (long long)max_ticket);
     return rc;
 }
 
@@ -701,8 +721,8 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
 /* Resume on the root: reads the checkpoint's attributes into info (the
  * tensors follow once the model exists). Returns 1 with `path` filled, 0 for
  * a fresh start, -1 on error. */
-static int root_resume_meta(const train_cfg *cfg, int W, int R, start_info *info, char *path,
-                            size_t n, pst_err *e)
+static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char *path, size_t n,
+                            pst_err *e)
 {
     const char *arg = cfg->resume_path ? cfg->resume_path : cfg->checkpoint_dir;
     if (!arg) return pst_fail(e, "--resume: give a checkpoint or --checkpoint-dir");
@@ -724,12 +744,12 @@ static int root_resume_meta(const train_cfg *cfg, int W, int R, start_info *info
     else if (cm.seed != cfg->seed)
         rc = pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
                       (unsigned long long)cm.seed, (unsigned long long)cfg->seed);
-    else if (cfg->mode == TRAIN_SYNC && R == W && cm.next_batch != cm.global_step * W &&
-             !cfg->quiet)
-        fprintf(stderr,
-                "pstrain: %s was written by a run with another worker count (step %lld, batch "
-                "%lld): continuing, but not bitwise like an uninterrupted run\n",
-                path, (long long)cm.global_step, (long long)cm.next_batch);
+    else if (cm.workers != W && !cfg->quiet)
+        /* the data cursor counts batches and a version starts wherever the
+         * checkpoint's ended, so another worker count continues the run
+         * (deterministically in lockstep, from here on in groups of W) */
+        fprintf(stderr, "pstrain: %s was written by %d workers; continuing with %d\n", path,
+                cm.workers, W);
     info->resumed = 1;
     info->first_version = cm.global_step;
     info->first_ticket = cm.next_batch;
@@ -812,7 +832,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
             }
         }
         if (info.ok && cfg->resume &&
-            root_resume_meta(cfg, W, R, &info, ckpt_file, sizeof ckpt_file, e) < 0)
+            root_resume_meta(cfg, W, &info, ckpt_file, sizeof ckpt_file, e) < 0)
             info.ok = 0;
         if (info.ok) {
             info.height = ds.height, info.width = ds.width, info.channels = ds.channels;
@@ -1109,7 +1129,6 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     }
     MPI_OK(
         MPI_Gatherv(log.a, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0, MPI_COMM_WORLD));
-    int64_t final_ticket = feed_root_next_ticket(f); /* root: all published were consumed */
     ps_free(sh), sh = NULL;
     feed_free(f), f = NULL;
 
@@ -1142,14 +1161,12 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         res->imbalance = plan->imbalance;
         res->train_seconds = t_train;
         res->images_per_sec = t_train > 0 ? (double)res->examples / t_train : 0;
-        /* the batches consumed: every published data ticket */
-        int64_t data_end = info.total >= 0 ? PST_MIN(final_ticket, info.total) : final_ticket;
-        data_end = PST_MAX(info.first_ticket, PST_MIN(data_end, info.first_ticket + fst.batches));
+        int64_t data_end = info.first_ticket;
         res->examples += info.prior_examples;
         res->epochs = info.per_epoch ? (int)(res->examples / info.per_epoch) : 0;
         res->stop_signal = rctx->stop_signal;
         if (account(cfg, res, all, counts, displs, 1 + P, W, info.per_epoch, &prior, prior_epoch,
-                    e) < 0)
+                    info.first_ticket, &data_end, e) < 0)
             goto out;
         if (cfg->checkpoint_dir &&
             save_checkpoint(rctx, res->steps, data_end, nn_model_params(m), slots, e) < 0)

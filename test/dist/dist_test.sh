@@ -18,6 +18,9 @@
 #   resume          sync checkpoints (every N, final at --steps): resuming from
 #                   any of them, with another PS count, ends bitwise equal to an
 #                   uninterrupted run; async and backup-worker runs resume
+#   resume-workers  resuming with another worker count (sync 2 -> 3, 3 -> 1,
+#                   backup workers, async): exactly once over both parts,
+#                   deterministic, 1 worker == one process
 #   signal          SIGUSR1 to mpirun mid-run: checkpoint, exit 0; the resumed
 #                   run ends bitwise equal to an uninterrupted one
 #   fashion         LeNet-5 on Fashion-MNIST, async, 2 workers, 1 epoch: acc >= 0.82
@@ -178,6 +181,60 @@ resume)
     # a mismatched checkpoint is refused: another batch size
     run 4 --data "$TMP/small.h5" --ps 1 --batch 8 --resume --checkpoint-dir "$TMP/ck" \
         --expect-fail "batch"
+    ;;
+resume-workers)
+    # A checkpoint resumed with another worker count (a requeued job on
+    # another node count): sync lockstep 2 -> 3 and 3 -> 1 workers, backup
+    # workers 3 -> 2, async 2 -> 3. The traces of both parts together hold
+    # every example of both epochs exactly once; the resumed lockstep runs
+    # are deterministic (any PS count, and a second resume inside the new
+    # worker count ends equal), and 1 worker equals one process resumed
+    # from the same checkpoint.
+    once2() { # trace1 trace2: every (epoch, id) of 2 epochs exactly once
+        python3 - "$1" "$2" <<'EOF'
+import json, sys
+seen = {}
+for f in sys.argv[1:]:
+    for line in open(f):
+        r = json.loads(line)
+        for i in r["ids"]:
+            k = (r["epoch"], i)
+            assert k not in seen, "duplicate %r in %s" % (k, f)
+            seen[k] = f
+assert len(seen) == 2 * 600, "%d (epoch, id) pairs, expected 1200" % len(seen)
+print("traces OK: %d pairs" % len(seen))
+EOF
+    }
+    a="--data $TMP/small.h5"
+    # 2 -> 3 (lockstep): 7 versions of 2 batches, then versions of 3
+    run 4 $a --ps 1 --steps 7 --checkpoint-dir "$TMP/c2" --trace "$TMP/t1" >/dev/null
+    [ -f "$TMP/c2/ckpt-7.h5" ] || die "2 workers: no ckpt-7.h5"
+    run 5 $a --ps 1 --resume-from "$TMP/c2/ckpt-7.h5" --checkpoint-dir "$TMP/c3" \
+        --checkpoint-every 9 --trace "$TMP/t2" --dump "$TMP/r3.bin" --expect-steps 28 >/dev/null
+    once2 "$TMP/t1" "$TMP/t2" || { echo "2 -> 3 workers: not exactly once"; fail=1; }
+    run 6 $a --ps 2 --placement greedy --resume-from "$TMP/c2/ckpt-7.h5" --dump "$TMP/r.bin" \
+        >/dev/null
+    cmp "$TMP/r3.bin" "$TMP/r.bin" || { echo "2 -> 3 workers: --ps 1 vs 2 differ"; fail=1; }
+    [ -f "$TMP/c3/ckpt-18.h5" ] || { echo "3 workers: no ckpt-18.h5"; fail=1; }
+    run 6 $a --ps 2 --resume-from "$TMP/c3/ckpt-18.h5" --dump "$TMP/r.bin" >/dev/null
+    cmp "$TMP/r3.bin" "$TMP/r.bin" || { echo "2 -> 3 -> 3 workers differs from 2 -> 3"; fail=1; }
+    # 3 -> 1 (lockstep), and one process resumed from the same checkpoint
+    run 5 $a --ps 1 --steps 5 --checkpoint-dir "$TMP/c31" --trace "$TMP/t3" >/dev/null
+    run 3 $a --ps 1 --resume-from "$TMP/c31/ckpt-5.h5" --trace "$TMP/t4" --dump "$TMP/r1.bin" \
+        --expect-steps 66 >/dev/null
+    once2 "$TMP/t3" "$TMP/t4" || { echo "3 -> 1 workers: not exactly once"; fail=1; }
+    "$TEST_DIST" train $a --single --resume-from "$TMP/c31/ckpt-5.h5" --dump "$TMP/s.bin" \
+        >/dev/null
+    cmp "$TMP/r1.bin" "$TMP/s.bin" || { echo "3 -> 1 workers differs from one process"; fail=1; }
+    # backup workers 3 (R 2) -> 2 (R 1), async 2 -> 3
+    run 5 $a --ps 1 --replicas 2 --steps 6 --checkpoint-dir "$TMP/cb" --trace "$TMP/t5" >/dev/null
+    run 5 $a --ps 2 --replicas 1 --resume --checkpoint-dir "$TMP/cb" --trace "$TMP/t6" >/dev/null
+    once2 "$TMP/t5" "$TMP/t6" || { echo "backup 3 -> 2 workers: not exactly once"; fail=1; }
+    run 4 $a --ps 1 --mode async --optimizer adam --lr 0.001 --steps 11 --checkpoint-dir "$TMP/ca" \
+        --trace "$TMP/t7" >/dev/null
+    run 5 $a --ps 2 --mode async --optimizer adam --lr 0.001 --resume --checkpoint-dir "$TMP/ca" \
+        --trace "$TMP/t8" --expect-steps 76 >/dev/null
+    once2 "$TMP/t7" "$TMP/t8" || { echo "async 2 -> 3 workers: not exactly once"; fail=1; }
     ;;
 signal)
     "$TEST_DIST" mkdata "$TMP/img.h5" 256 32 28 28 1 10 || die "mkdata"

@@ -54,6 +54,19 @@
 #define CKPT_FORMAT_VERSION 1
 #define CKPT_NAME_LEN 64
 
+/* Limits of the attributes (checked on read and on write; the full list of
+ * ranges is in ckpt.c): steps, batches and the data cursor at most 2^40 (a
+ * trillion steps: no count can overflow, even times the worker count),
+ * examples at most 2^60, epoch below 2^31-1, image sides up to 65536 and
+ * channels up to 4 (as in data sets), workers and PS up to 2^20, batch up to
+ * 2^20 (as --batch). */
+#define CKPT_MAX_STEPS (INT64_C(1) << 40)
+#define CKPT_MAX_EXAMPLES (INT64_C(1) << 60)
+#define CKPT_MAX_SIDE 65536
+#define CKPT_MAX_CHANNELS 4
+#define CKPT_MAX_RANKS (1 << 20)
+#define CKPT_MAX_BATCH (1 << 20)
+
 /* Everything but the tensors. On write, strings are borrowed; on read they
  * are owned by the ckpt_meta (release with ckpt_meta_free). */
 typedef struct ckpt_meta {

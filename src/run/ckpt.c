@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h> /* kill(pid, 0) */
 #include <stdlib.h>
 #include <string.h>
@@ -317,79 +318,283 @@ static int write_meta(hid_t f, const ckpt_meta *m)
     return rc ? -1 : 0;
 }
 
+/* ---- the valid range of every attribute ----------------------------------
+ * A checkpoint is input like any other: a value outside its range would
+ * index before a buffer (global_step = -1 in the last-losses ring), overflow
+ * a count (INT64_MAX steps) or be truncated to int (epoch = 2^31). Each is
+ * refused on read, with the value as stored, and never written. */
+
+typedef struct int_limit {
+    const char *name;
+    int64_t lo, hi;
+} int_limit;
+
+static const int_limit g_int_limits[] = {
+    {"height", 1, CKPT_MAX_SIDE},
+    {"width", 1, CKPT_MAX_SIDE},
+    {"channels", 1, CKPT_MAX_CHANNELS},
+    {"num_classes", 1, INT32_MAX},
+    {"global_step", 0, CKPT_MAX_STEPS},
+    {"epoch", 0, INT32_MAX - 1},
+    {"epoch_batch", 0, CKPT_MAX_STEPS},
+    {"next_batch", 0, CKPT_MAX_STEPS},
+    {"examples", 0, CKPT_MAX_EXAMPLES},
+    {"workers", 1, CKPT_MAX_RANKS},
+    {"ps", 0, CKPT_MAX_RANKS},
+    {"batch", 1, CKPT_MAX_BATCH},
+    {"nesterov", 0, 1},
+    {"steps_per_epoch", 0, CKPT_MAX_STEPS},
+};
+
+typedef struct real_limit {
+    const char *name;
+    double lo, hi;
+    bool lo_open, hi_open;
+} real_limit;
+
+/* The bounds of the corresponding `pstrain train` flags. */
+static const real_limit g_real_limits[] = {
+    {"momentum", 0, 1, false, false},
+    {"rms_decay", 0, 1, false, false},
+    {"rms_eps", 0, 1e6, true, false},
+    {"beta1", 0, 1, false, true},
+    {"beta2", 0, 1, false, true},
+    {"adam_eps", 0, 1e6, true, false},
+    {"lr_base", 0, 1e6, false, false},
+    {"lr_decay", 0, 1, false, false},
+    {"lr_decay_epochs", 0, 1e9, false, false},
+    {"weight_decay", 0, 1e3, false, false},
+    {"label_smoothing", 0, 1, false, true},
+    {"train_seconds", 0, 1e15, false, false},
+};
+
+static const int_limit *int_limit_of(const char *name)
+{
+    for (size_t i = 0; i < PST_ARRAY_LEN(g_int_limits); i++)
+        if (!strcmp(g_int_limits[i].name, name)) return &g_int_limits[i];
+    return NULL;
+}
+
+static const real_limit *real_limit_of(const char *name)
+{
+    for (size_t i = 0; i < PST_ARRAY_LEN(g_real_limits); i++)
+        if (!strcmp(g_real_limits[i].name, name)) return &g_real_limits[i];
+    return NULL;
+}
+
+static int int_out_of_range(const char *path, const int_limit *l, const char *shown, pst_err *e)
+{
+    return pst_fail(e, "%s: attribute %s is %s, expected an integer in [%" PRId64 ", %" PRId64 "]",
+                    path, l->name, shown, l->lo, l->hi);
+}
+
+static bool real_in_range(const real_limit *l, double v)
+{
+    return isfinite(v) && (l->lo_open ? v > l->lo : v >= l->lo) &&
+           (l->hi_open ? v < l->hi : v <= l->hi);
+}
+
+static int real_out_of_range(const char *path, const real_limit *l, double v, pst_err *e)
+{
+    return pst_fail(e, "%s: attribute %s is %.9g, expected a number in %c%g, %g%c", path, l->name,
+                    v, l->lo_open ? '(' : '[', l->lo, l->hi, l->hi_open ? ')' : ']');
+}
+
+/* Reads scalar integer attribute `name` exactly, whatever its stored width
+ * and sign: *neg says whether it is below zero; then *s holds it, else *u. */
+static int attr_int_exact(hid_t f, const char *path, const char *name, bool *neg, int64_t *s,
+                          uint64_t *u, pst_err *e)
+{
+    if (H5Aexists(f, name) <= 0)
+        return pst_fail(e, "%s: root attribute '%s' is missing", path, name);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    hid_t t = a >= 0 ? H5Aget_type(a) : -1;
+    hid_t sp = a >= 0 ? H5Aget_space(a) : -1;
+    int rc = -1;
+    if (t < 0 || sp < 0) {
+        pst_fail(e, "%s: root attribute '%s' is malformed", path, name);
+    } else if (H5Tget_class(t) != H5T_INTEGER || H5Sget_simple_extent_npoints(sp) != 1) {
+        pst_fail(e, "%s: attribute %s is not a single integer, expected one integer", path, name);
+    } else if (H5Tget_sign(t) == H5T_SGN_NONE) {
+        *neg = false;
+        if (H5Aread(a, H5T_NATIVE_UINT64, u) >= 0) rc = 0;
+    } else if (H5Aread(a, H5T_NATIVE_INT64, s) >= 0) {
+        *neg = *s < 0;
+        if (!*neg) *u = (uint64_t)*s;
+        rc = 0;
+    }
+    if (rc < 0 && t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_INTEGER)
+        pst_fail(e, "%s: root attribute '%s' cannot be read", path, name);
+    h5_close(sp);
+    h5_close(t);
+    h5_close(a);
+    return rc;
+}
+
+/* An integer attribute within its g_int_limits range. */
+static int attr_int_checked(hid_t f, const char *path, const char *name, int64_t *out, pst_err *e)
+{
+    const int_limit *l = int_limit_of(name);
+    bool neg;
+    int64_t s = 0;
+    uint64_t u = 0;
+    if (attr_int_exact(f, path, name, &neg, &s, &u, e) < 0) return -1;
+    char shown[32];
+    if (neg)
+        snprintf(shown, sizeof shown, "%" PRId64, s);
+    else
+        snprintf(shown, sizeof shown, "%" PRIu64, u);
+    if (neg ? s < l->lo : (u > (uint64_t)l->hi || (int64_t)u < l->lo))
+        return int_out_of_range(path, l, shown, e);
+    *out = neg ? s : (int64_t)u;
+    return 0;
+}
+
+/* A floating-point attribute (float or double as stored) within its
+ * g_real_limits range. */
+static int attr_real_checked(hid_t f, const char *path, const char *name, double *out, pst_err *e)
+{
+    const real_limit *l = real_limit_of(name);
+    if (H5Aexists(f, name) <= 0)
+        return pst_fail(e, "%s: root attribute '%s' is missing", path, name);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    hid_t t = a >= 0 ? H5Aget_type(a) : -1;
+    hid_t sp = a >= 0 ? H5Aget_space(a) : -1;
+    bool ok = t >= 0 && sp >= 0 && H5Tget_class(t) == H5T_FLOAT &&
+              H5Sget_simple_extent_npoints(sp) == 1 && H5Aread(a, H5T_NATIVE_DOUBLE, out) >= 0;
+    h5_close(sp);
+    h5_close(t);
+    h5_close(a);
+    if (!ok)
+        return pst_fail(e, "%s: attribute %s is not a single number, expected one", path, name);
+    if (!real_in_range(l, *out)) return real_out_of_range(path, l, *out, e);
+    return 0;
+}
+
+/* Checks a meta about to be written against the limits a reader applies:
+ * what pstrain writes, it reads back. */
+static int check_meta_limits(const char *path, const ckpt_meta *m, pst_err *e)
+{
+    const struct {
+        const char *name;
+        int64_t v;
+    } ints[] = {{"height", m->height},
+                {"width", m->width},
+                {"channels", m->channels},
+                {"num_classes", m->num_classes},
+                {"global_step", m->global_step},
+                {"epoch", m->epoch},
+                {"epoch_batch", m->epoch_batch},
+                {"next_batch", m->next_batch},
+                {"examples", m->examples},
+                {"workers", m->workers},
+                {"ps", m->ps},
+                {"batch", m->batch},
+                {"steps_per_epoch", m->lr.steps_per_epoch}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(ints); i++) {
+        const int_limit *l = int_limit_of(ints[i].name);
+        if (ints[i].v < l->lo || ints[i].v > l->hi) {
+            char shown[32];
+            snprintf(shown, sizeof shown, "%" PRId64, ints[i].v);
+            int_out_of_range(path, l, shown, e);
+            return pst_err_prefix(e, "refusing to write a checkpoint");
+        }
+    }
+    const opt_cfg *o = &m->opt;
+    const struct {
+        const char *name;
+        double v;
+    } reals[] = {{"momentum", o->momentum},
+                 {"rms_decay", o->rms_decay},
+                 {"rms_eps", o->rms_eps},
+                 {"beta1", o->beta1},
+                 {"beta2", o->beta2},
+                 {"adam_eps", o->adam_eps},
+                 {"lr_base", m->lr.base},
+                 {"lr_decay", m->lr.decay},
+                 {"lr_decay_epochs", m->lr.decay_epochs},
+                 {"weight_decay", m->weight_decay},
+                 {"label_smoothing", m->label_smoothing},
+                 {"train_seconds", m->train_seconds}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(reals); i++) {
+        const real_limit *l = real_limit_of(reals[i].name);
+        if (!real_in_range(l, reals[i].v)) {
+            real_out_of_range(path, l, reals[i].v, e);
+            return pst_err_prefix(e, "refusing to write a checkpoint");
+        }
+    }
+    return 0;
+}
+
 /* Reads the root attributes of an open checkpoint (format already checked
- * by the caller). */
+ * by the caller), each within its range. */
 static int read_meta(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
 {
     memset(m, 0, sizeof *m);
     const char *missing = NULL;
-#define GET_I64(name, dst)                                                                         \
-    do {                                                                                           \
-        int64_t v_;                                                                                \
-        if (attr_read_num(f, name, H5T_NATIVE_INT64, &v_, 0) < 0) {                                \
-            missing = name;                                                                        \
-            goto fail;                                                                             \
-        }                                                                                          \
-        dst = v_;                                                                                  \
-    } while (0)
-#define GET_F32(name, dst)                                                                         \
-    do {                                                                                           \
-        if (attr_read_num(f, name, H5T_NATIVE_FLOAT, &(dst), 0) < 0) {                             \
-            missing = name;                                                                        \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
     int64_t v;
-    GET_I64("format_version", v);
-    m->format_version = (int)v;
-    GET_I64("height", v);
-    m->height = (int)v;
-    GET_I64("width", v);
-    m->width = (int)v;
-    GET_I64("channels", v);
-    m->channels = (int)v;
-    GET_I64("num_classes", v);
-    m->num_classes = (int)v;
-    GET_I64("global_step", m->global_step);
-    GET_I64("epoch", v);
-    m->epoch = (int)v;
-    GET_I64("epoch_batch", m->epoch_batch);
-    GET_I64("next_batch", m->next_batch);
-    GET_I64("examples", m->examples);
-    if (attr_read_num(f, "seed", H5T_NATIVE_UINT64, &m->seed, 0) < 0) {
-        missing = "seed";
+    double d;
+    if (attr_read_num(f, "format_version", H5T_NATIVE_INT64, &v, 0) < 0) {
+        missing = "format_version";
         goto fail;
+    }
+    m->format_version = (int)v; /* open_ckpt checked it */
+#define GET_INT(name, dst)                                                                         \
+    do {                                                                                           \
+        if (attr_int_checked(f, path, name, &v, e) < 0) goto fail_msg;                             \
+        dst = v;                                                                                   \
+    } while (0)
+#define GET_REAL(name, dst)                                                                        \
+    do {                                                                                           \
+        if (attr_real_checked(f, path, name, &d, e) < 0) goto fail_msg;                            \
+        dst = d;                                                                                   \
+    } while (0)
+    GET_INT("height", m->height);
+    GET_INT("width", m->width);
+    GET_INT("channels", m->channels);
+    GET_INT("num_classes", m->num_classes);
+    GET_INT("global_step", m->global_step);
+    GET_INT("epoch", m->epoch);
+    GET_INT("epoch_batch", m->epoch_batch);
+    GET_INT("next_batch", m->next_batch);
+    GET_INT("examples", m->examples);
+    {
+        /* any 64-bit value is a seed, but not a negative one (HDF5 would
+         * convert -1 to 0 without a word) */
+        bool neg;
+        int64_t s = 0;
+        if (attr_int_exact(f, path, "seed", &neg, &s, &m->seed, e) < 0) goto fail_msg;
+        if (neg) {
+            pst_fail(e,
+                     "%s: attribute seed is %" PRId64 ", expected an integer in [0, %" PRIu64 "]",
+                     path, s, UINT64_MAX);
+            goto fail_msg;
+        }
     }
     if (attr_read_num(f, "rng_state", H5T_NATIVE_UINT64, m->rng_state, 4) < 0) {
         missing = "rng_state";
         goto fail;
     }
-    if (attr_read_num(f, "train_seconds", H5T_NATIVE_DOUBLE, &m->train_seconds, 0) < 0) {
-        missing = "train_seconds";
-        goto fail;
-    }
-    GET_I64("workers", v);
-    m->workers = (int)v;
-    GET_I64("ps", v);
-    m->ps = (int)v;
-    GET_I64("batch", v);
-    m->batch = (int)v;
-    GET_F32("momentum", m->opt.momentum);
-    GET_I64("nesterov", v);
+    GET_REAL("train_seconds", m->train_seconds);
+    GET_INT("workers", m->workers);
+    GET_INT("ps", m->ps);
+    GET_INT("batch", m->batch);
+    GET_REAL("momentum", m->opt.momentum);
+    GET_INT("nesterov", v);
     m->opt.nesterov = v != 0;
-    GET_F32("rms_decay", m->opt.rms_decay);
-    GET_F32("rms_eps", m->opt.rms_eps);
-    GET_F32("beta1", m->opt.beta1);
-    GET_F32("beta2", m->opt.beta2);
-    GET_F32("adam_eps", m->opt.adam_eps);
-    GET_F32("lr_base", m->lr.base);
-    GET_F32("lr_decay", m->lr.decay);
-    GET_F32("lr_decay_epochs", m->lr.decay_epochs);
-    GET_I64("steps_per_epoch", m->lr.steps_per_epoch);
-    GET_F32("weight_decay", m->weight_decay);
-    GET_F32("label_smoothing", m->label_smoothing);
-#undef GET_I64
-#undef GET_F32
+    GET_REAL("rms_decay", m->opt.rms_decay);
+    GET_REAL("rms_eps", m->opt.rms_eps);
+    GET_REAL("beta1", m->opt.beta1);
+    GET_REAL("beta2", m->opt.beta2);
+    GET_REAL("adam_eps", m->opt.adam_eps);
+    GET_REAL("lr_base", m->lr.base);
+    GET_REAL("lr_decay", m->lr.decay);
+    GET_REAL("lr_decay_epochs", m->lr.decay_epochs);
+    GET_INT("steps_per_epoch", m->lr.steps_per_epoch);
+    GET_REAL("weight_decay", m->weight_decay);
+    GET_REAL("label_smoothing", m->label_smoothing);
+#undef GET_INT
+#undef GET_REAL
 
     char *opt = attr_read_str(f, "optimizer");
     if (!opt) {
@@ -499,6 +704,7 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
     if (nslots && !slots)
         return pst_fail(e, "%s: optimizer %s has %d slots but none were given", path,
                         g_opt_names[meta->opt.kind], nslots);
+    if (check_meta_limits(path, meta, e) < 0) return -1;
     for (int i = 0; i < nvars; i++)
         if (check_var(path, &vars[i], e) < 0) return -1;
 
@@ -1021,6 +1227,19 @@ static int list_ckpts(const char *dir, step_file **out, pst_err *e)
     return n;
 }
 
+/* Verifies candidate DIR/name; a damaged one is reported (a checkpoint
+ * that is skipped must say so, or a resume silently loses steps). */
+static bool candidate_ok(const char *dir, const char *name, char *p, size_t n)
+{
+    pst_err why = {{0}};
+    snprintf(p, n, "%s/%s", dir, name);
+    if (ckpt_verify(p, &why) == 0) return true;
+    struct stat st;
+    if (stat(p, &st) == 0) /* one pruned meanwhile is no damage */
+        pst_warn("skipping damaged checkpoint %s", why.msg);
+    return false;
+}
+
 int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e)
 {
     step_file *a;
@@ -1032,28 +1251,21 @@ int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e)
      * kill between the rename and the pointer update leaves a newer
      * complete file: it wins). */
     int64_t lstep = parse_ckpt_name(latest);
-    int rc = 0;
-    pst_err ignored;
+    bool tried_latest = false;
     if (lstep >= 0 && (count == 0 || a[0].step <= lstep)) {
-        snprintf(p, sizeof p, "%s/%s", dir, latest);
-        if (ckpt_verify(p, &ignored) == 0) {
-            rc = 1;
-            goto found;
-        }
+        tried_latest = true;
+        if (candidate_ok(dir, latest, p, sizeof p)) goto found;
     }
     for (int i = 0; i < count; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, a[i].name);
-        if (ckpt_verify(p, &ignored) == 0) {
-            rc = 1;
-            goto found;
-        }
+        if (tried_latest && !strcmp(a[i].name, latest)) continue;
+        if (candidate_ok(dir, a[i].name, p, sizeof p)) goto found;
     }
     free(a);
     return 0;
 found:
     free(a);
     if ((size_t)snprintf(out, n, "%s", p) >= n) return pst_fail(e, "%s: path too long", p);
-    return rc;
+    return 1;
 }
 
 int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)

@@ -300,6 +300,131 @@ static void read_file(const char *p, char *out, size_t n)
     fclose(f);
 }
 
+/* Replaces (or adds) scalar root attribute `name` of a checkpoint: file
+ * type ftype, value *val of memory type mtype. */
+static void set_attr(const char *path, const char *name, hid_t ftype, hid_t mtype, const void *val)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0, "open %s to edit", path);
+    if (f < 0) return;
+    if (H5Aexists(f, name) > 0) H5Adelete(f, name);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(a >= 0 && H5Awrite(a, mtype, val) >= 0, "write attribute %s", name);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(f);
+}
+
+/* Checkpoint attributes are range-checked on read: each bad value is
+ * refused with a message naming the attribute, the value as stored and the
+ * valid range (no silent truncation to int, no clipping of a negative seed
+ * to 0), by ckpt_read_meta, ckpt_read and ckpt_verify alike; and a
+ * directory whose newest checkpoint has one falls back to the older one. */
+static void test_bad_attributes(const char *root)
+{
+    char dir[1024], good[4096], bad[4096], got[4096];
+    snprintf(dir, sizeof dir, "%s/attrs", root);
+    float *params = malloc(g_total * sizeof(float)), *slots = malloc(g_total * sizeof(float));
+    ops_fill(params, g_total, 3);
+    ops_fill(slots, g_total, 4);
+    pst_err e = {{0}};
+    ckpt_meta m = make_meta(OPT_MOMENTUM, 20);
+    CHECK(ckpt_save(dir, 0, &m, g_vars, g_nvars, params, slots, g_total, good, sizeof good, &e) ==
+              0,
+          "save: %s", e.msg);
+    const int64_t i64max = INT64_MAX, m1 = -1, two31 = 1LL << 31, big_batch = (1LL << 32) + 64,
+                  big_h = (1LL << 32) + 28, zero = 0, five = 5, two = 2, neg5 = -5;
+    const uint64_t u64max = UINT64_MAX;
+    const float f_nan = NAN, f_15 = 1.5f, f_one = 1.0f, f_neg = -0.5f;
+    const double d_neg = -1.0, d_inf = INFINITY, d_half = 5.5;
+    const struct {
+        const char *name;
+        hid_t ftype, mtype;
+        const void *val;
+        const char *shown; /* the value as the message must show it */
+    } cases[] = {
+        {"global_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1, "-1"},
+        {"global_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &i64max, "9223372036854775807"},
+        {"global_step", H5T_STD_U64LE, H5T_NATIVE_UINT64, &u64max, "18446744073709551615"},
+        {"global_step", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d_half, "integer"},
+        {"examples", H5T_STD_I64LE, H5T_NATIVE_INT64, &i64max, "9223372036854775807"},
+        {"examples", H5T_STD_I64LE, H5T_NATIVE_INT64, &neg5, "-5"},
+        {"next_batch", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1, "-1"},
+        {"epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &two31, "2147483648"},
+        {"epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1, "-1"},
+        {"epoch_batch", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1, "-1"},
+        {"batch", H5T_STD_I64LE, H5T_NATIVE_INT64, &big_batch, "4294967360"},
+        {"batch", H5T_STD_I64LE, H5T_NATIVE_INT64, &zero, "0"},
+        {"height", H5T_STD_I64LE, H5T_NATIVE_INT64, &big_h, "4294967324"},
+        {"width", H5T_STD_I64LE, H5T_NATIVE_INT64, &zero, "0"},
+        {"channels", H5T_STD_I64LE, H5T_NATIVE_INT64, &five, "5"},
+        {"num_classes", H5T_STD_I64LE, H5T_NATIVE_INT64, &zero, "0"},
+        {"workers", H5T_STD_I64LE, H5T_NATIVE_INT64, &zero, "0"},
+        {"ps", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1, "-1"},
+        {"nesterov", H5T_STD_I64LE, H5T_NATIVE_INT64, &two, "2"},
+        {"steps_per_epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1, "-1"},
+        {"seed", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1, "-1"},
+        {"lr_base", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &f_nan, "nan"},
+        {"momentum", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &f_15, "1.5"},
+        {"label_smoothing", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &f_one, "1"},
+        {"weight_decay", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &f_neg, "-0.5"},
+        {"train_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d_neg, "-1"},
+        {"train_seconds", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d_inf, "inf"},
+    };
+    ckpt_expect x = make_expect(OPT_MOMENTUM);
+    for (size_t i = 0; i < PST_ARRAY_LEN(cases); i++) {
+        snprintf(bad, sizeof bad, "%s/bad-%zu.h5", root, i);
+        truncated_copy(good, bad, file_size(good));
+        set_attr(bad, cases[i].name, cases[i].ftype, cases[i].mtype, cases[i].val);
+        ckpt_meta r;
+        pst_err e1 = {{0}}, e2 = {{0}}, e3 = {{0}};
+        int rc1 = ckpt_read_meta(bad, &r, &e1);
+        if (rc1 == 0) ckpt_meta_free(&r);
+        int rc2 = ckpt_read(bad, &x, params, slots, g_total, NULL, &e2);
+        int rc3 = ckpt_verify(bad, &e3);
+        char needle[128];
+        snprintf(needle, sizeof needle, "attribute %s ", cases[i].name);
+        CHECK(rc1 < 0 && strstr(e1.msg, needle) && strstr(e1.msg, cases[i].shown) &&
+                  strstr(e1.msg, "expected"),
+              "%s = %s: read_meta %d: '%s'", cases[i].name, cases[i].shown, rc1, e1.msg);
+        CHECK(rc2 < 0 && strstr(e2.msg, needle), "%s = %s: read %d: '%s'", cases[i].name,
+              cases[i].shown, rc2, e2.msg);
+        CHECK(rc3 < 0 && strstr(e3.msg, needle), "%s = %s: verify %d: '%s'", cases[i].name,
+              cases[i].shown, rc3, e3.msg);
+        unlink(bad);
+    }
+    /* the limits themselves are accepted: 2^40 steps, 2^31-1 epochs, a seed above 2^63 */
+    {
+        const int64_t steps = 1LL << 40, ep = INT32_MAX - 1;
+        snprintf(bad, sizeof bad, "%s/edge.h5", root);
+        truncated_copy(good, bad, file_size(good));
+        set_attr(bad, "global_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &steps);
+        set_attr(bad, "epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &ep);
+        set_attr(bad, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &u64max);
+        ckpt_meta r;
+        int rc = ckpt_read_meta(bad, &r, &e);
+        CHECK(rc == 0, "limits refused: %s", e.msg);
+        if (rc == 0) {
+            CHECK(r.global_step == steps && r.epoch == ep && r.seed == UINT64_MAX,
+                  "limits read as %lld %d %llu", (long long)r.global_step, r.epoch,
+                  (unsigned long long)r.seed);
+            ckpt_meta_free(&r);
+        }
+        unlink(bad);
+    }
+    /* a newer checkpoint with global_step = -1 under a valid name: --resume
+     * of the directory skips it for the good one */
+    ckpt_path(bad, sizeof bad, dir, 30);
+    truncated_copy(good, bad, file_size(good));
+    set_attr(bad, "global_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1);
+    CHECK(ckpt_resolve(dir, got, sizeof got, &e) == 1 && !strcmp(got, good),
+          "resolve with a bad newest checkpoint: %s", got);
+    ops_rmdir(dir);
+    free(params);
+    free(slots);
+}
+
 static void test_latest_and_prune(const char *root)
 {
     char dir[1024], p[4096], q[4096], got[4096], text[256];
@@ -424,6 +549,7 @@ int main(void)
           "no slot names beyond the count");
     test_refusals(d);
     test_latest_and_prune(d);
+    test_bad_attributes(d);
     int rc = check_exit();
     if (rc == 0) {
         char run[4200];

@@ -38,6 +38,8 @@ static ckpt_meta meta_for(int64_t step)
     m.model_name = "toy";
     m.model_text = "toy model";
     m.mode = "sync";
+    m.height = m.width = 28, m.channels = 1, m.num_classes = 10; /* in range (ckpt.h limits) */
+    m.workers = 1, m.batch = 64;
     m.global_step = step;
     m.next_batch = step;
     m.opt = opt_defaults(OPT_MOMENTUM);

@@ -12,8 +12,14 @@
 #   test_resume.sh single      # one process
 #   test_resume.sh dist        # mpirun -np 4: root, 1 PS, 2 workers
 #   test_resume.sh dist-tcp    # the same over TCP (btl self,tcp, pml ob1, osc pt2pt)
+# The moment of the kill -9 comes from a seed, printed at the start:
+# RESUME_SEED=N replays it.
 set -u
 mode=${1:-single}
+seed=${RESUME_SEED:-$(($(date +%s%N) % 32768))}
+case $seed in '' | *[!0-9]*) echo "RESUME_SEED '$seed': expected a non-negative integer" >&2; exit 2 ;; esac
+RANDOM=$seed
+echo "seed $seed (replay: RESUME_SEED=$seed)"
 PSTRAIN=${PSTRAIN:?}
 CKPT_CMP=${CKPT_CMP:?CKPT_CMP must name the ckpt_cmp tool}
 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
@@ -26,7 +32,7 @@ bg_pids=()
 cleanup() {
     local p
     for p in "${bg_pids[@]}"; do kill -9 "$p" 2>/dev/null; done # runs left behind by a failure
-    [ $fail = 0 ] && rm -rf "$tmp" || echo "(files kept in $tmp)"
+    [ $fail = 0 ] && rm -rf "$tmp" || echo "(files kept in $tmp; replay with RESUME_SEED=$seed)"
 }
 trap cleanup EXIT
 bad() { echo "FAIL: $*"; fail=1; }

@@ -718,6 +718,11 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
 
 /* ---- dist_train ------------------------------------------------------------------ */
 
+static const char *mode_name(train_mode mode)
+{
+    return mode == TRAIN_ASYNC ? "async" : "sync";
+}
+
 /* Resume on the root: reads the checkpoint's attributes into info (the
  * tensors follow once the model exists). Returns 1 with `path` filled, 0 for
  * a fresh start, -1 on error. */
@@ -744,6 +749,17 @@ static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char 
     else if (cm.seed != cfg->seed)
         rc = pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
                       (unsigned long long)cm.seed, (unsigned long long)cfg->seed);
+    else if (cm.mode && cm.mode[0] && strcmp(cm.mode, mode_name(cfg->mode)) != 0)
+        /* A sync step applies the mean of W gradients (one version), an
+         * async step one batch's gradient: the global step, the schedule's
+         * steps per epoch and the optimizer slots (momentum built from
+         * averaged gradients, Adam's bias correction) would change meaning
+         * mid-run, and the resumed run's step would lag its data cursor. */
+        rc = pst_fail(e,
+                      "%s: attribute mode is %s but this run uses --mode %s: sync and async steps "
+                      "mean different things (global step, learning-rate schedule, optimizer "
+                      "slots); resume with --mode %s, or start a new run",
+                      path, cm.mode, mode_name(cfg->mode), cm.mode);
     else if (cm.workers != W && !cfg->quiet)
         /* the data cursor counts batches and a version starts wherever the
          * checkpoint's ended, so another worker count continues the run

@@ -181,6 +181,12 @@ resume)
     # a mismatched checkpoint is refused: another batch size
     run 4 --data "$TMP/small.h5" --ps 1 --batch 8 --resume --checkpoint-dir "$TMP/ck" \
         --expect-fail "batch"
+    # ... and another mode, in either direction (a sync step is W batches'
+    # mean gradient, an async step one batch: step, schedule and slots differ)
+    run 4 --data "$TMP/small.h5" --ps 1 --mode async --resume --checkpoint-dir "$TMP/ck" \
+        --expect-fail "attribute mode is sync but this run uses --mode async"
+    run 4 --data "$TMP/small.h5" --ps 1 --optimizer adam --lr 0.001 --epochs 3 --resume \
+        --checkpoint-dir "$TMP/ca" --expect-fail "attribute mode is async but this run uses --mode sync"
     ;;
 resume-workers)
     # A checkpoint resumed with another worker count (a requeued job on

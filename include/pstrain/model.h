@@ -41,7 +41,7 @@ typedef struct nn_var {
 } nn_var;
 
 typedef struct nn_model_cfg {
-    const char *name; /* "mlp", "lenet5", "inception-mini" */
+    const char *name; /* a name of nn_model_names() */
     int height, width, channels, num_classes;
     int max_batch;         /* activations are allocated for this many examples */
     uint64_t seed;         /* initialization and dropout */
@@ -56,8 +56,16 @@ typedef struct nn_model nn_model;
 int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e);
 void nn_model_free(nn_model *m); /* NULL-safe */
 
-/* Names of the built-in models, NULL-terminated. */
+/* The built-in models come from one table (src/nn/models.c); every list of
+ * their names (--help, errors, `pstrain plan`) is derived from it. */
+/* Names of the built-in models in table order, NULL-terminated. */
 const char *const *nn_model_names(void);
+/* Whether `name` is a built-in model (NULL: false). */
+bool nn_model_known(const char *name);
+/* Writes the names into buf, joined by `sep` and the last two by `last`:
+ * (", ", " or ") gives "mlp, lenet5 or inception-mini". Returns buf. */
+#define NN_MODEL_NAMES_LEN 256
+const char *nn_model_names_join(char *buf, size_t len, const char *sep, const char *last);
 
 size_t nn_model_size(const nn_model *m); /* floats in each slab */
 float *nn_model_params(nn_model *m);

@@ -24,7 +24,7 @@
 
 typedef struct train_cfg {
     const char *data_path;
-    const char *model; /* "mlp", "lenet5", "inception-mini" */
+    const char *model; /* a name of nn_model_names() */
     int epochs;        /* stop after this many epochs (0: use steps) */
     int64_t steps;     /* stop after this many global steps (0: use epochs) */
     int batch;         /* per worker */

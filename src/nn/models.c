@@ -10,6 +10,7 @@
  *                   Inception module B; global average pool; dropout 0.2;
  *                   dense to K. About 0.1 M parameters.
  * Every convolution of inception-mini is followed by batch norm and ReLU.
+ * The table at the end registers them.
  */
 #include <string.h>
 
@@ -93,6 +94,9 @@ static int build_inception_mini(nn_model *m)
     return x;
 }
 
+/* The table of models: the one list of their names. --help, the errors
+ * naming the choices and `pstrain plan` derive theirs from it
+ * (nn_model_names, nn_model_names_join). A new model is one row here. */
 static const struct {
     const char *name;
     int (*build)(nn_model *m);
@@ -104,13 +108,36 @@ static const struct {
 
 const char *const *nn_model_names(void)
 {
-    static const char *const names[] = {"mlp", "lenet5", "inception-mini", NULL};
+    static const char *names[PST_ARRAY_LEN(models) + 1];
+    for (size_t i = 0; i < PST_ARRAY_LEN(models); i++) names[i] = models[i].name;
     return names;
+}
+
+bool nn_model_known(const char *name)
+{
+    for (size_t i = 0; i < PST_ARRAY_LEN(models); i++)
+        if (name && strcmp(name, models[i].name) == 0) return true;
+    return false;
+}
+
+const char *nn_model_names_join(char *buf, size_t len, const char *sep, const char *last)
+{
+    size_t o = 0, n = PST_ARRAY_LEN(models);
+    buf[0] = 0;
+    for (size_t i = 0; i < n && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s",
+                              i == 0       ? ""
+                              : i + 1 == n ? last
+                                           : sep,
+                              models[i].name);
+    return buf;
 }
 
 int nn_build_named(nn_model *m)
 {
     for (size_t i = 0; i < PST_ARRAY_LEN(models); i++)
         if (strcmp(m->name, models[i].name) == 0) return models[i].build(m) == NN_FAILED ? -1 : 0;
-    return pst_fail(m->err, "unknown model '%s': expected mlp, lenet5 or inception-mini", m->name);
+    char names[NN_MODEL_NAMES_LEN];
+    return pst_fail(m->err, "unknown model '%s': expected %s", m->name,
+                    nn_model_names_join(names, sizeof names, ", ", " or "));
 }

@@ -8,12 +8,12 @@
 #include "pstrain/model.h"
 #include "pstrain/train.h"
 
-static const char train_usage[] =
+static const char train_usage_head[] =
     "usage: pstrain train --data FILE.h5 [options]\n"
     "       mpirun -np N pstrain train --ps P --data FILE.h5 [options]\n"
     "\n"
-    "model and schedule:\n"
-    "  --model NAME            mlp | lenet5 | inception-mini (default lenet5)\n"
+    "model and schedule:\n";
+static const char train_usage[] =
     "  --epochs E              epochs to train (default 1)\n"
     "  --steps S               stop after S global steps instead\n"
     "  --batch B               examples per step per worker (default 64)\n"
@@ -64,6 +64,16 @@ static const char train_usage[] =
     "                          runs bitwise: cmp a.bin b.bin)\n"
     "  --dry-run               print the model (and placement) and exit\n"
     "  --quiet                 no progress line\n";
+
+/* `pstrain train --help`: the model names come from the table of models. */
+static void train_help(FILE *out)
+{
+    char names[NN_MODEL_NAMES_LEN];
+    fputs(train_usage_head, out);
+    fprintf(out, "  --model NAME            %s (default %s)\n",
+            nn_model_names_join(names, sizeof names, " | ", " | "), train_cfg_defaults().model);
+    fputs(train_usage, out);
+}
 
 enum {
     O_DATA = 256,
@@ -377,7 +387,7 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
             cfg->quiet = true;
             break;
         case O_HELP:
-            if (print) fputs(train_usage, stdout);
+            if (print) train_help(stdout);
             return 1;
         }
         if (c.bad) return 2;
@@ -406,13 +416,11 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         if (print) fprintf(stderr, "pstrain train: --data FILE.h5 is required\n");
         return 2;
     }
-    bool known = false;
-    for (const char *const *n = nn_model_names(); *n; n++) known |= !strcmp(*n, cfg->model);
-    if (!known) {
+    if (!nn_model_known(cfg->model)) {
+        char names[NN_MODEL_NAMES_LEN];
         if (print)
-            fprintf(stderr,
-                    "pstrain train: --model: expected mlp, lenet5 or inception-mini, got '%s'\n",
-                    cfg->model);
+            fprintf(stderr, "pstrain train: --model: expected %s, got '%s'\n",
+                    nn_model_names_join(names, sizeof names, ", ", " or "), cfg->model);
         return 2;
     }
     if (cfg->steps && cfg->epochs == 1) cfg->epochs = 0; /* --steps replaces the default epoch */

@@ -12,15 +12,19 @@
 
 static void plan_usage(FILE *out)
 {
+    char names[NN_MODEL_NAMES_LEN];
     fprintf(out,
             "usage: pstrain plan --model M --ps P [--placement round-robin|greedy|partition]\n"
             "                    [--partition-bytes N] [--data FILE.h5 | --height H --width W\n"
             "                    --channels C --classes K]\n"
             "\n"
+            "M: %s\n"
+            "\n"
             "Prints every variable (batch-norm moving statistics included) with its shape,\n"
             "bytes, parameter server and offset within that server's shard, then the bytes\n"
             "per PS and the imbalance ratio (max/mean). The image size comes from --data or\n"
-            "the flags (default 28x28x1, 10 classes: Fashion-MNIST).\n");
+            "the flags (default 28x28x1, 10 classes: Fashion-MNIST).\n",
+            nn_model_names_join(names, sizeof names, " | ", " | "));
 }
 
 int plan_main(int argc, char **argv)
@@ -42,7 +46,7 @@ int plan_main(int argc, char **argv)
         const char *v = argv[++i];
         int bad = 0;
         if (!strcmp(a, "--model"))
-            model = v;
+            bad = !nn_model_known(model = v);
         else if (!strcmp(a, "--data"))
             data = v;
         else if (!strcmp(a, "--ps"))
@@ -64,10 +68,12 @@ int plan_main(int argc, char **argv)
             return 2;
         }
         if (bad) {
+            char names[NN_MODEL_NAMES_LEN];
             fprintf(stderr, "pstrain plan: %s '%s': expected %s\n", a, v,
-                    !strcmp(a, "--placement") ? "round-robin, greedy or partition"
-                    : !strcmp(a, "--classes") ? "an integer >= 2"
-                                              : "a positive integer");
+                    !strcmp(a, "--model") ? nn_model_names_join(names, sizeof names, ", ", " or ")
+                    : !strcmp(a, "--placement") ? "round-robin, greedy or partition"
+                    : !strcmp(a, "--classes")   ? "an integer >= 2"
+                                                : "a positive integer");
             return 2;
         }
     }

@@ -207,9 +207,9 @@ bad-args)
     refused 2 --ps "missing value" -- --model lenet5 --ps
     refused 2 --partition-bytes "'0'" -- --model lenet5 --ps 2 --placement partition --partition-bytes 0
     refused 2 --bogus -- --model lenet5 --ps 2 --bogus
-    # an unknown model and an image too small for the model are refused
-    # after parsing, by the model code: exit 1 (failure), as today
-    refused 1 "'foo'" mlp lenet5 inception-mini -- --model foo --ps 2
+    # an unknown model is a usage error naming the table's models; an image
+    # too small for the model is refused by the model code: exit 1 (failure)
+    refused 2 "'foo'" mlp lenet5 inception-mini -- --model foo --ps 2
     refused 1 lenet5 2x28x1 -- --model lenet5 --ps 2 --height 2
     ;;
 *)

@@ -20,6 +20,7 @@
 #include "h5write.h"
 #include "prep.h"
 #include "pstrain/common.h"
+#include "pstrain/usage.h"
 #include "pstrain/h5ds.h"
 #include "pstrain/progress.h"
 
@@ -419,7 +420,7 @@ static int run_idx(const idx_cfg *cfg)
     h5ds_close(&ds);
     rc = 0;
 fail:
-    if (rc) fprintf(stderr, "pstrain-prep: idx: %s\n", e.msg);
+    if (rc) pst_error("%s", e.msg);
     h5w_abort(w);
     for (int i = 0; i < nsplits; i++) {
         idx_close(&splits[i].images);
@@ -452,7 +453,7 @@ int prep_cmd_idx(int argc, char **argv)
     optind = 1;
     opterr = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "+:o:h", opts, NULL)) != -1) {
         switch (opt) {
         case 'I':
             cfg.train_images = optarg;
@@ -471,16 +472,14 @@ int prep_cmd_idx(int argc, char **argv)
             break;
         case 'n':
             if (pst_parse_int(optarg, &cfg.chunk_images) < 0 || cfg.chunk_images < 1) {
-                fprintf(stderr,
-                        "pstrain-prep: idx: --chunk-images '%s', expected an integer >= 1\n",
-                        optarg);
+                pst_error("--chunk-images '%s', expected an integer >= 1", optarg);
                 return 2;
             }
             break;
         case 'z':
             if (pst_parse_int(optarg, &cfg.compression) < 0 || cfg.compression < 0 ||
                 cfg.compression > 9) {
-                fprintf(stderr, "pstrain-prep: idx: --compression '%s', expected 0-9\n", optarg);
+                pst_error("--compression '%s', expected 0-9", optarg);
                 return 2;
             }
             break;
@@ -489,7 +488,7 @@ int prep_cmd_idx(int argc, char **argv)
             break;
         case 't':
             if (pst_parse_int(optarg, &cfg.threads) < 0 || cfg.threads < 1 || cfg.threads > 16) {
-                fprintf(stderr, "pstrain-prep: idx: --threads '%s', expected 1-16\n", optarg);
+                pst_error("--threads '%s', expected 1-16", optarg);
                 return 2;
             }
             break;
@@ -499,13 +498,8 @@ int prep_cmd_idx(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
-        case ':':
-            fprintf(stderr, "pstrain-prep: idx: %s needs a value\n", argv[optind - 1]);
-            return 2;
-        default:
-            fprintf(stderr, "pstrain-prep: idx: unknown option '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            return 2;
+        default: /* ':' or '?' */
+            return pst_getopt_error(opt, argv, opts);
         }
     }
     const char *missing = !cfg.train_images   ? "--train-images"
@@ -513,17 +507,13 @@ int prep_cmd_idx(int argc, char **argv)
                           : !cfg.out          ? "-o OUT.h5"
                                               : NULL;
     if (missing) {
-        fprintf(stderr, "pstrain-prep: idx: %s is required\n", missing);
-        usage(stderr);
-        return 2;
+        return pst_usage_error("%s is required", missing);
     }
     if (!cfg.test_images != !cfg.test_labels) {
-        fprintf(stderr, "pstrain-prep: idx: --test-images and --test-labels go together\n");
-        return 2;
+        return pst_usage_error("--test-images and --test-labels go together");
     }
     if (optind < argc) {
-        fprintf(stderr, "pstrain-prep: idx: unexpected argument '%s'\n", argv[optind]);
-        return 2;
+        return pst_usage_error("unexpected argument '%s'", argv[optind]);
     }
     return run_idx(&cfg);
 }

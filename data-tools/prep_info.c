@@ -11,6 +11,7 @@
 
 #include "prep.h"
 #include "pstrain/common.h"
+#include "pstrain/usage.h"
 #include "pstrain/h5ds.h"
 
 #define INFO_LABEL_BLOCK ((int64_t)1 << 20)
@@ -106,7 +107,7 @@ static int run_info(const char *path)
     int64_t *counts = NULL;
     int rc = 1;
     if (h5ds_open(&ds, path, &e) < 0) {
-        fprintf(stderr, "pstrain-prep: info: %s\n", e.msg);
+        pst_error("%s", e.msg);
         return 1;
     }
     struct stat st;
@@ -141,7 +142,7 @@ static int run_info(const char *path)
     counts = pst_calloc((size_t)ds.nsplits * (size_t)ds.num_classes, sizeof *counts);
     for (int s = 0; s < ds.nsplits; s++)
         if (count_labels(&ds, &ds.splits[s], counts + (size_t)s * (size_t)ds.num_classes, &e) < 0) {
-            fprintf(stderr, "pstrain-prep: info: %s\n", e.msg);
+            pst_error("%s", e.msg);
             goto done;
         }
     int width = 5;
@@ -169,9 +170,11 @@ int prep_cmd_info(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc != 2 || argv[1][0] == '-') {
-        usage(stderr);
-        return 2;
-    }
+    static const char *const names[] = {"help", "h", NULL};
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1]) return pst_unknown_option(argv[i], names);
+    if (argc != 2)
+        return pst_usage_error(argc < 2 ? "FILE.h5 is required" : "one FILE.h5 expected, got %d",
+                               argc - 1);
     return run_info(argv[1]);
 }

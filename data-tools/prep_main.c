@@ -4,6 +4,7 @@
 
 #include "prep.h"
 #include "pstrain/common.h"
+#include "pstrain/usage.h"
 #include "pstrain/version.h"
 
 static void usage(FILE *out)
@@ -12,14 +13,16 @@ static void usage(FILE *out)
             "usage: pstrain-prep COMMAND [options]\n"
             "\n"
             "  idx     --train-images F --train-labels F [--test-images F --test-labels F]\n"
-            "          [--classes NAME,...] [--chunk-images N] [--compression 0-9] [--force] -o OUT.h5\n"
+            "          [--classes NAME,...] [--chunk-images N] [--compression 0-9] [--force] -o "
+            "OUT.h5\n"
             "          [--threads N]\n"
             "  png     DIR [--test-dir DIR] [--size HxW] [--channels 1|3] [--val-fraction F]\n"
             "          [--seed S] [--strict] [--max-pixels N] [--alpha black|drop]\n"
             "          [--compression 0-9] [--chunk-images N] [--threads N] [--force] -o OUT.h5\n"
             "  info    FILE.h5\n"
             "  verify  FILE.h5          exit 0 only if the file is a sound data set\n"
-            "  preview FILE.h5 [--split train] [--count 64] [--seed S] [--scale N] -o GRID.png\n"
+            "  preview FILE.h5 [--split train] [--count 64] [--seed S | --first] [--scale N]\n"
+            "          -o GRID.png\n"
             "\n"
             "  pstrain-prep --version, pstrain-prep COMMAND --help\n");
 }
@@ -33,11 +36,14 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     static const struct {
-        const char *name;
+        const char *name, *prog; /* prog: the prefix of its messages */
         int (*fn)(int, char **);
     } cmds[] = {
-        {"idx", prep_cmd_idx},       {"png", prep_cmd_png},         {"info", prep_cmd_info},
-        {"verify", prep_cmd_verify}, {"preview", prep_cmd_preview},
+        {"idx", "pstrain-prep idx", prep_cmd_idx},
+        {"png", "pstrain-prep png", prep_cmd_png},
+        {"info", "pstrain-prep info", prep_cmd_info},
+        {"verify", "pstrain-prep verify", prep_cmd_verify},
+        {"preview", "pstrain-prep preview", prep_cmd_preview},
     };
     if (!strcmp(cmd, "--version")) {
         pst_version_print(stdout, "pstrain-prep");
@@ -48,7 +54,17 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < PST_ARRAY_LEN(cmds); i++)
-        if (!strcmp(cmd, cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "pstrain-prep: unknown command '%s' (try pstrain-prep --help)\n", cmd);
-    return 2;
+        if (!strcmp(cmd, cmds[i].name)) {
+            pst_set_progname(cmds[i].prog); /* "pstrain-prep png: message" */
+            return cmds[i].fn(argc - 1, argv + 1);
+        }
+    static const char *const names[] = {"idx", "png", "info", "verify", "preview", NULL};
+    const char *near = pst_nearest_flag(cmd, names);
+    if (near)
+        fprintf(stderr,
+                "pstrain-prep: unknown command '%s' (did you mean %s?); see pstrain-prep --help\n",
+                cmd, near);
+    else
+        fprintf(stderr, "pstrain-prep: unknown command '%s'; see pstrain-prep --help\n", cmd);
+    return PST_EXIT_USAGE;
 }

@@ -36,6 +36,7 @@
 #include "data-tools/prep.h"
 #include "data-tools/resize.h"
 #include "pstrain/common.h"
+#include "pstrain/usage.h"
 #include "pstrain/progress.h"
 
 enum { SPLIT_TRAIN, SPLIT_VAL, SPLIT_TEST, NSPLITS };
@@ -600,6 +601,19 @@ static int parse_size(const char *s, int *h, int *w)
                : 0;
 }
 
+static const char *const png_flags[] = {
+    "help",     "h",           "strict",       "force",        "o",    "output",
+    "test-dir", "size",        "channels",     "val-fraction", "seed", "max-pixels",
+    "alpha",    "compression", "chunk-images", "threads",      NULL};
+
+static bool known_flag(const char *a)
+{
+    a += a[1] == '-' ? 2 : 1;
+    for (const char *const *n = png_flags; *n; n++)
+        if (!strcmp(a, *n)) return true;
+    return false;
+}
+
 /* Parses the command line into `c`; returns 0, or the exit status. */
 static int parse_args(int argc, char **argv, png_cfg *c)
 {
@@ -617,38 +631,39 @@ static int parse_args(int argc, char **argv, png_cfg *c)
             c->strict = true, takes = false;
         } else if (!strcmp(a, "--force")) {
             c->force = true, takes = false;
+        } else if (a[0] == '-' && a[1] && !known_flag(a)) {
+            return pst_unknown_option(a, png_flags);
         } else if (a[0] == '-' && a[1] && !v) {
-            fprintf(stderr, "pstrain-prep png: %s needs a value\n", a);
-            return 2;
+            return pst_usage_error("%s needs a value", a);
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             c->out = v;
         } else if (!strcmp(a, "--test-dir")) {
             c->test_dir = v;
         } else if (!strcmp(a, "--size")) {
             if (parse_size(v, &c->height, &c->width) < 0) {
-                fprintf(stderr, "pstrain-prep png: --size '%s', expected HxW such as 28x28\n", v);
+                pst_error("--size '%s', expected HxW such as 28x28", v);
                 return 2;
             }
         } else if (!strcmp(a, "--channels")) {
             if (pst_parse_int(v, &c->channels) < 0 || (c->channels != 1 && c->channels != 3)) {
-                fprintf(stderr, "pstrain-prep png: --channels '%s', expected 1 or 3\n", v);
+                pst_error("--channels '%s', expected 1 or 3", v);
                 return 2;
             }
         } else if (!strcmp(a, "--val-fraction")) {
             if (pst_parse_double(v, &c->val_fraction) < 0 || c->val_fraction < 0 ||
                 c->val_fraction >= 1) {
-                fprintf(stderr, "pstrain-prep png: --val-fraction '%s', expected 0 <= F < 1\n", v);
+                pst_error("--val-fraction '%s', expected 0 <= F < 1", v);
                 return 2;
             }
         } else if (!strcmp(a, "--seed")) {
             if (pst_parse_i64(v, &i64) < 0) {
-                fprintf(stderr, "pstrain-prep png: --seed '%s', expected an integer\n", v);
+                pst_error("--seed '%s', expected an integer", v);
                 return 2;
             }
             c->seed = (uint64_t)i64;
         } else if (!strcmp(a, "--max-pixels")) {
             if (pst_parse_i64(v, &c->max_pixels) < 0 || c->max_pixels < 1) {
-                fprintf(stderr, "pstrain-prep png: --max-pixels '%s', expected N >= 1\n", v);
+                pst_error("--max-pixels '%s', expected N >= 1", v);
                 return 2;
             }
         } else if (!strcmp(a, "--alpha")) {
@@ -657,40 +672,33 @@ static int parse_args(int argc, char **argv, png_cfg *c)
             else if (!strcmp(v, "drop"))
                 c->alpha = PNGIO_ALPHA_DROP;
             else {
-                fprintf(stderr, "pstrain-prep png: --alpha '%s', expected black or drop\n", v);
+                pst_error("--alpha '%s', expected black or drop", v);
                 return 2;
             }
         } else if (!strcmp(a, "--compression")) {
             if (pst_parse_int(v, &c->compression) < 0 || c->compression < 0 || c->compression > 9) {
-                fprintf(stderr, "pstrain-prep png: --compression '%s', expected 0-9\n", v);
+                pst_error("--compression '%s', expected 0-9", v);
                 return 2;
             }
         } else if (!strcmp(a, "--chunk-images")) {
             if (pst_parse_int(v, &c->chunk_images) < 0 || c->chunk_images < 1) {
-                fprintf(stderr, "pstrain-prep png: --chunk-images '%s', expected an integer >= 1\n",
-                        v);
+                pst_error("--chunk-images '%s', expected an integer >= 1", v);
                 return 2;
             }
         } else if (!strcmp(a, "--threads")) {
             if (pst_parse_int(v, &c->threads) < 0 || c->threads < 1 || c->threads > 1024) {
-                fprintf(stderr, "pstrain-prep png: --threads '%s', expected 1-1024\n", v);
+                pst_error("--threads '%s', expected 1-1024", v);
                 return 2;
             }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "pstrain-prep png: unknown option %s (try --help)\n", a);
-            return 2;
         } else if (!c->dir) {
             c->dir = a, takes = false;
         } else {
-            fprintf(stderr, "pstrain-prep png: unexpected argument '%s'\n", a);
-            return 2;
+            return pst_usage_error("unexpected argument '%s'", a);
         }
         if (takes) i++;
     }
     if (!c->dir || !c->out) {
-        fprintf(stderr, "pstrain-prep png: %s is required (try --help)\n",
-                !c->dir ? "DIR" : "-o OUT.h5");
-        return 2;
+        return pst_usage_error("%s is required", !c->dir ? "DIR" : "-o OUT.h5");
     }
     return 0;
 }
@@ -753,7 +761,7 @@ int prep_cmd_png(int argc, char **argv)
     print_summary(&r, pst_now() - t0);
     status = 0;
 fail:
-    if (status) fprintf(stderr, "pstrain-prep png: %s\n", e.msg);
+    if (status) pst_error("%s", e.msg);
     h5w_abort(w);
     free(r.bad);
     for (int64_t i = 0; i < PST_MIN(r.nskipped, (int64_t)MAX_LISTED_SKIPS); i++) free(r.skipped[i]);

@@ -1,21 +1,28 @@
 /*
  * prep_preview.c - `pstrain-prep preview`: a PNG contact sheet of a split.
  *
- * The first --count images (or, with --seed, a random choice of them shown
- * in file order) are laid out row by row in a near-square grid, each scaled
- * up by nearest neighbour (automatic scale: the smallest integer that makes
- * a tile's longer side at least 84 px, at most 16; --scale overrides),
- * with a 2 px mid-gray (128) separator around and between the tiles.
- * Gray data sets give a gray PNG, 3-channel ones an RGB PNG.
+ * A random choice of --count images (seeded by --seed, or by the clock and
+ * then printed; shown in file order), or with --first the first ones, is
+ * laid out row by row in a near-square grid, each scaled up by nearest
+ * neighbour (automatic scale: the smallest integer that makes a tile's
+ * longer side at least 84 px, at most 16; --scale overrides). Under each
+ * tile a black strip of PREVIEW_LABEL_H px carries the class name in white
+ * (5x7 font, font5x7.h; cut to the tile's width), and a 2 px mid-gray (128)
+ * separator runs around and between the cells. Gray data sets give a gray
+ * PNG, 3-channel ones an RGB PNG. The output must end in .png.
  */
 #include <math.h>
+#include <strings.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data-tools/font5x7.h"
 #include "data-tools/pngio.h"
 #include "data-tools/prep.h"
 #include "pstrain/common.h"
+#include "pstrain/usage.h"
 #include "pstrain/h5ds.h"
 
 #define PREVIEW_SEP 2
@@ -23,11 +30,12 @@
 #define PREVIEW_MIN_TILE 84
 #define PREVIEW_MAX_AUTO_SCALE 16
 #define PREVIEW_MAX_BYTES ((size_t)256 << 20)
+#define PREVIEW_LABEL_H (FONT_CELL_H + 2) /* the class name's strip under a tile */
 
 typedef struct preview_cfg {
     const char *in, *out, *split;
     int64_t count;
-    bool random;
+    bool first, seeded;
     uint64_t seed;
     int scale; /* 0 = automatic */
 } preview_cfg;
@@ -35,10 +43,23 @@ typedef struct preview_cfg {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: pstrain-prep preview FILE.h5 [--split train] [--count 64] [--seed S]\n"
-               "         [--scale N] -o GRID.png\n"
+               "         [--first] [--scale N] -o GRID.png\n"
                "\n"
-               "A grid of the first --count images of a split (with --seed: a random choice),\n"
-               "scaled up by nearest neighbour (default: tiles of at least 84 px).\n");
+               "A grid of --count images of a split chosen at random (--seed S repeats a\n"
+               "choice; the seed used is printed), or with --first the first ones, scaled up\n"
+               "by nearest neighbour (default: tiles of at least 84 px), each with its class\n"
+               "name underneath.\n");
+}
+
+static const char *const preview_flags[] = {"help",  "h",     "first", "o",     "output",
+                                            "split", "count", "seed",  "scale", NULL};
+
+static bool known_flag(const char *a)
+{
+    a += a[1] == '-' ? 2 : 1;
+    for (const char *const *n = preview_flags; *n; n++)
+        if (!strcmp(a, *n)) return true;
+    return false;
 }
 
 static int parse_args(int argc, char **argv, preview_cfg *c)
@@ -51,47 +72,48 @@ static int parse_args(int argc, char **argv, preview_cfg *c)
             usage(stdout);
             return -1;
         }
-        if (a[0] == '-' && a[1] && !v) {
-            fprintf(stderr, "pstrain-prep preview: %s needs a value\n", a);
-            return 2;
+        if (!strcmp(a, "--first")) {
+            c->first = true;
+            continue;
         }
+        if (a[0] == '-' && a[1] && !known_flag(a)) return pst_unknown_option(a, preview_flags);
+        if (a[0] == '-' && a[1] && !v) return pst_usage_error("%s needs a value", a);
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             c->out = v;
         } else if (!strcmp(a, "--split")) {
             c->split = v;
         } else if (!strcmp(a, "--count")) {
             if (pst_parse_i64(v, &c->count) < 0 || c->count < 1 || c->count > 100000) {
-                fprintf(stderr, "pstrain-prep preview: --count '%s', expected 1-100000\n", v);
+                pst_error("--count '%s', expected 1-100000", v);
                 return 2;
             }
         } else if (!strcmp(a, "--seed")) {
             if (pst_parse_i64(v, &i64) < 0) {
-                fprintf(stderr, "pstrain-prep preview: --seed '%s', expected an integer\n", v);
+                pst_error("--seed '%s', expected an integer", v);
                 return 2;
             }
-            c->seed = (uint64_t)i64, c->random = true;
+            c->seed = (uint64_t)i64, c->seeded = true;
         } else if (!strcmp(a, "--scale")) {
             if (pst_parse_int(v, &c->scale) < 0 || c->scale < 1 || c->scale > 64) {
-                fprintf(stderr, "pstrain-prep preview: --scale '%s', expected 1-64\n", v);
+                pst_error("--scale '%s', expected 1-64", v);
                 return 2;
             }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "pstrain-prep preview: unknown option %s (try --help)\n", a);
-            return 2;
         } else if (!c->in) {
             c->in = a;
             continue;
         } else {
-            fprintf(stderr, "pstrain-prep preview: unexpected argument '%s'\n", a);
-            return 2;
+            return pst_usage_error("unexpected argument '%s'", a);
         }
         i++;
     }
     if (!c->in || !c->out) {
-        fprintf(stderr, "pstrain-prep preview: %s is required (try --help)\n",
-                !c->in ? "FILE.h5" : "-o GRID.png");
-        return 2;
+        return pst_usage_error("%s is required", !c->in ? "FILE.h5" : "-o GRID.png");
     }
+    size_t n = strlen(c->out);
+    if (n < 5 || strcasecmp(c->out + n - 4, ".png") != 0)
+        return pst_usage_error("-o %s: expected a file name ending in .png", c->out);
+    if (c->first && c->seeded) return pst_usage_error("--first and --seed exclude each other");
+    if (!c->seeded) c->seed = (uint64_t)time(NULL);
     return 0;
 }
 
@@ -128,11 +150,12 @@ int prep_cmd_preview(int argc, char **argv)
     pst_err e = {""};
     uint8_t *images = NULL, *grid = NULL;
     int64_t *idx = NULL;
+    int32_t *labels = NULL;
     int status = 1;
     if (h5ds_open(&ds, c.in, &e) < 0) goto fail;
     const h5ds_split *sp = h5ds_find_split(&ds, c.split);
     if (!sp) {
-        pst_fail(&e, "%s: no split '%s' in this data set", c.in, c.split);
+        h5ds_no_split(&ds, c.split, &e);
         goto fail;
     }
     int H = ds.height, W = ds.width, C = ds.channels;
@@ -150,7 +173,8 @@ int prep_cmd_preview(int argc, char **argv)
     int cols = (int)ceil(sqrt((double)n));
     int rows = (int)((n + cols - 1) / cols);
     int64_t th = (int64_t)H * scale, tw = (int64_t)W * scale;
-    int64_t gh = rows * th + (rows + 1) * PREVIEW_SEP, gw = cols * tw + (cols + 1) * PREVIEW_SEP;
+    int64_t ch = th + PREVIEW_LABEL_H; /* a cell: the tile and its label */
+    int64_t gh = rows * ch + (rows + 1) * PREVIEW_SEP, gw = cols * tw + (cols + 1) * PREVIEW_SEP;
     if (gh > INT32_MAX || gw > INT32_MAX || (uint64_t)(gh * gw * C) > PREVIEW_MAX_BYTES) {
         pst_fail(&e, "%s: a %lldx%lld px grid is too large; use a smaller --count or --scale",
                  c.out, (long long)gw, (long long)gh);
@@ -159,12 +183,14 @@ int prep_cmd_preview(int argc, char **argv)
 
     size_t image_bytes = (size_t)H * (size_t)W * (size_t)C;
     images = pst_malloc(image_bytes * (size_t)n);
-    idx = choose(sp->count, n, c.random, c.seed);
-    if (!c.random) {
-        if (h5ds_read(&ds, c.split, 0, n, images, NULL, &e) < 0) goto fail;
+    labels = pst_malloc(sizeof *labels * (size_t)n);
+    idx = choose(sp->count, n, !c.first, c.seed);
+    if (c.first) {
+        if (h5ds_read(&ds, c.split, 0, n, images, labels, &e) < 0) goto fail;
     } else {
         for (int64_t i = 0; i < n; i++)
-            if (h5ds_read(&ds, c.split, idx[i], 1, images + (size_t)i * image_bytes, NULL, &e) < 0)
+            if (h5ds_read(&ds, c.split, idx[i], 1, images + (size_t)i * image_bytes, labels + i,
+                          &e) < 0)
                 goto fail;
     }
 
@@ -172,7 +198,7 @@ int prep_cmd_preview(int argc, char **argv)
     memset(grid, PREVIEW_SEP_VALUE, (size_t)(gh * gw * C));
     for (int64_t i = 0; i < n; i++) {
         const uint8_t *img = images + (size_t)i * image_bytes;
-        int64_t oy = (i / cols) * (th + PREVIEW_SEP) + PREVIEW_SEP;
+        int64_t oy = (i / cols) * (ch + PREVIEW_SEP) + PREVIEW_SEP;
         int64_t ox = (i % cols) * (tw + PREVIEW_SEP) + PREVIEW_SEP;
         for (int64_t y = 0; y < th; y++) {
             const uint8_t *srow = img + (size_t)(y / scale) * (size_t)W * (size_t)C;
@@ -180,20 +206,29 @@ int prep_cmd_preview(int argc, char **argv)
             for (int64_t x = 0; x < tw; x++)
                 memcpy(drow + x * C, srow + (x / scale) * C, (size_t)C);
         }
+        /* the label strip: black, the class name in white from (1, 1) */
+        for (int64_t y = oy + th; y < oy + ch; y++)
+            memset(grid + (size_t)((y * gw + ox) * C), 0, (size_t)(tw * C));
+        const int32_t k = labels[i];
+        const char *name = k >= 0 && k < ds.num_classes ? ds.class_names[k] : "?";
+        font_draw(grid, (int)gh, (int)gw, C, (int)ox + 1, (int)(oy + th + 1), name,
+                  (int)((tw - 1) / FONT_CELL_W), 255);
     }
     if (pngio_write(c.out, grid, (int)gh, (int)gw, C, -1, &e) < 0) goto fail;
-    if (c.random)
-        printf("preview: %s /%s: %lld random images (seed %llu)", c.in, c.split, (long long)n,
+    if (!c.first)
+        printf("preview: %s /%s: %lld random images (--seed %llu)", c.in, c.split, (long long)n,
                (unsigned long long)c.seed);
     else
         printf("preview: %s /%s: the first %lld images", c.in, c.split, (long long)n);
-    printf(" in %d x %d tiles of %lldx%lld px (scale %d) -> %s, %lldx%lld px\n", rows, cols,
-           (long long)tw, (long long)th, scale, c.out, (long long)gw, (long long)gh);
+    printf(" in %d x %d tiles of %lldx%lld px (scale %d), class names underneath -> %s, "
+           "%lldx%lld px\n",
+           rows, cols, (long long)tw, (long long)th, scale, c.out, (long long)gw, (long long)gh);
     status = 0;
 fail:
-    if (status) fprintf(stderr, "pstrain-prep preview: %s\n", e.msg);
+    if (status) pst_error("%s", e.msg);
     free(grid);
     free(images);
+    free(labels);
     free(idx);
     h5ds_close(&ds);
     return status;

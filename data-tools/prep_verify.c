@@ -7,6 +7,7 @@
 
 #include "prep.h"
 #include "pstrain/common.h"
+#include "pstrain/usage.h"
 #include "pstrain/h5ds.h"
 
 static void usage(FILE *out)
@@ -30,26 +31,28 @@ int prep_cmd_verify(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (argc != 2 || argv[1][0] == '-') {
-        usage(stderr);
-        return 2;
-    }
+    static const char *const names[] = {"help", "h", NULL};
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1]) return pst_unknown_option(argv[i], names);
+    if (argc != 2)
+        return pst_usage_error(argc < 2 ? "FILE.h5 is required" : "one FILE.h5 expected, got %d",
+                               argc - 1);
     const char *path = argv[1];
     pst_err e;
     int n = h5ds_verify(path, print_problem, (void *)path, &e);
     if (n < 0) {
-        printf("%s\n", e.msg);
+        pst_error("%s", e.msg);
         return 1;
     }
     if (n > 0) {
         fflush(stdout);
-        fprintf(stderr, "pstrain-prep: verify: %s: %d problem%s\n", path, n, n == 1 ? "" : "s");
+        pst_error("%s: %d problem%s", path, n, n == 1 ? "" : "s");
         return 1;
     }
     /* sound: summarise what was checked */
     h5ds ds;
     if (h5ds_open(&ds, path, &e) < 0) {
-        printf("%s\n", e.msg);
+        pst_error("%s", e.msg);
         return 1;
     }
     printf("%s: ok (", path);

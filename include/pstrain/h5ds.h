@@ -70,6 +70,9 @@ void h5ds_close(h5ds *ds);
 
 /* The split named `name`, or NULL when the file has none. */
 const h5ds_split *h5ds_find_split(const h5ds *ds, const char *name);
+/* The error for a split the file lacks, naming those it has:
+ * "PATH: no 'val' split (this data set has train, test)". Returns -1. */
+int h5ds_no_split(const h5ds *ds, const char *name, pst_err *e);
 
 /* Reads examples [first, first+count) of a split: `images` (may be NULL)
  * receives count*H*W*C bytes, `labels` (may be NULL) count int32. Reading

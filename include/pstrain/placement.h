@@ -70,6 +70,9 @@ const char *place_name(place_kind kind);
 int place_plan_new(place_plan **out, const nn_var *vars, int nvars, int nps, place_kind kind,
                    int64_t partition_bytes, pst_err *e);
 void place_plan_free(place_plan *p); /* NULL-safe */
+/* One line: strategy, PS count, variables, bytes and imbalance (what a
+ * training run logs at its start; the table takes --verbose). */
+void place_plan_summary(const place_plan *p, FILE *out);
 
 /* Prints the table (variable, shape, bytes, PS, offset within the shard), one
  * line per range, then per-PS totals and the imbalance ratio. */

@@ -50,11 +50,13 @@ typedef struct train_cfg {
     const char *resume_path;  /* a checkpoint file or directory; NULL = checkpoint_dir */
 
     /* reporting */
-    int eval_every;   /* epochs; 0 = only at the end */
-    double log_every; /* seconds between progress/metrics lines */
+    int eval_every;         /* epochs; 0 = only at the end */
+    const char *eval_split; /* NULL: "val" when the data set has one, else "test" */
+    double log_every;       /* seconds between progress/metrics lines */
     const char *metrics_path, *summary_path, *trace_path;
     bool dry_run; /* print the model (and plan) and exit */
     bool quiet;
+    bool verbose; /* the placement table at the start (default: one summary line) */
     /* diagnostic: write the final parameter slab as raw native float32 to this
      * file (tests compare runs bitwise); NULL = off */
     const char *dump_params_path;
@@ -78,6 +80,12 @@ typedef struct train_result {
     int64_t examples; /* training examples processed */
     double train_seconds, images_per_sec;
     float final_loss; /* mean training loss of the last 100 steps (fewer if fewer ran) */
+    /* the evaluation at the end, on eval_split (--eval-split); test_* repeat
+     * it when that split is "test" */
+    bool has_eval;
+    char eval_split[8];
+    double eval_accuracy, eval_loss;
+    int64_t eval_examples;
     bool has_test;
     double test_accuracy, test_loss;
     int64_t test_examples;
@@ -112,6 +120,16 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e);
 struct nn_model;
 int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
                    double *loss, int64_t *examples, int64_t *confusion, pst_err *e);
+
+/* The split a run evaluates on: --eval-split, or "val" when the data set
+ * has one, else "test"; NULL when there is none (with a warning when
+ * --eval-every asked for evaluations and `warn`). An --eval-split the data
+ * set lacks is an error naming the splits it has (-1). */
+int train_eval_split(const train_cfg *cfg, const h5ds *ds, bool warn, const char **split,
+                     pst_err *e);
+/* Records the final evaluation in r (eval_*, and test_* for "test"). */
+void train_set_eval(train_result *r, const char *split, double accuracy, double loss,
+                    int64_t examples);
 
 /* Parses `pstrain train` flags (argv[0] is "train") into cfg. Returns 0, or
  * 2 after printing a usage error / 1 for --help (printed) so main can exit. */

@@ -177,6 +177,7 @@ typedef struct root_ctx {
     int nring;
     int next_eval_epoch;
     int64_t eval_version;
+    const char *eval_split; /* --eval-split or its default; NULL: none */
     train_result *res;
 } root_ctx;
 
@@ -293,12 +294,12 @@ static int save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const 
  * split, sharing the data set with the pipeline's reader. */
 static int root_eval(root_ctx *c, int64_t step, int epoch, pst_err *e)
 {
-    if (!h5ds_find_split(c->ds, "test")) return 0;
+    if (!c->eval_split) return 0;
     double acc, loss;
     int64_t n;
-    int r = train_evaluate(c->m, c->ds_rw, "test", c->cfg->batch, &acc, &loss, &n, NULL, e);
+    int r = train_evaluate(c->m, c->ds_rw, c->eval_split, c->cfg->batch, &acc, &loss, &n, NULL, e);
     if (r < 0) return -1;
-    metrics_eval(c->mx, step, epoch, "test", acc, loss, n);
+    metrics_eval(c->mx, step, epoch, c->eval_split, acc, loss, n);
     return 0;
 }
 
@@ -829,6 +830,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     char *mtext = NULL;
     root_ctx *rctx = NULL;
     start_info info;
+    const char *esplit = NULL; /* the root's evaluation split */
     memset(&info, 0, sizeof info);
     static char ckpt_file[4096];
     int prior_epoch = 0;
@@ -844,6 +846,8 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
             const char *split = cfg->pipe.split ? cfg->pipe.split : "train";
             if (!h5ds_find_split(&ds, split)) {
                 pst_fail(e, "%s: no /%s split to train on", cfg->data_path, split);
+                info.ok = 0;
+            } else if (train_eval_split(cfg, &ds, !cfg->quiet && !cfg->dry_run, &esplit, e) < 0) {
                 info.ok = 0;
             }
         }
@@ -969,7 +973,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     if (is_root && !cfg->quiet && !cfg->dry_run) {
         fprintf(stderr, "%d ranks: root, %d PS, %d workers; mode %s, R = %d\n", size, P, W,
                 cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
-        place_plan_print(plan, stderr);
+        (cfg->verbose ? place_plan_print : place_plan_summary)(plan, stderr);
     }
     if (cfg->dry_run) {
         if (is_root) {
@@ -1062,6 +1066,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         rctx->told_total = info.total >= 0 ? info.total : INT64_MAX;
         rctx->m = m, rctx->ds_rw = &ds, rctx->nring = nring;
         rctx->eval_version = -1;
+        rctx->eval_split = esplit;
         /* the first epoch count to evaluate after: the next multiple */
         if (cfg->eval_every > 0) {
             int done = (int)(info.first_ticket / PST_MAX(info.bpe, 1));
@@ -1190,13 +1195,12 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         if (cfg->dump_params_path &&
             train_dump_params(cfg->dump_params_path, nn_model_params(m), nparam, e) < 0)
             goto out;
-        if (h5ds_find_split(&ds, "test") && !res->stop_signal) {
-            if (train_evaluate(m, &ds, "test", cfg->batch, &res->test_accuracy, &res->test_loss,
-                               &res->test_examples, NULL, e) < 0)
-                goto out;
-            res->has_test = true;
-            metrics_eval(mx, res->steps, res->epochs, "test", res->test_accuracy, res->test_loss,
-                         res->test_examples);
+        if (esplit && !res->stop_signal) {
+            double acc, loss;
+            int64_t n;
+            if (train_evaluate(m, &ds, esplit, cfg->batch, &acc, &loss, &n, NULL, e) < 0) goto out;
+            train_set_eval(res, esplit, acc, loss, n);
+            metrics_eval(mx, res->steps, res->epochs, esplit, acc, loss, n);
         }
     }
     rc = 0;

@@ -205,6 +205,18 @@ static void format_shape(const nn_var *v, const place_range *q, char *buf, size_
     if (v->ndim == 0) snprintf(buf, n, "scalar");
 }
 
+void place_plan_summary(const place_plan *p, FILE *out)
+{
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int s = 0; s < p->nps; s++)
+        lo = PST_MIN(lo, p->ps_bytes[s]), hi = PST_MAX(hi, p->ps_bytes[s]);
+    fprintf(out,
+            "placement %s on %d PS: %d variables, %lld bytes, %lld-%lld per PS, imbalance %.3f "
+            "(the table: --verbose or pstrain plan)\n",
+            place_name(p->kind), p->nps, p->nvars, (long long)p->total_bytes, (long long)lo,
+            (long long)hi, p->imbalance);
+}
+
 void place_plan_print(const place_plan *p, FILE *out)
 {
     fprintf(out, "placement %s on %d PS: %d variables, %d ranges, %lld bytes\n",

@@ -757,6 +757,17 @@ const h5ds_split *h5ds_find_split(const h5ds *ds, const char *name)
     return NULL;
 }
 
+int h5ds_no_split(const h5ds *ds, const char *name, pst_err *e)
+{
+    char have[64] = "";
+    for (int i = 0; i < ds->nsplits; i++) {
+        size_t n = strlen(have);
+        snprintf(have + n, sizeof have - n, "%s%s", i ? ", " : "", ds->splits[i].name);
+    }
+    return pst_fail(e, "%s: no '%s' split (this data set has %s)", ds->path, name,
+                    ds->nsplits ? have : "none");
+}
+
 /* Reads rows [first, first+count) of dataset d (rank 1 or 4) as `mtype`. */
 static int read_rows(hid_t d, hid_t mtype, int64_t first, int64_t count, void *buf)
 {
@@ -785,7 +796,7 @@ static int read_unlocked(h5ds *ds, const char *split, int64_t first, int64_t cou
     char why[256];
     h5_quiet();
     const h5ds_split *sp = h5ds_find_split(ds, split);
-    if (!sp) return pst_fail(e, "%s: no split '%s' in this data set", ds->path, split);
+    if (!sp) return h5ds_no_split(ds, split, e);
     if (first < 0 || count < 0 || first > sp->count || count > sp->count - first)
         return pst_fail(e, "%s: /%s: examples [%lld, %lld) requested, the split has [0, %lld)",
                         ds->path, split, (long long)first, (long long)(first + count),

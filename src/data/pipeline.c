@@ -481,7 +481,7 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
     *out = NULL;
     if (check_cfg(cfg, e) < 0) return -1;
     const h5ds_split *sp = h5ds_find_split(ds, cfg->split);
-    if (!sp) return pst_fail(e, "%s: no split '%s' in this data set", ds->path, cfg->split);
+    if (!sp) return h5ds_no_split(ds, cfg->split, e);
     if (sp->count < 1) return pst_fail(e, "%s: /%s: no examples", ds->path, cfg->split);
 
     pipeline *p = pst_calloc(1, sizeof *p);

@@ -7,6 +7,7 @@
 
 #include "pstrain/model.h"
 #include "pstrain/train.h"
+#include "pstrain/usage.h"
 
 static const char train_usage_head[] =
     "usage: pstrain train --data FILE.h5 [options]\n"
@@ -63,7 +64,9 @@ static const char train_usage[] =
     "  --dump-params FILE      write the final parameter slab as raw float32 (for comparing\n"
     "                          runs bitwise: cmp a.bin b.bin)\n"
     "  --dry-run               print the model (and placement) and exit\n"
-    "  --quiet                 no progress line\n";
+    "  --verbose               print the placement table at the start (default: one line)\n"
+    "  --quiet                 no progress line\n"
+    "  -h, --help              this help\n";
 
 /* `pstrain train --help`: the model names come from the table of models. */
 static void train_help(FILE *out)
@@ -106,6 +109,8 @@ enum {
     O_MODE,
     O_R,
     O_EVAL_EVERY,
+    O_EVAL_SPLIT,
+    O_VERBOSE,
     O_LOG_EVERY,
     O_METRICS,
     O_SUMMARY,
@@ -152,6 +157,8 @@ static const struct option train_opts[] = {
     {"mode", required_argument, 0, O_MODE},
     {"replicas-to-aggregate", required_argument, 0, O_R},
     {"eval-every", required_argument, 0, O_EVAL_EVERY},
+    {"eval-split", required_argument, 0, O_EVAL_SPLIT},
+    {"verbose", no_argument, 0, O_VERBOSE},
     {"log-every", required_argument, 0, O_LOG_EVERY},
     {"metrics", required_argument, 0, O_METRICS},
     {"summary-json", required_argument, 0, O_SUMMARY},
@@ -168,7 +175,8 @@ static const struct option train_opts[] = {
     {0, 0, 0, 0},
 };
 
-/* Value parsers: on junk, print "pstrain train: --flag: expected ..., got 'x'". */
+/* Value parsers: on junk, print "pstrain train: --flag: expected ..., got 'x'"
+ * (with the bound that was exceeded: "(at most 1e+06)"). */
 typedef struct argctx {
     const char *flag;
     bool print;
@@ -178,7 +186,7 @@ typedef struct argctx {
 static void bad(argctx *c, const char *what, const char *got)
 {
     if (c->print)
-        fprintf(stderr, "pstrain train: --%s: expected %s, got '%s'\n", c->flag, what, got);
+        fprintf(stderr, "%s: --%s: expected %s, got '%s'\n", pst_progname(), c->flag, what, got);
     c->bad = 1;
 }
 
@@ -201,7 +209,13 @@ static int64_t arg_i64(argctx *c, const char *s, int64_t lo, int64_t hi, const c
 static float arg_f(argctx *c, const char *s, double lo, double hi, const char *what)
 {
     double v;
-    if (pst_parse_double(s, &v) < 0 || v < lo || v > hi) {
+    bool parsed = pst_parse_double(s, &v) == 0;
+    if (!parsed || v < lo || v > hi) {
+        char why[160]; /* "a non-negative learning rate" alone misleads for 2000000 */
+        if (parsed && v > hi && !strstr(what, "[") && !strstr(what, "(")) {
+            snprintf(why, sizeof why, "%s (at most %g)", what, hi);
+            what = why;
+        }
         bad(c, what, s);
         return (float)lo;
     }
@@ -218,10 +232,10 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     bool nesterov = false;
     argctx c = {.print = print};
     optind = 1;
-    opterr = print;
+    opterr = 0; /* pst_getopt_error reports, with the nearest flag */
     int o, idx;
-    while ((o = getopt_long(argc, argv, "+", train_opts, &idx)) != -1) {
-        if (o == '?') return 2;
+    while ((o = getopt_long(argc, argv, "+:h", train_opts, &idx)) != -1) {
+        if (o == '?' || o == ':') return print ? pst_getopt_error(o, argv, train_opts) : 2;
         c.flag = idx >= 0 && train_opts[idx].name ? train_opts[idx].name : "?";
         for (const struct option *p = train_opts; p->name; p++)
             if (p->val == o) c.flag = p->name;
@@ -343,6 +357,14 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         case O_EVAL_EVERY:
             cfg->eval_every = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0");
             break;
+        case O_EVAL_SPLIT:
+            if (strcmp(optarg, "train") && strcmp(optarg, "val") && strcmp(optarg, "test"))
+                bad(&c, "train, val or test", optarg);
+            cfg->eval_split = optarg;
+            break;
+        case O_VERBOSE:
+            cfg->verbose = true;
+            break;
         case O_LOG_EVERY:
             cfg->log_every = arg_f(&c, optarg, 0, 1e6, "seconds >= 0");
             break;
@@ -386,6 +408,7 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         case O_QUIET:
             cfg->quiet = true;
             break;
+        case 'h':
         case O_HELP:
             if (print) train_help(stdout);
             return 1;
@@ -393,8 +416,7 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         if (c.bad) return 2;
     }
     if (optind < argc) {
-        if (print) fprintf(stderr, "pstrain train: unexpected argument '%s'\n", argv[optind]);
-        return 2;
+        return print ? pst_usage_error("unexpected argument '%s'", argv[optind]) : 2;
     }
     if (opt_name_arg) {
         opt_kind k;
@@ -413,8 +435,7 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     if (b2 >= 0) cfg->opt.beta2 = b2;
     if (adam_eps >= 0) cfg->opt.adam_eps = adam_eps;
     if (!cfg->data_path) {
-        if (print) fprintf(stderr, "pstrain train: --data FILE.h5 is required\n");
-        return 2;
+        return print ? pst_usage_error("--data FILE.h5 is required") : 2;
     }
     if (!nn_model_known(cfg->model)) {
         char names[NN_MODEL_NAMES_LEN];
@@ -424,28 +445,26 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         return 2;
     }
     if (cfg->steps && cfg->epochs == 1) cfg->epochs = 0; /* --steps replaces the default epoch */
+    if (!cfg->epochs && !cfg->steps)
+        return print ? pst_usage_error("--epochs 0: nothing to train; give --epochs E >= 1 or "
+                                       "--steps S")
+                     : 2;
     if (cfg->lr_decay < 1 && cfg->lr_decay_epochs <= 0) {
-        if (print) fprintf(stderr, "pstrain train: --lr-decay needs --lr-decay-epochs E\n");
-        return 2;
+        return print ? pst_usage_error("--lr-decay needs --lr-decay-epochs E") : 2;
     }
     if (cfg->resume && !cfg->resume_path && !cfg->checkpoint_dir) {
-        if (print) fprintf(stderr, "pstrain train: --resume needs a FILE or --checkpoint-dir D\n");
-        return 2;
+        return print ? pst_usage_error("--resume needs a FILE or --checkpoint-dir D") : 2;
     }
     if ((cfg->checkpoint_every || cfg->checkpoint_secs > 0) && !cfg->checkpoint_dir) {
-        if (print)
-            fprintf(
-                stderr,
-                "pstrain train: --checkpoint-every/--checkpoint-secs need --checkpoint-dir D\n");
-        return 2;
+        return print
+                   ? pst_usage_error("--checkpoint-every/--checkpoint-secs need --checkpoint-dir D")
+                   : 2;
     }
     if (cfg->pipe.queue_capacity > 0 && cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity) {
-        if (print)
-            fprintf(stderr,
-                    "pstrain train: --min-after-dequeue %d: expected less than "
-                    "--queue-capacity %d\n",
-                    cfg->pipe.min_after_dequeue, cfg->pipe.queue_capacity);
-        return 2;
+        return print ? pst_usage_error(
+                           "--min-after-dequeue %d: expected less than --queue-capacity %d",
+                           cfg->pipe.min_after_dequeue, cfg->pipe.queue_capacity)
+                     : 2;
     }
     return 0;
 }

@@ -13,10 +13,11 @@
 #include "pstrain/model.h"
 #include "commands.h"
 #include "pstrain/train.h"
+#include "pstrain/usage.h"
 
 static const char eval_usage[] =
     "usage: pstrain eval --data FILE.h5 --checkpoint CKPT [--split test|val|train]\n"
-    "                    [--batch B] [--summary-json FILE.json] [--quiet]\n"
+    "                    [--batch B] [--summary-json FILE.json] [--quiet] [-h|--help]\n"
     "\n"
     "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
     "Prints accuracy, loss, per-class accuracy and the confusion matrix (rows: true class).\n";
@@ -78,7 +79,8 @@ int eval_main(int argc, char **argv)
     bool quiet = false;
     int o;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+    opterr = 0; /* pst_getopt_error reports, with the nearest flag */
+    while ((o = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
         switch (o) {
         case 'd':
             data = optarg;
@@ -91,9 +93,8 @@ int eval_main(int argc, char **argv)
             break;
         case 'b':
             if (pst_parse_int(optarg, &batch) < 0 || batch < 1) {
-                fprintf(stderr, "pstrain eval: --batch: expected a positive integer, got '%s'\n",
-                        optarg);
-                return 2;
+                pst_error("--batch: expected a positive integer, got '%s'", optarg);
+                return PST_EXIT_USAGE;
             }
             break;
         case 'j':
@@ -106,13 +107,12 @@ int eval_main(int argc, char **argv)
             fputs(eval_usage, stdout);
             return 0;
         default:
-            return 2;
+            return pst_getopt_error(o, argv, opts);
         }
     }
-    if (!data || !ckarg) {
-        fprintf(stderr, "pstrain eval: --data FILE.h5 and --checkpoint CKPT are required\n");
-        return 2;
-    }
+    if (optind < argc) return pst_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!data || !ckarg)
+        return pst_usage_error("--data FILE.h5 and --checkpoint CKPT are required");
     nn_blis_init();
     pst_err e = {{0}};
     h5ds ds;
@@ -125,11 +125,11 @@ int eval_main(int argc, char **argv)
     int r = ckpt_resolve(ckarg, path, sizeof path, &e);
     if (r <= 0) {
         if (r == 0) pst_fail(&e, "%s: no checkpoint found", ckarg);
-        fprintf(stderr, "pstrain eval: %s\n", e.msg);
+        pst_error("%s", e.msg);
         return 1;
     }
     if (h5ds_open(&ds, data, &e) < 0) {
-        fprintf(stderr, "pstrain eval: %s\n", e.msg);
+        pst_error("%s", e.msg);
         return 1;
     }
     if (ckpt_read_meta(path, &meta, &e) < 0) goto fail;
@@ -144,7 +144,7 @@ int eval_main(int argc, char **argv)
     }
     const h5ds_split *sp = h5ds_find_split(&ds, split);
     if (!sp) {
-        pst_fail(&e, "%s: no '%s' split", data, split);
+        h5ds_no_split(&ds, split, &e);
         goto fail;
     }
     /* a batch larger than the split would only allocate (and maybe exhaust) memory */
@@ -190,7 +190,7 @@ int eval_main(int argc, char **argv)
     rc = 0;
     goto out;
 fail:
-    fprintf(stderr, "pstrain eval: %s\n", e.msg);
+    pst_error("%s", e.msg);
 out:
     free(conf);
     nn_model_free(m);

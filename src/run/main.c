@@ -8,6 +8,7 @@
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 #include "pstrain/train.h"
+#include "pstrain/usage.h"
 #include "pstrain/version.h"
 
 /* Under mpirun every rank parses the flags; only the first prints errors.
@@ -45,11 +46,11 @@ static int cmd_train(int argc, char **argv)
 {
     train_cfg cfg;
     int rc = train_parse_args(argc, argv, &cfg, launcher_rank_is_zero());
-    if (rc) return rc == 1 ? 0 : 2;
+    if (rc) return rc == 1 ? 0 : PST_EXIT_USAGE;
 
     int provided = 0, rank = 0, size = 1;
     if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-        fprintf(stderr, "pstrain: MPI_Init_thread failed\n");
+        pst_error("MPI_Init_thread failed");
         return 1;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -61,22 +62,22 @@ static int cmd_train(int argc, char **argv)
     pst_err e = {{0}};
     rc = 0;
     if (train_run(&cfg, &res, &e) < 0) {
-        if (rank == 0) fprintf(stderr, "pstrain: %s\n", e.msg);
+        if (rank == 0) fprintf(stderr, "pstrain train: %s\n", e.msg);
         rc = 1;
     } else if (rank == 0 && res.stop_signal) {
         /* also under --quiet: a job log must say why the run ended early */
-        fprintf(stderr, "\npstrain: signal %d: stopped at step %lld, checkpoint %s\n",
+        fprintf(stderr, "pstrain train: signal %d: stopped at step %lld, checkpoint %s\n",
                 res.stop_signal, (long long)res.steps, res.last_checkpoint);
     } else if (rank == 0 && !cfg.dry_run) {
         printf("trained %s: %lld steps, %d epoch(s), %lld examples in %.1f s, %.0f images/s",
                cfg.model, (long long)res.steps, res.epochs, (long long)res.examples,
                res.train_seconds, res.images_per_sec);
-        if (res.has_test)
-            printf(", test accuracy %.4f (loss %.4f, %lld examples)", res.test_accuracy,
-                   res.test_loss, (long long)res.test_examples);
+        if (res.has_eval)
+            printf(", %s accuracy %.4f (loss %.4f, %lld examples)", res.eval_split,
+                   res.eval_accuracy, res.eval_loss, (long long)res.eval_examples);
         printf("\n");
         if (cfg.summary_path && train_write_summary(cfg.summary_path, &cfg, &res, &e) < 0) {
-            fprintf(stderr, "pstrain: %s\n", e.msg);
+            fprintf(stderr, "pstrain train: %s\n", e.msg);
             rc = 1;
         }
     }
@@ -126,8 +127,15 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < PST_ARRAY_LEN(cmds); i++)
         if (!strcmp(cmd, cmds[i].name)) {
             argv[1] = (char *)cmds[i].prog;
+            pst_set_progname(cmds[i].prog); /* "pstrain train: message" */
             return cmds[i].fn(argc - 1, argv + 1);
         }
-    fprintf(stderr, "pstrain: unknown command '%s' (try pstrain --help)\n", cmd);
+    static const char *const names[] = {"train", "eval", "plan", "version", "help", NULL};
+    const char *near = pst_nearest_flag(cmd, names);
+    if (near)
+        fprintf(stderr, "pstrain: unknown command '%s' (did you mean %s?); see pstrain --help\n",
+                cmd, near);
+    else
+        fprintf(stderr, "pstrain: unknown command '%s'; see pstrain --help\n", cmd);
     return 2;
 }

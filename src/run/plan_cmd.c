@@ -9,6 +9,7 @@
 #include "pstrain/h5ds.h"
 #include "pstrain/model.h"
 #include "pstrain/placement.h"
+#include "pstrain/usage.h"
 
 static void plan_usage(FILE *out)
 {
@@ -39,6 +40,13 @@ int plan_main(int argc, char **argv)
             plan_usage(stdout);
             return 0;
         }
+        static const char *const names[] = {"model",           "data",   "ps",    "placement",
+                                            "partition-bytes", "height", "width", "channels",
+                                            "classes",         "help",   NULL};
+        bool known = false;
+        for (const char *const *n = names; *n && a[0] == '-' && a[1] == '-'; n++)
+            known |= !strcmp(a + 2, *n);
+        if (!known) return pst_unknown_option(a, names);
         if (i + 1 >= argc) {
             fprintf(stderr, "pstrain plan: %s: missing value (try pstrain plan --help)\n", a);
             return 2;
@@ -63,10 +71,8 @@ int plan_main(int argc, char **argv)
             bad = pst_parse_int(v, &channels) < 0 || channels < 1;
         else if (!strcmp(a, "--classes"))
             bad = pst_parse_int(v, &classes) < 0 || classes < 2;
-        else {
-            fprintf(stderr, "pstrain plan: unknown option %s (try pstrain plan --help)\n", a);
-            return 2;
-        }
+        else
+            return pst_unknown_option(a, names);
         if (bad) {
             char names[NN_MODEL_NAMES_LEN];
             fprintf(stderr, "pstrain plan: %s '%s': expected %s\n", a, v,

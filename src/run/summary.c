@@ -51,6 +51,15 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     jnum(f, r->train_seconds);
     fprintf(f, ",\n  \"final_loss\": ");
     jnum(f, r->final_loss);
+    if (r->has_eval) {
+        fprintf(f, ",\n  \"eval_split\": ");
+        pst_json_str(f, r->eval_split);
+        fprintf(f, ",\n  \"eval_accuracy\": ");
+        jnum(f, r->eval_accuracy);
+        fprintf(f, ",\n  \"eval_loss\": ");
+        jnum(f, r->eval_loss);
+        fprintf(f, ",\n  \"eval_examples\": %lld", (long long)r->eval_examples);
+    }
     if (r->has_test) {
         fprintf(f, ",\n  \"test_accuracy\": ");
         jnum(f, r->test_accuracy);

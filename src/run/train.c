@@ -53,7 +53,7 @@ int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *
                    double *loss, int64_t *examples, int64_t *confusion, pst_err *e)
 {
     const h5ds_split *sp = h5ds_find_split(ds, split);
-    if (!sp) return pst_fail(e, "%s: no '%s' split to evaluate on", ds->path, split);
+    if (!sp) return h5ds_no_split(ds, split, e);
     const int64_t n = sp->count, px = (int64_t)ds->height * ds->width * ds->channels;
     /* Read in whole chunks (the fast path of h5ds_read), evaluate in batches. */
     int64_t chunk = sp->chunk_images > 0 ? sp->chunk_images : batch;
@@ -91,6 +91,40 @@ int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *
     *loss = n ? loss_sum / (double)n : 0;
     *examples = n;
     return 0;
+}
+
+int train_eval_split(const train_cfg *cfg, const h5ds *ds, bool warn, const char **split,
+                     pst_err *e)
+{
+    *split = NULL;
+    if (cfg->eval_split) {
+        if (!h5ds_find_split(ds, cfg->eval_split)) {
+            h5ds_no_split(ds, cfg->eval_split, e);
+            return pst_err_prefix(e, "--eval-split %s", cfg->eval_split);
+        }
+        *split = cfg->eval_split;
+    } else if (h5ds_find_split(ds, "val")) {
+        *split = "val";
+    } else if (h5ds_find_split(ds, "test")) {
+        *split = "test";
+    } else if (warn && cfg->eval_every > 0) {
+        pst_warn("--eval-every %d: %s has no val or test split to evaluate on; no evaluation "
+                 "(--eval-split train evaluates on the training split)",
+                 cfg->eval_every, ds->path);
+    }
+    return 0;
+}
+
+void train_set_eval(train_result *r, const char *split, double accuracy, double loss,
+                    int64_t examples)
+{
+    r->has_eval = true;
+    snprintf(r->eval_split, sizeof r->eval_split, "%s", split);
+    r->eval_accuracy = accuracy, r->eval_loss = loss, r->eval_examples = examples;
+    if (!strcmp(split, "test")) {
+        r->has_test = true;
+        r->test_accuracy = accuracy, r->test_loss = loss, r->test_examples = examples;
+    }
 }
 
 int train_dump_params(const char *path, const float *p, size_t n, pst_err *e)
@@ -336,7 +370,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         if (r < 0) goto out;
         if (r == 0) {
             if (!cfg->quiet)
-                fprintf(stderr, "pstrain: no checkpoint in %s yet: starting from scratch\n", arg);
+                fprintf(stderr, "%s: no checkpoint in %s yet: starting from scratch\n",
+                        pst_progname(), arg);
         } else {
             ckpt_expect want = ckpt_expect_model(m, &cfg->opt);
             ckpt_meta cm;
@@ -355,8 +390,9 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             ckpt_meta_free(&cm);
             res->start_step = step;
             if (!cfg->quiet)
-                fprintf(stderr, "pstrain: resumed from %s at step %lld (epoch %d, batch %lld)\n",
-                        path, (long long)step, start_epoch + 1, (long long)skip_batches);
+                fprintf(stderr, "%s: resumed from %s at step %lld (epoch %d, batch %lld)\n",
+                        pst_progname(), path, (long long)step, start_epoch + 1,
+                        (long long)skip_batches);
         }
     }
 
@@ -395,7 +431,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     x = pst_aligned_alloc(sizeof(float) * (size_t)(max_batch * px));
     float *params = nn_model_params(m), *grads = nn_model_grads(m);
     worker_timing tm = {0};
-    bool has_test = h5ds_find_split(&ds, "test") != NULL;
+    const char *esplit = NULL;
+    if (train_eval_split(cfg, &ds, !cfg->quiet, &esplit, e) < 0) goto out;
     int64_t epoch_batch = skip_batches;
     int epoch = start_epoch;
     log_window win = {0};
@@ -430,13 +467,13 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             t_train += t1 - t_seg;
             stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
             memset(seen, 0, (size_t)per_epoch);
-            if (cfg->eval_every > 0 && has_test && b.epoch % cfg->eval_every == 0) {
+            if (cfg->eval_every > 0 && esplit && b.epoch % cfg->eval_every == 0) {
                 double acc, loss;
                 int64_t n;
                 /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
-                int er = train_evaluate(m, &ds, "test", max_batch, &acc, &loss, &n, NULL, e);
+                int er = train_evaluate(m, &ds, esplit, max_batch, &acc, &loss, &n, NULL, e);
                 if (er < 0) goto out;
-                metrics_eval(mx, step, b.epoch, "test", acc, loss, n);
+                metrics_eval(mx, step, b.epoch, esplit, acc, loss, n);
             }
             epoch = b.epoch;
             epoch_batch = 0;
@@ -542,13 +579,13 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->nworker_timing = 1;
     res->wtiming = pst_malloc(sizeof *res->wtiming);
     res->wtiming[0] = tm;
-    if (has_test) {
-        int er = train_evaluate(m, &ds, "test", max_batch, &res->test_accuracy, &res->test_loss,
-                                &res->test_examples, NULL, e);
+    if (esplit) {
+        double acc, loss;
+        int64_t n;
+        int er = train_evaluate(m, &ds, esplit, max_batch, &acc, &loss, &n, NULL, e);
         if (er < 0) goto out;
-        res->has_test = true;
-        metrics_eval(mx, step, res->epochs, "test", res->test_accuracy, res->test_loss,
-                     res->test_examples);
+        train_set_eval(res, esplit, acc, loss, n);
+        metrics_eval(mx, step, res->epochs, esplit, acc, loss, n);
     }
     rc = 0;
 out:

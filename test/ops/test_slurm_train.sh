@@ -153,7 +153,7 @@ until grep -q 'pstrain exited with status' "$work/resume.out" 2>/dev/null || [ $
 stopped=$(ls "$ck" | sed -n 's/^ckpt-\([0-9]*\)\.h5$/\1/p' | sort -n | tail -1)
 until grep -q 'restart 1' "$work/resume.out" 2>/dev/null || [ $((SECONDS - t0)) -ge 60 ]; do sleep 0.3; done
 grep -q 'got SIGUSR1' "$work/resume.out" || bad "the batch script did not see SIGUSR1"
-grep -q 'pstrain: signal 10' "$work/resume.out" || bad "pstrain did not report the signal"
+grep -q 'pstrain train: signal 10' "$work/resume.out" || bad "pstrain did not report the signal"
 grep -q 'pstrain exited with status 0' "$work/resume.out" || { show_log "$work/resume.out"; bad "pstrain did not exit 0 after the signal"; exit 1; }
 [ -n "$stopped" ] && [ "$stopped" -lt "$total" ] || bad "stopped at '$stopped', not before the end ($total)"
 grep -q 'requeueing job' "$work/resume.out" || bad "train.sbatch did not requeue"

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "data-tools/font5x7.h"
 #include "data-tools/pngio.h"
 #include "pngtest.h"
 #include "pstrain/h5ds.h"
@@ -233,28 +234,41 @@ static void test_tree(const char *tree, int nignored)
           "resized 3-channel output");
     h5ds_close(&ds);
 
-    /* preview: size, nearest-neighbour tiles, separator */
+    /* preview --first: size, nearest-neighbour tiles, class names, separator */
     char grid[128];
     snprintf(grid, sizeof grid, "%s/grid.png", g_dir);
-    rc = prep("preview", out1, "--count", "5", "-o", grid, NULL);
-    CHECK(rc == 0, "preview: %s", g_log);
+    rc = prep("preview", out1, "--first", "--count", "5", "-o", grid, NULL);
+    CHECK(rc == 0 && strstr(g_log, "the first 5 images"), "preview: %s", g_log);
     pngio_image im;
     CHECK(pngio_read(grid, NULL, &im, &e) == 0, "read grid: %s", e.msg);
-    int s = (84 + H - 1) / H; /* automatic scale: 11 */
-    int gh = 2 * H * s + 3 * 2, gw = 3 * W * s + 4 * 2;
+    int s = (84 + H - 1) / H;       /* automatic scale: 11 */
+    const int LH = FONT_CELL_H + 2; /* the label strip under each tile */
+    int gh = 2 * (H * s + LH) + 3 * 2, gw = 3 * W * s + 4 * 2;
     CHECK(im.height == gh && im.width == gw && im.channels == 1, "grid %dx%dx%d, want %dx%dx1",
           im.height, im.width, im.channels, gh, gw);
     if (im.height == gh && im.width == gw) {
-        uint8_t want[H * W];
-        int mism = 0;
+        uint8_t want[H * W], label[(FONT_CELL_H + 2) * W * 11];
+        int mism = 0, lmism = 0, inked = 0;
         for (int t = 0; t < 5; t++) { /* tile t = train image t */
             image_for(ids[t], want);
-            int oy = (t / 3) * (H * s + 2) + 2, ox = (t % 3) * (W * s + 2) + 2;
+            int oy = (t / 3) * (H * s + LH + 2) + 2, ox = (t % 3) * (W * s + 2) + 2;
             for (int y = 0; y < H * s; y++)
                 for (int x = 0; x < W * s; x++)
                     mism += im.pixels[(oy + y) * gw + ox + x] != want[(y / s) * W + x / s];
+            /* the class name, white on black, from (1, 1) of the strip */
+            memset(label, 0, sizeof label);
+            font_draw(label, LH, W * s, 1, 1, 1, classes[ids[t] / 32], (W * s - 1) / FONT_CELL_W,
+                      255);
+            for (int y = 0; y < LH; y++)
+                for (int x = 0; x < W * s; x++) {
+                    uint8_t got = im.pixels[(oy + H * s + y) * gw + ox + x];
+                    lmism += got != label[y * W * s + x];
+                    inked += got == 255;
+                }
         }
         CHECK(mism == 0, "grid tiles: %d pixels differ from the scaled images", mism);
+        CHECK(lmism == 0 && inked > 5 * 20,
+              "class names under the tiles: %d pixels differ (%d lit)", lmism, inked);
         CHECK(im.pixels[0] == 128 && im.pixels[gw + 1] == 128 && im.pixels[(gh - 1) * gw] == 128,
               "separator");
     }
@@ -263,17 +277,41 @@ static void test_tree(const char *tree, int nignored)
               "-o", grid, NULL);
     CHECK(rc == 0 && strstr(g_log, "7 random images"), "preview val random: %s", g_log);
     CHECK(pngio_read(grid, NULL, &im, &e) == 0 && im.width == 3 * W * 2 + 8 &&
-              im.height == 3 * H * 2 + 8,
+              im.height == 3 * (H * 2 + LH) + 8,
           "val grid %dx%d", im.height, im.width);
     pngio_image_free(&im);
+    /* by default a random sample, its seed printed; the same seed repeats it */
+    rc = prep("preview", out1, "--count", "5", "-o", grid, NULL);
+    const char *sd = strstr(g_log, "random images (--seed ");
+    CHECK(rc == 0 && sd, "preview default is random: %s", g_log);
+    if (sd) {
+        char seed[32], grid2[128];
+        snprintf(seed, sizeof seed, "%.*s", (int)strcspn(sd + 22, ")"), sd + 22);
+        snprintf(grid2, sizeof grid2, "%s/grid2.png", g_dir);
+        rc = prep("preview", out1, "--count", "5", "--seed", seed, "-o", grid2, NULL);
+        pngio_image a, b;
+        CHECK(rc == 0 && pngio_read(grid, NULL, &a, &e) == 0 &&
+                  pngio_read(grid2, NULL, &b, &e) == 0 && a.height == b.height &&
+                  a.width == b.width &&
+                  !memcmp(a.pixels, b.pixels, (size_t)a.height * (size_t)a.width),
+              "--seed %s does not repeat the default sample: %s", seed, g_log);
+        pngio_image_free(&a);
+        pngio_image_free(&b);
+    }
+    rc = prep("preview", out1, "--first", "--seed", "3", "-o", grid, NULL);
+    CHECK(rc == 2 && strstr(g_log, "--first"), "--first with --seed: rc %d %s", rc, g_log);
+    rc = prep("preview", out1, "-o", "grid.jpg", NULL);
+    CHECK(rc == 2 && strstr(g_log, ".png") && access("grid.jpg", F_OK) != 0,
+          "output not .png: rc %d %s", rc, g_log);
     rc = prep("preview", out1, "--split", "test", "-o", grid, NULL);
-    CHECK(rc == 1 && strstr(g_log, "no split 'test'"), "missing split: %s", g_log);
+    CHECK(rc == 1 && strstr(g_log, "no 'test' split (this data set has train, val)"),
+          "missing split: %s", g_log);
     /* a failed write to a device reports the error and leaves the node alone
      * (it was unlinked like a partial file); needs root for mknod, else skipped */
     char dev[160];
-    snprintf(dev, sizeof dev, "%s/full-dev", g_dir);
+    snprintf(dev, sizeof dev, "%s/full-dev.png", g_dir);
     if (mknod(dev, S_IFCHR | 0600, makedev(1, 7)) == 0) { /* /dev/full: writes fail */
-        rc = prep("preview", out1, "--count", "5", "-o", dev, NULL);
+        rc = prep("preview", out1, "--first", "--count", "5", "-o", dev, NULL);
         struct stat st;
         CHECK(rc == 1 && strstr(g_log, "full-dev"), "preview to /dev/full: rc %d %s", rc, g_log);
         CHECK(stat(dev, &st) == 0 && S_ISCHR(st.st_mode), "device node removed by preview");

@@ -280,7 +280,8 @@ static void test_read_sound(void)
     CHECK(bad == 0, "%d wrong values in windowed reads", bad);
     CHECK(h5ds_read(&ds, "train", 20, 4, img, lab, &e) < 0 && strstr(e.msg, "[20, 24)"),
           "read past the end refused: %s", e.msg);
-    CHECK(h5ds_read(&ds, "val", 0, 1, img, lab, &e) < 0 && strstr(e.msg, "no split 'val'"),
+    CHECK(h5ds_read(&ds, "val", 0, 1, img, lab, &e) < 0 &&
+              strstr(e.msg, "no 'val' split (this data set has train, test)"),
           "missing split refused: %s", e.msg);
     CHECK(h5ds_read(&ds, "train", 5, 2, NULL, lab, &e) == 0 && lab[0] == label_of(5),
           "labels only");

@@ -242,8 +242,10 @@ static void test_good(void)
           "verify: exit %d: %s%s", r.status, r.out, r.err);
     const char *ver_bad[] = {"verify", scratch_path("lab"), NULL};
     prep_run(&r, ver_bad);
-    CHECK(r.status == 1 && strstr(r.out, "not an HDF5 file"), "verify non-HDF5: %d %s%s", r.status,
-          r.out, r.err);
+    /* an error, not a problem report: on stderr, with the command's prefix */
+    CHECK(r.status == 1 && !strncmp(r.err, "pstrain-prep verify: ", 21) &&
+              strstr(r.err, "not an HDF5 file"),
+          "verify non-HDF5: %d %s%s", r.status, r.out, r.err);
 
     /* verify lists each problem of a damaged copy on its own line */
     const char *damaged = scratch_path("damaged.h5");

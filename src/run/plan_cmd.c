@@ -40,13 +40,13 @@ int plan_main(int argc, char **argv)
             plan_usage(stdout);
             return 0;
         }
-        static const char *const names[] = {"model",           "data",   "ps",    "placement",
+        static const char *const flags[] = {"model",           "data",   "ps",    "placement",
                                             "partition-bytes", "height", "width", "channels",
                                             "classes",         "help",   NULL};
         bool known = false;
-        for (const char *const *n = names; *n && a[0] == '-' && a[1] == '-'; n++)
+        for (const char *const *n = flags; *n && a[0] == '-' && a[1] == '-'; n++)
             known |= !strcmp(a + 2, *n);
-        if (!known) return pst_unknown_option(a, names);
+        if (!known) return pst_unknown_option(a, flags);
         if (i + 1 >= argc) {
             fprintf(stderr, "pstrain plan: %s: missing value (try pstrain plan --help)\n", a);
             return 2;
@@ -72,7 +72,7 @@ int plan_main(int argc, char **argv)
         else if (!strcmp(a, "--classes"))
             bad = pst_parse_int(v, &classes) < 0 || classes < 2;
         else
-            return pst_unknown_option(a, names);
+            return pst_unknown_option(a, flags);
         if (bad) {
             char names[NN_MODEL_NAMES_LEN];
             fprintf(stderr, "pstrain plan: %s '%s': expected %s\n", a, v,

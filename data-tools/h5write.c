@@ -119,14 +119,30 @@ static void unguard_tmp(void)
 
 /* ---- HDF5 helpers ----------------------------------------------------------- */
 
+/* Strings are fixed-length (format_version 2): variable-length ones live in
+ * the global heap, which has no checksum, and a flipped byte there crashed
+ * libhdf5 on read. A fixed-length string is stored in the (checksummed)
+ * object header, or in a dense attribute heap, or in a Fletcher-32 checked
+ * chunk (/classes). Null-terminated, UTF-8, at least one byte. */
+static hid_t fixed_str_type(size_t len)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return -1;
+    if (H5Tset_size(t, len + 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0 ||
+        H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
 static int write_attr_str(hid_t obj, const char *name, const char *value)
 {
-    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = -1;
+    hid_t t = fixed_str_type(strlen(value)), s = H5Screate(H5S_SCALAR), a = -1;
     int rc = -1;
-    if (t < 0 || s < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
-        goto done;
+    if (t < 0 || s < 0) goto done;
     a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
-    if (a < 0 || H5Awrite(a, t, &value) < 0) goto done;
+    if (a < 0 || H5Awrite(a, t, value) < 0) goto done;
     rc = 0;
 done:
     if (a >= 0) H5Aclose(a);
@@ -164,17 +180,27 @@ done:
     return rc;
 }
 
+/* /classes: K fixed-length strings as long as the longest name, in one
+ * chunk with a Fletcher-32 checksum. */
 static int write_classes(hid_t file, const h5w_opts *o)
 {
     hsize_t k = (hsize_t)o->num_classes;
-    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate_simple(1, &k, NULL), d = -1;
+    size_t len = 1;
+    for (int i = 0; i < o->num_classes; i++) len = PST_MAX(len, strlen(o->class_names[i]));
+    hid_t t = fixed_str_type(len), s = H5Screate_simple(1, &k, NULL), d = -1;
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    char *buf = pst_calloc((size_t)k, len + 1);
     int rc = -1;
-    if (t < 0 || s < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
+    if (t < 0 || s < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &k) < 0 || H5Pset_fletcher32(dcpl) < 0)
         goto done;
-    d = H5Dcreate2(file, "classes", t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (d < 0 || H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, o->class_names) < 0) goto done;
+    for (int i = 0; i < o->num_classes; i++)
+        memcpy(buf + (size_t)i * (len + 1), o->class_names[i], strlen(o->class_names[i]));
+    d = H5Dcreate2(file, "classes", t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    if (d < 0 || H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) goto done;
     rc = 0;
 done:
+    free(buf);
+    if (dcpl >= 0) H5Pclose(dcpl);
     if (d >= 0) H5Dclose(d);
     if (s >= 0) H5Sclose(s);
     if (t >= 0) H5Tclose(t);
@@ -280,8 +306,11 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
     w->image_bytes = (size_t)o->height * (size_t)o->width * (size_t)o->channels;
 
     guard_tmp(w->tmp);
+    /* the 1.10 file format: checksummed superblock, object headers and chunk
+     * indexes (HDF5 1.10 and later read it) */
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0 ||
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) {
         if (fapl >= 0) H5Pclose(fapl);
         pst_fail(e, "%s: HDF5 setup failed (%s)", path, h5u_reason(why));
         goto fail;
@@ -307,14 +336,18 @@ fail:
 
 /* ---- splits ------------------------------------------------------------------ */
 
+/* A chunked dataset, shuffle+deflate when compressing; `checksum` adds a
+ * Fletcher-32 filter (the labels: the images are written as pre-deflated
+ * chunks, whose zlib streams carry their own Adler-32). */
 static hid_t make_dataset(h5w *w, hid_t g, const char *name, hid_t type, int rank,
-                          const hsize_t *dims, const hsize_t *chunk)
+                          const hsize_t *dims, const hsize_t *chunk, bool checksum)
 {
     hid_t s = H5Screate_simple(rank, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
     if (s < 0 || dcpl < 0 || H5Pset_chunk(dcpl, rank, chunk) < 0) goto done;
     if (w->o.compression > 0 &&
         (H5Pset_shuffle(dcpl) < 0 || H5Pset_deflate(dcpl, (unsigned)w->o.compression) < 0))
         goto done;
+    if (checksum && H5Pset_fletcher32(dcpl) < 0) goto done;
     d = H5Dcreate2(g, name, type, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
 done:
     if (dcpl >= 0) H5Pclose(dcpl);
@@ -348,8 +381,9 @@ int h5w_split_begin(h5w *w, const char *name, int64_t n, pst_err *e)
                         (hsize_t)w->o.channels};
     hsize_t ichunk[4] = {(hsize_t)chunk, idims[1], idims[2], idims[3]};
     hsize_t ldims = (hsize_t)n, lchunk = PST_MIN((hsize_t)n, H5W_LABEL_CHUNK);
-    w->images = make_dataset(w, g, "images", H5T_STD_U8LE, 4, idims, ichunk);
-    if (w->images >= 0) w->labels = make_dataset(w, g, "labels", H5T_STD_I32LE, 1, &ldims, &lchunk);
+    w->images = make_dataset(w, g, "images", H5T_STD_U8LE, 4, idims, ichunk, false);
+    if (w->images >= 0)
+        w->labels = make_dataset(w, g, "labels", H5T_STD_I32LE, 1, &ldims, &lchunk, true);
     H5Gclose(g);
     if (w->images < 0 || w->labels < 0)
         return pst_fail(e, "%s: creating /%s datasets failed (%s)", w->tmp, name, h5u_reason(why));

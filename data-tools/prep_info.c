@@ -115,7 +115,7 @@ static int run_info(const char *path)
     if (stat(path, &st) == 0) format_bytes((double)st.st_size, size, sizeof size);
     const int c = ds.channels;
     const size_t image_bytes = (size_t)ds.height * (size_t)ds.width * (size_t)c;
-    printf("%s: %s version %d, %s\n", path, H5DS_FORMAT, H5DS_FORMAT_VERSION, size);
+    printf("%s: %s version %d, %s\n", path, H5DS_FORMAT, ds.format_version, size);
     printf("  images    %d x %d x %d (height x width x channels), uint8\n", ds.height, ds.width, c);
     printf("  classes   %d\n", ds.num_classes);
     printf("  mean     ");

@@ -10,7 +10,7 @@
  *   /slots/<name>/<slot>     float32, same shape: optimizer state of a
  *                            trainable variable; slot names "momentum"
  *                            (momentum), "rms","mom" (rmsprop), "m","v" (adam)
- *   attributes of /          format="pstrain-checkpoint", format_version=1,
+ *   attributes of /          format="pstrain-checkpoint", format_version=2,
  *                            model (spec text), model_name, height, width,
  *                            channels, num_classes, global_step, epoch,
  *                            epoch_batch, next_batch, examples, seed,
@@ -21,11 +21,14 @@
  *                            pstrain_version, created
  *
  * Every dataset carries a Fletcher-32 checksum, so bit rot is detected on
- * read. The model's data travel as the slabs of model.h / optim.h: params
- * is the parameter slab (nn_var offsets), slots[s * slot_stride + j] is
- * slot s of slab element j. A distributed run gathers its PS shards into
- * one slab on the root (the checkpoint does not depend on the PS count or
- * placement, so a run may resume with different ones).
+ * read. Version 2 files use the HDF5 1.10 file format (checksummed
+ * superblock, object headers, B-trees and attribute heaps) and fixed-length
+ * string attributes (no global heap, whose corruption crashed libhdf5);
+ * version 1 files (HDF5 1.8 format, variable-length strings) are still read. The model's data
+ * travel as the slabs of model.h / optim.h: params is the parameter slab (nn_var offsets), slots[s
+ * * slot_stride + j] is slot s of slab element j. A distributed run gathers its PS shards into one
+ * slab on the root (the checkpoint does not depend on the PS count or placement, so a run may
+ * resume with different ones).
  *
  * Durability: ckpt_write() writes a temporary file in the target's
  * directory, closes it, fsyncs it, renames it over the target and fsyncs
@@ -51,7 +54,8 @@
 #include "pstrain/optim.h"
 
 #define CKPT_FORMAT "pstrain-checkpoint"
-#define CKPT_FORMAT_VERSION 1
+#define CKPT_FORMAT_VERSION 2     /* what ckpt_write writes */
+#define CKPT_FORMAT_VERSION_MIN 1 /* the oldest version read */
 #define CKPT_NAME_LEN 64
 
 /* Limits of the attributes (checked on read and on write; the full list of

@@ -1,13 +1,19 @@
 /*
  * pstrain/h5ds.h - reading and checking pstrain data sets (HDF5).
  *
- * Layout (docs/design.md §5, written by pstrain-prep):
+ * Layout (docs/design.md §5, written by pstrain-prep; format_version 2):
+ *   file format      HDF5 1.10 (H5Pset_libver_bounds V110): superblock, object
+ *                    headers and chunk indexes carry checksums
  *   /<split>/images  uint8 [N][H][W][C], chunked by whole images, shuffle+deflate
- *   /<split>/labels  int32 [N]                  split = train | val | test
- *   /classes         variable-length UTF-8 strings [K]
- *   attributes of /: format = "pstrain-dataset", format_version = 1, height,
+ *   /<split>/labels  int32 [N], chunked, Fletcher-32   split = train | val | test
+ *   /classes         fixed-length UTF-8 strings [K], one chunk, Fletcher-32
+ *   attributes of /: format = "pstrain-dataset", format_version = 2, height,
  *                    width, channels, num_classes, mean[C], std[C] (train
- *                    pixels scaled to [0,1]), source, created
+ *                    pixels scaled to [0,1]), source, created; strings are
+ *                    fixed-length (no global heap)
+ * Version 1 files (the HDF5 1.8 format, variable-length strings in the global
+ * heap, no checksums) are still read. Images and labels must be chunked or
+ * contiguous datasets in the file itself (no virtual or external storage).
  *
  * h5ds_verify() is the one definition of a sound data set: `pstrain-prep
  * verify` prints its problems, and h5ds_open() refuses a file that has any,
@@ -28,7 +34,8 @@
 #include "pstrain/common.h"
 
 #define H5DS_FORMAT "pstrain-dataset"
-#define H5DS_FORMAT_VERSION 1
+#define H5DS_FORMAT_VERSION 2     /* what pstrain-prep writes */
+#define H5DS_FORMAT_VERSION_MIN 1 /* the oldest version read */
 #define H5DS_MAX_CHANNELS 4
 #define H5DS_MAX_SPLITS 3
 
@@ -43,6 +50,7 @@ typedef struct h5ds_split {
 typedef struct h5ds {
     char path[4096];
     int64_t file; /* hid_t of the open file */
+    int format_version;
     int height, width, channels, num_classes;
     float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
     char **class_names; /* num_classes strings, owned */

@@ -643,11 +643,11 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
         strcmp(format, H5DS_FORMAT) != 0)
         problem(&v, "root attribute 'format' = '%s', expected '%s'", format, H5DS_FORMAT);
     if (check_attr_int(&v, file, "format_version", 1, INT32_MAX, &version) == 0 &&
-        version != H5DS_FORMAT_VERSION)
+        (version < H5DS_FORMAT_VERSION_MIN || version > H5DS_FORMAT_VERSION))
         problem(&v,
-                "root attribute 'format_version' = %lld, expected %d (the version this "
+                "root attribute 'format_version' = %lld, expected %d to %d (the versions this "
                 "pstrain reads)",
-                (long long)version, H5DS_FORMAT_VERSION);
+                (long long)version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION);
     shape_attrs sa = {-1, -1, -1, -1};
     if (check_attr_int(&v, file, "height", 1, 1 << 16, &sa.h) < 0) sa.h = -1;
     if (check_attr_int(&v, file, "width", 1, 1 << 16, &sa.w) < 0) sa.w = -1;
@@ -692,6 +692,7 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
         tmp.width = (int)sa.w;
         tmp.channels = (int)sa.c;
         tmp.num_classes = (int)sa.k;
+        tmp.format_version = (int)version;
         *ds = tmp;
     } else {
         close_ids(&tmp);

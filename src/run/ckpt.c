@@ -187,15 +187,16 @@ static int attr_write(hid_t loc, const char *name, hid_t ftype, hid_t mtype, con
     return rc;
 }
 
+/* A fixed-length string (format_version 2): no global heap. */
 static int attr_str(hid_t loc, const char *name, const char *val)
 {
     hid_t t = H5Tcopy(H5T_C_S1);
     if (t < 0) return -1;
     int rc = -1;
-    if (H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Tset_cset(t, H5T_CSET_UTF8) >= 0) {
-        const char *p = val ? val : "";
-        rc = attr_write(loc, name, t, t, &p, 0);
-    }
+    const char *p = val ? val : "";
+    if (H5Tset_size(t, strlen(p) + 1) >= 0 && H5Tset_strpad(t, H5T_STR_NULLTERM) >= 0 &&
+        H5Tset_cset(t, H5T_CSET_UTF8) >= 0)
+        rc = attr_write(loc, name, t, t, p, 0);
     H5Tclose(t);
     return rc;
 }
@@ -716,7 +717,8 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
     h5quiet q = h5_quiet_begin();
     const char *step = "create";
     fapl = ckpt_fapl();
-    if (fapl < 0) goto fail;
+    /* the 1.10 file format: checksummed metadata (object headers, B-trees) */
+    if (fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) goto fail;
     errno = 0;
     f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) {
@@ -865,9 +867,9 @@ static hid_t open_ckpt(const char *path, pst_err *e)
         goto fail;
     }
     if (attr_read_num(f, "format_version", H5T_NATIVE_INT64, &ver, 0) < 0 ||
-        ver != CKPT_FORMAT_VERSION) {
-        pst_fail(e, "%s: format_version is %" PRId64 ", this pstrain reads version %d", path, ver,
-                 CKPT_FORMAT_VERSION);
+        ver < CKPT_FORMAT_VERSION_MIN || ver > CKPT_FORMAT_VERSION) {
+        pst_fail(e, "%s: format_version is %" PRId64 ", this pstrain reads versions %d to %d", path,
+                 ver, CKPT_FORMAT_VERSION_MIN, CKPT_FORMAT_VERSION);
         goto fail;
     }
     free(fmt);

@@ -241,11 +241,11 @@ static void test_refusals(const char *dir)
     /* a future format version */
     f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     a = H5Aopen(f, "format_version", H5P_DEFAULT);
-    int64_t v = 2;
+    int64_t v = 3;
     H5Awrite(a, H5T_NATIVE_INT64, &v);
     H5Aclose(a);
     H5Fclose(f);
-    expect_refused(path, &x, false, "format_version is 2", "format version 2");
+    expect_refused(path, &x, false, "format_version is 3", "format version 3");
 
     /* a directory that does not exist: the write fails, naming why */
     {
@@ -536,6 +536,66 @@ static void test_latest_and_prune(const char *root)
     free(params);
 }
 
+/* Rewrites string attribute `name` of `f` as a variable-length string (the
+ * version 1 layout). */
+static void to_vlen_attr(hid_t f, const char *name)
+{
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = H5Aget_type(a);
+    size_t n = H5Tget_size(ft);
+    char *buf = calloc(1, n + 1);
+    H5Aread(a, ft, buf);
+    H5Tclose(ft);
+    H5Aclose(a);
+    H5Adelete(f, name);
+    hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    a = H5Acreate2(f, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    const char *p = buf;
+    CHECK(a >= 0 && H5Awrite(a, t, &p) >= 0, "rewriting %s as a variable-length string", name);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+    free(buf);
+}
+
+/* Version 2 writes fixed-length strings in the HDF5 1.10 format; version 1
+ * checkpoints (variable-length strings) are still read. */
+static void test_version1(const char *dir)
+{
+    pst_err e = {{0}};
+    char path[4096];
+    float *params = malloc(g_total * sizeof(float)), *p2 = calloc(g_total, sizeof(float));
+    ops_fill(params, g_total, 77);
+    ckpt_meta m = make_meta(OPT_SGD, 4242), r;
+    CHECK(ckpt_save(dir, 0, &m, g_vars, g_nvars, params, NULL, g_total, path, sizeof path, &e) == 0,
+          "save: %s", e.msg);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t a = H5Aopen(f, "model", H5P_DEFAULT), t = H5Aget_type(a);
+    CHECK(H5Tis_variable_str(t) == 0, "version 2 writes fixed-length strings");
+    H5Tclose(t);
+    H5Aclose(a);
+    static const char *const strs[] = {"format",    "model_name",      "model",  "mode",
+                                       "optimizer", "pstrain_version", "created"};
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++) to_vlen_attr(f, strs[i]);
+    a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    int64_t v = 1;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Fclose(f);
+    ckpt_expect x = make_expect(OPT_SGD);
+    CHECK(ckpt_read(path, &x, p2, NULL, 0, &r, &e) == 0, "version 1 read: %s", e.msg);
+    if (!e.msg[0]) {
+        CHECK(r.format_version == 1 && !strcmp(r.model_text, m.model_text) &&
+                  !strcmp(r.mode, "sync") && !memcmp(params, p2, g_total * sizeof(float)),
+              "version 1 checkpoint read back differently");
+        ckpt_meta_free(&r);
+    }
+    CHECK(ckpt_verify(path, &e) == 0, "version 1 verify: %s", e.msg);
+    free(params);
+    free(p2);
+}
+
 int main(void)
 {
     g_nvars = ops_vars(g_vars, 1, &g_total);
@@ -550,6 +610,7 @@ int main(void)
     test_refusals(d);
     test_latest_and_prune(d);
     test_bad_attributes(d);
+    test_version1(d);
     int rc = check_exit();
     if (rc == 0) {
         char run[4200];

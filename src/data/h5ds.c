@@ -399,6 +399,33 @@ typedef struct shape_attrs {
     int64_t h, w, c, k; /* -1 where the attribute is bad */
 } shape_attrs;
 
+/* Images and labels must be stored in this file, chunked or contiguous: a
+ * virtual dataset whose source file is missing reads as fill values (zeros)
+ * and trained silently; external raw files and compact storage are refused
+ * with it. 0, or -1 after reporting. */
+static int check_storage(vctx *v, hid_t d, const char *split, const char *dset)
+{
+    char why[256];
+    hid_t dcpl = H5Dget_create_plist(d);
+    if (dcpl < 0) {
+        problem(v, "/%s/%s: storage cannot be inspected (%s)", split, dset, h5u_reason(why));
+        return -1;
+    }
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    int next = H5Pget_external_count(dcpl);
+    H5Pclose(dcpl);
+    const char *bad = NULL;
+    if (layout == H5D_VIRTUAL)
+        bad = "a virtual dataset (its data live in other files)";
+    else if (next != 0)
+        bad = "external storage (its data live in raw files beside the HDF5 file)";
+    else if (layout != H5D_CHUNKED && layout != H5D_CONTIGUOUS)
+        bad = layout == H5D_COMPACT ? "compact storage" : "an unknown storage layout";
+    if (!bad) return 0;
+    problem(v, "/%s/%s: %s, expected chunked or contiguous storage in this file", split, dset, bad);
+    return -1;
+}
+
 /* Reads image `i` of images dataset `d` (a probe that the data decompress). */
 static int probe_image(hid_t d, int64_t i, size_t image_bytes, const hsize_t *dims)
 {
@@ -448,6 +475,7 @@ static hid_t check_images(vctx *v, hid_t g, const char *name, const shape_attrs 
         problem(v, "/%s/images: dtype %s, expected uint8", name, type_desc(t, tbuf));
         goto done;
     }
+    if (check_storage(v, d, name, "images") < 0) goto done;
     hsize_t dims[H5S_MAX_RANK];
     int rank = H5Sget_simple_extent_dims(s, dims, NULL);
     if (rank != 4) {
@@ -526,6 +554,7 @@ static hid_t check_labels(vctx *v, hid_t g, const char *name, int64_t n, int64_t
         problem(v, "/%s/labels: dtype %s, expected int32", name, type_desc(t, tbuf));
         goto done;
     }
+    if (check_storage(v, d, name, "labels") < 0) goto done;
     hsize_t dims[H5S_MAX_RANK];
     int rank = H5Sget_simple_extent_dims(s, dims, NULL);
     if (rank != 1) {

@@ -45,6 +45,9 @@ typedef enum defect {
     SHAPE_MISMATCH,
     MISSING_TRAIN,
     IMAGES_RANK3,
+    IMAGES_VIRTUAL,
+    LABELS_EXTERNAL,
+    LABELS_COMPACT,
     NUM_DEFECTS
 } defect;
 
@@ -68,6 +71,11 @@ static const char *const expect[NUM_DEFECTS] = {
     [SHAPE_MISMATCH] = "/test/images: shape [9][5][3][2], expected [N][5][4][2]",
     [MISSING_TRAIN] = "/train: missing",
     [IMAGES_RANK3] = "/train/images: shape [23][5][8], expected [N][H][W][C]",
+    [IMAGES_VIRTUAL] = "/train/images: a virtual dataset (its data live in other files), expected "
+                       "chunked or contiguous storage in this file",
+    [LABELS_EXTERNAL] = "/test/labels: external storage (its data live in raw files beside the "
+                        "HDF5 file), expected chunked or contiguous storage in this file",
+    [LABELS_COMPACT] = "/train/labels: compact storage, expected chunked or contiguous storage",
 };
 
 static uint8_t pixel(int split, int i, int j)
@@ -124,9 +132,14 @@ static void write_split(hid_t f, const char *name, int split, int n, int w, defe
         chunk[2] = dims[2];
     }
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(dcpl, rank, chunk);
-    H5Pset_deflate(dcpl, 1);
     hid_t s = H5Screate_simple(rank, dims, NULL);
+    if (d == IMAGES_VIRTUAL && split == 0) {
+        /* all of it mapped from a file that does not exist: reads as zeros */
+        H5Pset_virtual(dcpl, s, scratch_path("missing-source.h5"), "/images", s);
+    } else {
+        H5Pset_chunk(dcpl, rank, chunk);
+        H5Pset_deflate(dcpl, 1);
+    }
     size_t img = (size_t)(H * w * C);
     uint8_t *px = malloc((size_t)n * img);
     uint16_t *px16 = malloc((size_t)n * img * 2);
@@ -155,8 +168,13 @@ static void write_split(hid_t f, const char *name, int split, int n, int w, defe
         if (d == NEGATIVE_LABEL_IN_TEST && split == 2) lab[2] = -1;
         bool flt = d == LABELS_FLOAT && split == 0;
         hid_t ls = H5Screate_simple(1, &nl, NULL);
+        hid_t ldcpl = H5Pcreate(H5P_DATASET_CREATE);
+        if (d == LABELS_EXTERNAL && split == 2)
+            H5Pset_external(ldcpl, scratch_path("labels.raw"), 0, nl * sizeof(int32_t));
+        if (d == LABELS_COMPACT && split == 0) H5Pset_layout(ldcpl, H5D_COMPACT);
         hid_t dl = H5Dcreate2(g, "labels", flt ? H5T_IEEE_F32LE : H5T_STD_I32LE, ls, H5P_DEFAULT,
-                              H5P_DEFAULT, H5P_DEFAULT);
+                              ldcpl, H5P_DEFAULT);
+        H5Pclose(ldcpl);
         H5Dwrite(dl, flt ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                  flt ? (void *)flab : (void *)lab);
         H5Dclose(dl);

@@ -1,0 +1,272 @@
+/*
+ * end.c - the end of a distributed run: the final variables and slots from
+ * every PS, the example logs and report records gathered on the root, the
+ * per-epoch accounting (exactly once), final_loss, the trace file, the final
+ * checkpoint and the evaluation.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_internal.h"
+#include "trainer.h"
+
+typedef struct batch_loss {
+    int64_t ticket, step;
+    float loss;
+} batch_loss;
+
+static int cmp_batch_ticket(const void *a, const void *b)
+{
+    const batch_loss *x = a, *y = b;
+    return (x->ticket > y->ticket) - (x->ticket < y->ticket);
+}
+
+/* final_loss (train.h): the mean training loss of the last FINAL_LOSS_STEPS
+ * steps, summed in ticket order, so that it does not depend on timing. Sync:
+ * every batch computed at one of the last 100 versions; async: the last 100
+ * batches (a step is a batch). */
+#define FINAL_LOSS_STEPS 100
+static float final_loss(batch_loss *bl, size_t n, bool sync)
+{
+    if (!n) return NAN;
+    qsort(bl, n, sizeof *bl, cmp_batch_ticket);
+    int64_t max_step = 0;
+    for (size_t i = 0; i < n; i++) max_step = PST_MAX(max_step, bl[i].step);
+    /* newest first, as train_single sums its last steps */
+    double sum = 0;
+    int64_t k = 0;
+    for (size_t j = n; j-- > 0;) {
+        if (sync ? bl[j].step <= max_step - FINAL_LOSS_STEPS : k >= FINAL_LOSS_STEPS) break;
+        sum += bl[j].loss;
+        k++;
+    }
+    return k ? (float)(sum / (double)k) : NAN;
+}
+
+/* Per-epoch accounting from the gathered logs (epochs that saw examples
+ * only), final_loss, and the trace file. *data_end: the data cursor after
+ * this run, first_ticket + the batches the workers took. Workers take
+ * tickets with one atomic counter and log every data batch they take, so
+ * the taken tickets are [first_ticket, *data_end) (checked); batches the
+ * root published but nobody took (backup workers stopping at --steps) are
+ * not consumed and come first in a resumed run. */
+static int account(const train_cfg *cfg, train_result *res, const int64_t *all, const int *counts,
+                   const int *displs, int first_worker, int W, int64_t per_epoch,
+                   const i64vec *prior, int prior_epoch, int64_t first_ticket, int64_t *data_end,
+                   pst_err *e)
+{
+    FILE *trace = NULL;
+    if (cfg->trace_path) {
+        trace = fopen(cfg->trace_path, "w");
+        if (!trace) return pst_fail(e, "%s: cannot write the example trace", cfg->trace_path);
+    }
+    int nep = prior->n ? prior_epoch + 1 : 0;
+    for (int w = 0; w < W; w++) {
+        const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+        while (p < end) {
+            nep = PST_MAX(nep, (int)p[LOG_EPOCH] + 1);
+            p += LOG_HDR + p[LOG_COUNT];
+        }
+    }
+    res->nepochs_stats = nep;
+    res->epoch_stats = pst_calloc((size_t)(nep ? nep : 1), sizeof *res->epoch_stats);
+    uint8_t *seen = pst_calloc((size_t)(nep ? nep : 1) * (size_t)per_epoch, 1);
+    for (int i = 0; i < nep; i++) {
+        res->epoch_stats[i].epoch = i;
+        res->epoch_stats[i].nworkers = W;
+        res->epoch_stats[i].per_worker = pst_calloc((size_t)W, sizeof(int64_t));
+    }
+    int64_t bad_ids = 0;
+    size_t nbatches = 0;
+    batch_loss *bl = NULL;
+    for (int w = 0; w < W; w++)
+        for (const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+             p < end; p += LOG_HDR + p[LOG_COUNT])
+            nbatches++;
+    bl = pst_malloc(sizeof *bl * (nbatches ? nbatches : 1));
+    nbatches = 0;
+    /* resumed: the batches of the epoch that the interrupted run consumed */
+    for (size_t i = 0; i < prior->n; i++) {
+        res->epoch_stats[prior_epoch].examples++;
+        int64_t id = prior->a[i];
+        uint8_t *sp = seen + (size_t)prior_epoch * (size_t)per_epoch;
+        if (id < 0 || id >= per_epoch)
+            bad_ids++;
+        else if (sp[id] < 255)
+            sp[id]++;
+    }
+    for (int w = 0; w < W; w++) {
+        const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+        while (p < end) {
+            int64_t ticket = p[LOG_TICKET], step = p[LOG_STEP], count = p[LOG_COUNT];
+            int ep = (int)p[LOG_EPOCH];
+            batch_loss *b = &bl[nbatches++];
+            b->ticket = ticket, b->step = step;
+            memcpy(&b->loss, &p[LOG_LOSS], sizeof b->loss);
+            epoch_stats *es = &res->epoch_stats[ep];
+            es->examples += count;
+            es->per_worker[w] += count;
+            uint8_t *s = seen + (size_t)ep * (size_t)per_epoch;
+            for (int64_t i = 0; i < count; i++) {
+                int64_t id = p[LOG_HDR + i];
+                if (id < 0 || id >= per_epoch)
+                    bad_ids++;
+                else if (s[id] < 255)
+                    s[id]++;
+            }
+            if (trace) {
+                fprintf(trace,
+                        "{\"worker\":%d,\"step\":%lld,\"ticket\":%lld,\"epoch\":%d,\"ids\":[", w,
+                        (long long)step, (long long)ticket, ep);
+                for (int64_t i = 0; i < count; i++)
+                    fprintf(trace, "%s%lld", i ? "," : "", (long long)p[LOG_HDR + i]);
+                fputs("]}\n", trace);
+            }
+            p += LOG_HDR + count;
+        }
+    }
+    res->final_loss = final_loss(bl, nbatches, cfg->mode == TRAIN_SYNC);
+    int64_t max_ticket = first_ticket - 1;
+    for (size_t i = 0; i < nbatches; i++) max_ticket = PST_MAX(max_ticket, bl[i].ticket);
+    *data_end = first_ticket + (int64_t)nbatches;
+    free(bl);
+    int kept = 0;
+    for (int i = 0; i < nep; i++) {
+        epoch_stats *es = &res->epoch_stats[i];
+        if (es->examples == 0) { /* before a resumed run's first epoch */
+            free(es->per_worker);
+            continue;
+        }
+        const uint8_t *s = seen + (size_t)i * (size_t)per_epoch;
+        int64_t unique = 0;
+        for (int64_t j = 0; j < per_epoch; j++) unique += s[j] != 0;
+        es->unique = unique;
+        es->duplicates = es->examples - unique;
+        es->missing = per_epoch - unique;
+        res->epoch_stats[kept++] = *es;
+    }
+    res->nepochs_stats = kept;
+    free(seen);
+    int rc = 0;
+    if (trace && fclose(trace) != 0)
+        rc = pst_fail(e, "%s: write error on the example trace", cfg->trace_path);
+    if (bad_ids) rc = pst_fail(e, "%lld example ids outside the data set", (long long)bad_ids);
+    if (max_ticket + 1 != *data_end)
+        rc = pst_fail(e, "the workers took %lld batches from ticket %lld but the last was %lld",
+                      (long long)(*data_end - first_ticket), (long long)first_ticket,
+                      (long long)max_ticket);
+    return rc;
+}
+
+int run_end(dist_run *r, pst_err *e)
+{
+    const train_cfg *cfg = r->cfg;
+    train_result *res = r->res;
+    const int P = r->P, W = r->W, size = r->size;
+    const bool is_root = r->is_root;
+    nn_model *m = r->m;
+    const size_t nparam = r->nparam;
+    const int nslots = r->nslots;
+    int rc = -1;
+    int64_t *all = NULL;
+    int *counts = NULL, *displs = NULL;
+    double *recs = NULL;
+    /* 5. the final variables and r->slots: every PS's last snapshot (earlier
+     * ones still in flight are superseded) */
+    if (is_root) {
+        for (int p = 0; p < P; p++) {
+            int64_t v = -1;
+            if (!r->rctx->final_got[p]) {
+                do
+                    ps_snapshot_recv(r->sh, p, true, &v, r->rctx->ck_params, r->rctx->ck_slots,
+                                     nparam);
+                while (v >= 0);
+            }
+        }
+        memcpy(nn_model_params(m), r->rctx->ck_params, sizeof(float) * nparam);
+        memcpy(r->slots, r->rctx->ck_slots, sizeof(float) * nparam * (size_t)nslots);
+    }
+    MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
+
+    /* example logs and report records to the root */
+    int mine = (int)r->log.n;
+    if (r->log.n > (size_t)INT32_MAX) dist_fatal("example r->log too large to gather");
+    if (is_root) {
+        counts = pst_calloc((size_t)size, sizeof *counts);
+        displs = pst_calloc((size_t)size, sizeof *displs);
+        recs = pst_calloc((size_t)size * FEED_REPORT_WORDS, sizeof *recs);
+    }
+    MPI_OK(MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    MPI_OK(MPI_Gather(r->my_rec, FEED_REPORT_WORDS, MPI_DOUBLE, recs, FEED_REPORT_WORDS, MPI_DOUBLE,
+                      0, MPI_COMM_WORLD));
+    int64_t tot = 0;
+    if (is_root) {
+        for (int k = 0; k < size; k++) {
+            if (tot + counts[k] > INT32_MAX) dist_fatal("example logs too large to gather");
+            displs[k] = (int)tot, tot += counts[k];
+        }
+        all = pst_malloc(sizeof *all * (size_t)(tot ? tot : 1));
+    }
+    MPI_OK(MPI_Gatherv(r->log.a, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0,
+                       MPI_COMM_WORLD));
+    ps_free(r->sh), r->sh = NULL;
+    feed_free(r->f), r->f = NULL;
+
+    /* 6. the result, on the root */
+    if (is_root) {
+        pipe_free(r->pl), r->pl = NULL; /* the data set is ours again */
+        res->ranks = size, res->ps = P, res->workers = W;
+        res->root_cpu = r->fst.cpu;
+        res->nworker_timing = W;
+        res->wtiming = pst_calloc((size_t)W, sizeof *res->wtiming);
+        int64_t async_steps = 0;
+        for (int w = 0; w < W; w++) {
+            const double *q = recs + (size_t)(1 + P + w) * FEED_REPORT_WORDS;
+            res->wtiming[w] = (worker_timing){q[WR_WAIT_DATA], q[WR_PULL], q[WR_COMPUTE],
+                                              q[WR_PUSH], q[WR_WAIT_VERSION]};
+            res->examples += (int64_t)q[WR_EXAMPLES];
+            async_steps += (int64_t)q[WR_STEPS];
+        }
+        if (cfg->mode == TRAIN_ASYNC) res->steps = r->info.first_version + async_steps;
+        res->nps = P;
+        res->pstiming = pst_calloc((size_t)P, sizeof *res->pstiming);
+        res->per_ps_bytes = pst_calloc((size_t)P, sizeof *res->per_ps_bytes);
+        for (int p = 0; p < P; p++) {
+            const double *q = recs + (size_t)(1 + p) * FEED_REPORT_WORDS;
+            res->pstiming[p] = (ps_timing){q[PR_APPLY], q[PR_IDLE], q[PR_CPU]};
+            res->per_ps_bytes[p] = r->plan->ps_bytes[p];
+            res->dropped_stale = PST_MAX(res->dropped_stale, (int64_t)q[PR_DROPPED]);
+            if (cfg->mode == TRAIN_SYNC) res->steps = PST_MAX(res->steps, (int64_t)q[PR_VERSION]);
+        }
+        res->imbalance = r->plan->imbalance;
+        res->train_seconds = r->t_train;
+        res->images_per_sec = r->t_train > 0 ? (double)res->examples / r->t_train : 0;
+        int64_t data_end = r->info.first_ticket;
+        res->examples += r->info.prior_examples;
+        res->epochs = r->info.per_epoch ? (int)(res->examples / r->info.per_epoch) : 0;
+        res->stop_signal = r->rctx->stop_signal;
+        if (account(cfg, res, all, counts, displs, 1 + P, W, r->info.per_epoch, &r->prior,
+                    r->prior_epoch, r->info.first_ticket, &data_end, e) < 0)
+            goto out;
+        if (cfg->checkpoint_dir && root_save_checkpoint(r->rctx, res->steps, data_end,
+                                                        nn_model_params(m), r->slots, e) < 0)
+            goto out;
+        if (cfg->dump_params_path &&
+            train_dump_params(cfg->dump_params_path, nn_model_params(m), nparam, e) < 0)
+            goto out;
+        if (r->esplit && !res->stop_signal) {
+            double acc, loss;
+            int64_t n;
+            if (train_evaluate(m, &r->ds, r->esplit, cfg->batch, &acc, &loss, &n, NULL, e) < 0)
+                goto out;
+            train_set_eval(res, r->esplit, acc, loss, n);
+            metrics_eval(r->mx, res->steps, res->epochs, r->esplit, acc, loss, n);
+        }
+    }
+    rc = 0;
+out:
+    free(all), free(counts), free(displs), free(recs);
+    return rc;
+}

@@ -1,0 +1,188 @@
+/*
+ * trainer.h - the distributed trainer's internal interface: the state of one
+ * run (dist_run) and the roles' parts of it, split by role:
+ *   dist.c    the run: roles from communicators, start-up, model, plan and
+ *             windows, then each rank's role, then the end;
+ *   root.c    the root: data, pipeline and resume at the start; during the
+ *             run the batch ring's hooks (metrics, checkpoints, evaluations,
+ *             stop signals);
+ *   worker.c  the worker loop;
+ *   end.c     the end of the run: final variables, example logs, accounting,
+ *             final checkpoint and evaluation.
+ */
+#ifndef PSTRAIN_CLUSTER_TRAINER_H
+#define PSTRAIN_CLUSTER_TRAINER_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pstrain/ckpt.h"
+#include "pstrain/feed.h"
+#include "pstrain/h5ds.h"
+#include "pstrain/metrics.h"
+#include "pstrain/model.h"
+#include "pstrain/pipeline.h"
+#include "pstrain/placement.h"
+#include "pstrain/ps.h"
+#include "pstrain/train.h"
+
+/* Worker report record in the root's window (doubles). */
+enum {
+    WR_STEPS,
+    WR_EXAMPLES,
+    WR_LOSS,
+    WR_CORRECT,
+    WR_WAIT_DATA,
+    WR_PULL,
+    WR_COMPUTE,
+    WR_PUSH,
+    WR_WAIT_VERSION,
+    WR_LAST_STEP,
+    WR_EPOCH,
+    WR_N
+};
+/* PS report record: version, applied, dropped, apply, idle, cpu */
+enum { PR_VERSION, PR_APPLIED, PR_DROPPED, PR_APPLY, PR_IDLE, PR_CPU, PR_N };
+
+/* What the root tells everybody before any window exists. */
+typedef struct start_info {
+    int ok;
+    int height, width, channels, classes;
+    float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
+    int64_t per_epoch; /* examples per epoch */
+    int64_t bpe;       /* batches per epoch */
+    int64_t total;     /* absolute ticket limit: batches to publish, -1 = until stopped */
+    int64_t max_versions;
+    /* resume (all 0 for a fresh run) */
+    int resumed;
+    int64_t first_version; /* sync: updates already applied (global step) */
+    int64_t first_ticket;  /* batches already consumed (the data cursor) */
+    int64_t prior_examples;
+    double prior_seconds;
+    char msg[PST_ERR_LEN];
+} start_info;
+
+/* A growing array of int64 (example logs). */
+typedef struct i64vec {
+    int64_t *a;
+    size_t n, cap;
+} i64vec;
+
+static inline void vec_push(i64vec *v, int64_t x)
+{
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 4096;
+        v->a = pst_realloc(v->a, sizeof *v->a * v->cap);
+    }
+    v->a[v->n++] = x;
+}
+
+/* A worker's log: per batch LOG_HDR words {ticket, step, epoch, count, loss
+ * (float bits)} then its `count` example ids. */
+enum { LOG_TICKET, LOG_STEP, LOG_EPOCH, LOG_COUNT, LOG_LOSS, LOG_HDR };
+
+/* The root's state during the run (its feed hooks' context). */
+typedef struct root_ctx {
+    const train_cfg *cfg;
+    const start_info *info;
+    feed *f;
+    ps_shard *sh;
+    metrics *mx;
+    pipeline *pl;
+    int P, W, R;
+    bool lockstep;
+    lr_schedule sched;
+    int64_t total_steps;
+    double t0;
+    double prev[64][WR_N]; /* previous worker records (first 64 workers) */
+    double last_loss;
+    bool have_loss;
+    /* checkpoints and stop (root's poll hook) */
+    const nn_var *vars;
+    int nvars;
+    const char *model_text;
+    const h5ds *ds;
+    size_t nparam;
+    int nslots;
+    float *ck_params, *ck_slots; /* a snapshot being assembled */
+    int *ck_got;
+    int *final_got; /* PS whose final state arrived (in ck_params/ck_slots) */
+    int64_t ck_version;
+    bool ck_requested;
+    double t_ckpt;
+    bool stopping;
+    int stop_signal;
+    int64_t told_total;     /* the ticket limit the PS know */
+    int64_t ck_req_version; /* the time-based checkpoint asked for */
+    /* --eval-every: the next epoch count to evaluate after, and (lockstep)
+     * the version whose snapshot serves it (-1: not asked yet) */
+    nn_model *m;
+    h5ds *ds_rw;
+    int nring;
+    int next_eval_epoch;
+    int64_t eval_version;
+    const char *eval_split; /* --eval-split or its default; NULL: none */
+    train_result *res;
+} root_ctx;
+
+/* One run of dist_train on this rank. */
+typedef struct dist_run {
+    const train_cfg *cfg;
+    train_result *res;
+    /* the roles */
+    int rank, size, P, W, R;
+    bool is_root, is_ps, lockstep;
+    int worker_id;
+    /* what the root tells everybody */
+    start_info info;
+    /* the root's data set, pipeline and checkpoint to resume from */
+    h5ds ds;
+    bool ds_open;
+    pipeline *pl;
+    char ckpt_file[4096];
+    const char *esplit; /* the root's evaluation split (NULL: none) */
+    i64vec prior;       /* resumed: the ids the interrupted epoch had consumed */
+    int prior_epoch;
+    /* everybody: the model, the plan, the windows */
+    nn_model *m;
+    place_plan *plan;
+    const nn_var *vars;
+    int nv;
+    size_t nparam;
+    int nslots;
+    float *slots;
+    feed *f;
+    ps_shard *sh;
+    int nring;
+    lr_schedule sched;
+    /* this rank's part: example log (workers) and report record */
+    i64vec log;
+    double my_rec[FEED_REPORT_WORDS];
+    /* the root during the run */
+    metrics *mx;
+    root_ctx *rctx;
+    char *mtext;
+    feed_serve_stats fst;
+    double t_train;
+} dist_run;
+
+/* root.c: opens the data (and the checkpoint's attributes when resuming)
+ * and starts the pipeline; fills r->info (info.ok = 0 with e on failure). */
+void root_prepare(dist_run *r, pst_err *e);
+/* root.c: serves the batch ring until every worker is done. */
+void root_run(dist_run *r, pst_err *e);
+void root_tick(void *vctx);
+int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const float *params,
+                         const float *slots, pst_err *e);
+void root_ctx_free(root_ctx *c);
+
+/* worker.c: the worker loop of worker r->worker_id. */
+void worker_role(dist_run *r);
+
+/* end.c: collective: the final variables on the root, the example logs and
+ * report records gathered, the windows freed; on the root the result, the
+ * final checkpoint and evaluation. Returns 0 or -1 with e. */
+int run_end(dist_run *r, pst_err *e);
+
+#endif

@@ -1,0 +1,139 @@
+/*
+ * worker.c - the worker loop: take a batch from the root's ring, pull the
+ * variables, compute the gradient, push it (sync and async protocols:
+ * ps.h), and log the batch for the end-of-run accounting.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist_internal.h"
+#include "trainer.h"
+
+typedef struct worker_args {
+    const train_cfg *cfg;
+    const start_info *info;
+    nn_model *m;
+    feed *f;
+    ps_shard *s;
+    int w, P, W, R;
+    lr_schedule sched;
+} worker_args;
+
+/* The worker loop. Fills the example log (ticket, step, epoch, count, ids...)
+ * and its report record. */
+static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
+{
+    const train_cfg *cfg = a->cfg;
+    const start_info *in = a->info;
+    const int64_t px = (int64_t)in->height * in->width * in->channels;
+    float *x = pst_aligned_alloc(sizeof(float) * (size_t)(cfg->batch * px));
+    float *params = nn_model_params(a->m), *grads = nn_model_grads(a->m);
+    const size_t nparam = nn_model_size(a->m);
+    const bool sync = cfg->mode == TRAIN_SYNC;
+    const bool accumulate = !sync && cfg->opt.kind == OPT_SGD;
+    const bool lockstep = sync && a->R == a->W;
+    float *scratch = accumulate ? pst_aligned_alloc(sizeof(float) * nparam) : NULL;
+    int64_t *versions = pst_calloc((size_t)a->P, sizeof *versions);
+    int64_t *now = pst_calloc((size_t)a->P, sizeof *now);
+    worker_timing tm = {0};
+    memset(rec, 0, sizeof(double) * WR_N);
+    bool pushed = false;
+    for (;;) {
+        rec[WR_WAIT_DATA] = tm.wait_data, rec[WR_PULL] = tm.pull, rec[WR_COMPUTE] = tm.compute;
+        rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
+        feed_report(a->f, rec, WR_N); /* completes with feed_take's flush */
+        feed_batch b;
+        if (!feed_take(a->f, &b, &tm.wait_data)) break;
+
+        if (lockstep) {
+            /* ticket t belongs to version V0 + (t - t0)/W, counted from
+             * the version and data cursor the run started at (a resumed
+             * run may have another W than the run that wrote the
+             * checkpoint): wait for it on every PS */
+            const int64_t v = in->first_version + (b.ticket - in->first_ticket) / a->W;
+            for (int p = 0; p < a->P; p++) versions[p] = v - 1;
+            ps_wait_newer(a->s, versions, now, &tm.wait_version);
+            for (int p = 0; p < a->P; p++)
+                if (now[p] != v)
+                    dist_fatal("ticket %lld expects version %lld, PS %d is at %lld",
+                               (long long)b.ticket, (long long)v, p + 1, (long long)now[p]);
+            memcpy(versions, now, sizeof *now * (size_t)a->P);
+        }
+        double t0 = pst_now();
+        if (sync && !lockstep)
+            ps_pull(a->s, params, true, versions);
+        else
+            ps_pull(a->s, params, false, NULL);
+        double t1 = pst_now();
+        pipe_normalize(b.pixels, (int64_t)b.count * px / in->channels, in->channels, in->mean,
+                       in->std, x);
+        int ncorrect = 0;
+        /* the ticket seeds dropout: results do not depend on which worker
+         * computed which batch */
+        float loss = nn_model_train_step(a->m, x, b.labels, b.count, b.ticket, &ncorrect);
+        if (!isfinite(loss))
+            dist_fatal("loss is %s at batch %lld (epoch %d): training diverged; lower --lr",
+                       isnan(loss) ? "NaN" : "Inf", (long long)b.ticket, b.epoch + 1);
+        double t2 = pst_now();
+        int64_t step;
+        if (sync) {
+            step = versions[0];
+            ps_push(a->s, a->w, grads, b.ticket, versions, step, b.count);
+        } else if (accumulate) {
+            step = feed_next_step(a->f);
+            ps_accumulate(a->s, grads, lr_at(&a->sched, step), scratch);
+        } else {
+            if (pushed) ps_wait_acked(a->s, a->w, &tm.push);
+            step = feed_next_step(a->f);
+            ps_push(a->s, a->w, grads, b.ticket, NULL, step, b.count);
+            pushed = true;
+        }
+        double t3 = pst_now();
+        tm.pull += t1 - t0;
+        tm.compute += t2 - t1;
+        tm.push += t3 - t2;
+        rec[WR_STEPS] += 1;
+        rec[WR_EXAMPLES] += b.count;
+        rec[WR_LOSS] += loss;
+        rec[WR_CORRECT] += ncorrect;
+        rec[WR_LAST_STEP] = (double)step;
+        rec[WR_EPOCH] = b.epoch;
+        int64_t loss_bits = 0;
+        memcpy(&loss_bits, &loss, sizeof loss);
+        vec_push(log, b.ticket);
+        vec_push(log, step);
+        vec_push(log, b.epoch);
+        vec_push(log, b.count);
+        vec_push(log, loss_bits);
+        for (int i = 0; i < b.count; i++) vec_push(log, b.ids[i]);
+        if (sync && !lockstep) {
+            bool done = ps_wait_newer(a->s, versions, now, &tm.wait_version);
+            memcpy(versions, now, sizeof *now * (size_t)a->P);
+            if (done) break;
+        }
+    }
+    /* an async gradient still unread would be lost under the end stamp */
+    if (pushed) ps_wait_acked(a->s, a->w, &tm.push);
+    ps_push_end(a->s, a->w);
+    rec[WR_WAIT_DATA] = tm.wait_data, rec[WR_PULL] = tm.pull, rec[WR_COMPUTE] = tm.compute;
+    rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
+    feed_report(a->f, rec, WR_N);
+    feed_finish(a->f);
+    free(x), free(scratch), free(versions), free(now);
+}
+
+void worker_role(dist_run *r)
+{
+    worker_args wa = {.cfg = r->cfg,
+                      .info = &r->info,
+                      .m = r->m,
+                      .f = r->f,
+                      .s = r->sh,
+                      .w = r->worker_id,
+                      .P = r->P,
+                      .W = r->W,
+                      .R = r->R,
+                      .sched = r->sched};
+    worker_run(&wa, &r->log, r->my_rec);
+}

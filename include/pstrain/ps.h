@@ -33,17 +33,15 @@
  * start before its own gradient arrives). The data cursor of version v is
  * t0 + (v-V0)W: a checkpoint records it in batches (tickets), never as a
  * multiple of the version, so a run resumed with another W continues with
- * the next unconsumed batch and groups W' batches a version from there. A fast worker may take several tickets of one version (dynamic
- * load balance). The sum order is the ticket order, so the final variables
- * are bitwise reproducible for any number of PS, placement, transport or
- * timing. The PS stops after ceil(T/W) versions.
- *   R < W (backup workers): slot = worker; a worker waits for a newer
- * version on every PS before it takes its next ticket and pulls under the
- * seqlock. Every version still applies R fresh gradients (fewer only when
- * the data ends) in ticket order and no gradient is applied twice, but which
- * tickets are taken depends on arrival order, and each PS chooses
- * independently: runs are not reproducible. With --steps S the PS raise
- * `done` after S versions and the workers stop.
+ * the next unconsumed batch and groups W' batches a version from there. A fast worker may take
+ * several tickets of one version (dynamic load balance). The sum order is the ticket order, so the
+ * final variables are bitwise reproducible for any number of PS, placement, transport or timing.
+ * The PS stops after ceil(T/W) versions. R < W (backup workers): slot = worker; a worker waits for
+ * a newer version on every PS before it takes its next ticket and pulls under the seqlock. Every
+ * version still applies R fresh gradients (fewer only when the data ends) in ticket order and no
+ * gradient is applied twice, but which tickets are taken depends on arrival order, and each PS
+ * chooses independently: runs are not reproducible. With --steps S the PS raise `done` after S
+ * versions and the workers stop.
  *
  * Async: with plain SGD the worker MPI_Accumulates -lr*g (MPI_SUM) straight
  * into the parameters and MPI_REPLACEs the new statistics; the PS only
@@ -110,12 +108,16 @@ typedef struct ps_serve_cfg {
     int64_t total_tickets; /* lockstep: batches published (T); the PS stops
                               after ceil(T/W) versions */
     int64_t ckpt_every;    /* lockstep: snapshot to the root every N versions */
-    /* Called about every report_secs with {version, applied, dropped_stale,
-     * apply, idle, cpu}; may be NULL. */
+    /* Called about every report_secs with the PR_N words of the PS report
+     * record (below); may be NULL. */
     void (*report)(void *ctx, const double *vals, int n);
     void *report_ctx;
     double report_secs;
 } ps_serve_cfg;
+
+/* The PS report record: version, gradients applied, stale ones dropped,
+ * seconds applying, seconds idle, CPU seconds. */
+enum { PR_VERSION, PR_APPLIED, PR_DROPPED, PR_APPLY, PR_IDLE, PR_CPU, PR_N };
 
 typedef struct ps_serve_stats {
     int64_t version;       /* sync: updates applied (= global steps) */

@@ -12,6 +12,8 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "pstrain/common.h"
+
 /* Records this rank's role ("root", "ps 1", "worker 0") for dist_fatal. */
 void dist_set_role(const char *role);
 const char *dist_role(void);
@@ -39,6 +41,11 @@ typedef struct dist_backoff {
 void dist_backoff_init(dist_backoff *b, double min_us, double max_us);
 void dist_backoff_reset(dist_backoff *b);
 void dist_backoff_wait(dist_backoff *b);
+
+/* Fails (message naming `what`) unless the window has the unified memory
+ * model, which the ring and PS protocols rely on: local loads and stores
+ * see RMA updates after MPI_Win_sync. */
+int dist_check_unified(MPI_Win win, const char *what, pst_err *e);
 
 /* Lets MPI progress passive-target operations aimed at this rank (pt2pt,
  * ucx and MPI_Win_create windows need the target to enter MPI). */

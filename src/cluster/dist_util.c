@@ -89,3 +89,15 @@ double dist_thread_cpu_seconds(void)
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+int dist_check_unified(MPI_Win win, const char *what, pst_err *e)
+{
+    int *model = NULL, flag = 0;
+    MPI_OK(MPI_Win_get_attr(win, MPI_WIN_MODEL, &model, &flag));
+    if (flag && model && *model == MPI_WIN_UNIFIED) return 0;
+    return pst_fail(e,
+                    "%s: this MPI library gives RMA windows the %s memory model; pstrain's "
+                    "protocols need MPI_WIN_UNIFIED (an MPI built for cache-coherent hosts, e.g. "
+                    "Open MPI or MPICH on x86-64/arm64)",
+                    what, flag ? "separate" : "unknown");
+}

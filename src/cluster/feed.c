@@ -70,6 +70,8 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
         return pst_fail(e, "feed: MPI_Win_allocate of %lld bytes failed: %s", (long long)size, s);
     }
     MPI_Win_set_errhandler(f->win, MPI_ERRORS_RETURN);
+    /* (on failure the caller aborts the job: freeing the window is collective) */
+    if (dist_check_unified(f->win, "feed", e) < 0) return -1;
     if (f->rank == root) {
         memset(f->base, 0, (size_t)size);
         ((int64_t *)f->base)[HDR_HEAD] = g->first_ticket;
@@ -233,7 +235,10 @@ int feed_take(feed *f, feed_batch *b, double *wait)
     dist_backoff_init(&bo, 2, 200);
     double t0 = pst_now();
     for (;;) {
-        MPI_OK(MPI_Get(&seq, 1, MPI_INT64_T, f->root, slot + CTL_SEQ * 8, 1, MPI_INT64_T, f->win));
+        /* an atomic read: the root stores seq with a local store meanwhile,
+         * and a plain MPI_Get of it would be a conflicting access */
+        MPI_OK(MPI_Fetch_and_op(NULL, &seq, MPI_INT64_T, f->root, slot + CTL_SEQ * 8, MPI_NO_OP,
+                                f->win));
         MPI_OK(MPI_Win_flush(f->root, f->win));
         if (seq == t + 1) break;
         dist_backoff_wait(&bo);

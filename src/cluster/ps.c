@@ -97,6 +97,8 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
         return pst_fail(e, "ps: MPI_Win_allocate of %lld bytes failed: %s", (long long)size, msg);
     }
     MPI_Win_set_errhandler(s->win, MPI_ERRORS_RETURN);
+    /* (on failure the caller aborts the job: freeing the window is collective) */
+    if (dist_check_unified(s->win, "ps", e) < 0) return -1;
     if (s->me >= 0) {
         memset(s->base, 0, (size_t)size);
         float *params = (float *)(s->base + s->params_off);
@@ -227,6 +229,9 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
              * pushes again only after a newer version) */
             if (!lockstep) st->dropped_stale += seq - seen[w] - 1;
             seen[w] = seq;
+            /* the stamp and the gradient were written before the seq: order
+             * our reads of them after the read of seq (unified model) */
+            MPI_OK(MPI_Win_sync(s->win));
             int64_t count = stp[ST_COUNT];
             if (count < 0) {
                 if (!ended[w]) ended[w] = true, nended++;
@@ -300,10 +305,13 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
         dist_progress();
         double now = pst_now();
         if (c->report && now - t_report >= c->report_secs) {
-            double vals[6] = {
-                (double)version, (double)st->applied,      (double)st->dropped_stale, st->apply,
-                st->idle,        dist_cpu_seconds() - cpu0};
-            c->report(c->report_ctx, vals, 6);
+            double vals[PR_N] = {[PR_VERSION] = (double)version,
+                                 [PR_APPLIED] = (double)st->applied,
+                                 [PR_DROPPED] = (double)st->dropped_stale,
+                                 [PR_APPLY] = st->apply,
+                                 [PR_IDLE] = st->idle,
+                                 [PR_CPU] = dist_cpu_seconds() - cpu0};
+            c->report(c->report_ctx, vals, PR_N);
             t_report = now;
         }
         if (did) {
@@ -318,10 +326,13 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     st->wall = pst_now() - t0;
     st->cpu = dist_cpu_seconds() - cpu0;
     if (c->report) {
-        double vals[6] = {
-            (double)version, (double)st->applied, (double)st->dropped_stale, st->apply, st->idle,
-            st->cpu};
-        c->report(c->report_ctx, vals, 6);
+        double vals[PR_N] = {[PR_VERSION] = (double)version,
+                             [PR_APPLIED] = (double)st->applied,
+                             [PR_DROPPED] = (double)st->dropped_stale,
+                             [PR_APPLY] = st->apply,
+                             [PR_IDLE] = st->idle,
+                             [PR_CPU] = st->cpu};
+        c->report(c->report_ctx, vals, PR_N);
     }
     MPI_OK(MPI_Waitall(2, s->snap_req, MPI_STATUSES_IGNORE));
     free(acc), free(seen), free(ended), free(have), free(order);
@@ -418,9 +429,12 @@ static void get_ranges(ps_shard *s, int p, float *params)
     }
 }
 
+/* lockseq and done, read atomically (element-wise): the PS stores them with
+ * local stores meanwhile, and a plain MPI_Get would be a conflicting access. */
 static void get_ctl(ps_shard *s, int p, int64_t ctl[2])
 {
-    MPI_OK(MPI_Get(ctl, 2, MPI_INT64_T, ps_rank(s, p), 0, 2, MPI_INT64_T, s->win));
+    MPI_OK(MPI_Get_accumulate(NULL, 0, MPI_INT64_T, ctl, 2, MPI_INT64_T, ps_rank(s, p), 0, 2,
+                              MPI_INT64_T, MPI_NO_OP, s->win));
     MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
 }
 
@@ -531,8 +545,8 @@ void ps_wait_acked(ps_shard *s, int w, double *wait)
     for (int p = 0; p < P; p++) {
         for (;;) {
             int64_t ack = 0;
-            MPI_OK(MPI_Get(&ack, 1, MPI_INT64_T, ps_rank(s, p), stamp_off(w, ST_ACK), 1,
-                           MPI_INT64_T, s->win));
+            MPI_OK(MPI_Fetch_and_op(NULL, &ack, MPI_INT64_T, ps_rank(s, p), stamp_off(w, ST_ACK),
+                                    MPI_NO_OP, s->win));
             MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
             if (ack >= s->my_seq) break;
             dist_backoff_wait(&bo);

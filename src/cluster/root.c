@@ -20,29 +20,27 @@ void root_tick(void *vctx)
     double last_step = 0;
     int epoch = 0;
     worker_timing wt = {0};
-    int nw = PST_MIN(c->W, 64);
+    const int nw = c->W;
     for (int w = 0; w < c->W; w++) {
         const double *r = feed_report_of(c->f, 1 + c->P + w);
         steps += r[WR_STEPS];
         ex += r[WR_EXAMPLES];
         last_step = PST_MAX(last_step, r[WR_LAST_STEP]);
         epoch = PST_MAX(epoch, (int)r[WR_EPOCH]);
-        if (w < nw) {
-            double *p = c->prev[w];
-            double ds = r[WR_STEPS] - p[WR_STEPS];
-            dsteps += ds;
-            dex += r[WR_EXAMPLES] - p[WR_EXAMPLES];
-            dloss += r[WR_LOSS] - p[WR_LOSS];
-            dcorrect += r[WR_CORRECT] - p[WR_CORRECT];
-            if (r[WR_STEPS] > 0) {
-                wt.wait_data += r[WR_WAIT_DATA] / r[WR_STEPS] / nw;
-                wt.pull += r[WR_PULL] / r[WR_STEPS] / nw;
-                wt.compute += r[WR_COMPUTE] / r[WR_STEPS] / nw;
-                wt.push += r[WR_PUSH] / r[WR_STEPS] / nw;
-                wt.wait_version += r[WR_WAIT_VERSION] / r[WR_STEPS] / nw;
-            }
-            memcpy(p, r, sizeof(double) * WR_N);
+        double *p = c->prev + (size_t)w * WR_N;
+        double ds = r[WR_STEPS] - p[WR_STEPS];
+        dsteps += ds;
+        dex += r[WR_EXAMPLES] - p[WR_EXAMPLES];
+        dloss += r[WR_LOSS] - p[WR_LOSS];
+        dcorrect += r[WR_CORRECT] - p[WR_CORRECT];
+        if (r[WR_STEPS] > 0) {
+            wt.wait_data += r[WR_WAIT_DATA] / r[WR_STEPS] / nw;
+            wt.pull += r[WR_PULL] / r[WR_STEPS] / nw;
+            wt.compute += r[WR_COMPUTE] / r[WR_STEPS] / nw;
+            wt.push += r[WR_PUSH] / r[WR_STEPS] / nw;
+            wt.wait_version += r[WR_WAIT_VERSION] / r[WR_STEPS] / nw;
         }
+        memcpy(p, r, sizeof(double) * WR_N);
     }
     ps_timing pt = {0};
     double version = 0;
@@ -414,6 +412,7 @@ void root_run(dist_run *r, pst_err *e)
                                                                !cfg->quiet, e) < 0)
         dist_fatal("%s", e->msg);
     r->rctx = pst_calloc(1, sizeof *r->rctx);
+    r->rctx->prev = pst_calloc((size_t)W * WR_N, sizeof *r->rctx->prev);
     r->rctx->cfg = cfg, r->rctx->info = &r->info, r->rctx->f = r->f, r->rctx->sh = r->sh,
     r->rctx->mx = r->mx;
     r->rctx->pl = r->pl, r->rctx->P = P, r->rctx->W = W, r->rctx->R = R,
@@ -467,6 +466,6 @@ void root_run(dist_run *r, pst_err *e)
 void root_ctx_free(root_ctx *c)
 {
     if (!c) return;
-    free(c->ck_params), free(c->ck_slots), free(c->ck_got), free(c->final_got);
+    free(c->ck_params), free(c->ck_slots), free(c->ck_got), free(c->final_got), free(c->prev);
     free(c);
 }

@@ -42,8 +42,7 @@ enum {
     WR_EPOCH,
     WR_N
 };
-/* PS report record: version, applied, dropped, apply, idle, cpu */
-enum { PR_VERSION, PR_APPLIED, PR_DROPPED, PR_APPLY, PR_IDLE, PR_CPU, PR_N };
+/* PS report record: PR_* (ps.h) */
 
 /* What the root tells everybody before any window exists. */
 typedef struct start_info {
@@ -95,7 +94,7 @@ typedef struct root_ctx {
     lr_schedule sched;
     int64_t total_steps;
     double t0;
-    double prev[64][WR_N]; /* previous worker records (first 64 workers) */
+    double *prev; /* W previous worker records of WR_N doubles */
     double last_loss;
     bool have_loss;
     /* checkpoints and stop (root's poll hook) */

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Bad input to `pstrain train` and `pstrain eval`: each case must end with a
 # clear one-line error that names the file, flag, model or variable at
-# fault, a non-zero exit status (not a signal), no crash or sanitizer
-# report, and no summary file. Uses small generated data sets only.
+# fault, the documented exit status (2 for a usage error: a flag, its value
+# or a missing flag; 1 for a failure: a file, a data set, a checkpoint, an
+# output, a diverging run), no crash or sanitizer report, and no summary
+# file. Uses small generated data sets only.
 . "$(dirname "$0")/lib.sh"
 
-# err_case NAME 'NEEDLE1|NEEDLE2...' CMD ARGS...: CMD fails as described
-# above and its stderr contains every needle (fixed strings).
-err_case() {
-    local name=$1 needles=$2 rc n lines
-    shift 2
+# fails_with STATUS NAME 'NEEDLE1|NEEDLE2...' CMD ARGS...: CMD exits with
+# STATUS, as described above, and its stderr contains every needle (fixed
+# strings). err_case: a failure (1); usage_case: a usage error (2).
+fails_with() {
+    local want=$1 name=$2 needles=$3 rc n lines
+    shift 3
     rm -f "$tmp/s.json"
     "$@" >"$tmp/out" 2>"$tmp/err"
     rc=$?
-    if [ $rc = 0 ] || [ $rc -ge 126 ]; then
-        bad "$name: exit status $rc, expected 1..125 ($*)"
-    fi
+    [ "$rc" = "$want" ] || bad "$name: exit status $rc, expected $want ($*)"
     if ! crash_free "$tmp/err" || ! crash_free "$tmp/out"; then
         bad "$name: crash or sanitizer report:"
         head -20 "$tmp/err" | sed 's/^/    /'
@@ -30,6 +31,8 @@ err_case() {
     ls "$tmp"/s.json.tmp* >/dev/null 2>&1 && bad "$name: temporary summary left behind"
     echo "  $name (exit $rc): $(head -1 "$tmp/err")"
 }
+err_case() { fails_with 1 "$@"; }
+usage_case() { fails_with 2 "$@"; }
 
 d=$tmp
 "$MKDATA" "$d/ok.h5" 640 100 28 28 1 10 || { echo "mkdata failed"; exit 1; }
@@ -46,7 +49,7 @@ say "data sets"
 err_case "label out of range" "bad-label.h5|label" "${T[@]}" --data "$d/bad-label.h5" --model mlp
 err_case "missing file" "nonexistent.h5" "${T[@]}" --data "$d/nonexistent.h5"
 err_case "not HDF5" "junk.h5" "${T[@]}" --data "$d/junk.h5"
-err_case "missing --data" "--data" "${T[@]}" --model mlp
+usage_case "missing --data" "--data" "${T[@]}" --model mlp
 # a FIFO must be refused, not block in open() (timeout: a hang fails the needles)
 mkfifo "$d/fifo.h5"
 err_case "data is a FIFO" "fifo.h5|regular file" timeout 20 "${T[@]}" --data "$d/fifo.h5"
@@ -54,27 +57,27 @@ err_case "lenet5 on 4x4" "lenet5|4x4" "${T[@]}" --data "$d/tiny4.h5" --model len
 err_case "inception-mini on 4x4" "inception-mini|4x4" "${T[@]}" --data "$d/tiny4.h5" --model inception-mini
 
 say "flags"
-err_case "batch 0" "--batch|'0'" "${T[@]}" --data "$d/ok.h5" --batch 0
-err_case "batch too large" "--batch|at most 1048576" "${T[@]}" --data "$d/ok.h5" --batch 100000000
+usage_case "batch 0" "--batch|'0'" "${T[@]}" --data "$d/ok.h5" --batch 0
+usage_case "batch too large" "--batch|at most 1048576" "${T[@]}" --data "$d/ok.h5" --batch 100000000
 # a batch far larger than the data set is no error, and activations are sized
 # for the largest batch there can be (it used to allocate 74 GB for lenet5)
 timeout 60 "${T[@]}" --data "$d/ok.h5" --model lenet5 --batch 1048576 --steps 1 >"$tmp/out" \
     2>"$tmp/err" || bad "lenet5 --batch 1048576 on 640 examples: $(head -1 "$tmp/err")"
-err_case "batch junk" "--batch|12x" "${T[@]}" --data "$d/ok.h5" --batch 12x
-err_case "lr -1" "--lr|-1" "${T[@]}" --data "$d/ok.h5" --lr -1
-err_case "lr nan" "--lr|nan" "${T[@]}" --data "$d/ok.h5" --lr nan
-err_case "epochs -1" "--epochs" "${T[@]}" --data "$d/ok.h5" --epochs -1
-err_case "steps 0" "--steps" "${T[@]}" --data "$d/ok.h5" --steps 0
-err_case "unknown model" "--model|resnet50" "${T[@]}" --data "$d/ok.h5" --model resnet50
-err_case "unknown optimizer" "--optimizer|adagrad" "${T[@]}" --data "$d/ok.h5" --optimizer adagrad
-err_case "unknown flag" "--no-such-flag" "${T[@]}" --data "$d/ok.h5" --no-such-flag
-err_case "stray argument" "stray" "${T[@]}" --data "$d/ok.h5" stray
-err_case "unknown augmentation" "--augment|rotate" "${T[@]}" --data "$d/ok.h5" --augment crop,rotate
-err_case "lr-decay without epochs" "--lr-decay" "${T[@]}" --data "$d/ok.h5" --lr-decay 0.5
-err_case "checkpoint-every without dir" "--checkpoint-dir" "${T[@]}" --data "$d/ok.h5" \
+usage_case "batch junk" "--batch|12x" "${T[@]}" --data "$d/ok.h5" --batch 12x
+usage_case "lr -1" "--lr|-1" "${T[@]}" --data "$d/ok.h5" --lr -1
+usage_case "lr nan" "--lr|nan" "${T[@]}" --data "$d/ok.h5" --lr nan
+usage_case "epochs -1" "--epochs" "${T[@]}" --data "$d/ok.h5" --epochs -1
+usage_case "steps 0" "--steps" "${T[@]}" --data "$d/ok.h5" --steps 0
+usage_case "unknown model" "--model|resnet50" "${T[@]}" --data "$d/ok.h5" --model resnet50
+usage_case "unknown optimizer" "--optimizer|adagrad" "${T[@]}" --data "$d/ok.h5" --optimizer adagrad
+usage_case "unknown flag" "--no-such-flag" "${T[@]}" --data "$d/ok.h5" --no-such-flag
+usage_case "stray argument" "stray" "${T[@]}" --data "$d/ok.h5" stray
+usage_case "unknown augmentation" "--augment|rotate" "${T[@]}" --data "$d/ok.h5" --augment crop,rotate
+usage_case "lr-decay without epochs" "--lr-decay" "${T[@]}" --data "$d/ok.h5" --lr-decay 0.5
+usage_case "checkpoint-every without dir" "--checkpoint-dir" "${T[@]}" --data "$d/ok.h5" \
     --checkpoint-every 5
-err_case "resume without file or dir" "--resume" "${T[@]}" --data "$d/ok.h5" --resume
-err_case "unknown command" "frobnicate" "$PSTRAIN" frobnicate
+usage_case "resume without file or dir" "--resume" "${T[@]}" --data "$d/ok.h5" --resume
+usage_case "unknown command" "frobnicate" "$PSTRAIN" frobnicate
 
 say "outputs that cannot be written"
 err_case "metrics in a missing directory" "$d/nodir/m.jsonl" "${T[@]}" --data "$d/ok.h5" \
@@ -159,8 +162,8 @@ err_case "eval: missing data" "gone.h5" "${E[@]}" --data "$d/gone.h5" --checkpoi
 err_case "eval: broken data" "bad-label.h5|label" "${E[@]}" --data "$d/bad-label.h5" --checkpoint "$ck"
 err_case "eval: no such split" "val" "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --split val
 err_case "eval: no test split" "notest.h5|test" "${E[@]}" --data "$d/notest.h5" --checkpoint "$ck"
-err_case "eval: batch 0" "--batch" "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --batch 0
-err_case "eval: missing --checkpoint" "--checkpoint" "${E[@]}" --data "$d/ok.h5"
+usage_case "eval: batch 0" "--batch" "${E[@]}" --data "$d/ok.h5" --checkpoint "$ck" --batch 0
+usage_case "eval: missing --checkpoint" "--checkpoint" "${E[@]}" --data "$d/ok.h5"
 # the summary escapes a checkpoint path that needs it (was printed raw: invalid JSON)
 mkdir -p "$d/q\"d\\x" && cp "$ck" "$d/q\"d\\x/c.h5"
 "$PSTRAIN" eval --quiet --data "$d/ok.h5" --checkpoint "$d/q\"d\\x/c.h5" --summary-json "$d/e.json" \

@@ -29,7 +29,7 @@
 enum { N_TRAIN = 40, N_TEST = 12, H = 6, W = 5, C = 1, K = 3, IMG = H * W * C };
 
 /* How many flips per file at most (the stride follows from the size). */
-#define FLIPS_PER_FILE 700
+#define FLIPS_PER_FILE 400
 
 static uint8_t *slurp(const char *path, size_t *n)
 {

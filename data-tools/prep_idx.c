@@ -25,7 +25,8 @@
 #include "pstrain/progress.h"
 
 #define IDX_MAX_CLASSES 65536
-#define IDX_READ_IMAGES 4096 /* images per read */
+#define IDX_READ_IMAGES 4096              /* images per read at most ... */
+#define IDX_READ_BYTES ((size_t)16 << 20) /* ... and about this many bytes (at least one image) */
 
 static void usage(FILE *out)
 {
@@ -266,18 +267,41 @@ typedef struct idx_split {
     int32_t *label_data;
 } idx_split;
 
-/* Streams the images of split `s` into the writer. */
+/* Reads `want` bytes into *buf, growing it (capacity *cap) as data arrive:
+ * a header that announces more than the file holds costs a "truncated"
+ * error, not an allocation of what it announced. Returns the bytes read
+ * (fewer than want at the end of the file) or -1. */
+static int64_t idx_read_grow(idx_file *f, uint8_t **buf, size_t *cap, size_t want, pst_err *e)
+{
+    size_t got = 0;
+    while (got < want) {
+        if (got == *cap) {
+            *cap = PST_MIN(want, PST_MAX(*cap * 2, (size_t)1 << 20));
+            *buf = pst_realloc(*buf, *cap);
+        }
+        int64_t r = idx_read(f, *buf + got, PST_MIN(*cap, want) - got, e);
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (int64_t)got;
+}
+
+/* Streams the images of split `s` into the writer, in reads of about
+ * IDX_READ_BYTES (a 4096x4096 image is one read of 16 MiB, not 4096). */
 static int convert_split(h5w *w, idx_split *s, pst_progress *prog, int64_t *done, pst_err *e)
 {
     idx_file *f = &s->images;
-    size_t block = (size_t)IDX_READ_IMAGES * f->item_bytes;
-    uint8_t *buf = pst_malloc(block);
+    const int64_t per =
+        PST_MAX((int64_t)1, PST_MIN((int64_t)IDX_READ_IMAGES,
+                                    (int64_t)(IDX_READ_BYTES / PST_MAX(f->item_bytes, (size_t)1))));
+    uint8_t *buf = NULL;
+    size_t cap = 0;
     int rc = -1;
-    if (h5w_split_begin(w, s->name, f->n, e) < 0) goto done;
-    for (int64_t at = 0; at < f->n; at += IDX_READ_IMAGES) {
-        int64_t count = PST_MIN((int64_t)IDX_READ_IMAGES, f->n - at);
+    for (int64_t at = 0; at < f->n; at += per) {
+        int64_t count = PST_MIN(per, f->n - at);
         size_t want = (size_t)count * f->item_bytes;
-        int64_t got = idx_read(f, buf, want, e);
+        int64_t got = idx_read_grow(f, &buf, &cap, want, e);
         if (got < 0) goto done;
         if ((size_t)got < want) {
             int64_t complete = at + got / (int64_t)f->item_bytes;
@@ -287,6 +311,8 @@ static int convert_split(h5w *w, idx_split *s, pst_progress *prog, int64_t *done
                      f->path, (long long)f->n, (long long)f->item_bytes, (long long)complete);
             goto done;
         }
+        /* the split is begun once its first images are there */
+        if (at == 0 && h5w_split_begin(w, s->name, f->n, e) < 0) goto done;
         if (h5w_split_append(w, buf, s->label_data + at, count, e) < 0) goto done;
         *done += count;
         pst_progress_update(prog, *done, s->name);

@@ -139,6 +139,16 @@ static void test_corrupt(void)
     write_idx(scratch_path("labhuge"), 0x08, 1, huge, g_labels, N, -1, false);
     expect_failure("huge label count", "img", "labhuge", NULL,
                    "labhuge: truncated: 4000000000 labels announced, file ends after 50");
+    /* a header announcing 65536 images of 65536x65536 over 1500 bytes of
+     * data: truncation, not an attempt to allocate 4096 such images */
+    uint8_t *many = calloc(65536, 1);
+    uint32_t huge_dims[3] = {65536, 65536, 65536}, nlab[1] = {65536};
+    write_idx(scratch_path("imghuge"), 0x08, 3, huge_dims, g_images, sizeof g_images, -1, false);
+    write_idx(scratch_path("lab65536"), 0x08, 1, nlab, many, 65536, -1, false);
+    free(many);
+    expect_failure("huge image count and size", "imghuge", "lab65536", NULL,
+                   "imghuge: truncated: 65536 images of 4294967296 bytes announced, file ends "
+                   "inside image 0");
     /* zero-byte files */
     fclose(fopen(scratch_path("empty"), "wb"));
     expect_failure("empty images", "empty", "lab", NULL, "empty: empty file, expected an idx");
@@ -163,6 +173,46 @@ static void test_corrupt(void)
                    "absent: cannot open: No such file or directory");
     expect_failure("bad --classes", "img", "lab", "a,,b", "--classes: name 1 is empty");
     expect_failure("duplicate class", "img", "lab", "a,b,a,c", "'a' given twice");
+}
+
+/* One valid 4096x4096 image: read in one piece of 16 MiB (a buffer of 4096
+ * images, 64 GiB, was refused as out of memory). */
+static void test_big_image(void)
+{
+    enum { S = 4096 };
+    uint8_t *px = malloc((size_t)S * S), lab[1] = {1};
+    for (size_t i = 0; i < (size_t)S * S; i++) px[i] = (uint8_t)(i * 7 / S);
+    uint32_t dims[3] = {1, S, S}, nl[1] = {1};
+    write_idx(scratch_path("big"), 0x08, 3, dims, px, (size_t)S * S, -1, false);
+    write_idx(scratch_path("biglab"), 0x08, 1, nl, lab, 1, -1, false);
+    const char *out = scratch_path("big.h5");
+    const char *args[] = {"idx",
+                          "--train-images",
+                          scratch_path("big"),
+                          "--train-labels",
+                          scratch_path("biglab"),
+                          "-o",
+                          out,
+                          NULL};
+    prep_out r;
+    prep_run(&r, args);
+    CHECK(r.status == 0, "4096x4096 image: exit %d: %s", r.status, r.err);
+    h5ds ds;
+    pst_err e;
+    if (r.status == 0 && h5ds_open(&ds, out, &e) == 0) {
+        uint8_t *back = malloc((size_t)S * S);
+        int32_t l = -1;
+        CHECK(ds.height == S && ds.width == S && ds.splits[0].count == 1, "shape %dx%d, %lld",
+              ds.height, ds.width, (long long)ds.splits[0].count);
+        CHECK(h5ds_read(&ds, "train", 0, 1, back, &l, &e) == 0 &&
+                  !memcmp(back, px, (size_t)S * S) && l == 1,
+              "4096x4096 image read back differently");
+        free(back);
+        h5ds_close(&ds);
+    }
+    unlink(out);
+    unlink(scratch_path("big"));
+    free(px);
 }
 
 static void check_converted(const char *path, int n_test)
@@ -373,6 +423,7 @@ int main(void)
     for (int i = 0; i < N; i++) g_labels[i] = (uint8_t)label_of(i);
     test_corrupt();
     test_good();
+    test_big_image();
     test_usage();
     scratch_cleanup();
     return check_exit();

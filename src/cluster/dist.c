@@ -133,6 +133,17 @@ static void ps_role(dist_run *r, pst_err *e)
 
 /* ---- the run --------------------------------------------------------------- */
 
+/* The entry of every training run (train.h); it lives here, above src/run,
+ * so that src/run never calls into the cluster layer. */
+int train_run(const train_cfg *cfg, train_result *res, pst_err *e)
+{
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size == 1) return train_single(cfg, res, e);
+    return dist_train(cfg, res, e);
+}
+
+
 int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);

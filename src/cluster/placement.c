@@ -12,24 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const place_names[] = {"round-robin", "greedy", "partition"};
-
-int place_parse(const char *name, place_kind *kind)
-{
-    for (size_t i = 0; i < PST_ARRAY_LEN(place_names); i++)
-        if (name && !strcmp(name, place_names[i])) {
-            *kind = (place_kind)i;
-            return 0;
-        }
-    return -1;
-}
-
-const char *place_name(place_kind kind)
-{
-    if ((int)kind < 0 || (size_t)kind >= PST_ARRAY_LEN(place_names)) return "?";
-    return place_names[kind];
-}
-
 void place_plan_free(place_plan *p)
 {
     if (!p) return;

@@ -41,14 +41,6 @@ train_cfg train_cfg_defaults(void)
     return c;
 }
 
-int train_run(const train_cfg *cfg, train_result *res, pst_err *e)
-{
-    int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size == 1) return train_single(cfg, res, e);
-    return dist_train(cfg, res, e);
-}
-
 int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
                    double *loss, int64_t *examples, int64_t *confusion, pst_err *e)
 {

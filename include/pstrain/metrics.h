@@ -7,6 +7,12 @@
  * evaluation. Lines are flushed as written so a killed job keeps its log.
  * A NULL path gives a metrics handle that only prints the progress line.
  * Not thread-safe; called by the reporting rank only.
+ *
+ * One epoch convention everywhere: `epoch` is the 1-based number of the
+ * epoch the step belongs to (an evaluation: of the last step before it),
+ * shown as "epoch 3/4". On a terminal the progress line is redrawn in place
+ * and fits its width (metrics_format_progress); in a log (stderr not a
+ * terminal) every line starts with the time since the start, "[  1m02s] ".
  */
 #ifndef PSTRAIN_METRICS_H
 #define PSTRAIN_METRICS_H
@@ -29,7 +35,8 @@ typedef struct metrics metrics;
 
 typedef struct metrics_step_rec {
     int64_t step, total_steps; /* total_steps 0 if unknown */
-    int epoch;
+    int64_t start_step;        /* where this run began (a resumed run: > 0), for the ETA */
+    int epoch, total_epochs;   /* 1-based; total_epochs 0 if unknown */
     double loss, accuracy, lr, images_per_sec;
     /* optional timing breakdown (seconds per step, mean over workers) */
     const worker_timing *worker; /* may be NULL */
@@ -41,6 +48,15 @@ int metrics_open(metrics **out, const char *path, bool progress, pst_err *e);
  * log). `elapsed` in step lines counts from this call. */
 int metrics_open_append(metrics **out, const char *path, bool progress, pst_err *e);
 void metrics_step(metrics *m, const metrics_step_rec *r);
+/* The progress line of `r`, `elapsed` seconds into the run, for a terminal
+ * of `width` columns (tty: shorter than width, the least important fields
+ * dropped first: elapsed time, lr, bar, accuracy, images/s, ETA, epoch) or
+ * a log line (!tty: every field, no elapsed time, no bar). */
+void metrics_format_progress(const metrics_step_rec *r, double elapsed, bool tty, int width,
+                             char *buf, size_t n);
+/* A line between progress lines ("checkpoint F (step S)"): ends the
+ * terminal's progress line first; in a log it carries the time prefix. */
+void metrics_note(metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double accuracy,
                   double loss, int64_t examples);
 /* Ends the progress line; closes the file. NULL-safe. */

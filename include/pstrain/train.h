@@ -75,10 +75,15 @@ typedef struct epoch_stats {
 
 typedef struct train_result {
     int ranks, ps, workers;
-    int64_t steps;    /* global steps (optimizer updates in sync mode) */
-    int epochs;       /* epochs completed */
-    int64_t examples; /* training examples processed */
-    double train_seconds, images_per_sec;
+    int64_t steps;           /* global steps (optimizer updates in sync mode) */
+    int epochs;              /* epochs completed */
+    int64_t examples;        /* training examples processed, by the whole run (resumes included) */
+    double train_seconds;    /* the whole run's training time */
+    double images_per_sec;   /* this run's: run_examples / run_seconds */
+    int64_t total_steps;     /* the steps the run was asked for (--epochs or --steps) */
+    int epoch, total_epochs; /* the 1-based epoch of the last step, of how many (0: unknown) */
+    int64_t run_steps, run_examples; /* this process's share when resumed (else the whole) */
+    double run_seconds;
     float final_loss; /* mean training loss of the last 100 steps (fewer if fewer ran) */
     /* the evaluation at the end, on eval_split (--eval-split); test_* repeat
      * it when that split is "test" */
@@ -97,6 +102,7 @@ typedef struct train_result {
     int64_t dropped_stale; /* sync mode with backup workers */
     int64_t start_step;    /* > 0 when resumed from a checkpoint */
     int stop_signal;       /* the signal that stopped the run early, or 0 */
+    bool nothing_to_do;    /* resumed at or past --steps: no training (last_checkpoint, steps) */
     char last_checkpoint[4096];
     int nworker_timing;
     worker_timing *wtiming; /* per worker, owned */

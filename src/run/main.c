@@ -42,6 +42,28 @@ static void abort_hook(int status)
     MPI_Abort(MPI_COMM_WORLD, status);
 }
 
+/* "trained M: step S/T, epoch E/N, ..." on stdout; after a resume, this
+ * run's steps, examples and time apart from the whole run's. */
+static void print_final_line(const train_cfg *cfg, const train_result *r)
+{
+    printf("trained %s: step %lld", cfg->model, (long long)r->steps);
+    if (r->total_steps > 0) printf("/%lld", (long long)r->total_steps);
+    if (r->epoch > 0) printf(", epoch %d", r->epoch);
+    if (r->epoch > 0 && r->total_epochs > 0) printf("/%d", r->total_epochs);
+    if (r->start_step > 0)
+        printf("; this run: %lld steps, %lld examples in %.1f s, %.0f images/s; whole run: %lld "
+               "examples in %.1f s",
+               (long long)r->run_steps, (long long)r->run_examples, r->run_seconds,
+               r->images_per_sec, (long long)r->examples, r->train_seconds);
+    else
+        printf(", %lld examples in %.1f s, %.0f images/s", (long long)r->examples, r->train_seconds,
+               r->images_per_sec);
+    if (r->has_eval)
+        printf(", %s accuracy %.4f (loss %.4f, %lld examples)", r->eval_split, r->eval_accuracy,
+               r->eval_loss, (long long)r->eval_examples);
+    printf("\n");
+}
+
 static int cmd_train(int argc, char **argv)
 {
     train_cfg cfg;
@@ -68,14 +90,12 @@ static int cmd_train(int argc, char **argv)
         /* also under --quiet: a job log must say why the run ended early */
         fprintf(stderr, "pstrain train: signal %d: stopped at step %lld, checkpoint %s\n",
                 res.stop_signal, (long long)res.steps, res.last_checkpoint);
+    } else if (rank == 0 && res.nothing_to_do) {
+        fprintf(stderr,
+                "pstrain train: %s is at step %lld, at or past --steps %lld: nothing to train\n",
+                res.last_checkpoint, (long long)res.steps, (long long)cfg.steps);
     } else if (rank == 0 && !cfg.dry_run) {
-        printf("trained %s: %lld steps, %d epoch(s), %lld examples in %.1f s, %.0f images/s",
-               cfg.model, (long long)res.steps, res.epochs, (long long)res.examples,
-               res.train_seconds, res.images_per_sec);
-        if (res.has_eval)
-            printf(", %s accuracy %.4f (loss %.4f, %lld examples)", res.eval_split,
-                   res.eval_accuracy, res.eval_loss, (long long)res.eval_examples);
-        printf("\n");
+        print_final_line(&cfg, &res);
         if (cfg.summary_path && train_write_summary(cfg.summary_path, &cfg, &res, &e) < 0) {
             fprintf(stderr, "pstrain train: %s\n", e.msg);
             rc = 1;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ struct metrics {
     FILE *f;
     bool progress, tty, line_open;
     double t0;
+    int64_t last_step; /* of the last progress line */
 };
 
 static int open_mode(metrics **out, const char *path, bool progress, const char *mode, pst_err *e)
@@ -82,22 +84,81 @@ void metrics_step(metrics *m, const metrics_step_rec *r)
         fflush(f);
     }
     if (m->progress) {
-        char eta[32] = "", elapsed[32];
-        pst_format_duration(el, elapsed, sizeof elapsed);
-        if (r->total_steps > 0 && r->step > 0) {
-            char d[24];
-            pst_format_duration(el / (double)r->step * (double)(r->total_steps - r->step), d,
-                                sizeof d);
-            snprintf(eta, sizeof eta, "  ETA %s", d);
+        char line[512];
+        metrics_format_progress(r, el, m->tty, m->tty ? pst_term_width(STDERR_FILENO) : 0, line,
+                                sizeof line);
+        if (m->tty) {
+            fprintf(stderr, "\r\033[K%s", line);
+        } else {
+            char t[32];
+            pst_format_duration(el, t, sizeof t);
+            fprintf(stderr, "[%8s] %s\n", t, line);
         }
-        char total[32] = "";
-        if (r->total_steps > 0) snprintf(total, sizeof total, "/%lld", (long long)r->total_steps);
-        fprintf(stderr, "%sstep %lld%s  epoch %d  loss %.4f  acc %.3f  lr %.4g  %.0f img/s  %s%s%s",
-                m->tty ? "\r\033[K" : "", (long long)r->step, total, r->epoch + 1, r->loss,
-                r->accuracy, r->lr, r->images_per_sec, elapsed, eta, m->tty ? "" : "\n");
         fflush(stderr);
         m->line_open = m->tty;
+        m->last_step = r->step;
     }
+}
+
+void metrics_format_progress(const metrics_step_rec *r, double el, bool tty, int width, char *buf,
+                             size_t n)
+{
+    char step[48], epoch[32] = "", loss[32], acc[32], lr[32], rate[32], elapsed[32], eta[40] = "";
+    char bar[32] = "";
+    if (r->total_steps > 0)
+        snprintf(step, sizeof step, "step %lld/%lld", (long long)r->step,
+                 (long long)r->total_steps);
+    else
+        snprintf(step, sizeof step, "step %lld", (long long)r->step);
+    if (r->epoch > 0 && r->total_epochs > 0)
+        snprintf(epoch, sizeof epoch, "epoch %d/%d", r->epoch, r->total_epochs);
+    else if (r->epoch > 0)
+        snprintf(epoch, sizeof epoch, "epoch %d", r->epoch);
+    snprintf(loss, sizeof loss, "loss %.4f", r->loss);
+    snprintf(acc, sizeof acc, "acc %.3f", r->accuracy);
+    snprintf(lr, sizeof lr, "lr %.3g", r->lr);
+    snprintf(rate, sizeof rate, "%.0f img/s", r->images_per_sec);
+    pst_format_duration(el, elapsed, sizeof elapsed);
+    if (r->total_steps > r->step && r->step > r->start_step) {
+        /* at this run's pace (a resumed run did its first steps earlier) */
+        char d[24];
+        pst_format_duration(el / (double)(r->step - r->start_step) *
+                                (double)(r->total_steps - r->step),
+                            d, sizeof d);
+        snprintf(eta, sizeof eta, "ETA %s", d);
+    }
+    if (tty && r->total_steps > 0) {
+        int fill = (int)(20.0 * (double)r->step / (double)r->total_steps);
+        fill = PST_MIN(PST_MAX(fill, 0), 20);
+        bar[0] = '[';
+        memset(bar + 1, '#', (size_t)fill);
+        memset(bar + 1 + fill, '.', (size_t)(20 - fill));
+        bar[21] = ']';
+        bar[22] = 0;
+    }
+    /* display order; prio: 0 kept, higher dropped first */
+    const char *f[] = {step, bar, epoch, loss, acc, lr, rate, tty ? elapsed : NULL, eta};
+    const int prio[] = {0, 6, 2, 0, 4, 7, 3, 8, 1};
+    pst_fit_fields(buf, n, tty ? width : 0, "  ", f, prio, 9);
+}
+
+void metrics_note(metrics *m, const char *fmt, ...)
+{
+    if (!m || !m->progress) return;
+    va_list ap;
+    va_start(ap, fmt);
+    if (m->tty) {
+        if (m->line_open) fputs("\r\033[K", stderr); /* the next redraw brings it back */
+    } else {
+        char t[32];
+        pst_format_duration(pst_now() - m->t0, t, sizeof t);
+        fprintf(stderr, "[%8s] ", t);
+    }
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    m->line_open = false;
 }
 
 void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double accuracy,
@@ -111,13 +172,11 @@ void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double
         fprintf(m->f, "\"examples\":%lld}\n", (long long)examples);
         fflush(m->f);
     }
-    if (m->progress) {
-        if (m->line_open) fputc('\n', stderr);
-        m->line_open = false;
-        fprintf(stderr,
-                "eval %s after epoch %d (step %lld): accuracy %.4f, loss %.4f, %lld examples\n",
-                split, epoch, (long long)step, accuracy, loss, (long long)examples);
-    }
+    /* the progress line stays above it on a terminal */
+    if (m->progress && m->line_open) fputc('\n', stderr);
+    m->line_open = false;
+    metrics_note(m, "eval %s: step %lld, epoch %d: accuracy %.4f, loss %.4f, %lld examples", split,
+                 (long long)step, epoch, accuracy, loss, (long long)examples);
 }
 
 void metrics_close(metrics *m)

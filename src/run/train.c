@@ -263,13 +263,17 @@ typedef struct log_window {
     int steps;
 } log_window;
 
-static void log_step(metrics *mx, log_window *w, int64_t step, int64_t total_steps, int epoch,
-                     float lr, double rate, const worker_timing *tm)
+/* `epoch` is 1-based, the epoch of `step` */
+static void log_step(metrics *mx, log_window *w, int64_t step, int64_t start_step,
+                     int64_t total_steps, int epoch, int total_epochs, float lr, double rate,
+                     const worker_timing *tm)
 {
     if (!w->steps) return;
     metrics_step_rec rec = {.step = step,
                             .total_steps = total_steps,
+                            .start_step = start_step,
                             .epoch = epoch,
+                            .total_epochs = total_epochs,
                             .loss = w->loss / w->steps,
                             .accuracy = (double)w->correct / (double)w->examples,
                             .lr = lr,
@@ -353,6 +357,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
 
     /* Resume: variables, slots, step and data cursor from a checkpoint. */
     int64_t step = 0, examples = 0, skip_batches = 0;
+    char resumed_from[4096] = "";
     int start_epoch = 0;
     double t_train = 0;
     if (cfg->resume) {
@@ -381,10 +386,15 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             t_train = cm.train_seconds;
             ckpt_meta_free(&cm);
             res->start_step = step;
-            if (!cfg->quiet)
-                fprintf(stderr, "%s: resumed from %s at step %lld (epoch %d, batch %lld)\n",
-                        pst_progname(), path, (long long)step, start_epoch + 1,
-                        (long long)skip_batches);
+            if (cfg->steps && step >= cfg->steps) {
+                /* a requeued job whose run had finished: nothing is left */
+                res->nothing_to_do = true;
+                res->steps = step;
+                snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", path);
+                rc = 0;
+                goto out;
+            }
+            snprintf(resumed_from, sizeof resumed_from, "%s", path);
         }
     }
 
@@ -406,6 +416,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     if (pipe_new(&p, &ds, &pc, e) < 0) goto out;
     const int64_t steps_per_epoch = pipe_batches_per_epoch(p);
     const int64_t total_steps = cfg->steps ? cfg->steps : steps_per_epoch * cfg->epochs;
+    const int total_epochs =
+        (int)((total_steps + PST_MAX(steps_per_epoch, 1) - 1) / PST_MAX(steps_per_epoch, 1));
     lr_schedule sched = {.base = cfg->lr,
                          .decay = cfg->lr_decay,
                          .decay_epochs = cfg->lr_decay_epochs,
@@ -413,6 +425,9 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     if ((res->start_step > 0 ? metrics_open_append : metrics_open)(&mx, cfg->metrics_path,
                                                                    !cfg->quiet, e) < 0)
         goto out;
+    if (resumed_from[0]) /* a log line with its time, like what follows */
+        metrics_note(mx, "resumed from %s at step %lld (epoch %d, batch %lld)", resumed_from,
+                     (long long)step, start_epoch + 1, (long long)skip_batches);
     /* --trace-examples: the format of the distributed trace (dist.c), worker 0 */
     if (cfg->trace_path && !(trace = fopen(cfg->trace_path, "w"))) {
         pst_fail(e, "%s: cannot write the example trace: %s", cfg->trace_path, strerror(errno));
@@ -512,7 +527,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         last_losses[(step - 1) % FINAL_LOSS_STEPS] = loss;
         if (t3 - t_log >= cfg->log_every) {
             double el = t_train + (t3 - t_seg) - t_train0;
-            log_step(mx, &win, step, total_steps, b.epoch, lr,
+            log_step(mx, &win, step, res->start_step, total_steps, b.epoch + 1, total_epochs, lr,
                      el > 0 ? (double)(examples - examples0) / el : 0, &tm);
             t_log = t3;
         }
@@ -528,6 +543,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                               sizeof res->last_checkpoint, e) < 0)
                     goto out;
                 t_ckpt = pst_now();
+                metrics_note(mx, "checkpoint %s (step %lld)", res->last_checkpoint,
+                             (long long)step);
             }
             if (sig) {
                 res->stop_signal = sig; /* main reports it, for both paths */
@@ -547,11 +564,12 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                           nslots ? slots : NULL, nparam, res->last_checkpoint,
                           sizeof res->last_checkpoint, e) < 0)
                 goto out;
+            metrics_note(mx, "checkpoint %s (step %lld)", res->last_checkpoint, (long long)step);
         }
     }
     if (res->nepochs_stats) stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
     if (t_train > t_train0) /* the last, partial interval */
-        log_step(mx, &win, step, total_steps, epoch, lr,
+        log_step(mx, &win, step, res->start_step, total_steps, epoch + 1, total_epochs, lr,
                  (double)(examples - examples0) / (t_train - t_train0), &tm);
     {
         int64_t n = PST_MIN(step - res->start_step, (int64_t)FINAL_LOSS_STEPS);
@@ -564,8 +582,14 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->steps = step;
     res->examples = examples;
     res->epochs = (int)(step / PST_MAX(steps_per_epoch, 1));
+    res->epoch = epoch + 1;
+    res->total_epochs = total_epochs;
+    res->total_steps = total_steps;
     res->train_seconds = t_train;
-    res->images_per_sec = t_train > 0 ? (double)examples / t_train : 0;
+    res->run_steps = step - res->start_step;
+    res->run_examples = examples - examples0;
+    res->run_seconds = t_train - t_train0;
+    res->images_per_sec = res->run_seconds > 0 ? (double)res->run_examples / res->run_seconds : 0;
     if (cfg->dump_params_path && train_dump_params(cfg->dump_params_path, params, nparam, e) < 0)
         goto out;
     res->nworker_timing = 1;
@@ -577,7 +601,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         int er = train_evaluate(m, &ds, esplit, max_batch, &acc, &loss, &n, NULL, e);
         if (er < 0) goto out;
         train_set_eval(res, esplit, acc, loss, n);
-        metrics_eval(mx, step, res->epochs, esplit, acc, loss, n);
+        metrics_eval(mx, step, res->epoch, esplit, acc, loss, n);
     }
     rc = 0;
 out:

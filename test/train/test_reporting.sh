@@ -6,6 +6,12 @@
 #     an --eval-split the data set lacks names the splits it has; --eval-every
 #     with nothing to evaluate warns; `pstrain eval --split` likewise
 #   the placement: one summary line by default, the table with --verbose
+#   the log of a short run (stderr not a terminal): the time at the start of
+#     every line, no blank line, checkpoint lines, a last progress line at
+#     the final step; --metrics steps strictly increasing, one epoch
+#     convention (1-based, "epoch 3/4") in progress, metrics and final line
+#   after a resume: this run's steps, examples and time apart from the whole
+#     run's; --steps at or below the checkpoint's step says so and exits 0
 . "$(dirname "$0")/lib.sh"
 MODE=${4:-single}
 P=$PSTRAIN
@@ -68,6 +74,55 @@ grep -q "warning: --eval-every 1: .*no val or test split" "$d/out" ||
 pyok "nothing evaluated" 'import json, sys
 s = json.load(open(sys.argv[1]))
 if "eval_split" in s or "test_accuracy" in s: sys.exit("summary %r" % s)' "$d/s.json"
+
+if [ "$MODE" = single ]; then
+say "the log of a short run ($MODE)"
+# 640 examples, batch 16: 40 steps per epoch; 3 epochs, a checkpoint every 25
+rm -rf "$d/ck" "$d/m.jsonl"
+"${T[@]}" --data "$d/ok.h5" --epochs 3 --eval-every 1 --checkpoint-dir "$d/ck" \
+    --checkpoint-every 25 --metrics "$d/m.jsonl" >"$d/out" 2>"$d/err" || bad "log run: exit $?"
+pyok "the log of a short run" '
+import json, re, sys
+err = open(sys.argv[1]).read().split("\n")
+out = open(sys.argv[2]).read()
+rec = [json.loads(l) for l in open(sys.argv[3])]
+errs = []
+if err[-1] == "": err.pop()
+for l in err:
+    if not re.match(r"^\[ *[0-9.]+[smh][0-9ms]*\] \S", l) and not l.startswith("pstrain train: warning"):
+        errs.append("a line without the time: %r" % l)
+prog = [l for l in err if "] step " in l]
+if not prog or not re.search(r"\] step 120/120  epoch 3/3  loss ", prog[-1]):
+    errs.append("last progress line %r" % (prog[-1:],))
+ck = [l for l in err if "] checkpoint " in l]
+if len(ck) < 4: errs.append("checkpoint lines %r" % ck)
+steps = [r for r in rec if r["type"] == "step"]
+s = [r["step"] for r in steps]
+if s != sorted(set(s)) or s[-1] != 120: errs.append("metrics steps not strictly increasing to 120: %r" % s)
+for r in steps:
+    if r["epoch"] != (r["step"] - 1) // 40 + 1: errs.append("step %d in epoch %d" % (r["step"], r["epoch"])); break
+ev = [(r["step"], r["epoch"]) for r in rec if r["type"] == "eval"]
+if ev != [(40, 1), (80, 2), (120, 3)]: errs.append("eval records (step, epoch) %r" % ev)
+if not re.match(r"trained mlp: step 120/120, epoch 3/3, 1920 examples in ", out): errs.append("final line %r" % out)
+if errs: sys.exit("\n".join(errs))' "$d/err" "$d/out" "$d/m.jsonl"
+
+say "resume ($MODE)"
+"${T[@]}" --data "$d/ok.h5" --epochs 4 --checkpoint-dir "$d/ck" --resume --summary-json "$d/s.json" \
+    >"$d/out" 2>"$d/err" || bad "resumed run: exit $?"
+grep -Eq "^\[ *[0-9.]+s\] resumed from $d/ck/ckpt-120.h5 at step 120" "$d/err" ||
+    bad "no resumed line with the time: $(head -2 "$d/err")"
+grep -Eq "^trained mlp: step 160/160, epoch 4/4; this run: 40 steps, 640 examples in [0-9.]+ s, [0-9]+ images/s; whole run: 2560 examples in " "$d/out" ||
+    bad "final line after a resume: $(cat "$d/out")"
+for n in 160 100; do
+    "${T[@]}" --data "$d/ok.h5" --steps $n --checkpoint-dir "$d/ck" --resume >"$d/out" 2>"$d/err"
+    rc=$?
+    [ $rc = 0 ] || bad "--steps $n at a checkpoint of step 160: exit $rc"
+    grep -q "ckpt-160.h5 is at step 160, at or past --steps $n: nothing to train" "$d/err" ||
+        bad "--steps $n at step 160: $(cat "$d/err")"
+    [ -s "$d/out" ] && bad "--steps $n at step 160: a final line: $(cat "$d/out")"
+done
+[ "$(ls "$d/ck" | grep -c 'ckpt-.*h5$')" -le 3 ] && [ -e "$d/ck/ckpt-160.h5" ] || bad "checkpoints touched"
+fi
 
 say "the placement at the start ($MODE)"
 if [ "$MODE" = dist ]; then

@@ -143,7 +143,6 @@ int train_run(const train_cfg *cfg, train_result *res, pst_err *e)
     return dist_train(cfg, res, e);
 }
 
-
 int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);
@@ -229,10 +228,10 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         goto out;
     }
     if (r->info.resumed) {
-        MPI_OK(MPI_Bcast(nn_model_params(r->m), (int)r->nparam, MPI_FLOAT, 0, MPI_COMM_WORLD));
+        dist_bcast(nn_model_params(r->m), r->nparam, MPI_FLOAT, sizeof(float), 0, MPI_COMM_WORLD);
         if (r->nslots)
-            MPI_OK(MPI_Bcast(r->slots, (int)(r->nparam * (size_t)r->nslots), MPI_FLOAT, 0,
-                             MPI_COMM_WORLD));
+            dist_bcast(r->slots, r->nparam * (size_t)r->nslots, MPI_FLOAT, sizeof(float), 0,
+                       MPI_COMM_WORLD);
         res->start_step = cfg->mode == TRAIN_SYNC ? r->info.first_version : r->info.first_ticket;
         if (is_root && !cfg->quiet)
             fprintf(stderr, "pstrain: resumed from %s at step %lld (batch %lld)\n", r->ckpt_file,

@@ -47,6 +47,26 @@ void dist_backoff_wait(dist_backoff *b);
  * see RMA updates after MPI_Win_sync. */
 int dist_check_unified(MPI_Win win, const char *what, pst_err *e);
 
+/* Large transfers. MPI counts are int, and some transports mishandle single
+ * messages above 2 GiB, so every data transfer goes in pieces of at most
+ * dist_chunk_elems(element size) elements (1 GiB; the environment variable
+ * PSTRAIN_MPI_CHUNK_BYTES lowers it, so that tests run the split paths on
+ * small data). Two-sided pieces of one message travel in order (MPI's
+ * non-overtaking rule) under one tag. */
+size_t dist_chunk_elems(size_t elem_size);
+void dist_get(void *dst, size_t n, MPI_Datatype t, size_t tsize, int rank, MPI_Aint disp,
+              MPI_Win win);
+void dist_put(const void *src, size_t n, MPI_Datatype t, size_t tsize, int rank, MPI_Aint disp,
+              MPI_Win win);
+void dist_accumulate(const void *src, size_t n, MPI_Datatype t, size_t tsize, int rank,
+                     MPI_Aint disp, MPI_Op op, MPI_Win win);
+void dist_bcast(void *buf, size_t n, MPI_Datatype t, size_t tsize, int root, MPI_Comm comm);
+/* The number of requests dist_isend needs for n elements. */
+int dist_nchunks(size_t n, size_t tsize);
+void dist_isend(const void *buf, size_t n, MPI_Datatype t, size_t tsize, int dest, int tag,
+                MPI_Comm comm, MPI_Request *reqs);
+void dist_recv(void *buf, size_t n, MPI_Datatype t, size_t tsize, int src, int tag, MPI_Comm comm);
+
 /* Lets MPI progress passive-target operations aimed at this rank (pt2pt,
  * ucx and MPI_Win_create windows need the target to enter MPI). */
 void dist_progress(void);

@@ -101,3 +101,85 @@ int dist_check_unified(MPI_Win win, const char *what, pst_err *e)
                     "Open MPI or MPICH on x86-64/arm64)",
                     what, flag ? "separate" : "unknown");
 }
+
+size_t dist_chunk_elems(size_t elem_size)
+{
+    static size_t bytes;
+    if (!bytes) {
+        const char *v = getenv("PSTRAIN_MPI_CHUNK_BYTES");
+        long long b = v ? atoll(v) : 0;
+        bytes = b > 0 && b < (1LL << 30) ? (size_t)b : (size_t)1 << 30;
+    }
+    size_t n = bytes / elem_size;
+    return n ? n : 1;
+}
+
+int dist_nchunks(size_t n, size_t tsize)
+{
+    const size_t c = dist_chunk_elems(tsize);
+    return n ? (int)((n + c - 1) / c) : 1;
+}
+
+void dist_get(void *dst, size_t n, MPI_Datatype t, size_t tsize, int rank, MPI_Aint disp,
+              MPI_Win win)
+{
+    const size_t c = dist_chunk_elems(tsize);
+    for (size_t i = 0; i < n; i += c) {
+        const int k = (int)PST_MIN(c, n - i);
+        MPI_OK(
+            MPI_Get((char *)dst + i * tsize, k, t, rank, disp + (MPI_Aint)(i * tsize), k, t, win));
+    }
+}
+
+void dist_put(const void *src, size_t n, MPI_Datatype t, size_t tsize, int rank, MPI_Aint disp,
+              MPI_Win win)
+{
+    const size_t c = dist_chunk_elems(tsize);
+    for (size_t i = 0; i < n; i += c) {
+        const int k = (int)PST_MIN(c, n - i);
+        MPI_OK(MPI_Put((const char *)src + i * tsize, k, t, rank, disp + (MPI_Aint)(i * tsize), k,
+                       t, win));
+    }
+}
+
+void dist_accumulate(const void *src, size_t n, MPI_Datatype t, size_t tsize, int rank,
+                     MPI_Aint disp, MPI_Op op, MPI_Win win)
+{
+    const size_t c = dist_chunk_elems(tsize);
+    for (size_t i = 0; i < n; i += c) {
+        const int k = (int)PST_MIN(c, n - i);
+        MPI_OK(MPI_Accumulate((const char *)src + i * tsize, k, t, rank,
+                              disp + (MPI_Aint)(i * tsize), k, t, op, win));
+    }
+}
+
+void dist_bcast(void *buf, size_t n, MPI_Datatype t, size_t tsize, int root, MPI_Comm comm)
+{
+    const size_t c = dist_chunk_elems(tsize);
+    for (size_t i = 0; i < n; i += c)
+        MPI_OK(MPI_Bcast((char *)buf + i * tsize, (int)PST_MIN(c, n - i), t, root, comm));
+}
+
+void dist_isend(const void *buf, size_t n, MPI_Datatype t, size_t tsize, int dest, int tag,
+                MPI_Comm comm, MPI_Request *reqs)
+{
+    const size_t c = dist_chunk_elems(tsize);
+    int j = 0;
+    size_t i = 0;
+    do {
+        const int k = (int)PST_MIN(c, n - i);
+        MPI_OK(MPI_Isend((const char *)buf + i * tsize, k, t, dest, tag, comm, &reqs[j++]));
+        i += (size_t)k;
+    } while (i < n);
+}
+
+void dist_recv(void *buf, size_t n, MPI_Datatype t, size_t tsize, int src, int tag, MPI_Comm comm)
+{
+    const size_t c = dist_chunk_elems(tsize);
+    size_t i = 0;
+    do {
+        const int k = (int)PST_MIN(c, n - i);
+        MPI_OK(MPI_Recv((char *)buf + i * tsize, k, t, src, tag, comm, MPI_STATUS_IGNORE));
+        i += (size_t)k;
+    } while (i < n);
+}

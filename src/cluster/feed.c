@@ -243,8 +243,7 @@ int feed_take(feed *f, feed_batch *b, double *wait)
         if (seq == t + 1) break;
         dist_backoff_wait(&bo);
     }
-    MPI_OK(MPI_Get(f->buf, (int)f->slot_bytes, MPI_BYTE, f->root, slot, (int)f->slot_bytes,
-                   MPI_BYTE, f->win));
+    dist_get(f->buf, (size_t)f->slot_bytes, MPI_BYTE, 1, f->root, slot, f->win);
     MPI_OK(MPI_Win_flush(f->root, f->win));
     const int64_t *ctl = (const int64_t *)f->buf;
     const int64_t rel = t + 1;

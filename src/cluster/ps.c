@@ -38,7 +38,8 @@ struct ps_shard {
     float *slots;         /* PS: nslots arrays of the shard size */
     float *snap;          /* PS: params + slots snapshot in flight to the root */
     int64_t snap_version;
-    MPI_Request snap_req[2];
+    MPI_Request *snap_req; /* the version, then the data's pieces */
+    int nsnap_req;
     int64_t *req_buf; /* root: words being put by ps_request_* */
 };
 
@@ -79,7 +80,6 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
     s->stamp_buf = pst_malloc(sizeof *s->stamp_buf * 4 * (size_t)plan->nps);
     s->req_buf = pst_calloc((size_t)plan->nps, sizeof *s->req_buf);
     s->nslots = opt_nslots(lay->opt.kind);
-    s->snap_req[0] = s->snap_req[1] = MPI_REQUEST_NULL;
     for (int p = 0; p < plan->nps; p++)
         s->slot_bytes[p] = align64((MPI_Aint)(plan->ps_floats[p] * sizeof(float)));
     MPI_Aint size = 0;
@@ -121,6 +121,9 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
                            sizeof(float) * q->count);
                 }
         s->snap = pst_aligned_alloc(sizeof(float) * (size_t)(1 + s->nslots) * (n ? n : 1));
+        s->nsnap_req = 1 + dist_nchunks(n * (size_t)(1 + s->nslots), sizeof(float));
+        s->snap_req = pst_malloc(sizeof *s->snap_req * (size_t)s->nsnap_req);
+        for (int i = 0; i < s->nsnap_req; i++) s->snap_req[i] = MPI_REQUEST_NULL;
         ((int64_t *)s->base)[CTL_LOCKSEQ] = 2 * lay->first_version;
         ((int64_t *)s->base)[CTL_CKPT_AT] = -1; /* no request */
         ((int64_t *)s->base)[CTL_EVAL_AT] = -1;
@@ -142,6 +145,7 @@ void ps_free(ps_shard *s)
     free(s->req_buf);
     free(s->slots);
     free(s->snap);
+    free(s->snap_req);
     free(s);
 }
 
@@ -334,7 +338,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
                              [PR_CPU] = st->cpu};
         c->report(c->report_ctx, vals, PR_N);
     }
-    MPI_OK(MPI_Waitall(2, s->snap_req, MPI_STATUSES_IGNORE));
+    MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
     free(acc), free(seen), free(ended), free(have), free(order);
     return 0;
 }
@@ -345,19 +349,19 @@ void ps_snapshot_send(ps_shard *s, int64_t version)
 {
     const size_t n = s->plan->ps_floats[s->me];
     /* the previous snapshot must have left before its buffer is reused */
-    MPI_OK(MPI_Waitall(2, s->snap_req, MPI_STATUSES_IGNORE));
+    MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
     memcpy(s->snap, s->base + s->params_off, sizeof(float) * n);
     memcpy(s->snap + n, s->slots, sizeof(float) * n * (size_t)s->nslots);
     s->snap_version = version;
     MPI_OK(MPI_Isend(&s->snap_version, 1, MPI_INT64_T, s->lay.root_rank, TAG_SNAP_VERSION, s->comm,
                      &s->snap_req[0]));
-    MPI_OK(MPI_Isend(s->snap, (int)(n * (size_t)(1 + s->nslots)), MPI_FLOAT, s->lay.root_rank,
-                     TAG_SNAP_DATA, s->comm, &s->snap_req[1]));
+    dist_isend(s->snap, n * (size_t)(1 + s->nslots), MPI_FLOAT, sizeof(float), s->lay.root_rank,
+               TAG_SNAP_DATA, s->comm, &s->snap_req[1]);
 }
 
 void ps_snapshot_wait(ps_shard *s)
 {
-    MPI_OK(MPI_Waitall(2, s->snap_req, MPI_STATUSES_IGNORE));
+    MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
 }
 
 int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *params, float *slots,
@@ -373,8 +377,8 @@ int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *pa
     const size_t n = pl->ps_floats[p];
     float *buf = pst_aligned_alloc(sizeof(float) * (size_t)(1 + s->nslots) * (n ? n : 1));
     MPI_OK(MPI_Recv(version, 1, MPI_INT64_T, src, TAG_SNAP_VERSION, s->comm, MPI_STATUS_IGNORE));
-    MPI_OK(MPI_Recv(buf, (int)(n * (size_t)(1 + s->nslots)), MPI_FLOAT, src, TAG_SNAP_DATA, s->comm,
-                    MPI_STATUS_IGNORE));
+    dist_recv(buf, n * (size_t)(1 + s->nslots), MPI_FLOAT, sizeof(float), src, TAG_SNAP_DATA,
+              s->comm);
     for (int r = pl->ps_first[p]; r < pl->ps_first[p] + pl->ps_nranges[p]; r++) {
         const place_range *q = &pl->ranges[r];
         memcpy(params + q->offset, buf + q->ps_offset, sizeof(float) * q->count);
@@ -423,9 +427,8 @@ static void get_ranges(ps_shard *s, int p, float *params)
     const place_plan *pl = s->plan;
     for (int r = pl->ps_first[p]; r < pl->ps_first[p] + pl->ps_nranges[p]; r++) {
         const place_range *q = &pl->ranges[r];
-        MPI_OK(MPI_Get(params + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, p),
-                       s->params_off + (MPI_Aint)(q->ps_offset * sizeof(float)), (int)q->count,
-                       MPI_FLOAT, s->win));
+        dist_get(params + q->offset, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, p),
+                 s->params_off + (MPI_Aint)(q->ps_offset * sizeof(float)), s->win);
     }
 }
 
@@ -523,9 +526,8 @@ void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64
     const int slot = s->lay.lockstep ? (int)((ticket - s->lay.first_ticket) % s->lay.nworkers) : w;
     for (int r = 0; r < pl->nranges; r++) {
         const place_range *q = &pl->ranges[r];
-        MPI_OK(MPI_Put(grads + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps),
-                       grads_off(s, q->ps, slot) + (MPI_Aint)(q->ps_offset * sizeof(float)),
-                       (int)q->count, MPI_FLOAT, s->win));
+        dist_put(grads + q->offset, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, q->ps),
+                 grads_off(s, q->ps, slot) + (MPI_Aint)(q->ps_offset * sizeof(float)), s->win);
     }
     put_stamp(s, slot, ticket, versions, step, count); /* its first flush completes the data */
 }
@@ -565,11 +567,11 @@ void ps_accumulate(ps_shard *s, const float *grads, float lr, float *scratch)
             float *x = scratch + q->offset;
             const float *g = grads + q->offset;
             for (size_t i = 0; i < q->count; i++) x[i] = -lr * g[i];
-            MPI_OK(MPI_Accumulate(x, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps), disp,
-                                  (int)q->count, MPI_FLOAT, MPI_SUM, s->win));
+            dist_accumulate(x, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, q->ps), disp, MPI_SUM,
+                            s->win);
         } else {
-            MPI_OK(MPI_Accumulate(grads + q->offset, (int)q->count, MPI_FLOAT, ps_rank(s, q->ps),
-                                  disp, (int)q->count, MPI_FLOAT, MPI_REPLACE, s->win));
+            dist_accumulate(grads + q->offset, q->count, MPI_FLOAT, sizeof(float),
+                            ps_rank(s, q->ps), disp, MPI_REPLACE, s->win);
         }
     }
     MPI_OK(MPI_Win_flush_all(s->win));

@@ -36,11 +36,14 @@
  * replaced atomically). A kill -9 at any moment leaves either the old or
  * the new checkpoint, never a half-written one under a final name; stray
  * temporary files are ignored by ckpt_find_latest and removed by
- * ckpt_prune once their writer is gone. One run should write to a
- * directory at a time (two would prune each other's checkpoints).
+ * ckpt_prune once their writer is gone. Temporaries are created
+ * exclusively under names nobody can predict (a symlink planted in a shared
+ * directory is never followed). One run writes to a directory at a time:
+ * ckpt_prepare_dir takes DIR/lock and refuses a second writer.
  *
  * Files in a checkpoint directory: ckpt-<global_step>.h5, latest (one line:
- * the file name), .ckpt-*.tmp.* (temporaries of an interrupted write).
+ * the file name), lock (the writer's pid, host and start time),
+ * .ckpt-*.tmp.PID.RANDOM (temporaries of an interrupted write).
  */
 #ifndef PSTRAIN_CKPT_H
 #define PSTRAIN_CKPT_H
@@ -159,8 +162,16 @@ int ckpt_path(char *out, size_t n, const char *dir, int64_t step);
 
 /* Creates `dir` if needed (one level) and checks that it is a directory
  * this process can write, so that a run fails at its start rather than at
- * its first checkpoint. Returns 0, or -1 with `e` naming the directory. */
+ * its first checkpoint; then takes the directory's lock (flock on
+ * DIR/lock, which names the holder's pid, host and start time) and keeps
+ * it until the process ends or ckpt_unlock_dir: a second writer is refused
+ * with a message naming the holder. (On a file system without flock, a
+ * warning.) Temporaries of writers that are gone are removed. Returns 0, or
+ * -1 with `e` naming the directory. */
 int ckpt_prepare_dir(const char *dir, pst_err *e);
+
+/* Releases the lock of ckpt_prepare_dir (tests; the process's end does it). */
+void ckpt_unlock_dir(void);
 
 /* What a training loop calls: creates `dir` if needed (one level), writes
  * DIR/ckpt-<meta->global_step>.h5 with ckpt_write, records it in DIR/latest

@@ -69,13 +69,38 @@ int pst_parse_double(const char *s, double *out);
 int pst_fsync_path(const char *path, bool dir);
 
 /* Where to write the whole-file output `path` (a summary, a PNG): for a new
- * or regular file, `tmp` gets a temporary name beside it ("PATH.tmp.PID")
+ * or regular file, `tmp` gets a temporary name beside it (pst_tmp_name)
  * and the function returns 1: write there, then rename it into place (or
  * remove it on failure), so that readers never see half a file. For an
  * existing non-regular file (/dev/stdout, /dev/null, a FIFO) `tmp` gets
  * `path` and it returns 0: write in place, never rename over it or remove
  * it (that would replace or delete the device). -1 if `tmp` is too small. */
 int pst_out_tmp(const char *path, char *tmp, size_t n);
+
+/* A temporary name beside `path` that no other user can predict:
+ * "PATH.tmp.PID.RANDOM", or with `hidden` "DIR/.BASE.tmp.PID.RANDOM" (the
+ * pid lets a later run remove it once its writer is gone). -1 if it does
+ * not fit in tmp[n]. */
+int pst_tmp_name(const char *path, bool hidden, char *tmp, size_t n);
+
+/* Creates such a temporary exclusively (O_CREAT|O_EXCL|O_NOFOLLOW: never an
+ * existing file, never through a planted symlink), a fresh name on each
+ * collision. Returns the descriptor (write-only), or -1 with errno. */
+int pst_tmp_create(const char *path, bool hidden, char *tmp, size_t n);
+
+/* Opens the whole-file output `path` as pst_out_tmp decides, for fopen
+ * `mode`: a new or regular file through an exclusive temporary (then
+ * *renamed = 1: rename tmp over path when complete, remove it on failure),
+ * a device in place (*renamed = 0), a FIFO only if it has a reader (never
+ * blocking). NULL with errno on failure. */
+FILE *pst_out_fopen(const char *path, const char *mode, char *tmp, size_t n, int *renamed);
+
+/* Checks at start-up that output `path` can be written: an existing file
+ * must be writable and be a regular file, a character device (/dev/null) or
+ * this process's own stdout/stderr (a FIFO or socket would block or lose
+ * the output); a new file (or, with `whole_file`, one replaced by a rename)
+ * needs a writable directory. Returns 0, or -1 with `e` naming the path. */
+int pst_out_check(const char *path, bool whole_file, pst_err *e);
 
 /* Writes `s` to `f` as a JSON string literal, quotes included ('"', '\\'
  * and control characters escaped; NULL writes ""). */

@@ -59,7 +59,12 @@ void metrics_format_progress(const metrics_step_rec *r, double elapsed, bool tty
 void metrics_note(metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double accuracy,
                   double loss, int64_t examples);
-/* Ends the progress line; closes the file. NULL-safe. */
+/* Closes the file at the end of a successful run: -1 with `e` naming the
+ * file and the error when any record could not be written (a full disk),
+ * so that the run fails instead of leaving a truncated log. NULL-safe. */
+int metrics_finish(metrics *m, pst_err *e);
+/* Ends the progress line; closes the file (if metrics_finish did not).
+ * NULL-safe. */
 void metrics_close(metrics *m);
 
 #endif

@@ -141,8 +141,14 @@ void train_set_eval(train_result *r, const char *split, double accuracy, double 
  * 2 after printing a usage error / 1 for --help (printed) so main can exit. */
 int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
 
+/* Checks at start-up that every output of cfg (--summary-json, --metrics,
+ * --dump-params, --trace-examples) can be written (pst_out_check): -1 with
+ * the flag and the path named otherwise. */
+int train_check_outputs(const train_cfg *cfg, pst_err *e);
+
 /* Writes n floats (a parameter slab) as raw native float32 to path: the
- * --dump-params diagnostic that tests use to compare runs bitwise. */
+ * --dump-params diagnostic that tests use to compare runs bitwise. Written
+ * to a temporary and renamed: on failure the previous file is unchanged. */
 int train_dump_params(const char *path, const float *p, size_t n, pst_err *e);
 
 /* Writes the --summary-json object of docs/design.md §6. */

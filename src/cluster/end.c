@@ -264,6 +264,7 @@ int run_end(dist_run *r, pst_err *e)
             train_set_eval(res, r->esplit, acc, loss, n);
             metrics_eval(r->mx, res->steps, res->epochs, r->esplit, acc, loss, n);
         }
+        if (metrics_finish(r->mx, e) < 0) goto out; /* a write error (a full disk) fails the run */
     }
     rc = 0;
 out:

@@ -11,6 +11,7 @@
 #include <signal.h> /* kill(pid, 0) */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -710,8 +711,7 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
         if (check_var(path, &vars[i], e) < 0) return -1;
 
     split_path(path, dir, sizeof dir, &base);
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid()) >=
-        sizeof tmp)
+    if (pst_tmp_name(path, true, tmp, sizeof tmp) < 0)
         return pst_fail(e, "%s: path too long", path);
 
     h5quiet q = h5_quiet_begin();
@@ -719,8 +719,14 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
     fapl = ckpt_fapl();
     /* the 1.10 file format: checksummed metadata (object headers, B-trees) */
     if (fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) goto fail;
-    errno = 0;
-    f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    /* Exclusively (O_EXCL), under a name nobody can predict: in a shared
+     * directory a planted file or symlink is never opened, let alone
+     * truncated; a name that exists is only retried under another. */
+    for (int attempt = 0; attempt < 16; attempt++) {
+        errno = 0;
+        f = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+        if (f >= 0 || errno != EEXIST || pst_tmp_name(path, true, tmp, sizeof tmp) < 0) break;
+    }
     if (f < 0) {
         int err = errno;
         h5_close(fapl);
@@ -1146,14 +1152,14 @@ static int64_t parse_ckpt_name(const char *name)
     return step;
 }
 
-/* Writes DIR/latest = "name\n" atomically. */
+/* Writes DIR/latest = "name\n" atomically, through an exclusive temporary
+ * (pst_tmp_create: never a planted file or symlink). */
 static int write_latest(const char *dir, const char *name, pst_err *e)
 {
     char tmp[PATH_LEN], fin[PATH_LEN];
-    snprintf(tmp, sizeof tmp, "%s/.latest.tmp.%ld", dir, (long)getpid());
     snprintf(fin, sizeof fin, "%s/latest", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return pst_fail(e, "%s: %s", tmp, strerror(errno));
+    int fd = pst_tmp_create(fin, true, tmp, sizeof tmp);
+    if (fd < 0) return pst_fail(e, "%s: cannot create a temporary beside it: %s", fin, strerror(errno));
     char line[PATH_LEN];
     int len = snprintf(line, sizeof line, "%s\n", name);
     if (pst_write_all(fd, line, (size_t)len) < 0 || fsync(fd) < 0) {
@@ -1230,44 +1236,67 @@ static int list_ckpts(const char *dir, step_file **out, pst_err *e)
 }
 
 /* Verifies candidate DIR/name; a damaged one is reported (a checkpoint
- * that is skipped must say so, or a resume silently loses steps). */
-static bool candidate_ok(const char *dir, const char *name, char *p, size_t n)
+ * that is skipped must say so, or a resume silently loses steps). One that
+ * no longer exists was pruned by a writer meanwhile: *vanished. */
+static bool candidate_ok(const char *dir, const char *name, char *p, size_t n, bool *vanished)
 {
     pst_err why = {{0}};
     snprintf(p, n, "%s/%s", dir, name);
     if (ckpt_verify(p, &why) == 0) return true;
     struct stat st;
-    if (stat(p, &st) == 0) /* one pruned meanwhile is no damage */
+    if (stat(p, &st) == 0)
         pst_warn("skipping damaged checkpoint %s", why.msg);
+    else if (errno == ENOENT)
+        *vanished = true;
     return false;
 }
 
-int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e)
+/* One pass over the directory: 1 found, 0 none; *vanished when a listed
+ * candidate was removed before it could be read. */
+static int find_latest_pass(const char *dir, char *p, size_t n, bool *vanished, pst_err *e)
 {
     step_file *a;
     int count = list_ckpts(dir, &a, e);
     if (count < 0) return -1;
-    char latest[256], p[PATH_LEN];
+    char latest[256];
     read_latest(dir, latest, sizeof latest);
     /* The latest pointer first when no file with a higher step exists (a
      * kill between the rename and the pointer update leaves a newer
      * complete file: it wins). */
     int64_t lstep = parse_ckpt_name(latest);
     bool tried_latest = false;
+    int rc = 0;
     if (lstep >= 0 && (count == 0 || a[0].step <= lstep)) {
         tried_latest = true;
-        if (candidate_ok(dir, latest, p, sizeof p)) goto found;
+        if (candidate_ok(dir, latest, p, n, vanished)) rc = 1;
     }
-    for (int i = 0; i < count; i++) {
+    for (int i = 0; i < count && !rc; i++) {
         if (tried_latest && !strcmp(a[i].name, latest)) continue;
-        if (candidate_ok(dir, a[i].name, p, sizeof p)) goto found;
+        if (candidate_ok(dir, a[i].name, p, n, vanished)) rc = 1;
     }
     free(a);
+    return rc;
+}
+
+int ckpt_find_latest(const char *dir, char *out, size_t n, pst_err *e)
+{
+    char p[PATH_LEN];
+    /* A reader (eval, a resume) races with a writer that saves and prunes:
+     * every file listed may be gone by the time it is read. The writer
+     * publishes each new file before it removes an old one, so a pass that
+     * saw a file vanish is retried on a fresh listing; a pass without that
+     * sees the directory as it is. */
+    for (int pass = 0; pass < 1000; pass++) {
+        bool vanished = false;
+        int rc = find_latest_pass(dir, p, sizeof p, &vanished, e);
+        if (rc < 0) return -1;
+        if (rc == 1) {
+            if ((size_t)snprintf(out, n, "%s", p) >= n) return pst_fail(e, "%s: path too long", p);
+            return 1;
+        }
+        if (!vanished) return 0;
+    }
     return 0;
-found:
-    free(a);
-    if ((size_t)snprintf(out, n, "%s", p) >= n) return pst_fail(e, "%s: path too long", p);
-    return 1;
 }
 
 int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)
@@ -1291,11 +1320,26 @@ int ckpt_resolve(const char *arg, char *out, size_t n, pst_err *e)
     return 1;
 }
 
-/* Temporaries of a write: ".<name>.tmp.<pid>" of a checkpoint or of the
- * latest pointer. */
+/* Temporaries of a write: ".<name>.tmp.<pid>.<random>" of a checkpoint or
+ * of the latest pointer (".<name>.tmp.<pid>" before pstrain 0.x wrote them
+ * exclusively). */
 static bool is_temp_name(const char *s)
 {
     return (!strncmp(s, ".ckpt-", 6) || !strncmp(s, ".latest.", 8)) && strstr(s, ".tmp.");
+}
+
+/* The writer's pid in a temporary's name, 0 if there is none. */
+static long temp_pid(const char *s)
+{
+    const char *t = NULL;
+    for (const char *p = strstr(s, ".tmp."); p; p = strstr(p + 1, ".tmp.")) t = p + 5;
+    if (!t) return 0;
+    long pid = 0;
+    for (const char *c = t; *c && *c != '.'; c++) {
+        if (*c < '0' || *c > '9' || pid > 1L << 40) return 0;
+        pid = pid * 10 + (*c - '0');
+    }
+    return pid;
 }
 
 /* A temporary is stale when its writer is gone: this process (its own
@@ -1306,12 +1350,7 @@ static bool is_temp_name(const char *s)
  * left behind, never a danger.) */
 static bool temp_is_stale(const char *s)
 {
-    const char *t = strrchr(s, '.');
-    long pid = 0;
-    for (const char *c = t + 1; *c; c++) {
-        if (*c < '0' || *c > '9' || pid > 1L << 40) return false;
-        pid = pid * 10 + (*c - '0');
-    }
+    long pid = temp_pid(s);
     if (pid <= 0) return false;
     if (pid == (long)getpid()) return true;
     return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
@@ -1349,6 +1388,88 @@ int ckpt_prune(const char *dir, int keep, pst_err *e)
     return removed;
 }
 
+/* ---- one writer per directory ---------------------------------------------
+ * DIR/lock is held with flock() by the process that writes checkpoints
+ * there, from ckpt_prepare_dir to its exit (or ckpt_unlock_dir). It names
+ * the holder, so that a second run is refused with who to ask. The kernel
+ * drops the lock when the holder dies, whatever the way. */
+static int g_lock_fd = -1;
+static char g_lock_dir[PATH_LEN];
+
+void ckpt_unlock_dir(void)
+{
+    if (g_lock_fd >= 0) close(g_lock_fd);
+    g_lock_fd = -1;
+    g_lock_dir[0] = '\0';
+}
+
+static int lock_dir(const char *dir, pst_err *e)
+{
+    if (g_lock_fd >= 0 && !strcmp(g_lock_dir, dir)) return 0;
+    ckpt_unlock_dir();
+    char p[PATH_LEN];
+    if ((size_t)snprintf(p, sizeof p, "%s/lock", dir) >= sizeof p)
+        return pst_fail(e, "checkpoint directory %s: path too long", dir);
+    /* O_NOFOLLOW: a symlink planted as DIR/lock is refused, not written through */
+    int fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        int err = fd < 0 ? errno : 0;
+        if (fd >= 0) close(fd);
+        return pst_fail(e, "checkpoint directory %s: cannot use the lock file %s: %s", dir, p,
+                        err == ELOOP ? "it is a symbolic link"
+                        : err        ? strerror(err)
+                                     : "not a regular file");
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int err = errno;
+        if (err == EWOULDBLOCK) {
+            char who[256] = "", host[128] = "?", since[64] = "?";
+            long pid = 0;
+            ssize_t k = pread(fd, who, sizeof who - 1, 0);
+            who[k > 0 ? k : 0] = '\0';
+            close(fd);
+            if (sscanf(who, "pid %ld host %127s since %63s", &pid, host, since) < 2)
+                return pst_fail(e,
+                                "checkpoint directory %s is in use by another run (its lock file "
+                                "%s names no holder yet); one run writes to a directory at a "
+                                "time",
+                                dir, p);
+            return pst_fail(e,
+                            "checkpoint directory %s is in use by another run: pid %ld on host "
+                            "%s (since %s) holds %s; one run writes to a directory at a time: "
+                            "wait for it, stop it, or give this run another --checkpoint-dir",
+                            dir, pid, host, since, p);
+        }
+        close(fd);
+        if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
+            pst_warn("checkpoint directory %s: the file system cannot lock %s (%s): make sure no "
+                     "other run writes there",
+                     dir, p, strerror(err));
+            return 0;
+        }
+        return pst_fail(e, "checkpoint directory %s: cannot lock %s: %s", dir, p, strerror(err));
+    }
+    char host[128] = "unknown", since[32], line[256];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    for (char *c = host; *c; c++)
+        if (*c == ' ' || *c == '\n') *c = '_';
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    int len = snprintf(line, sizeof line, "pid %ld host %s since %s\n", (long)getpid(), host, since);
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)len, 0) != len) {
+        int err = errno;
+        close(fd);
+        return pst_fail(e, "checkpoint directory %s: cannot write %s: %s", dir, p, strerror(err));
+    }
+    g_lock_fd = fd;
+    snprintf(g_lock_dir, sizeof g_lock_dir, "%s", dir);
+    return 0;
+}
+
 int ckpt_prepare_dir(const char *dir, pst_err *e)
 {
     struct stat st;
@@ -1358,7 +1479,9 @@ int ckpt_prepare_dir(const char *dir, pst_err *e)
     if (!S_ISDIR(st.st_mode)) return pst_fail(e, "checkpoint directory %s: not a directory", dir);
     if (access(dir, W_OK | X_OK) < 0)
         return pst_fail(e, "checkpoint directory %s: not writable: %s", dir, strerror(errno));
-    return 0;
+    if (lock_dir(dir, e) < 0) return -1;
+    /* temporaries of a killed run go now, not at the first checkpoint */
+    return ckpt_prune(dir, 0, e) < 0 ? -1 : 0;
 }
 
 int ckpt_save(const char *dir, int keep, const ckpt_meta *meta, const nn_var *vars, int nvars,

@@ -26,9 +26,8 @@ static int write_json(const char *path, const char *ckpt, const char *split, con
                       double acc, double loss, int64_t n, const int64_t *conf, pst_err *e)
 {
     char tmp[4200];
-    const int renamed = pst_out_tmp(path, tmp, sizeof tmp); /* 0: a device, in place */
-    if (renamed < 0) return pst_fail(e, "%s: path too long", path);
-    FILE *f = fopen(tmp, "w");
+    int renamed; /* 0: a device, in place */
+    FILE *f = pst_out_fopen(path, "w", tmp, sizeof tmp, &renamed);
     if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
     const int K = ds->num_classes;
     fprintf(f, "{\n  \"checkpoint\": ");

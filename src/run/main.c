@@ -83,7 +83,15 @@ static int cmd_train(int argc, char **argv)
     memset(&res, 0, sizeof res);
     pst_err e = {{0}};
     rc = 0;
-    if (train_run(&cfg, &res, &e) < 0) {
+    /* every output the root writes can be written: checked before any
+     * work, and the verdict shared so that all ranks stop together */
+    int outputs_ok = 1;
+    if (rank == 0 && !cfg.dry_run && train_check_outputs(&cfg, &e) < 0) outputs_ok = 0;
+    if (size > 1) MPI_Bcast(&outputs_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!outputs_ok) {
+        if (rank == 0) fprintf(stderr, "pstrain train: %s\n", e.msg);
+        rc = 1;
+    } else if (train_run(&cfg, &res, &e) < 0) {
         if (rank == 0) fprintf(stderr, "pstrain train: %s\n", e.msg);
         rc = 1;
     } else if (rank == 0 && res.stop_signal) {

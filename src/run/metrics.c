@@ -12,6 +12,8 @@
 
 struct metrics {
     FILE *f;
+    char *path;
+    int err; /* errno of the first failed write (0: none): reported by metrics_finish */
     bool progress, tty, line_open;
     double t0;
     int64_t last_step; /* of the last progress line */
@@ -26,12 +28,20 @@ static int open_mode(metrics **out, const char *path, bool progress, const char 
             free(m);
             return pst_fail(e, "%s: cannot create metrics file: %s", path, strerror(errno));
         }
+        m->path = pst_strdup(path);
     }
     m->progress = progress;
     m->tty = isatty(fileno(stderr));
     m->t0 = pst_now();
     *out = m;
     return 0;
+}
+
+/* After a record: flushed, and a failure (a full disk) remembered. */
+static void flush_record(metrics *m)
+{
+    errno = 0;
+    if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err) m->err = errno ? errno : EIO;
 }
 
 /* JSON has no NaN/Inf: write null. */
@@ -81,7 +91,7 @@ void metrics_step(metrics *m, const metrics_step_rec *r)
             fputc('}', f);
         }
         fputs("}\n", f);
-        fflush(f);
+        flush_record(m);
     }
     if (m->progress) {
         char line[512];
@@ -170,7 +180,7 @@ void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double
         jnum(m->f, "accuracy", accuracy, true);
         jnum(m->f, "loss", loss, true);
         fprintf(m->f, "\"examples\":%lld}\n", (long long)examples);
-        fflush(m->f);
+        flush_record(m);
     }
     /* the progress line stays above it on a terminal */
     if (m->progress && m->line_open) fputc('\n', stderr);
@@ -179,10 +189,25 @@ void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double
                  (long long)step, epoch, accuracy, loss, (long long)examples);
 }
 
+int metrics_finish(metrics *m, pst_err *e)
+{
+    if (!m || !m->f) return 0;
+    flush_record(m);
+    errno = 0;
+    if (fclose(m->f) != 0 && !m->err) m->err = errno ? errno : EIO;
+    m->f = NULL;
+    if (m->err)
+        return pst_fail(e, "%s: write error on the metrics file: %s (the records from then on are "
+                        "missing)",
+                        m->path, strerror(m->err));
+    return 0;
+}
+
 void metrics_close(metrics *m)
 {
     if (!m) return;
     if (m->line_open) fputc('\n', stderr);
     if (m->f) fclose(m->f);
+    free(m->path);
     free(m);
 }

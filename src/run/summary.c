@@ -32,9 +32,8 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     /* Written under a temporary name and renamed: readers never see half a
      * file (a device such as /dev/stdout is written in place). */
     char tmp[4200];
-    const int renamed = pst_out_tmp(path, tmp, sizeof tmp);
-    if (renamed < 0) return pst_fail(e, "%s: path too long", path);
-    FILE *f = fopen(tmp, "w");
+    int renamed;
+    FILE *f = pst_out_fopen(path, "w", tmp, sizeof tmp, &renamed);
     if (!f) return pst_fail(e, "%s: cannot create summary: %s", path, strerror(errno));
     fprintf(f, "{\n  \"model\": ");
     pst_json_str(f, cfg->model);

@@ -12,6 +12,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pstrain/blas.h"
 #include "pstrain/ckpt.h"
@@ -121,10 +122,42 @@ void train_set_eval(train_result *r, const char *split, double accuracy, double 
 
 int train_dump_params(const char *path, const float *p, size_t n, pst_err *e)
 {
-    FILE *f = fopen(path, "wb");
+    /* through a temporary and a rename: a full disk leaves the previous
+     * dump as it was (it used to be truncated in place) */
+    char tmp[4200];
+    int renamed;
+    FILE *f = pst_out_fopen(path, "wb", tmp, sizeof tmp, &renamed);
     if (!f) return pst_fail(e, "%s: cannot write the parameter dump: %s", path, strerror(errno));
-    size_t w = fwrite(p, sizeof(float), n, f);
-    if (fclose(f) != 0 || w != n) return pst_fail(e, "%s: write error on the parameter dump", path);
+    errno = 0;
+    bool bad = fwrite(p, sizeof(float), n, f) != n || fflush(f) != 0;
+    int err = errno;
+    if (!bad && renamed && fsync(fileno(f)) < 0) bad = true, err = errno;
+    if (fclose(f) != 0 && !bad) bad = true, err = errno;
+    if (!bad && renamed && rename(tmp, path) != 0) bad = true, err = errno;
+    if (bad) {
+        if (renamed) unlink(tmp);
+        return pst_fail(e, "%s: write error on the parameter dump: %s%s", path,
+                        err ? strerror(err) : "short write",
+                        renamed ? " (any previous file is unchanged)" : "");
+    }
+    return 0;
+}
+
+/* Output paths are checked before any work, so that a run never trains for
+ * hours to fail at its summary (the directory of --summary-json, a FIFO
+ * given as --metrics). */
+int train_check_outputs(const train_cfg *cfg, pst_err *e)
+{
+    const struct {
+        const char *flag, *path;
+        bool whole_file; /* replaced by a rename when done */
+    } outs[] = {{"--summary-json", cfg->summary_path, true},
+                {"--metrics", cfg->metrics_path, false},
+                {"--dump-params", cfg->dump_params_path, true},
+                {"--trace-examples", cfg->trace_path, false}};
+    for (size_t i = 0; i < PST_ARRAY_LEN(outs); i++)
+        if (outs[i].path && pst_out_check(outs[i].path, outs[i].whole_file, e) < 0)
+            return pst_err_prefix(e, "%s", outs[i].flag);
     return 0;
 }
 
@@ -603,6 +636,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         train_set_eval(res, esplit, acc, loss, n);
         metrics_eval(mx, step, res->epoch, esplit, acc, loss, n);
     }
+    if (metrics_finish(mx, e) < 0) goto out;
     rc = 0;
 out:
     if (trace) {

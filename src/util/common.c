@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -167,14 +168,131 @@ int pst_fsync_path(const char *path, bool dir)
     return rc;
 }
 
+/* 64 unpredictable bits for temporary names: getrandom, or (where it is
+ * unavailable) a mix of the clock, the pid and a counter. */
+static uint64_t tmp_random(void)
+{
+    uint64_t r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) == (ssize_t)sizeof r) return r;
+    static uint64_t counter;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    uint64_t x = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 30) ^ ((uint64_t)getpid() << 16) ^
+                 ++counter;
+    return pst_splitmix64(&x);
+}
+
+int pst_tmp_name(const char *path, bool hidden, char *tmp, size_t n)
+{
+    const char *slash = strrchr(path, '/');
+    int len;
+    if (hidden)
+        len = snprintf(tmp, n, "%.*s.%s.tmp.%ld.%012llx", slash ? (int)(slash - path + 1) : 0, path,
+                       slash ? slash + 1 : path, (long)getpid(),
+                       (unsigned long long)(tmp_random() & 0xffffffffffffull));
+    else
+        len = snprintf(tmp, n, "%s.tmp.%ld.%012llx", path, (long)getpid(),
+                       (unsigned long long)(tmp_random() & 0xffffffffffffull));
+    return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
+int pst_tmp_create(const char *path, bool hidden, char *tmp, size_t n)
+{
+    for (int attempt = 0; attempt < 16; attempt++) {
+        if (pst_tmp_name(path, hidden, tmp, n) < 0) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1; /* EEXIST 16 times: someone is creating our names */
+}
+
 int pst_out_tmp(const char *path, char *tmp, size_t n)
 {
     struct stat st;
     const bool in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
-    int len = in_place ? snprintf(tmp, n, "%s", path)
-                       : snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    if (len < 0 || (size_t)len >= n) return -1;
-    return in_place ? 0 : 1;
+    if (in_place) {
+        int len = snprintf(tmp, n, "%s", path);
+        return len < 0 || (size_t)len >= n ? -1 : 0;
+    }
+    return pst_tmp_name(path, false, tmp, n) < 0 ? -1 : 1;
+}
+
+/* Is the open file st this process's standard output or error? */
+static bool is_own_std_stream(const struct stat *st)
+{
+    for (int fd = 1; fd <= 2; fd++) {
+        struct stat s;
+        if (fstat(fd, &s) == 0 && s.st_dev == st->st_dev && s.st_ino == st->st_ino) return true;
+    }
+    return false;
+}
+
+FILE *pst_out_fopen(const char *path, const char *mode, char *tmp, size_t n, int *renamed)
+{
+    struct stat st;
+    *renamed = 0;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if ((int)snprintf(tmp, n, "%s", path) >= (int)n) {
+            errno = ENAMETOOLONG;
+            return NULL;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            errno = EISDIR;
+            return NULL;
+        }
+        /* in place, never blocking: a FIFO without a reader fails (ENXIO) */
+        int fd = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) return NULL;
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        FILE *f = fdopen(fd, mode);
+        if (!f) close(fd);
+        return f;
+    }
+    int fd = pst_tmp_create(path, false, tmp, n);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, mode);
+    if (!f) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        errno = err;
+        return NULL;
+    }
+    *renamed = 1;
+    return f;
+}
+
+int pst_out_check(const char *path, bool whole_file, pst_err *e)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return pst_fail(e, "%s: is a directory, expected a file", path);
+        if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode) && !is_own_std_stream(&st))
+            return pst_fail(e,
+                            "%s: not a regular file (a FIFO or socket would block or lose the "
+                            "output), expected a file or a character device",
+                            path);
+        if (access(path, W_OK) < 0) return pst_fail(e, "%s: not writable: %s", path, strerror(errno));
+        if (!S_ISREG(st.st_mode) || !whole_file) return 0;
+    } else if (errno != ENOENT) {
+        return pst_fail(e, "%s: %s", path, strerror(errno));
+    }
+    /* a new file, or one replaced by a rename: its directory must take it */
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    int len = slash == path      ? snprintf(dir, sizeof dir, "/")
+              : slash            ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path)
+                                 : snprintf(dir, sizeof dir, ".");
+    if (len < 0 || (size_t)len >= sizeof dir) return pst_fail(e, "%s: path too long", path);
+    if (stat(dir, &st) < 0) return pst_fail(e, "%s: cannot create: %s: %s", path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return pst_fail(e, "%s: cannot create: %s is not a directory", path, dir);
+    if (access(dir, W_OK | X_OK) < 0)
+        return pst_fail(e, "%s: cannot create: directory %s: %s", path, dir, strerror(errno));
+    return 0;
 }
 
 void pst_json_str(FILE *f, const char *s)

@@ -1,8 +1,11 @@
 /* test_ckpt.c - checkpoint round trip for every optimizer, refusal of
  * mismatched checkpoints with the culprit named, the latest pointer, pruning,
  * resolve. */
+#include <dlfcn.h>
 #include <hdf5.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "check.h"
 #include "ops_util.h"
@@ -596,6 +599,172 @@ static void test_version1(const char *dir)
     free(p2);
 }
 
+/* Writes `text` to `path` (a file another user cares about). */
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static bool is_regular(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Temporaries are created exclusively under unpredictable names: symlinks
+ * planted at the names the old code used (".ckpt-7.h5.tmp.PID",
+ * ".latest.tmp.PID") and at DIR/lock never write through to their
+ * targets. */
+static void test_planted_symlinks(const char *root)
+{
+    char dir[1024], victim[1024], p[4200], text[256];
+    snprintf(dir, sizeof dir, "%s/shared", root);
+    snprintf(victim, sizeof victim, "%s/victim.txt", root);
+    mkdir(dir, 0777);
+    write_text(victim, "precious\n");
+    snprintf(p, sizeof p, "%s/.ckpt-7.h5.tmp.%ld", dir, (long)getpid());
+    CHECK(symlink(victim, p) == 0, "symlink %s", p);
+    snprintf(p, sizeof p, "%s/.latest.tmp.%ld", dir, (long)getpid());
+    CHECK(symlink(victim, p) == 0, "symlink %s", p);
+    float *params = malloc(g_total * sizeof(float));
+    ops_fill(params, g_total, 7);
+    ckpt_meta m = make_meta(OPT_SGD, 7);
+    pst_err e = {{0}};
+    CHECK(ckpt_save(dir, 0, &m, g_vars, g_nvars, params, NULL, 0, NULL, 0, &e) == 0, "save: %s",
+          e.msg);
+    read_file(victim, text, sizeof text);
+    CHECK(!strcmp(text, "precious\n"), "the symlinks' target was overwritten: %zu bytes",
+          strlen(text));
+    snprintf(p, sizeof p, "%s/ckpt-7.h5", dir);
+    CHECK(is_regular(p), "%s is not a regular file (a renamed symlink?)", p);
+    CHECK(ckpt_verify(p, &e) == 0, "verify %s: %s", p, e.msg);
+    snprintf(p, sizeof p, "%s/latest", dir);
+    CHECK(is_regular(p), "%s is not a regular file", p);
+    /* a symlink as the lock file is refused, its target untouched */
+    snprintf(p, sizeof p, "%s/lock", dir);
+    CHECK(symlink(victim, p) == 0, "symlink %s", p);
+    CHECK(ckpt_prepare_dir(dir, &e) < 0 && strstr(e.msg, "lock") && strstr(e.msg, "symbolic link"),
+          "prepare with a symlinked lock file: '%s'", e.msg);
+    read_file(victim, text, sizeof text);
+    CHECK(!strcmp(text, "precious\n"), "the lock symlink's target was written");
+    ckpt_unlock_dir();
+    ops_rmdir(dir);
+    unlink(victim);
+    free(params);
+}
+
+/* One writer per directory: a second ckpt_prepare_dir (another process)
+ * is refused naming the holder's pid and host, and succeeds once the
+ * holder is gone; temporaries of dead writers are removed at once. */
+static void test_dir_lock(const char *root)
+{
+    char dir[1024], p[4200], host[128] = "";
+    snprintf(dir, sizeof dir, "%s/locked", root);
+    gethostname(host, sizeof host - 1);
+    int up[2], hold[2];
+    CHECK(pipe(up) == 0 && pipe(hold) == 0, "pipes");
+    pid_t child = fork();
+    if (child == 0) {
+        close(up[0]);
+        close(hold[1]);
+        pst_err ce;
+        char c = ckpt_prepare_dir(dir, &ce) == 0 ? 'y' : 'n';
+        if (write(up[1], &c, 1) != 1) _exit(2);
+        while (read(hold[0], &c, 1) > 0) {
+        } /* until the parent closes the pipe */
+        _exit(0);
+    }
+    close(up[1]);
+    close(hold[0]);
+    char c = 0;
+    CHECK(read(up[0], &c, 1) == 1 && c == 'y', "the child could not lock %s", dir);
+    pst_err e = {{0}};
+    char pidstr[32];
+    snprintf(pidstr, sizeof pidstr, "pid %ld ", (long)child);
+    int rc = ckpt_prepare_dir(dir, &e);
+    CHECK(rc < 0 && strstr(e.msg, dir) && strstr(e.msg, pidstr) && strstr(e.msg, host) &&
+              strstr(e.msg, "in use"),
+          "second writer: rc %d, '%s' (expected %s, host %s)", rc, e.msg, pidstr, host);
+    close(hold[1]); /* the holder ends: the kernel drops its lock */
+    waitpid(child, NULL, 0);
+    close(up[0]);
+    /* temporaries of dead writers (old and new names) go, a live writer's stays */
+    snprintf(p, sizeof p, "%s/.ckpt-5.h5.tmp.99999999.0123456789ab", dir);
+    write_text(p, "x");
+    snprintf(p, sizeof p, "%s/.ckpt-6.h5.tmp.99999999", dir);
+    write_text(p, "x");
+    snprintf(p, sizeof p, "%s/.latest.tmp.99999999.0123456789ab", dir);
+    write_text(p, "x");
+    snprintf(p, sizeof p, "%s/.ckpt-8.h5.tmp.%ld.0123456789ab", dir, (long)getppid());
+    write_text(p, "x");
+    CHECK(ckpt_prepare_dir(dir, &e) == 0, "lock after the holder ended: %s", e.msg);
+    CHECK(ckpt_prepare_dir(dir, &e) == 0, "the holder locks again: %s", e.msg);
+    snprintf(p, sizeof p, "%s/.ckpt-5.h5.tmp.99999999.0123456789ab", dir);
+    CHECK(access(p, F_OK) != 0, "stale temporary %s survived", p);
+    snprintf(p, sizeof p, "%s/.ckpt-6.h5.tmp.99999999", dir);
+    CHECK(access(p, F_OK) != 0, "stale temporary %s survived", p);
+    snprintf(p, sizeof p, "%s/.latest.tmp.99999999.0123456789ab", dir);
+    CHECK(access(p, F_OK) != 0, "stale temporary %s survived", p);
+    snprintf(p, sizeof p, "%s/.ckpt-8.h5.tmp.%ld.0123456789ab", dir, (long)getppid());
+    CHECK(access(p, F_OK) == 0, "a live writer's temporary was removed");
+    ckpt_unlock_dir();
+    ops_rmdir(dir);
+}
+
+/* fclose() of this program, to act as a concurrent writer at the worst
+ * moment: after a reader listed the directory and read DIR/latest (with
+ * stdio), before it opens the files. Armed with the directory and the step
+ * to write; fires once. */
+static const char *g_race_dir;
+static int64_t g_race_step;
+
+int fclose(FILE *f)
+{
+    static int (*real)(FILE *);
+    if (!real) *(void **)&real = dlsym(RTLD_NEXT, "fclose");
+    int rc = real(f);
+    if (g_race_dir) {
+        const char *dir = g_race_dir;
+        g_race_dir = NULL; /* once */
+        float *params = malloc(g_total * sizeof(float));
+        ops_fill(params, g_total, (uint64_t)g_race_step);
+        pst_err e;
+        for (int64_t s = g_race_step; s < g_race_step + 2; s++) {
+            ckpt_meta m = make_meta(OPT_SGD, s);
+            if (ckpt_save(dir, 1, &m, g_vars, g_nvars, params, NULL, 0, NULL, 0, &e) < 0)
+                fprintf(stderr, "racing writer: %s\n", e.msg);
+        }
+        free(params);
+    }
+    return rc;
+}
+
+/* A reader (eval, a resume) looking for the newest checkpoint while a
+ * writer saves and prunes (keep 1) finds one: every file it listed was
+ * pruned before it could read it, and it looks again ("no checkpoint
+ * found" before). */
+static void test_reader_during_writes(const char *root)
+{
+    char dir[1024], got[4096], want[4096];
+    snprintf(dir, sizeof dir, "%s/busy", root);
+    float *params = malloc(g_total * sizeof(float));
+    ops_fill(params, g_total, 1);
+    pst_err e = {{0}};
+    ckpt_meta m = make_meta(OPT_SGD, 1);
+    CHECK(ckpt_save(dir, 1, &m, g_vars, g_nvars, params, NULL, 0, NULL, 0, &e) == 0, "%s", e.msg);
+    g_race_dir = dir;
+    g_race_step = 2; /* writes 2 and 3, pruning 1 and 2 */
+    int rc = ckpt_find_latest(dir, got, sizeof got, &e);
+    ckpt_path(want, sizeof want, dir, 3);
+    CHECK(g_race_dir == NULL, "the racing writer did not run");
+    CHECK(rc == 1 && !strcmp(got, want), "reader during writes: rc %d, '%s', expected %s", rc,
+          rc == 1 ? got : "", want);
+    ops_rmdir(dir);
+    free(params);
+}
+
 int main(void)
 {
     g_nvars = ops_vars(g_vars, 1, &g_total);
@@ -611,6 +780,9 @@ int main(void)
     test_latest_and_prune(d);
     test_bad_attributes(d);
     test_version1(d);
+    test_planted_symlinks(d);
+    test_dir_lock(d);
+    test_reader_during_writes(d);
     int rc = check_exit();
     if (rc == 0) {
         char run[4200];

@@ -65,4 +65,43 @@ grep -q "warning: skipping damaged checkpoint .*ckpt-9.h5: attribute global_step
     bad "no warning naming the damaged ckpt-9.h5 and why: $(head -3 "$tmp/err")"
 crash_free "$tmp/err" || bad "crash while skipping a damaged checkpoint"
 [ "$("$CKPT_CHECK" "$d/ck/ckpt-8.h5" 2>&1)" = 8 ] || bad "no good ckpt-8.h5 after the resume from step 6"
+
+say "outputs checked at start-up"
+# each would have trained for ages first (timeout: the old code did)
+mkfifo "$d/fifo"
+err_case "summary in a missing directory" "--summary-json|$d/nodir/s.json" timeout 30 "${T[@]}" \
+    --epochs 100000 --summary-json "$d/nodir/s.json"
+err_case "dump in a missing directory" "--dump-params|$d/nodir/p.bin" timeout 30 "${T[@]}" \
+    --epochs 100000 --dump-params "$d/nodir/p.bin"
+err_case "metrics to a FIFO" "--metrics|$d/fifo|not a regular file" timeout 30 "${T[@]}" \
+    --epochs 100000 --metrics "$d/fifo"
+err_case "summary to a FIFO" "--summary-json|$d/fifo|not a regular file" timeout 30 "${T[@]}" \
+    --epochs 100000 --summary-json "$d/fifo"
+err_case "summary into a directory" "--summary-json|is a directory" timeout 30 "${T[@]}" \
+    --epochs 100000 --summary-json "$d"
+# our own standard output stays allowed, even when it is a pipe
+"${T[@]}" --steps 2 --summary-json /dev/stdout 2>"$tmp/err" | grep -q '"steps": 2' ||
+    bad "summary to /dev/stdout through a pipe: $(head -2 "$tmp/err")"
+# a metrics file that cannot be written (a full device) is an error, not exit 0
+if [ -w /dev/full ]; then
+    err_case "metrics on a full device" "/dev/full|write error|metrics" "${T[@]}" --steps 3 \
+        --log-every 0 --metrics /dev/full
+fi
+
+say "one writer per checkpoint directory"
+"$PSTRAIN" train --quiet --data "$d/ok.h5" --model mlp --epochs 100000 --checkpoint-dir "$d/ck2" \
+    >"$tmp/a.log" 2>&1 &
+apid=$!
+for _ in $(seq 600); do grep -q "^pid $apid " "$d/ck2/lock" 2>/dev/null && break; sleep 0.1; done
+err_case "second writer" "$d/ck2|in use|pid $apid|$(hostname)" "${T[@]}" --steps 3 \
+    --checkpoint-dir "$d/ck2"
+# evals read the directory while it is written (they take no lock)
+"$PSTRAIN" eval --quiet --data "$d/ok.h5" --checkpoint "$d/ck" >"$tmp/out" 2>&1 ||
+    bad "eval beside a run: $(head -2 "$tmp/out")"
+kill -TERM $apid
+wait $apid
+arc=$?
+[ $arc = 0 ] || bad "the first run, stopped by SIGTERM, exited $arc: $(tail -2 "$tmp/a.log")"
+"${T[@]}" --steps 3 --checkpoint-dir "$d/ck2" --resume >"$tmp/out" 2>&1 ||
+    bad "a writer after the first ended: $(head -2 "$tmp/out")"
 finish

@@ -693,13 +693,72 @@ done:
     return rc;
 }
 
+/* The core driver's buffer, kept when HDF5 frees it at close: only then
+ * does the superblock say "closed" (an image taken while the file is open
+ * is marked as open for writing, and readers refuse it). Guarded by the
+ * HDF5 lock, like every HDF5 call. Buffers are zero-filled, so the bytes
+ * past the end of the file are zeros. */
+static struct {
+    bool capture;
+    void *buf;
+    size_t size; /* of the one live buffer */
+} g_sink;
+
+static void *sink_malloc(size_t size, H5FD_file_image_op_t op, void *udata)
+{
+    (void)op, (void)udata;
+    void *p = calloc(1, size ? size : 1);
+    if (p) g_sink.size = size;
+    return p;
+}
+
+static void *sink_memcpy(void *dst, const void *src, size_t size, H5FD_file_image_op_t op,
+                         void *udata)
+{
+    (void)op, (void)udata;
+    return memcpy(dst, src, size);
+}
+
+static void *sink_realloc(void *ptr, size_t size, H5FD_file_image_op_t op, void *udata)
+{
+    (void)op, (void)udata;
+    void *p = realloc(ptr, size ? size : 1);
+    if (!p) return NULL;
+    if (size > g_sink.size) memset((char *)p + g_sink.size, 0, size - g_sink.size);
+    g_sink.size = size;
+    return p;
+}
+
+static herr_t sink_free(void *ptr, H5FD_file_image_op_t op, void *udata)
+{
+    (void)udata;
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && g_sink.capture && !g_sink.buf)
+        g_sink.buf = ptr; /* the finished file */
+    else
+        free(ptr);
+    return 0;
+}
+
+/* The length of an HDF5 file image: its end-of-file address, from a
+ * version 2/3 superblock at offset 0 (the 1.10 format written here:
+ * signature, version, sizes of offsets and lengths, flags, base address,
+ * extension address, then the end-of-file address). 0 if the image has
+ * another form. The core driver's buffer is longer (rounded up). */
+static size_t image_eof(const unsigned char *b, size_t n)
+{
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    if (n < 48 || memcmp(b, sig, 8) || b[8] < 2 || b[9] != 8) return 0;
+    uint64_t base = 0, eof = 0;
+    for (int i = 7; i >= 0; i--) base = base << 8 | b[12 + i], eof = eof << 8 | b[28 + i];
+    return base == 0 && eof >= 48 && eof <= n ? (size_t)eof : 0;
+}
+
 static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
                           const float *params, const float *slots, size_t slot_stride, pst_err *e)
 {
     char dir[PATH_LEN], tmp[PATH_LEN], name[PATH_LEN];
     const char *base;
     hid_t fapl = -1, f = -1;
-    bool created = false;
     if ((int)meta->opt.kind < 0 || (size_t)meta->opt.kind >= PST_ARRAY_LEN(g_opt_names))
         return pst_fail(e, "%s: unknown optimizer kind %d", path, (int)meta->opt.kind);
     int nslots = slot_count(meta->opt.kind);
@@ -711,30 +770,28 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
         if (check_var(path, &vars[i], e) < 0) return -1;
 
     split_path(path, dir, sizeof dir, &base);
-    if (pst_tmp_name(path, true, tmp, sizeof tmp) < 0)
-        return pst_fail(e, "%s: path too long", path);
+    (void)base;
 
+    /* The file is built in memory (the core driver, no backing store) and
+     * only then written out with plain write(): HDF5 never sees a disk
+     * error. On a full disk its close used to fail half-way and leave a
+     * file object that crashed libhdf5 at exit (H5F__close_cb in
+     * MPI_Finalize). Costs one copy of the checkpoint in memory. */
     h5quiet q = h5_quiet_begin();
     const char *step = "create";
+    void *image = NULL;
+    size_t image_len = 0;
+    H5FD_file_image_callbacks_t cb = {sink_malloc, sink_memcpy, sink_realloc, sink_free,
+                                      NULL,        NULL,        NULL};
+    g_sink.capture = true, g_sink.buf = NULL, g_sink.size = 0;
     fapl = ckpt_fapl();
     /* the 1.10 file format: checksummed metadata (object headers, B-trees) */
-    if (fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0) goto fail;
-    /* Exclusively (O_EXCL), under a name nobody can predict: in a shared
-     * directory a planted file or symlink is never opened, let alone
-     * truncated; a name that exists is only retried under another. */
-    for (int attempt = 0; attempt < 16; attempt++) {
-        errno = 0;
-        f = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
-        if (f >= 0 || errno != EEXIST || pst_tmp_name(path, true, tmp, sizeof tmp) < 0) break;
-    }
-    if (f < 0) {
-        int err = errno;
-        h5_close(fapl);
-        h5_quiet_end(q);
-        return pst_fail(e, "%s: cannot create the temporary file %s%s%s", path, tmp,
-                        err ? ": " : "", err ? strerror(err) : "");
-    }
-    created = true;
+    if (fapl < 0 || H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) < 0 ||
+        H5Pset_fapl_core(fapl, (size_t)1 << 20, 0) < 0 ||
+        H5Pset_file_image_callbacks(fapl, &cb) < 0)
+        goto fail;
+    f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl); /* in memory: path is only a name */
+    if (f < 0) goto fail;
     step = "write attributes";
     if (write_meta(f, meta) < 0) goto fail;
     for (int i = 0; i < nvars; i++) {
@@ -749,18 +806,41 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
                 goto fail;
         }
     }
-    step = "flush";
-    if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) goto fail;
     step = "close";
     hid_t fc = f;
     f = -1;
     if (H5Fclose(fc) < 0) goto fail;
+    image = g_sink.buf;
+    g_sink.capture = false, g_sink.buf = NULL;
+    step = "image";
+    if (!image || !(image_len = image_eof(image, g_sink.size))) goto fail;
     h5_quiet_end(q);
     H5Pclose(fapl);
     fapl = -1;
-    /* fsync after the close: H5Fclose may still write metadata. */
-    if (pst_fsync_path(tmp, false) < 0) {
-        pst_fail(e, "%s: fsync of %s: %s", path, tmp, strerror(errno));
+
+    /* Exclusively (O_EXCL|O_NOFOLLOW), under a name nobody can predict: in
+     * a shared directory a planted file or symlink is never opened, let
+     * alone truncated or written through. */
+    int fd = pst_tmp_create(path, true, tmp, sizeof tmp);
+    if (fd < 0) {
+        int err = errno;
+        free(image);
+        return pst_fail(e, "%s: cannot create a temporary file in %s: %s", path, dir,
+                        strerror(err));
+    }
+    if (pst_write_all(fd, image, image_len) < 0 || fsync(fd) < 0) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        free(image);
+        return pst_fail(e,
+                        "%s: cannot write the checkpoint: %s (the previous checkpoints are kept)",
+                        path, strerror(err));
+    }
+    free(image);
+    if (close(fd) < 0) {
+        pst_fail(e, "%s: cannot write the checkpoint: %s (the previous checkpoints are kept)", path,
+                 strerror(errno));
         goto fail_os;
     }
     if (rename(tmp, path) < 0) {
@@ -775,9 +855,10 @@ fail:
     h5_close(f);
     h5_close(fapl);
     h5_quiet_end(q);
-    pst_fail(e, "%s: HDF5 error writing the checkpoint (at %s)", path, step);
-    if (created) unlink(tmp);
-    return -1;
+    free(g_sink.buf);
+    free(image);
+    g_sink.capture = false, g_sink.buf = NULL;
+    return pst_fail(e, "%s: HDF5 error building the checkpoint (at %s)", path, step);
 fail_os:
     unlink(tmp);
     return -1;
@@ -1159,7 +1240,8 @@ static int write_latest(const char *dir, const char *name, pst_err *e)
     char tmp[PATH_LEN], fin[PATH_LEN];
     snprintf(fin, sizeof fin, "%s/latest", dir);
     int fd = pst_tmp_create(fin, true, tmp, sizeof tmp);
-    if (fd < 0) return pst_fail(e, "%s: cannot create a temporary beside it: %s", fin, strerror(errno));
+    if (fd < 0)
+        return pst_fail(e, "%s: cannot create a temporary beside it: %s", fin, strerror(errno));
     char line[PATH_LEN];
     int len = snprintf(line, sizeof line, "%s\n", name);
     if (pst_write_all(fd, line, (size_t)len) < 0 || fsync(fd) < 0) {
@@ -1459,7 +1541,8 @@ static int lock_dir(const char *dir, pst_err *e)
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    int len = snprintf(line, sizeof line, "pid %ld host %s since %s\n", (long)getpid(), host, since);
+    int len =
+        snprintf(line, sizeof line, "pid %ld host %s since %s\n", (long)getpid(), host, since);
     if (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)len, 0) != len) {
         int err = errno;
         close(fd);

@@ -197,7 +197,8 @@ int metrics_finish(metrics *m, pst_err *e)
     if (fclose(m->f) != 0 && !m->err) m->err = errno ? errno : EIO;
     m->f = NULL;
     if (m->err)
-        return pst_fail(e, "%s: write error on the metrics file: %s (the records from then on are "
+        return pst_fail(e,
+                        "%s: write error on the metrics file: %s (the records from then on are "
                         "missing)",
                         m->path, strerror(m->err));
     return 0;

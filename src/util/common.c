@@ -177,8 +177,8 @@ static uint64_t tmp_random(void)
     static uint64_t counter;
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    uint64_t x = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 30) ^ ((uint64_t)getpid() << 16) ^
-                 ++counter;
+    uint64_t x =
+        (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 30) ^ ((uint64_t)getpid() << 16) ^ ++counter;
     return pst_splitmix64(&x);
 }
 
@@ -276,7 +276,8 @@ int pst_out_check(const char *path, bool whole_file, pst_err *e)
                             "%s: not a regular file (a FIFO or socket would block or lose the "
                             "output), expected a file or a character device",
                             path);
-        if (access(path, W_OK) < 0) return pst_fail(e, "%s: not writable: %s", path, strerror(errno));
+        if (access(path, W_OK) < 0)
+            return pst_fail(e, "%s: not writable: %s", path, strerror(errno));
         if (!S_ISREG(st.st_mode) || !whole_file) return 0;
     } else if (errno != ENOENT) {
         return pst_fail(e, "%s: %s", path, strerror(errno));
@@ -284,12 +285,14 @@ int pst_out_check(const char *path, bool whole_file, pst_err *e)
     /* a new file, or one replaced by a rename: its directory must take it */
     char dir[4096];
     const char *slash = strrchr(path, '/');
-    int len = slash == path      ? snprintf(dir, sizeof dir, "/")
-              : slash            ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path)
-                                 : snprintf(dir, sizeof dir, ".");
+    int len = slash == path ? snprintf(dir, sizeof dir, "/")
+              : slash       ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path)
+                            : snprintf(dir, sizeof dir, ".");
     if (len < 0 || (size_t)len >= sizeof dir) return pst_fail(e, "%s: path too long", path);
-    if (stat(dir, &st) < 0) return pst_fail(e, "%s: cannot create: %s: %s", path, dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return pst_fail(e, "%s: cannot create: %s is not a directory", path, dir);
+    if (stat(dir, &st) < 0)
+        return pst_fail(e, "%s: cannot create: %s: %s", path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return pst_fail(e, "%s: cannot create: %s is not a directory", path, dir);
     if (access(dir, W_OK | X_OK) < 0)
         return pst_fail(e, "%s: cannot create: directory %s: %s", path, dir, strerror(errno));
     return 0;

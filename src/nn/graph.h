@@ -3,6 +3,14 @@
  * topological order, each with a kind (an ops table), up to NN_MAX_IN
  * producers, an output shape per example, and its variables in the slabs.
  * The built-in models (models.c) are written with the nn_add_* builders.
+ *
+ * Layer kinds. Each kind lives in its own file, src/nn/layer_<kind>.c: its
+ * nn_layer_ops (forward, backward, arena needs, description), its private
+ * state (the struct l->priv points to) and its builder, which checks the
+ * input shape, sets the output shape and adds the variables (parameters).
+ * The numeric kernels it calls are declared in layers.h. A new kind is one
+ * new file, one row in nn_layer_kinds (model.c) and its builder's prototype
+ * below; model.c itself knows no kind except that the last layer is dense.
  */
 #ifndef PSTRAIN_NN_GRAPH_H
 #define PSTRAIN_NN_GRAPH_H
@@ -18,9 +26,27 @@
 typedef struct nn_layer nn_layer;
 
 typedef struct nn_layer_ops {
-    const char *kind;
+    const char *kind; /* the "kind" column of nn_model_describe */
+    /* Computes l->y for n examples from the producers' outputs (nn_in_y);
+     * train: the training forward (batch statistics, dropout). */
     void (*forward)(nn_model *m, nn_layer *l, int n, bool train);
+    /* From l->dy: writes or adds the producers' gradients (nn_in_dy) and
+     * writes the gradients of the layer's variables (nn_grad). */
     void (*backward)(nn_model *m, nn_layer *l, int n);
+    /* Bytes of l->priv (the kind's own parameters and state pointers);
+     * 0: none. */
+    size_t priv_size;
+    /* Floats of per-batch state the layer keeps in the model's arena beyond
+     * its output and gradient (batch-norm statistics, pooling indices,
+     * dropout masks) for max_batch B; NULL: none. */
+    size_t (*arena_floats)(const nn_layer *l, size_t B);
+    /* Points that state at p (arena_floats(l, B) floats, zeroed). */
+    void (*arena_bind)(nn_layer *l, float *p);
+    /* Floats of scratch the layer needs during a call, shared by all layers
+     * (convolution's im2col); NULL: none. */
+    size_t (*scratch_floats)(const nn_layer *l, size_t B);
+    /* The "detail" column of nn_model_describe ("3x3/1 pad 1 relu"). */
+    void (*describe)(const nn_model *m, const nn_layer *l, char *buf, size_t len);
 } nn_layer_ops;
 
 struct nn_layer {
@@ -32,22 +58,14 @@ struct nn_layer {
     int var0, nvar;         /* variables m->vars[var0, var0 + nvar) */
     float *y, *dy;          /* output and its gradient, [max_batch][h][w][c] */
     bool dy_written;        /* during backward: first consumer writes, later ones add */
-    union {
-        nn_conv_dims conv; /* N is set per call */
-        struct {
-            nn_pool_dims d;
-            int32_t *argmax; /* max pool only */
-        } pool;
-        struct {
-            float *mean, *invstd; /* [c], saved by the training forward */
-        } bn;
-        struct {
-            float rate;
-            float *mask; /* [max_batch][h][w][c] */
-        } drop;
-    } u;
-    double t_fwd, t_bwd; /* profiling: seconds summed over calls */
+    void *priv;             /* the kind's struct, ops->priv_size bytes, zeroed; owned */
+    double t_fwd, t_bwd;    /* profiling: seconds summed over calls */
 };
+
+/* Every layer kind, NULL-terminated: one row per layer_<kind>.c. */
+extern const nn_layer_ops *const nn_layer_kinds[];
+extern const nn_layer_ops nn_dense_ops, nn_conv_ops, nn_bn_ops, nn_maxpool_ops, nn_avgpool_ops,
+    nn_dropout_ops, nn_concat_ops;
 
 /* What to do with a variable at initialization. */
 typedef enum nn_init { NN_INIT_ZERO, NN_INIT_ONE, NN_INIT_HE, NN_INIT_GLOROT } nn_init;
@@ -77,6 +95,65 @@ struct nn_model {
     bool failed; /* a builder failed; err holds why */
     pst_err *err;
 };
+
+/* ---- for the layer files: the graph around a layer ------------------------- */
+
+/* Variable k of layer l in the parameter and gradient slabs. */
+static inline float *nn_param(nn_model *m, const nn_layer *l, int k)
+{
+    return m->params + m->vars[l->var0 + k].offset;
+}
+static inline float *nn_grad(nn_model *m, const nn_layer *l, int k)
+{
+    return m->grads + m->vars[l->var0 + k].offset;
+}
+/* Producer j's output (the model's input for NN_INPUT). */
+static inline const float *nn_in_y(nn_model *m, const nn_layer *l, int j)
+{
+    return l->in[j] == NN_INPUT ? m->x : m->layers[l->in[j]].y;
+}
+/* Producer j's gradient buffer (NULL for the model input) and whether this
+ * consumer adds to it; marks it written. */
+static inline float *nn_in_dy(nn_model *m, const nn_layer *l, int j, bool *acc)
+{
+    *acc = false;
+    if (l->in[j] == NN_INPUT) return NULL;
+    nn_layer *p = &m->layers[l->in[j]];
+    *acc = p->dy_written;
+    p->dy_written = true;
+    return p->dy;
+}
+/* Output shape of one example of producer `in` (a layer index or NN_INPUT). */
+static inline void nn_in_shape(const nn_model *m, int in, int *h, int *w, int *c)
+{
+    if (in == NN_INPUT) {
+        *h = m->cfg.height, *w = m->cfg.width, *c = m->cfg.channels;
+    } else {
+        const nn_layer *p = &m->layers[in];
+        *h = p->h, *w = p->w, *c = p->c;
+    }
+}
+/* "input" or the producer's layer name, for messages. */
+const char *nn_in_name(const nn_model *m, int in);
+
+/* Arena buffers are 64-byte aligned with slack after each: n floats take
+ * nn_arena_round(n). */
+#define NN_ARENA_ALIGN 16 /* floats */
+#define NN_ARENA_SLACK 16 /* floats after each buffer */
+static inline size_t nn_arena_round(size_t n)
+{
+    return (n + NN_ARENA_SLACK + NN_ARENA_ALIGN - 1) / NN_ARENA_ALIGN * NN_ARENA_ALIGN;
+}
+
+/* For builders: appends a layer of kind `ops` fed by `in`, with l->priv
+ * allocated; the builder sets its shape and adds its variables. */
+nn_layer *nn_new_layer(nn_model *m, const nn_layer_ops *ops, const char *name, int in);
+/* Adds variable `suffix` ("kernel", "bias", ...) to the layer just created,
+ * named "<layer>/<suffix>", at the end of the slabs. */
+void nn_add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, const int *shape,
+                bool trainable, nn_init init, int fan_in, int fan_out, bool decay);
+/* Records a builder error (the first one wins) and returns NN_FAILED. */
+int nn_fail(nn_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Builders: each appends a layer fed by `in` (a layer index or NN_INPUT)
  * and returns its index, or NN_FAILED (with m->failed set and the reason in

@@ -1,6 +1,8 @@
 /*
- * model.c - the model graph: builders, one slab per parameters and
- * gradients, seeded initialization, train/eval steps, description.
+ * model.c - the model graph: the table of layer kinds, what builders share
+ * (layers, variables), one slab per parameters and gradients, seeded
+ * initialization, the arena, train/eval steps, description. The layer kinds
+ * themselves (ops and builders) are src/nn/layer_<kind>.c.
  *
  * Layers run in list order forward and in reverse backward. A layer reads
  * its producers' outputs (or the caller's batch) and writes its own y; in
@@ -17,183 +19,23 @@
 
 #include "graph.h"
 
-#define BN_MOMENTUM 0.99f
-#define BN_EPS 1e-3f
-#define ARENA_ALIGN 16 /* floats: 64-byte aligned buffers */
-#define ARENA_SLACK 16 /* floats after each buffer */
+/* Every layer kind, one row per src/nn/layer_<kind>.c (see graph.h). A
+ * builder may only create layers of a kind listed here. */
+const nn_layer_ops *const nn_layer_kinds[] = {
+    &nn_dense_ops,   &nn_conv_ops,    &nn_bn_ops,     &nn_maxpool_ops,
+    &nn_avgpool_ops, &nn_dropout_ops, &nn_concat_ops, NULL,
+};
 
-/* ---- accessors used by the layer ops ------------------------------------------ */
-
-static float *P(nn_model *m, const nn_layer *l, int k)
+static bool kind_registered(const nn_layer_ops *ops)
 {
-    return m->params + m->vars[l->var0 + k].offset;
-}
-static float *G(nn_model *m, const nn_layer *l, int k)
-{
-    return m->grads + m->vars[l->var0 + k].offset;
-}
-static const float *in_y(nn_model *m, const nn_layer *l, int j)
-{
-    return l->in[j] == NN_INPUT ? m->x : m->layers[l->in[j]].y;
-}
-/* Producer j's gradient buffer (NULL for the model input) and whether this
- * consumer adds to it; marks it written. */
-static float *in_dy(nn_model *m, const nn_layer *l, int j, bool *acc)
-{
-    *acc = false;
-    if (l->in[j] == NN_INPUT) return NULL;
-    nn_layer *p = &m->layers[l->in[j]];
-    *acc = p->dy_written;
-    p->dy_written = true;
-    return p->dy;
-}
-static void in_shape(const nn_model *m, int in, int *h, int *w, int *c)
-{
-    if (in == NN_INPUT) {
-        *h = m->cfg.height, *w = m->cfg.width, *c = m->cfg.channels;
-    } else {
-        const nn_layer *p = &m->layers[in];
-        *h = p->h, *w = p->w, *c = p->c;
-    }
+    for (const nn_layer_ops *const *k = nn_layer_kinds; *k; k++)
+        if (*k == ops) return true;
+    return false;
 }
 
-/* ---- layer ops --------------------------------------------------------------- */
+/* ---- for the builders (graph.h) ------------------------------------------------- */
 
-static void dense_fwd(nn_model *m, nn_layer *l, int n, bool train)
-{
-    int I = m->vars[l->var0].shape[0];
-    nn_dense_forward(l->y, in_y(m, l, 0), P(m, l, 0), P(m, l, 1), n, I, l->c, l->relu);
-}
-static void dense_bwd(nn_model *m, nn_layer *l, int n)
-{
-    int I = m->vars[l->var0].shape[0];
-    bool acc;
-    float *din = in_dy(m, l, 0, &acc);
-    nn_dense_backward(din, acc, G(m, l, 0), G(m, l, 1), l->dy, l->y, in_y(m, l, 0), P(m, l, 0), n,
-                      I, l->c, l->relu);
-}
-
-static void conv_fwd(nn_model *m, nn_layer *l, int n, bool train)
-{
-    nn_conv_dims d = l->u.conv;
-    d.N = n;
-    nn_conv2d_forward(l->y, in_y(m, l, 0), P(m, l, 0), l->nvar > 1 ? P(m, l, 1) : NULL, &d, l->relu,
-                      m->scratch);
-}
-static void conv_bwd(nn_model *m, nn_layer *l, int n)
-{
-    nn_conv_dims d = l->u.conv;
-    d.N = n;
-    bool acc;
-    float *din = in_dy(m, l, 0, &acc);
-    nn_conv2d_backward(din, acc, G(m, l, 0), l->nvar > 1 ? G(m, l, 1) : NULL, l->dy, l->y,
-                       in_y(m, l, 0), P(m, l, 0), &d, l->relu, m->scratch);
-}
-
-static void bn_fwd(nn_model *m, nn_layer *l, int n, bool train)
-{
-    int M = n * l->h * l->w;
-    if (train)
-        nn_bn_forward_train(l->y, l->u.bn.mean, l->u.bn.invstd, G(m, l, 2), G(m, l, 3),
-                            in_y(m, l, 0), P(m, l, 0), P(m, l, 1), P(m, l, 2), P(m, l, 3), M, l->c,
-                            BN_MOMENTUM, BN_EPS, l->relu);
-    else
-        nn_bn_forward_infer(l->y, in_y(m, l, 0), P(m, l, 0), P(m, l, 1), P(m, l, 2), P(m, l, 3), M,
-                            l->c, BN_EPS, l->relu);
-}
-static void bn_bwd(nn_model *m, nn_layer *l, int n)
-{
-    bool acc;
-    float *din = in_dy(m, l, 0, &acc);
-    nn_bn_backward(din, acc, G(m, l, 0), G(m, l, 1), l->dy, l->y, in_y(m, l, 0), P(m, l, 0),
-                   l->u.bn.mean, l->u.bn.invstd, n * l->h * l->w, l->c, l->relu);
-}
-
-static void maxpool_fwd(nn_model *m, nn_layer *l, int n, bool train)
-{
-    nn_pool_dims d = l->u.pool.d;
-    d.N = n;
-    nn_maxpool_forward(l->y, l->u.pool.argmax, in_y(m, l, 0), &d);
-}
-static void maxpool_bwd(nn_model *m, nn_layer *l, int n)
-{
-    nn_pool_dims d = l->u.pool.d;
-    d.N = n;
-    bool acc;
-    float *din = in_dy(m, l, 0, &acc);
-    if (din) nn_maxpool_backward(din, acc, l->dy, l->u.pool.argmax, &d);
-}
-
-static void avgpool_fwd(nn_model *m, nn_layer *l, int n, bool train)
-{
-    nn_pool_dims d = l->u.pool.d;
-    d.N = n;
-    nn_avgpool_forward(l->y, in_y(m, l, 0), &d);
-}
-static void avgpool_bwd(nn_model *m, nn_layer *l, int n)
-{
-    nn_pool_dims d = l->u.pool.d;
-    d.N = n;
-    bool acc;
-    float *din = in_dy(m, l, 0, &acc);
-    if (din) nn_avgpool_backward(din, acc, l->dy, &d);
-}
-
-static void dropout_fwd(nn_model *m, nn_layer *l, int n, bool train)
-{
-    size_t cnt = (size_t)n * l->h * l->w * l->c;
-    if (!train) {
-        memcpy(l->y, in_y(m, l, 0), sizeof(float) * cnt);
-        return;
-    }
-    /* the mask depends on (seed, step, layer) only */
-    uint64_t seed = nn_seed_mix(m->cfg.seed, (uint64_t)m->step, (uint64_t)(l - m->layers));
-    nn_dropout_mask(l->u.drop.mask, cnt, l->u.drop.rate, seed);
-    nn_dropout_forward(l->y, in_y(m, l, 0), l->u.drop.mask, cnt);
-}
-static void dropout_bwd(nn_model *m, nn_layer *l, int n)
-{
-    bool acc;
-    float *din = in_dy(m, l, 0, &acc);
-    if (din) nn_dropout_backward(din, acc, l->dy, l->u.drop.mask, (size_t)n * l->h * l->w * l->c);
-}
-
-static void concat_fwd(nn_model *m, nn_layer *l, int n, bool train)
-{
-    const float *ins[NN_MAX_IN];
-    int cs[NN_MAX_IN];
-    for (int j = 0; j < l->nin; j++) {
-        int h, w;
-        ins[j] = in_y(m, l, j);
-        in_shape(m, l->in[j], &h, &w, &cs[j]);
-    }
-    nn_concat_forward(l->y, ins, cs, l->nin, n * l->h * l->w);
-}
-static void concat_bwd(nn_model *m, nn_layer *l, int n)
-{
-    float *dins[NN_MAX_IN];
-    bool acc[NN_MAX_IN];
-    int cs[NN_MAX_IN];
-    for (int j = 0; j < l->nin; j++) {
-        int h, w;
-        dins[j] = in_dy(m, l, j, &acc[j]);
-        in_shape(m, l->in[j], &h, &w, &cs[j]);
-    }
-    nn_concat_backward(dins, acc, l->dy, cs, l->nin, n * l->h * l->w);
-}
-
-static const nn_layer_ops dense_ops = {"dense", dense_fwd, dense_bwd};
-static const nn_layer_ops conv_ops = {"conv2d", conv_fwd, conv_bwd};
-static const nn_layer_ops bn_ops = {"batchnorm", bn_fwd, bn_bwd};
-static const nn_layer_ops maxpool_ops = {"maxpool", maxpool_fwd, maxpool_bwd};
-static const nn_layer_ops avgpool_ops = {"avgpool", avgpool_fwd, avgpool_bwd};
-static const nn_layer_ops dropout_ops = {"dropout", dropout_fwd, dropout_bwd};
-static const nn_layer_ops concat_ops = {"concat", concat_fwd, concat_bwd};
-
-/* ---- builders --------------------------------------------------------------------- */
-
-static int fail(nn_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(nn_model *m, const char *fmt, ...)
+int nn_fail(nn_model *m, const char *fmt, ...)
 {
     char msg[PST_ERR_LEN];
     va_list ap;
@@ -205,8 +47,11 @@ static int fail(nn_model *m, const char *fmt, ...)
     return NN_FAILED;
 }
 
-static nn_layer *new_layer(nn_model *m, const nn_layer_ops *ops, const char *name, int in)
+nn_layer *nn_new_layer(nn_model *m, const nn_layer_ops *ops, const char *name, int in)
 {
+    bool known = kind_registered(ops) && ops->forward && ops->backward;
+    assert(known); /* a builder of a kind missing from nn_layer_kinds */
+    (void)known;
     if (m->nlayers == m->cap_layers) {
         m->cap_layers = m->cap_layers ? 2 * m->cap_layers : 16;
         m->layers = pst_realloc(m->layers, sizeof(nn_layer) * m->cap_layers);
@@ -218,11 +63,12 @@ static nn_layer *new_layer(nn_model *m, const nn_layer_ops *ops, const char *nam
     l->in[0] = in;
     l->nin = 1;
     l->var0 = m->nvars;
+    if (ops->priv_size) l->priv = pst_calloc(1, ops->priv_size);
     return l;
 }
 
-static void add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, const int *shape,
-                    bool trainable, nn_init init, int fan_in, int fan_out, bool decay)
+void nn_add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, const int *shape,
+                bool trainable, nn_init init, int fan_in, int fan_out, bool decay)
 {
     if (m->nvars == m->cap_vars) {
         m->cap_vars = m->cap_vars ? 2 * m->cap_vars : 32;
@@ -243,127 +89,9 @@ static void add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, cons
     l->nvar++;
 }
 
-static const char *in_name(const nn_model *m, int in)
+const char *nn_in_name(const nn_model *m, int in)
 {
     return in == NN_INPUT ? "input" : m->layers[in].name;
-}
-
-int nn_add_conv(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride, int pad,
-                bool bias, bool relu, nn_init init)
-{
-    if (m->failed || in == NN_FAILED) return NN_FAILED;
-    nn_conv_dims d = {0};
-    in_shape(m, in, &d.H, &d.W, &d.C);
-    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad, d.K = K;
-    nn_conv_dims_finish(&d);
-    if (d.OH <= 0 || d.OW <= 0)
-        return fail(m,
-                    "model %s does not fit a %dx%dx%d image: layer %s (%dx%d kernel, stride %d, "
-                    "padding %d) gets a %dx%d input from %s",
-                    m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, stride,
-                    pad, d.H, d.W, in_name(m, in));
-    nn_layer *l = new_layer(m, &conv_ops, name, in);
-    l->u.conv = d;
-    l->h = d.OH, l->w = d.OW, l->c = K, l->relu = relu;
-    int ks[4] = {KH, KW, d.C, K};
-    add_var(m, l, "kernel", 4, ks, true, init, KH * KW * d.C, KH * KW * K, true);
-    if (bias) add_var(m, l, "bias", 1, &K, true, NN_INIT_ZERO, 0, 0, false);
-    return m->nlayers - 1;
-}
-
-int nn_add_bn(nn_model *m, const char *name, int in, bool relu)
-{
-    if (m->failed || in == NN_FAILED) return NN_FAILED;
-    nn_layer *l = new_layer(m, &bn_ops, name, in);
-    in_shape(m, in, &l->h, &l->w, &l->c);
-    l->relu = relu;
-    add_var(m, l, "gamma", 1, &l->c, true, NN_INIT_ONE, 0, 0, false);
-    add_var(m, l, "beta", 1, &l->c, true, NN_INIT_ZERO, 0, 0, false);
-    add_var(m, l, "moving_mean", 1, &l->c, false, NN_INIT_ZERO, 0, 0, false);
-    add_var(m, l, "moving_variance", 1, &l->c, false, NN_INIT_ONE, 0, 0, false);
-    return m->nlayers - 1;
-}
-
-int nn_add_conv_bn(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride,
-                   int pad)
-{
-    int c = nn_add_conv(m, name, in, K, KH, KW, stride, pad, false, false, NN_INIT_HE);
-    char bn[NN_LAYER_NAME_LEN];
-    snprintf(bn, sizeof bn, "%s/bn", name);
-    return nn_add_bn(m, bn, c, true);
-}
-
-int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW, int stride,
-                int pad)
-{
-    if (m->failed || in == NN_FAILED) return NN_FAILED;
-    nn_pool_dims d = {0};
-    in_shape(m, in, &d.H, &d.W, &d.C);
-    if (KH == 0 && KW == 0) KH = d.H, KW = d.W, stride = 1, pad = 0; /* global */
-    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad;
-    nn_pool_dims_finish(&d);
-    if (d.OH <= 0 || d.OW <= 0)
-        return fail(m,
-                    "model %s does not fit a %dx%dx%d image: layer %s (%dx%d pool, stride %d, "
-                    "padding %d) gets a %dx%d input from %s",
-                    m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, stride,
-                    pad, d.H, d.W, in_name(m, in));
-    assert(pad < KH && pad < KW);
-    nn_layer *l = new_layer(m, max ? &maxpool_ops : &avgpool_ops, name, in);
-    l->u.pool.d = d;
-    l->h = d.OH, l->w = d.OW, l->c = d.C;
-    return m->nlayers - 1;
-}
-
-int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu)
-{
-    if (m->failed || in == NN_FAILED) return NN_FAILED;
-    int h, w, c;
-    in_shape(m, in, &h, &w, &c);
-    if ((int64_t)h * w * c > INT_MAX) /* the kernels index with int */
-        return fail(m,
-                    "model %s does not fit a %dx%dx%d image: layer %s would have %lld inputs, "
-                    "expected at most %d",
-                    m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name,
-                    (long long)h * w * c, INT_MAX);
-    nn_layer *l = new_layer(m, &dense_ops, name, in);
-    l->h = l->w = 1, l->c = O, l->relu = relu;
-    int I = h * w * c, ks[2] = {I, O};
-    add_var(m, l, "kernel", 2, ks, true, relu ? NN_INIT_HE : NN_INIT_GLOROT, I, O, true);
-    add_var(m, l, "bias", 1, &O, true, NN_INIT_ZERO, 0, 0, false);
-    return m->nlayers - 1;
-}
-
-int nn_add_dropout(nn_model *m, const char *name, int in, float rate)
-{
-    if (m->failed || in == NN_FAILED) return NN_FAILED;
-    assert(rate >= 0.0f && rate < 1.0f);
-    nn_layer *l = new_layer(m, &dropout_ops, name, in);
-    in_shape(m, in, &l->h, &l->w, &l->c);
-    l->u.drop.rate = rate;
-    return m->nlayers - 1;
-}
-
-int nn_add_concat(nn_model *m, const char *name, const int *ins, int nin)
-{
-    if (m->failed) return NN_FAILED;
-    assert(nin >= 1 && nin <= NN_MAX_IN);
-    int h0, w0, ctot = 0;
-    for (int j = 0; j < nin; j++) {
-        if (ins[j] == NN_FAILED) return NN_FAILED;
-        int h, w, c;
-        in_shape(m, ins[j], &h, &w, &c);
-        if (j == 0) h0 = h, w0 = w;
-        if (h != h0 || w != w0)
-            return fail(m, "model %s: concat %s joins %dx%d and %dx%d outputs", m->name, name, h0,
-                        w0, h, w);
-        ctot += c;
-    }
-    nn_layer *l = new_layer(m, &concat_ops, name, ins[0]);
-    for (int j = 0; j < nin; j++) l->in[j] = ins[j];
-    l->nin = nin;
-    l->h = h0, l->w = w0, l->c = ctot;
-    return m->nlayers - 1;
 }
 
 /* ---- construction ------------------------------------------------------------ */
@@ -404,12 +132,8 @@ static void init_vars(nn_model *m)
     }
 }
 
-static size_t round_up(size_t n)
-{
-    return (n + ARENA_SLACK + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-}
-
-/* Lays out activations, gradients, masks and indices in one arena. */
+/* Lays out activations, gradients and each layer's state (ops->arena_floats)
+ * in one arena, and the scratch shared by all layers after it. */
 static void alloc_arena(nn_model *m)
 {
     const size_t B = (size_t)m->cfg.max_batch;
@@ -418,22 +142,16 @@ static void alloc_arena(nn_model *m)
         size_t off = 0;
         for (int i = 0; i < m->nlayers; i++) {
             nn_layer *l = &m->layers[i];
-            size_t act = round_up(B * l->h * l->w * l->c);
+            const nn_layer_ops *ops = l->ops;
+            size_t act = nn_arena_round(B * l->h * l->w * l->c);
             if (pass) l->y = m->arena + off, l->dy = m->arena + off + act;
             off += 2 * act;
-            if (l->ops == &bn_ops) {
-                if (pass) l->u.bn.mean = m->arena + off, l->u.bn.invstd = m->arena + off + l->c;
-                off += round_up(2 * (size_t)l->c);
-            } else if (l->ops == &maxpool_ops) {
-                if (pass) l->u.pool.argmax = (int32_t *)(void *)(m->arena + off);
-                off += act; /* int32 and float have the same size */
-            } else if (l->ops == &dropout_ops) {
-                if (pass) l->u.drop.mask = m->arena + off;
-                off += act;
-            } else if (l->ops == &conv_ops && !pass) {
-                nn_conv_dims d = l->u.conv;
-                d.N = (int)B;
-                size_t s = nn_conv_scratch(&d);
+            if (ops->arena_floats) {
+                if (pass) ops->arena_bind(l, m->arena + off);
+                off += ops->arena_floats(l, B);
+            }
+            if (ops->scratch_floats && !pass) {
+                size_t s = ops->scratch_floats(l, B);
                 if (s > scratch) scratch = s;
             }
         }
@@ -469,7 +187,7 @@ int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
     m->cfg.name = m->name;
     m->err = e;
     if (nn_build_named(m) < 0) goto fail;
-    if (m->nlayers == 0 || m->layers[m->nlayers - 1].ops != &dense_ops ||
+    if (m->nlayers == 0 || m->layers[m->nlayers - 1].ops != &nn_dense_ops ||
         m->layers[m->nlayers - 1].c != cfg->num_classes) {
         pst_fail(e, "model %s: the last layer must be dense with %d outputs", name,
                  cfg->num_classes);
@@ -515,6 +233,7 @@ fail:
 void nn_model_free(nn_model *m)
 {
     if (!m) return;
+    for (int i = 0; i < m->nlayers; i++) free(m->layers[i].priv);
     free(m->layers);
     free(m->vars);
     free(m->info);
@@ -660,27 +379,6 @@ static size_t layer_params(const nn_model *m, const nn_layer *l, bool trainable)
     return n;
 }
 
-static void layer_detail(const nn_model *m, const nn_layer *l, char *buf, size_t len)
-{
-    buf[0] = 0;
-    if (l->ops == &conv_ops) {
-        const nn_conv_dims *d = &l->u.conv;
-        snprintf(buf, len, "%dx%d/%d pad %d%s%s", d->KH, d->KW, d->SH, d->PH,
-                 l->nvar > 1 ? " +bias" : "", l->relu ? " relu" : "");
-    } else if (l->ops == &maxpool_ops || l->ops == &avgpool_ops) {
-        const nn_pool_dims *d = &l->u.pool.d;
-        snprintf(buf, len, "%dx%d/%d pad %d", d->KH, d->KW, d->SH, d->PH);
-    } else if (l->ops == &dense_ops || l->ops == &bn_ops) {
-        snprintf(buf, len, "%s", l->relu ? "relu" : "");
-    } else if (l->ops == &dropout_ops) {
-        snprintf(buf, len, "rate %.2f", l->u.drop.rate);
-    } else if (l->ops == &concat_ops) {
-        size_t o = 0;
-        for (int j = 0; j < l->nin && o < len; j++)
-            o += (size_t)snprintf(buf + o, len - o, "%s%s", j ? "+" : "", in_name(m, l->in[j]));
-    }
-}
-
 void nn_model_describe(const nn_model *m, FILE *out)
 {
     fprintf(out, "model %s: input %dx%dx%d, %d classes\n", m->name, m->cfg.height, m->cfg.width,
@@ -690,7 +388,8 @@ void nn_model_describe(const nn_model *m, FILE *out)
         const nn_layer *l = &m->layers[i];
         char shape[32], detail[128];
         snprintf(shape, sizeof shape, "%dx%dx%d", l->h, l->w, l->c);
-        layer_detail(m, l, detail, sizeof detail);
+        detail[0] = 0;
+        if (l->ops->describe) l->ops->describe(m, l, detail, sizeof detail);
         fprintf(out, "  %-28s %-10s %-14s %-26s %10zu\n", l->name, l->ops->kind, shape, detail,
                 layer_params(m, l, true));
     }

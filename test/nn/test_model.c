@@ -1,12 +1,14 @@
 /* test_model.c - the built-in models as a whole: finite-difference gradients
  * of every trainable variable on a tiny batch (with weight decay and label
  * smoothing), shape errors, the description's parameter count, seeded
- * determinism, the batch-norm moving-statistics contract, evaluation, and
- * that a few SGD steps fit a fixed batch. */
+ * determinism, the batch-norm moving-statistics contract, evaluation, that a
+ * few SGD steps fit a fixed batch, and that every registered layer kind is
+ * complete and used by a built-in model (so its gradients are checked). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "graph.h"
 #include "layers.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
@@ -270,6 +272,39 @@ static void test_fits_batch(const spec *s, float lr, int steps)
     nn_model_free(m);
 }
 
+/* The table of layer kinds: each row complete, kinds distinct, and each kind
+ * in some built-in model, whose gradients test_model_gradients checks. */
+static void test_layer_kinds(void)
+{
+    int nk = 0;
+    for (const nn_layer_ops *const *k = nn_layer_kinds; *k; k++, nk++) {
+        const nn_layer_ops *o = *k;
+        CHECK(o->kind && o->forward && o->backward && o->describe, "kind %d incomplete", nk);
+        CHECK(!o->arena_floats == !o->arena_bind, "%s: arena_floats without arena_bind", o->kind);
+        for (const nn_layer_ops *const *j = nn_layer_kinds; j < k; j++)
+            CHECK(strcmp((*j)->kind, o->kind), "kind %s registered twice", o->kind);
+        bool used = false;
+        for (const char *const *name = nn_model_names(); *name && !used; name++) {
+            spec s = {*name, 32, 32, 3, 10, 1};
+            nn_model *m = make(&s, 1, 0, 0, 1);
+            if (!m) continue;
+            char *text = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&text, &len);
+            nn_model_describe(m, f);
+            fclose(f);
+            char col[32];
+            snprintf(col, sizeof col, " %-10s ", o->kind);
+            used = strstr(text, col) != NULL;
+            free(text);
+            nn_model_free(m);
+        }
+        CHECK(used, "layer kind %s is in no built-in model: its gradients are not checked",
+              o->kind);
+    }
+    CHECK(nk >= 7, "%d layer kinds registered", nk);
+}
+
 int main(void)
 {
     nn_blis_init();
@@ -277,6 +312,7 @@ int main(void)
         {"mlp", 5, 4, 2, 3, 4}, {"lenet5", 12, 14, 2, 4, 3}, {"inception-mini", 9, 9, 2, 3, 4}};
     for (size_t i = 0; i < PST_ARRAY_LEN(grads); i++) test_model_gradients(&grads[i]);
     test_shapes_and_describe();
+    test_layer_kinds();
     test_determinism_and_state();
     const spec fit[] = {{"mlp", 8, 8, 1, 4, 16},
                         {"lenet5", 16, 16, 1, 4, 16},

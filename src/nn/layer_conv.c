@@ -1,0 +1,69 @@
+/* layer_conv.c - 2-D convolution (NHWC, kernel [KH][KW][C][K], square
+ * stride and padding, optional bias and fused ReLU). Kernels:
+ * nn_conv2d_forward/backward (conv.c), which share one im2col scratch
+ * buffer across all convolutions of a model. */
+#include "graph.h"
+
+static void conv_fwd(nn_model *m, nn_layer *l, int n, bool train)
+{
+    nn_conv_dims d = *(const nn_conv_dims *)l->priv;
+    d.N = n;
+    nn_conv2d_forward(l->y, nn_in_y(m, l, 0), nn_param(m, l, 0),
+                      l->nvar > 1 ? nn_param(m, l, 1) : NULL, &d, l->relu, m->scratch);
+}
+
+static void conv_bwd(nn_model *m, nn_layer *l, int n)
+{
+    nn_conv_dims d = *(const nn_conv_dims *)l->priv;
+    d.N = n;
+    bool acc;
+    float *din = nn_in_dy(m, l, 0, &acc);
+    nn_conv2d_backward(din, acc, nn_grad(m, l, 0), l->nvar > 1 ? nn_grad(m, l, 1) : NULL, l->dy,
+                       l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), &d, l->relu, m->scratch);
+}
+
+static size_t conv_scratch(const nn_layer *l, size_t B)
+{
+    nn_conv_dims d = *(const nn_conv_dims *)l->priv;
+    d.N = (int)B;
+    return nn_conv_scratch(&d);
+}
+
+static void conv_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)
+{
+    const nn_conv_dims *d = l->priv;
+    snprintf(buf, len, "%dx%d/%d pad %d%s%s", d->KH, d->KW, d->SH, d->PH,
+             l->nvar > 1 ? " +bias" : "", l->relu ? " relu" : "");
+}
+
+const nn_layer_ops nn_conv_ops = {
+    .kind = "conv2d",
+    .forward = conv_fwd,
+    .backward = conv_bwd,
+    .priv_size = sizeof(nn_conv_dims), /* N is set per call */
+    .scratch_floats = conv_scratch,
+    .describe = conv_describe,
+};
+
+int nn_add_conv(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride, int pad,
+                bool bias, bool relu, nn_init init)
+{
+    if (m->failed || in == NN_FAILED) return NN_FAILED;
+    nn_conv_dims d = {0};
+    nn_in_shape(m, in, &d.H, &d.W, &d.C);
+    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad, d.K = K;
+    nn_conv_dims_finish(&d);
+    if (d.OH <= 0 || d.OW <= 0)
+        return nn_fail(m,
+                       "model %s does not fit a %dx%dx%d image: layer %s (%dx%d kernel, stride "
+                       "%d, padding %d) gets a %dx%d input from %s",
+                       m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, stride,
+                       pad, d.H, d.W, nn_in_name(m, in));
+    nn_layer *l = nn_new_layer(m, &nn_conv_ops, name, in);
+    *(nn_conv_dims *)l->priv = d;
+    l->h = d.OH, l->w = d.OW, l->c = K, l->relu = relu;
+    int ks[4] = {KH, KW, d.C, K};
+    nn_add_var(m, l, "kernel", 4, ks, true, init, KH * KW * d.C, KH * KW * K, true);
+    if (bias) nn_add_var(m, l, "bias", 1, &K, true, NN_INIT_ZERO, 0, 0, false);
+    return m->nlayers - 1;
+}

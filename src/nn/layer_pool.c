@@ -1,0 +1,102 @@
+/* layer_pool.c - max and average pooling (square stride and padding; a
+ * 0x0 window is global pooling over the whole image). No variables. Max
+ * pooling keeps the argmax of each output in the arena for backward.
+ * Kernels: nn_maxpool_* / nn_avgpool_* (layers.c). */
+#include <assert.h>
+
+#include "graph.h"
+
+typedef struct pool_state {
+    nn_pool_dims d;  /* N is set per call */
+    int32_t *argmax; /* max pool only: [max_batch][h][w][c] */
+} pool_state;
+
+static void maxpool_fwd(nn_model *m, nn_layer *l, int n, bool train)
+{
+    const pool_state *s = l->priv;
+    nn_pool_dims d = s->d;
+    d.N = n;
+    nn_maxpool_forward(l->y, s->argmax, nn_in_y(m, l, 0), &d);
+}
+
+static void maxpool_bwd(nn_model *m, nn_layer *l, int n)
+{
+    const pool_state *s = l->priv;
+    nn_pool_dims d = s->d;
+    d.N = n;
+    bool acc;
+    float *din = nn_in_dy(m, l, 0, &acc);
+    if (din) nn_maxpool_backward(din, acc, l->dy, s->argmax, &d);
+}
+
+static void avgpool_fwd(nn_model *m, nn_layer *l, int n, bool train)
+{
+    nn_pool_dims d = ((const pool_state *)l->priv)->d;
+    d.N = n;
+    nn_avgpool_forward(l->y, nn_in_y(m, l, 0), &d);
+}
+
+static void avgpool_bwd(nn_model *m, nn_layer *l, int n)
+{
+    nn_pool_dims d = ((const pool_state *)l->priv)->d;
+    d.N = n;
+    bool acc;
+    float *din = nn_in_dy(m, l, 0, &acc);
+    if (din) nn_avgpool_backward(din, acc, l->dy, &d);
+}
+
+static size_t maxpool_arena(const nn_layer *l, size_t B)
+{
+    return nn_arena_round(B * l->h * l->w * l->c); /* int32 and float have the same size */
+}
+
+static void maxpool_bind(nn_layer *l, float *p)
+{
+    ((pool_state *)l->priv)->argmax = (int32_t *)(void *)p;
+}
+
+static void pool_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)
+{
+    const nn_pool_dims *d = &((const pool_state *)l->priv)->d;
+    snprintf(buf, len, "%dx%d/%d pad %d", d->KH, d->KW, d->SH, d->PH);
+}
+
+const nn_layer_ops nn_maxpool_ops = {
+    .kind = "maxpool",
+    .forward = maxpool_fwd,
+    .backward = maxpool_bwd,
+    .priv_size = sizeof(pool_state),
+    .arena_floats = maxpool_arena,
+    .arena_bind = maxpool_bind,
+    .describe = pool_describe,
+};
+
+const nn_layer_ops nn_avgpool_ops = {
+    .kind = "avgpool",
+    .forward = avgpool_fwd,
+    .backward = avgpool_bwd,
+    .priv_size = sizeof(pool_state),
+    .describe = pool_describe,
+};
+
+int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW, int stride,
+                int pad)
+{
+    if (m->failed || in == NN_FAILED) return NN_FAILED;
+    nn_pool_dims d = {0};
+    nn_in_shape(m, in, &d.H, &d.W, &d.C);
+    if (KH == 0 && KW == 0) KH = d.H, KW = d.W, stride = 1, pad = 0; /* global */
+    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad;
+    nn_pool_dims_finish(&d);
+    if (d.OH <= 0 || d.OW <= 0)
+        return nn_fail(m,
+                       "model %s does not fit a %dx%dx%d image: layer %s (%dx%d pool, stride %d, "
+                       "padding %d) gets a %dx%d input from %s",
+                       m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, stride,
+                       pad, d.H, d.W, nn_in_name(m, in));
+    assert(pad < KH && pad < KW);
+    nn_layer *l = nn_new_layer(m, max ? &nn_maxpool_ops : &nn_avgpool_ops, name, in);
+    ((pool_state *)l->priv)->d = d;
+    l->h = d.OH, l->w = d.OW, l->c = d.C;
+    return m->nlayers - 1;
+}

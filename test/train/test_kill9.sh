@@ -25,12 +25,25 @@ train "$tmp/ref.log" "${ARGS[@]}" --quiet --checkpoint-dir "$tmp/ref" --summary-
 say "$rounds kills (KILL9_SEED=$seed)"
 last=0 tmps=0 done_early=0
 for ((r = 1; r <= rounds; r++)); do
-    # 0.3..1.5 s: from start-up (no checkpoint yet) to well into training
-    delay=$(awk -v r=$RANDOM 'BEGIN {printf "%.2f", 0.3 + 1.2 * r / 32768}')
+    # Round 1 is killed 0.3..1.5 s after its start (start-up, or early
+    # training). Later rounds first wait until the run wrote a checkpoint of
+    # its own (latest changed; at most 60 s), then
+    # are killed 0..0.6 s later: on a loaded machine start-up alone can take
+    # longer than a fixed delay, and every round must get into training.
+    delay=$(awk -v r=$RANDOM -v first=$((r == 1)) \
+        'BEGIN {printf "%.2f", first ? 0.3 + 1.2 * r / 32768 : 0.6 * r / 32768}')
     every=$((r % 2 ? 1 : 20))
+    before=$(cat "$D/latest" 2>/dev/null)
     "$PSTRAIN" train "${ARGS[@]}" --checkpoint-dir "$D" --checkpoint-every $every --resume \
         >"$tmp/run$r.log" 2>&1 &
     pid=$!
+    if [ "$r" -gt 1 ]; then
+        for ((i = 0; i < 600; i++)); do
+            [ "$(cat "$D/latest" 2>/dev/null)" != "$before" ] && break
+            kill -0 $pid 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
     sleep "$delay"
     if ! kill -9 $pid 2>/dev/null; then
         wait $pid
@@ -55,7 +68,7 @@ for ((r = 1; r <= rounds; r++)); do
         step=$("$CKPT_CHECK" "$f" 2>"$tmp/check.err") || bad "round $r: latest $f does not verify: $(cat "$tmp/check.err")"
     fi
     check "round $r: latest went back from step $last to $step" test "${step:-0}" -ge "$last"
-    echo "  round $r (every $every): killed after ${delay} s; latest step ${step:-?}, $n checkpoints, $t temporaries"
+    echo "  round $r (every $every): killed ${delay} s after $([ $r = 1 ] && echo its start || echo its first checkpoint); latest step ${step:-?}, $n checkpoints, $t temporaries"
     last=${step:-0}
 done
 echo "  $tmps of $rounds kills left a temporary file (killed while writing a checkpoint)"
@@ -63,10 +76,14 @@ echo "  $tmps of $rounds kills left a temporary file (killed while writing a che
 say "resume to the end"
 train "$tmp/final.log" "${ARGS[@]}" --checkpoint-dir "$D" --checkpoint-every 20 --resume \
     --summary-json "$tmp/final.json" || bad "final resumed run failed"
-if [ $done_early = 0 ]; then
+if [ $done_early = 0 ] && [ "$last" -gt 0 ]; then
     check "the final run resumed from step $last" \
         grep -q "resumed from $D/ckpt-$last.h5 at step $last" "$tmp/final.log"
+elif [ $done_early = 0 ]; then
+    check "no checkpoint was left, yet the final run says it resumed" \
+        bash -c '! grep -q "resumed from" "$1"' _ "$tmp/final.log"
 fi
+check "the kills left no checkpoint past round 1 (KILL9_SEED=$seed)" test "$last" -gt 0
 check "no temporary files left after a clean end" test -z "$(ls -A "$D" | grep '\.tmp')"
 if same_vars "$tmp/ref/ckpt-$TOTAL.h5" "$D/ckpt-$TOTAL.h5"; then
     echo "  ckpt-$TOTAL.h5 bitwise equal to the uninterrupted run"

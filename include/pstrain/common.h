@@ -53,8 +53,19 @@ char *pst_strdup(const char *s);
 /* 64-byte aligned (cache line / AVX-512) allocation; free with free(). */
 void *pst_aligned_alloc(size_t n);
 
-/* Called by pst_die before exiting (MPI programs set it to MPI_Abort). */
+/* Called by pst_die before exiting (MPI programs set it to MPI_Abort). Only
+ * ever on the main thread: MPI runs MPI_THREAD_FUNNELED. */
 void pst_set_die_hook(void (*hook)(int status));
+
+/* Errors on threads other than the main one. A thread that sets a handler
+ * hands pst_die's message to it and ends (pthread_exit) instead of ending the
+ * process: the handler passes the message on to the main thread, which
+ * reports it and exits or aborts the job (the input pipeline does this).
+ * pst_die on a thread without a handler prints the message and ends the
+ * process with _exit(1), never calling the die hook (MPI) from that thread.
+ * The handler must not rely on locks the dying thread might hold. NULL
+ * removes it. */
+void pst_set_thread_die_handler(void (*fn)(void *ctx, const char *msg), void *ctx);
 
 /* Seconds on a monotonic clock. */
 double pst_now(void);

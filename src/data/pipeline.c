@@ -33,6 +33,7 @@
  * drained, and batches never straddle epochs.
  */
 #include "pstrain/pipeline.h"
+#include "pstrain/h5util.h"
 
 #include <assert.h>
 #include <limits.h>
@@ -201,6 +202,20 @@ static void pipe_set_failed(pipeline *p, const pst_err *e)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* pst_die on a pipeline thread (out of memory, say): the message goes to the
+ * consumer's pipe_next, and the main thread reports it and exits or aborts
+ * the job (MPI_Abort from this thread would break MPI_THREAD_FUNNELED).
+ * Called on the dying thread, which holds neither p->mu (pst_die is never
+ * called under it) nor, after this, the HDF5 lock. */
+static void pipe_thread_died(void *ctx, const char *msg)
+{
+    pipeline *p = ctx;
+    while (h5u_held()) h5u_unlock();
+    pst_err e;
+    snprintf(e.msg, sizeof e.msg, "pipeline thread: %s", msg);
+    pipe_set_failed(p, &e);
+}
+
 /* ---- reader ------------------------------------------------------------------- */
 
 /* Fills the chunk order of `epoch`: file order, or a permutation drawn from
@@ -221,6 +236,7 @@ static void chunk_order(const pipeline *p, int epoch, int64_t *order)
 static void *reader_main(void *arg)
 {
     pipeline *p = arg;
+    pst_set_thread_die_handler(pipe_thread_died, p);
     pst_err e;
     int64_t seq = 0;
     for (int epoch = p->cfg.first_epoch; epoch < p->end_epoch; epoch++) {
@@ -281,6 +297,7 @@ static void *reader_main(void *arg)
 static void *worker_main(void *arg)
 {
     pipeline *p = arg;
+    pst_set_thread_die_handler(pipe_thread_died, p);
     uint8_t *scratch = pst_malloc(p->img);
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -397,6 +414,7 @@ static int assemble_block(pipeline *p, asm_state *a, const block *b)
 static void *assembler_main(void *arg)
 {
     pipeline *p = arg;
+    pst_set_thread_die_handler(pipe_thread_died, p);
     asm_state a = {.cur = NULL, .rng = 0, .epoch = -1};
     pthread_mutex_lock(&p->mu);
     for (;;) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -14,6 +15,21 @@
 
 static const char *g_progname = "pstrain";
 static void (*g_die_hook)(int status);
+static pthread_t g_main_thread;
+static __thread void (*t_die_fn)(void *ctx, const char *msg);
+static __thread void *t_die_ctx;
+
+/* Runs on the main thread, before main. */
+__attribute__((constructor)) static void record_main_thread(void)
+{
+    g_main_thread = pthread_self();
+}
+
+void pst_set_thread_die_handler(void (*fn)(void *ctx, const char *msg), void *ctx)
+{
+    t_die_fn = fn;
+    t_die_ctx = ctx;
+}
 
 int pst_fail(pst_err *e, const char *fmt, ...)
 {
@@ -62,13 +78,18 @@ void pst_set_die_hook(void (*hook)(int status))
 
 void pst_die(const char *fmt, ...)
 {
+    char msg[PST_ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", g_progname);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (t_die_fn) { /* a thread that hands its errors to the main thread */
+        t_die_fn(t_die_ctx, msg);
+        pthread_exit(NULL);
+    }
+    fprintf(stderr, "%s: %s\n", g_progname, msg);
     fflush(stderr);
+    if (!pthread_equal(pthread_self(), g_main_thread)) _exit(1); /* no MPI off the main thread */
     if (g_die_hook) g_die_hook(1);
     exit(1);
 }

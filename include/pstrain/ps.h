@@ -2,7 +2,8 @@
  * pstrain/ps.h - parameter-server shards in RMA windows, and the worker's
  * side of the sync and async protocols (docs/design.md §3).
  *
- * PS p (0-based) is MPI rank ps_rank0 + p; worker w is rank worker_rank0 + w.
+ * PS p (0-based) is rank ps_ranks[p] of the window's communicator (the
+ * roles come from the caller's communicators: src/cluster/dist.c).
  * One MPI_Win_allocate window over the communicator; each PS exposes
  *   ctl:     int64 lockseq (2*version; odd while the PS writes parameters),
  *            done (1 once the step limit is reached), stop_t and ckpt_at
@@ -72,8 +73,7 @@ typedef enum train_mode { TRAIN_SYNC, TRAIN_ASYNC } train_mode;
 typedef struct ps_shard ps_shard;
 
 typedef struct ps_layout {
-    int ps_rank0;     /* rank of PS 0 */
-    int worker_rank0; /* rank of worker 0 */
+    const int *ps_ranks; /* rank of PS p, p < the plan's nps (copied) */
     int nworkers;
     bool grad_slots; /* sync, or async with a stateful optimizer */
     bool lockstep;   /* sync with R == W: slot = ticket mod W (see above) */

@@ -91,6 +91,50 @@ static int check_config(const train_cfg *c, int size, pst_err *e)
     return 0;
 }
 
+/* ---- roles ------------------------------------------------------------------ */
+
+/* The policy: which role a rank of MPI_COMM_WORLD plays (rank 0 the root,
+ * the next P the parameter servers, the rest workers). Everything else
+ * learns the roles from the communicators built from this, never from rank
+ * arithmetic, so another policy (feeder ranks, a PS per node) changes this
+ * function only. */
+static int role_of(int rank, int P)
+{
+    return rank == 0 ? ROLE_ROOT : rank <= P ? ROLE_PS : ROLE_WORKER;
+}
+
+/* Splits MPI_COMM_WORLD by role (r->role_comm: this rank's role peers; its
+ * rank there is r->index) and gathers every rank's role, so that each rank
+ * knows the world ranks of the root, of PS p and of worker w (in the order
+ * of their role communicators). Collective. */
+static void assign_roles(dist_run *r)
+{
+    const int role = role_of(r->rank, r->P);
+    MPI_OK(MPI_Comm_split(MPI_COMM_WORLD, role, r->rank, &r->role_comm));
+    MPI_OK(MPI_Comm_rank(r->role_comm, &r->index));
+    int mine[2] = {role, r->index};
+    int *all = pst_malloc(sizeof *all * 2 * (size_t)r->size);
+    MPI_OK(MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD));
+    r->ps_ranks = pst_calloc((size_t)r->P, sizeof *r->ps_ranks);
+    r->worker_ranks = pst_calloc((size_t)r->W, sizeof *r->worker_ranks);
+    int nroot = 0, nps = 0, nw = 0;
+    for (int k = 0; k < r->size; k++) {
+        const int kr = all[2 * k], ki = all[2 * k + 1];
+        if (kr == ROLE_ROOT)
+            r->root_rank = k, nroot++;
+        else if (kr == ROLE_PS && ki < r->P)
+            r->ps_ranks[ki] = k, nps++;
+        else if (kr == ROLE_WORKER && ki < r->W)
+            r->worker_ranks[ki] = k, nw++;
+    }
+    free(all);
+    if (nroot != 1 || nps != r->P || nw != r->W)
+        dist_fatal("role assignment: %d root, %d PS, %d workers (expected 1, %d, %d)", nroot, nps,
+                   nw, r->P, r->W);
+    r->is_root = role == ROLE_ROOT, r->is_ps = role == ROLE_PS;
+    r->worker_id = role == ROLE_WORKER ? r->index : -1;
+}
+
 /* ---- PS ------------------------------------------------------------------- */
 
 typedef struct ps_report_ctx {
@@ -159,17 +203,17 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     r->cfg = cfg, r->res = res, r->rank = rank, r->size = size;
     const int P = r->P = cfg->ps, W = r->W = size - 1 - P;
     const int R = r->R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
-    const bool is_root = r->is_root = rank == 0;
-    const bool is_ps = r->is_ps = rank >= 1 && rank <= P; /* else a worker */
     const bool lockstep = r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
-    const int worker_id = r->worker_id = rank - 1 - P;
+    assign_roles(r);
+    const bool is_root = r->is_root, is_ps = r->is_ps; /* else a worker */
+    const int worker_id = r->worker_id;
 
     static char progname[64]; /* pst_set_progname keeps the pointer */
     char role[32];
     if (is_root)
         snprintf(role, sizeof role, "root");
     else if (is_ps)
-        snprintf(role, sizeof role, "ps %d", rank);
+        snprintf(role, sizeof role, "ps %d", r->index + 1);
     else
         snprintf(role, sizeof role, "worker %d", worker_id);
     dist_set_role(role);
@@ -185,7 +229,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     /* 1. the root opens the data (and a checkpoint to resume from) and starts
      * the pipeline; everybody learns the geometry and the number of batches */
     if (is_root) root_prepare(r, e);
-    MPI_OK(MPI_Bcast(&r->info, (int)sizeof r->info, MPI_BYTE, 0, MPI_COMM_WORLD));
+    MPI_OK(MPI_Bcast(&r->info, (int)sizeof r->info, MPI_BYTE, r->root_rank, MPI_COMM_WORLD));
     if (!r->info.ok) {
         if (!is_root) snprintf(e->msg, sizeof e->msg, "%s", r->info.msg);
         goto out;
@@ -228,10 +272,11 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         goto out;
     }
     if (r->info.resumed) {
-        dist_bcast(nn_model_params(r->m), r->nparam, MPI_FLOAT, sizeof(float), 0, MPI_COMM_WORLD);
+        dist_bcast(nn_model_params(r->m), r->nparam, MPI_FLOAT, sizeof(float), r->root_rank,
+                   MPI_COMM_WORLD);
         if (r->nslots)
-            dist_bcast(r->slots, r->nparam * (size_t)r->nslots, MPI_FLOAT, sizeof(float), 0,
-                       MPI_COMM_WORLD);
+            dist_bcast(r->slots, r->nparam * (size_t)r->nslots, MPI_FLOAT, sizeof(float),
+                       r->root_rank, MPI_COMM_WORLD);
         res->start_step = cfg->mode == TRAIN_SYNC ? r->info.first_version : r->info.first_ticket;
         if (is_root && !cfg->quiet)
             fprintf(stderr, "pstrain: resumed from %s at step %lld (batch %lld)\n", r->ckpt_file,
@@ -269,13 +314,12 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                     .nworkers = W,
                     .first_ticket = r->info.first_ticket,
                     .first_step = cfg->mode == TRAIN_ASYNC ? r->info.first_version : 0};
-    if (feed_new(&r->f, MPI_COMM_WORLD, 0, &fg, e) < 0) dist_fatal("%s", e->msg);
-    ps_layout lay = {.ps_rank0 = 1,
-                     .worker_rank0 = 1 + P,
+    if (feed_new(&r->f, MPI_COMM_WORLD, r->root_rank, &fg, e) < 0) dist_fatal("%s", e->msg);
+    ps_layout lay = {.ps_ranks = r->ps_ranks,
                      .nworkers = W,
                      .grad_slots = cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD,
                      .lockstep = lockstep,
-                     .root_rank = 0,
+                     .root_rank = r->root_rank,
                      .opt = cfg->opt,
                      .init_slots = r->info.resumed && r->nslots ? r->slots : NULL,
                      .init_slot_stride = r->nparam,
@@ -308,6 +352,8 @@ out:
     pipe_free(r->pl);
     free(r->log.a), free(r->prior.a);
     free(r->slots), free(r->mtext);
+    free(r->ps_ranks), free(r->worker_ranks);
+    if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
     place_plan_free(r->plan);
     nn_model_free(r->m);
     if (r->ds_open) h5ds_close(&r->ds);

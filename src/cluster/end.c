@@ -53,7 +53,7 @@ static float final_loss(batch_loss *bl, size_t n, bool sync)
  * root published but nobody took (backup workers stopping at --steps) are
  * not consumed and come first in a resumed run. */
 static int account(const train_cfg *cfg, train_result *res, const int64_t *all, const int *counts,
-                   const int *displs, int first_worker, int W, int64_t per_epoch,
+                   const int *displs, const int *worker_ranks, int W, int64_t per_epoch,
                    const i64vec *prior, int prior_epoch, int64_t first_ticket, int64_t *data_end,
                    pst_err *e)
 {
@@ -64,7 +64,7 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
     }
     int nep = prior->n ? prior_epoch + 1 : 0;
     for (int w = 0; w < W; w++) {
-        const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+        const int64_t *p = all + displs[worker_ranks[w]], *end = p + counts[worker_ranks[w]];
         while (p < end) {
             nep = PST_MAX(nep, (int)p[LOG_EPOCH] + 1);
             p += LOG_HDR + p[LOG_COUNT];
@@ -82,7 +82,7 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
     size_t nbatches = 0;
     batch_loss *bl = NULL;
     for (int w = 0; w < W; w++)
-        for (const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+        for (const int64_t *p = all + displs[worker_ranks[w]], *end = p + counts[worker_ranks[w]];
              p < end; p += LOG_HDR + p[LOG_COUNT])
             nbatches++;
     bl = pst_malloc(sizeof *bl * (nbatches ? nbatches : 1));
@@ -98,7 +98,7 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
             sp[id]++;
     }
     for (int w = 0; w < W; w++) {
-        const int64_t *p = all + displs[first_worker + w], *end = p + counts[first_worker + w];
+        const int64_t *p = all + displs[worker_ranks[w]], *end = p + counts[worker_ranks[w]];
         while (p < end) {
             int64_t ticket = p[LOG_TICKET], step = p[LOG_STEP], count = p[LOG_COUNT];
             int ep = (int)p[LOG_EPOCH];
@@ -198,9 +198,9 @@ int run_end(dist_run *r, pst_err *e)
         displs = pst_calloc((size_t)size, sizeof *displs);
         recs = pst_calloc((size_t)size * FEED_REPORT_WORDS, sizeof *recs);
     }
-    MPI_OK(MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    MPI_OK(MPI_Gather(&mine, 1, MPI_INT, counts, 1, MPI_INT, r->root_rank, MPI_COMM_WORLD));
     MPI_OK(MPI_Gather(r->my_rec, FEED_REPORT_WORDS, MPI_DOUBLE, recs, FEED_REPORT_WORDS, MPI_DOUBLE,
-                      0, MPI_COMM_WORLD));
+                      r->root_rank, MPI_COMM_WORLD));
     int64_t tot = 0;
     if (is_root) {
         for (int k = 0; k < size; k++) {
@@ -209,7 +209,7 @@ int run_end(dist_run *r, pst_err *e)
         }
         all = pst_malloc(sizeof *all * (size_t)(tot ? tot : 1));
     }
-    MPI_OK(MPI_Gatherv(r->log.a, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, 0,
+    MPI_OK(MPI_Gatherv(r->log.a, mine, MPI_INT64_T, all, counts, displs, MPI_INT64_T, r->root_rank,
                        MPI_COMM_WORLD));
     ps_free(r->sh), r->sh = NULL;
     feed_free(r->f), r->f = NULL;
@@ -223,7 +223,7 @@ int run_end(dist_run *r, pst_err *e)
         res->wtiming = pst_calloc((size_t)W, sizeof *res->wtiming);
         int64_t async_steps = 0;
         for (int w = 0; w < W; w++) {
-            const double *q = recs + (size_t)(1 + P + w) * FEED_REPORT_WORDS;
+            const double *q = recs + (size_t)r->worker_ranks[w] * FEED_REPORT_WORDS;
             res->wtiming[w] = (worker_timing){q[WR_WAIT_DATA], q[WR_PULL], q[WR_COMPUTE],
                                               q[WR_PUSH], q[WR_WAIT_VERSION]};
             res->examples += (int64_t)q[WR_EXAMPLES];
@@ -234,7 +234,7 @@ int run_end(dist_run *r, pst_err *e)
         res->pstiming = pst_calloc((size_t)P, sizeof *res->pstiming);
         res->per_ps_bytes = pst_calloc((size_t)P, sizeof *res->per_ps_bytes);
         for (int p = 0; p < P; p++) {
-            const double *q = recs + (size_t)(1 + p) * FEED_REPORT_WORDS;
+            const double *q = recs + (size_t)r->ps_ranks[p] * FEED_REPORT_WORDS;
             res->pstiming[p] = (ps_timing){q[PR_APPLY], q[PR_IDLE], q[PR_CPU]};
             res->per_ps_bytes[p] = r->plan->ps_bytes[p];
             res->dropped_stale = PST_MAX(res->dropped_stale, (int64_t)q[PR_DROPPED]);
@@ -247,7 +247,7 @@ int run_end(dist_run *r, pst_err *e)
         res->examples += r->info.prior_examples;
         res->epochs = r->info.per_epoch ? (int)(res->examples / r->info.per_epoch) : 0;
         res->stop_signal = r->rctx->stop_signal;
-        if (account(cfg, res, all, counts, displs, 1 + P, W, r->info.per_epoch, &r->prior,
+        if (account(cfg, res, all, counts, displs, r->worker_ranks, W, r->info.per_epoch, &r->prior,
                     r->prior_epoch, r->info.first_ticket, &data_end, e) < 0)
             goto out;
         if (cfg->checkpoint_dir && root_save_checkpoint(r->rctx, res->steps, data_end,

@@ -27,7 +27,8 @@ struct ps_shard {
     MPI_Win win;
     const place_plan *plan;
     ps_layout lay;
-    int rank, me; /* me: this rank's PS index, or -1 */
+    int rank, me;  /* me: this rank's PS index, or -1 */
+    int *ps_ranks; /* rank of PS p in comm */
     unsigned char *base;
     MPI_Aint params_off;
     MPI_Aint *slot_bytes; /* [nps] one shard rounded up to 64 bytes */
@@ -72,9 +73,12 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
     s->plan = plan;
     s->lay = *lay;
     MPI_Comm_rank(comm, &s->rank);
-    s->me = (s->rank >= lay->ps_rank0 && s->rank < lay->ps_rank0 + plan->nps)
-                ? s->rank - lay->ps_rank0
-                : -1;
+    s->ps_ranks = pst_malloc(sizeof *s->ps_ranks * (size_t)plan->nps);
+    memcpy(s->ps_ranks, lay->ps_ranks, sizeof *s->ps_ranks * (size_t)plan->nps);
+    s->lay.ps_ranks = s->ps_ranks;
+    s->me = -1;
+    for (int p = 0; p < plan->nps; p++)
+        if (s->ps_ranks[p] == s->rank) s->me = p;
     s->params_off = align64(64 + (MPI_Aint)STAMP_BYTES * lay->nworkers);
     s->slot_bytes = pst_malloc(sizeof *s->slot_bytes * (size_t)plan->nps);
     s->stamp_buf = pst_malloc(sizeof *s->stamp_buf * 4 * (size_t)plan->nps);
@@ -93,6 +97,7 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
         free(s->slot_bytes);
         free(s->stamp_buf);
         free(s->req_buf);
+        free(s->ps_ranks);
         free(s);
         return pst_fail(e, "ps: MPI_Win_allocate of %lld bytes failed: %s", (long long)size, msg);
     }
@@ -144,6 +149,7 @@ void ps_free(ps_shard *s)
     free(s->stamp_buf);
     free(s->req_buf);
     free(s->slots);
+    free(s->ps_ranks);
     free(s->snap);
     free(s->snap_req);
     free(s);
@@ -151,7 +157,7 @@ void ps_free(ps_shard *s)
 
 static int ps_rank_of(const ps_shard *s, int p)
 {
-    return s->lay.ps_rank0 + p;
+    return s->ps_ranks[p];
 }
 
 /* ---- PS side ---------------------------------------------------------- */
@@ -419,7 +425,7 @@ void ps_request_stop(ps_shard *s, int64_t total_tickets)
 
 static int ps_rank(const ps_shard *s, int p)
 {
-    return s->lay.ps_rank0 + p;
+    return s->ps_ranks[p];
 }
 
 static void get_ranges(ps_shard *s, int p, float *params)

@@ -22,7 +22,7 @@ void root_tick(void *vctx)
     worker_timing wt = {0};
     const int nw = c->W;
     for (int w = 0; w < c->W; w++) {
-        const double *r = feed_report_of(c->f, 1 + c->P + w);
+        const double *r = feed_report_of(c->f, c->worker_ranks[w]);
         steps += r[WR_STEPS];
         ex += r[WR_EXAMPLES];
         last_step = PST_MAX(last_step, r[WR_LAST_STEP]);
@@ -45,7 +45,7 @@ void root_tick(void *vctx)
     ps_timing pt = {0};
     double version = 0;
     for (int p = 0; p < c->P; p++) {
-        const double *r = feed_report_of(c->f, 1 + p);
+        const double *r = feed_report_of(c->f, c->ps_ranks[p]);
         version = PST_MAX(version, r[PR_VERSION]);
         pt.apply += r[PR_APPLY] / c->P;
         pt.idle += r[PR_IDLE] / c->P;
@@ -226,7 +226,7 @@ static int root_poll(void *vctx, pst_err *e)
         ps_pull(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC, NULL);
         double step = 0;
         for (int w = 0; w < c->W; w++)
-            step = PST_MAX(step, feed_report_of(c->f, 1 + c->P + w)[WR_LAST_STEP] + 1);
+            step = PST_MAX(step, feed_report_of(c->f, c->worker_ranks[w])[WR_LAST_STEP] + 1);
         if (root_eval(c, (int64_t)step, c->next_eval_epoch, e) < 0) return -1;
         c->next_eval_epoch += cfg->eval_every;
         did = 1;
@@ -412,6 +412,7 @@ void root_run(dist_run *r, pst_err *e)
                                                                !cfg->quiet, e) < 0)
         dist_fatal("%s", e->msg);
     r->rctx = pst_calloc(1, sizeof *r->rctx);
+    r->rctx->ps_ranks = r->ps_ranks, r->rctx->worker_ranks = r->worker_ranks;
     r->rctx->prev = pst_calloc((size_t)W * WR_N, sizeof *r->rctx->prev);
     r->rctx->cfg = cfg, r->rctx->info = &r->info, r->rctx->f = r->f, r->rctx->sh = r->sh,
     r->rctx->mx = r->mx;

@@ -90,6 +90,7 @@ typedef struct root_ctx {
     metrics *mx;
     pipeline *pl;
     int P, W, R;
+    const int *ps_ranks, *worker_ranks; /* world ranks (dist_run) */
     bool lockstep;
     lr_schedule sched;
     int64_t total_steps;
@@ -125,14 +126,22 @@ typedef struct root_ctx {
     train_result *res;
 } root_ctx;
 
+/* The roles (dist.c assigns them; see role_of). */
+enum { ROLE_ROOT, ROLE_PS, ROLE_WORKER };
+
 /* One run of dist_train on this rank. */
 typedef struct dist_run {
     const train_cfg *cfg;
     train_result *res;
-    /* the roles */
+    /* the roles: this rank's role communicator and index in it, and the
+     * world ranks of the root, of PS p and of worker w */
     int rank, size, P, W, R;
     bool is_root, is_ps, lockstep;
     int worker_id;
+    MPI_Comm role_comm;
+    int index;
+    int root_rank;
+    int *ps_ranks, *worker_ranks;
     /* what the root tells everybody */
     start_info info;
     /* the root's data set, pipeline and checkpoint to resume from */

@@ -63,7 +63,9 @@ static int bench_pull(int argc, char **argv, int rank, int size)
     for (int i = 0; i < nv; i++) vars[i] = *nn_model_var(m, i);
     place_plan *plan = NULL;
     if (place_plan_new(&plan, vars, nv, P, PLACE_PARTITION, 256 * 1024, &e) < 0) die(e.msg);
-    ps_layout lay = {.ps_rank0 = 1, .worker_rank0 = 1 + P, .nworkers = W, .grad_slots = true};
+    int *ps_ranks = malloc(sizeof *ps_ranks * (size_t)P); /* ranks 1..P */
+    for (int p = 0; p < P; p++) ps_ranks[p] = 1 + p;
+    ps_layout lay = {.ps_ranks = ps_ranks, .nworkers = W, .grad_slots = true};
     ps_shard *s = NULL;
     if (ps_new(&s, MPI_COMM_WORLD, plan, &lay, nn_model_params(m), &e) < 0) die(e.msg);
     const size_t n = nn_model_size(m);
@@ -106,7 +108,7 @@ static int bench_pull(int argc, char **argv, int rank, int size)
     /* the PS ranks never served: the stamps pushed above stay unread */
     ps_free(s);
     place_plan_free(plan);
-    free(vars), free(buf);
+    free(vars), free(buf), free(ps_ranks);
     nn_model_free(m);
     return 0;
 }

@@ -263,9 +263,11 @@ static int check_opts(const h5w_opts *o, const char *path, pst_err *e)
     if (o->channels < 1 || o->channels > H5DS_MAX_CHANNELS)
         return pst_fail(e, "%s: %d channels, expected 1 to %d", path, o->channels,
                         H5DS_MAX_CHANNELS);
-    if (o->num_classes < 1 || !o->class_names)
-        return pst_fail(e, "%s: %d classes, expected at least one named class", path,
-                        o->num_classes);
+    if (o->num_classes < 2 || !o->class_names)
+        return pst_fail(e,
+                        "%s: %d class%s, expected at least 2 named classes (pstrain train "
+                        "refuses one)",
+                        path, o->num_classes, o->num_classes == 1 ? "" : "es");
     for (int i = 0; i < o->num_classes; i++)
         if (!o->class_names[i] || !o->class_names[i][0])
             return pst_fail(e, "%s: class %d has an empty name", path, i);

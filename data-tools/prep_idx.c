@@ -390,6 +390,14 @@ static int run_idx(const idx_cfg *cfg)
             max_label = PST_MAX(max_label, l);
         }
     }
+    if (!names && max_label < 1) {
+        /* pstrain train refuses a one-class data set: say so now */
+        pst_fail(&e,
+                 "%s: every label is 0: one class, expected at least 2 (a classifier needs two "
+                 "classes; --classes names them when another split has the others)",
+                 splits[0].labels.path);
+        goto fail;
+    }
     if (!names) {
         k = max_label + 1;
         names = pst_calloc((size_t)k, sizeof *names);

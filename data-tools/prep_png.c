@@ -237,6 +237,12 @@ static int list_tree(png_tree *t, const png_cfg *c, pst_err *e)
     t->nclasses = (int)nclasses;
     if (nclasses == 0)
         return pst_fail(e, "%s: no class subdirectories (expected DIR/<class>/*.png)", c->dir);
+    /* pstrain train refuses a one-class data set: say so now, not after the conversion */
+    if (nclasses == 1)
+        return pst_fail(e,
+                        "%s: one class subdirectory ('%s'), expected at least 2 (a classifier "
+                        "needs two classes)",
+                        c->dir, t->classes[0]);
     if (nclasses > INT32_MAX / 2) return pst_fail(e, "%s: too many classes", c->dir);
 
     /* train and val items per class, then laid out train-all, val-all */

@@ -321,6 +321,27 @@ static void test_tree(const char *tree, int nignored)
 
 /* Corrupt files: skipped with a warning naming file and reason; under
  * --strict an error with no output. */
+/* One class directory: refused by pstrain-prep (pstrain train would refuse
+ * the data set after the conversion), no output. */
+static void test_one_class(void)
+{
+    char root[256], p[512], out[256];
+    path2(root, sizeof root, g_dir, "oneclass");
+    mkdir(root, 0777);
+    path2(p, sizeof p, root, "cat");
+    mkdir(p, 0777);
+    for (int n = 0; n < 3; n++) {
+        char name[32];
+        snprintf(name, sizeof name, "%02d.png", n);
+        write_image(p, name, n, 0);
+    }
+    path2(out, sizeof out, g_dir, "oneclass.h5");
+    int rc = prep("png", root, "-o", out, NULL);
+    CHECK(rc == 1 && strstr(g_log, "one class subdirectory ('cat'), expected at least 2"),
+          "one class: exit %d: %s", rc, g_log);
+    CHECK(!exists(out), "one class: %s was written", out);
+}
+
 static void test_corrupt(const char *tree)
 {
     char p[512], q[512];
@@ -488,6 +509,7 @@ int main(void)
     test_tree(tree, nignored);
     test_sizes_and_test_dir(tree);
     test_corrupt(tree);
+    test_one_class();
     if (check_failures_ == 0) {
         char cmd[256];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -142,6 +142,7 @@ static void test_corrupt(void)
     /* a header announcing 65536 images of 65536x65536 over 1500 bytes of
      * data: truncation, not an attempt to allocate 4096 such images */
     uint8_t *many = calloc(65536, 1);
+    for (int i = 0; i < 65536; i++) many[i] = (uint8_t)(i % 2);
     uint32_t huge_dims[3] = {65536, 65536, 65536}, nlab[1] = {65536};
     write_idx(scratch_path("imghuge"), 0x08, 3, huge_dims, g_images, sizeof g_images, -1, false);
     write_idx(scratch_path("lab65536"), 0x08, 1, nlab, many, 65536, -1, false);
@@ -149,6 +150,14 @@ static void test_corrupt(void)
     expect_failure("huge image count and size", "imghuge", "lab65536", NULL,
                    "imghuge: truncated: 65536 images of 4294967296 bytes announced, file ends "
                    "inside image 0");
+    /* every label 0: one class, refused here rather than by pstrain train */
+    uint8_t zeros[N] = {0};
+    uint32_t nz[1] = {N};
+    write_idx(scratch_path("labzero"), 0x08, 1, nz, zeros, N, -1, false);
+    expect_failure("one class", "img", "labzero", NULL,
+                   "labzero: every label is 0: one class, expected at least 2");
+    expect_failure("one class named", "img", "labzero", "only",
+                   "1 class, expected at least 2 named classes");
     /* zero-byte files */
     fclose(fopen(scratch_path("empty"), "wb"));
     expect_failure("empty images", "empty", "lab", NULL, "empty: empty file, expected an idx");

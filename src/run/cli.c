@@ -233,10 +233,12 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     argctx c = {.print = print};
     optind = 1;
     opterr = 0; /* pst_getopt_error reports, with the nearest flag */
-    int o, idx;
-    while ((o = getopt_long(argc, argv, "+:h", train_opts, &idx)) != -1) {
+    int o;
+    /* the flag's name for messages, by value: getopt_long leaves its index
+     * argument unset for a short option (-h) */
+    while ((o = getopt_long(argc, argv, "+:h", train_opts, NULL)) != -1) {
         if (o == '?' || o == ':') return print ? pst_getopt_error(o, argv, train_opts) : 2;
-        c.flag = idx >= 0 && train_opts[idx].name ? train_opts[idx].name : "?";
+        c.flag = "?";
         for (const struct option *p = train_opts; p->name; p++)
             if (p->val == o) c.flag = p->name;
         switch (o) {

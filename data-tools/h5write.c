@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <dirent.h>
 #include <libgen.h>
 #include <math.h>
 #include <pthread.h>
@@ -253,6 +254,53 @@ static int start_threads(h5w *w, pst_err *e)
     return 0;
 }
 
+/* ---- temporary files and publishing ------------------------------------------- */
+
+/* Removes OUT.tmp.PID files left in OUT's directory by runs that were
+ * killed (PID no longer running). Best effort. */
+static void remove_stale_temps(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (slash)
+        dir[slash - path == 0 ? 1 : slash - path] = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    size_t nb = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strncmp(n, base, nb) || strncmp(n + nb, ".tmp.", 5)) continue;
+        const char *digits = n + nb + 5;
+        char *end;
+        long pid = strtol(digits, &end, 10);
+        if (!*digits || *end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to know) */
+        char p[8400];
+        snprintf(p, sizeof p, "%s/%s", dir, n);
+        unlink(p);
+    }
+    closedir(d);
+}
+
+/* Publishes tmp as path: with `force` replacing what is there (rename);
+ * without, never replacing a file another run published meanwhile
+ * (renameat2 RENAME_NOREPLACE; link + unlink where the file system lacks
+ * it). 0, or -1 with errno set (EEXIST: path exists). */
+static int publish(const char *tmp, const char *path, bool force)
+{
+    if (force) return rename(tmp, path);
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+    if (link(tmp, path) < 0) return -1;
+    unlink(tmp);
+    return 0;
+}
+
 /* ---- create ----------------------------------------------------------------- */
 
 static int check_opts(const h5w_opts *o, const char *path, pst_err *e)
@@ -297,6 +345,7 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
     } else if (errno != ENOENT) {
         return pst_fail(e, "%s: %s", path, strerror(errno));
     }
+    remove_stale_temps(path);
     h5w *w = pst_calloc(1, sizeof *w);
     w->o = *o;
     w->file = w->images = w->labels = -1;
@@ -644,8 +693,13 @@ int h5w_commit(h5w *w, pst_err *e)
         pst_fail(e, "%s: fsync failed: %s", w->tmp, strerror(errno));
         goto fail;
     }
-    if (rename(w->tmp, w->path) < 0) {
-        pst_fail(e, "%s: renaming %s to it failed: %s", w->path, w->tmp, strerror(errno));
+    if (publish(w->tmp, w->path, w->o.force) < 0) {
+        if (errno == EEXIST)
+            pst_fail(e,
+                     "%s: exists (written by another run meanwhile; use --force to overwrite it)",
+                     w->path);
+        else
+            pst_fail(e, "%s: renaming %s to it failed: %s", w->path, w->tmp, strerror(errno));
         goto fail;
     }
     unguard_tmp();

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -445,9 +446,66 @@ static void test_writer(void)
     free(img);
 }
 
+/* A small sound data set through w (train split of 2 examples). */
+static int write_two(h5w *w, pst_err *e)
+{
+    uint8_t img[2 * IMG] = {0};
+    int32_t lab[2] = {0, 1};
+    return h5w_split_begin(w, "train", 2, e) < 0 || h5w_split_append(w, img, lab, 2, e) < 0 ||
+                   h5w_split_end(w, e) < 0
+               ? -1
+               : 0;
+}
+
+/* Two runs writing one output without --force: the existence check at the
+ * start races with the rename at the end, so the publishing itself must not
+ * replace a file another run published meanwhile. Temp files of killed runs
+ * (OUT.tmp.PID, PID gone) are removed; a running one's are kept. */
+static void test_publish_race(void)
+{
+    const char *out = scratch_path("race.h5");
+    const char *names[K] = {"a", "b", "c"};
+    h5w_opts o = {.height = H, .width = W, .channels = C, .num_classes = K, .class_names = names};
+    pst_err e = {""};
+    /* a temp file of a run that no longer runs, and one of a running process */
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    waitpid(dead, NULL, 0);
+    char stale[600], live[600];
+    snprintf(stale, sizeof stale, "%s.tmp.%ld", out, (long)dead);
+    snprintf(live, sizeof live, "%s.tmp.%ld", out, (long)getppid());
+    fclose(fopen(stale, "w"));
+    fclose(fopen(live, "w"));
+    h5w *w = NULL;
+    CHECK(h5w_create(&w, out, &o, &e) == 0 && write_two(w, &e) == 0, "create: %s", e.msg);
+    CHECK(!file_exists(stale), "the temp file of a dead run (%ld) is still there", (long)dead);
+    CHECK(file_exists(live), "the temp file of a running process was removed");
+    unlink(live);
+    /* another run publishes first */
+    FILE *f = fopen(out, "w");
+    fputs("the other run's data set\n", f);
+    fclose(f);
+    CHECK(h5w_commit(w, &e) < 0 && strstr(e.msg, "exists"), "second publisher: %s",
+          e.msg[0] ? e.msg : "succeeded");
+    char buf[64] = "";
+    f = fopen(out, "r");
+    if (f) {
+        CHECK(fgets(buf, sizeof buf, f) && !strcmp(buf, "the other run's data set\n"),
+              "the first run's output was replaced");
+        fclose(f);
+    }
+    CHECK(scratch_count("race.h5.tmp.") == 0, "temporary file left behind");
+    /* with --force the later run replaces it, as before */
+    o.force = true;
+    CHECK(h5w_create(&w, out, &o, &e) == 0 && write_two(w, &e) == 0 && h5w_commit(w, &e) == 0,
+          "force: %s", e.msg);
+    CHECK(h5ds_verify(out, NULL, NULL, &e) == 0, "forced output is a sound data set");
+}
+
 int main(void)
 {
     scratch_dir();
+    test_publish_race();
     test_defects();
     test_read_sound();
     test_not_a_dataset();

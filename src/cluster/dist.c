@@ -234,6 +234,13 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         if (!is_root) snprintf(e->msg, sizeof e->msg, "%s", r->info.msg);
         goto out;
     }
+    if (r->info.done_already) { /* main says so */
+        res->nothing_to_do = true;
+        res->steps = r->info.first_version;
+        snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", r->ckpt_file);
+        rc = 0;
+        goto out;
+    }
 
     /* 2. the same model (same seed: same initial variables) and r->plan everywhere */
     nn_model_cfg mc = {.name = cfg->model,
@@ -278,14 +285,6 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
             dist_bcast(r->slots, r->nparam * (size_t)r->nslots, MPI_FLOAT, sizeof(float),
                        r->root_rank, MPI_COMM_WORLD);
         res->start_step = cfg->mode == TRAIN_SYNC ? r->info.first_version : r->info.first_ticket;
-        if (is_root && !cfg->quiet)
-            fprintf(stderr, "pstrain: resumed from %s at step %lld (batch %lld)\n", r->ckpt_file,
-                    (long long)r->info.first_version, (long long)r->info.first_ticket);
-    }
-    if (is_root && !cfg->quiet && !cfg->dry_run) {
-        fprintf(stderr, "%d ranks: root, %d PS, %d workers; mode %s, R = %d\n", size, P, W,
-                cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
-        (cfg->verbose ? place_plan_print : place_plan_summary)(r->plan, stderr);
     }
     if (cfg->dry_run) {
         if (is_root) {

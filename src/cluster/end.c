@@ -241,8 +241,23 @@ int run_end(dist_run *r, pst_err *e)
             if (cfg->mode == TRAIN_SYNC) res->steps = PST_MAX(res->steps, (int64_t)q[PR_VERSION]);
         }
         res->imbalance = r->plan->imbalance;
-        res->train_seconds = r->t_train;
+        /* this run's share, and the whole run's (a resumed run) */
+        res->run_examples = res->examples;
+        res->run_seconds = r->t_train;
+        res->run_steps = res->steps - r->info.first_version;
         res->images_per_sec = r->t_train > 0 ? (double)res->examples / r->t_train : 0;
+        res->train_seconds = r->info.prior_seconds + r->t_train;
+        res->total_steps = r->rctx->total_steps;
+        res->total_epochs = r->rctx->total_epochs;
+        {
+            /* the last progress line is the final step: from the final
+             * records (the last tick may not have seen them) */
+            const double **wrec = pst_malloc(sizeof *wrec * (size_t)W);
+            for (int w = 0; w < W; w++)
+                wrec[w] = recs + (size_t)r->worker_ranks[w] * FEED_REPORT_WORDS;
+            root_report(r->rctx, wrec, &r->rctx->last_pt);
+            free(wrec);
+        }
         int64_t data_end = r->info.first_ticket;
         res->examples += r->info.prior_examples;
         res->epochs = r->info.per_epoch ? (int)(res->examples / r->info.per_epoch) : 0;
@@ -250,6 +265,8 @@ int run_end(dist_run *r, pst_err *e)
         if (account(cfg, res, all, counts, displs, r->worker_ranks, W, r->info.per_epoch, &r->prior,
                     r->prior_epoch, r->info.first_ticket, &data_end, e) < 0)
             goto out;
+        /* the 1-based epoch of the last batch */
+        res->epoch = data_end > 0 ? (int)((data_end - 1) / PST_MAX(r->info.bpe, 1)) + 1 : 0;
         if (cfg->checkpoint_dir && root_save_checkpoint(r->rctx, res->steps, data_end,
                                                         nn_model_params(m), r->slots, e) < 0)
             goto out;
@@ -262,7 +279,7 @@ int run_end(dist_run *r, pst_err *e)
             if (train_evaluate(m, &r->ds, r->esplit, cfg->batch, &acc, &loss, &n, NULL, e) < 0)
                 goto out;
             train_set_eval(res, r->esplit, acc, loss, n);
-            metrics_eval(r->mx, res->steps, res->epochs, r->esplit, acc, loss, n);
+            metrics_eval(r->mx, res->steps, res->epoch, r->esplit, acc, loss, n);
         }
         if (metrics_finish(r->mx, e) < 0) goto out; /* a write error (a full disk) fails the run */
     }

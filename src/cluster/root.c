@@ -13,26 +13,24 @@
 #include "pstrain/signals.h"
 #include "trainer.h"
 
-void root_tick(void *vctx)
+void root_report(root_ctx *c, const double *const *wrec, const ps_timing *pt)
 {
-    root_ctx *c = vctx;
-    double steps = 0, dsteps = 0, ex = 0, dex = 0, dloss = 0, dcorrect = 0;
-    double last_step = 0;
+    double ex = 0, dsteps = 0, dex = 0, dloss = 0, dcorrect = 0;
+    double last_step = -1;
     int epoch = 0;
     worker_timing wt = {0};
     const int nw = c->W;
     for (int w = 0; w < c->W; w++) {
-        const double *r = feed_report_of(c->f, c->worker_ranks[w]);
-        steps += r[WR_STEPS];
+        const double *r = wrec[w], *p = c->prev + (size_t)w * WR_N;
         ex += r[WR_EXAMPLES];
-        last_step = PST_MAX(last_step, r[WR_LAST_STEP]);
-        epoch = PST_MAX(epoch, (int)r[WR_EPOCH]);
-        double *p = c->prev + (size_t)w * WR_N;
-        double ds = r[WR_STEPS] - p[WR_STEPS];
-        dsteps += ds;
+        dsteps += r[WR_STEPS] - p[WR_STEPS];
         dex += r[WR_EXAMPLES] - p[WR_EXAMPLES];
         dloss += r[WR_LOSS] - p[WR_LOSS];
         dcorrect += r[WR_CORRECT] - p[WR_CORRECT];
+        /* the newest batch computed: its step (the version or global step
+         * it was computed at, + 1) and its epoch */
+        if (r[WR_STEPS] > 0 && r[WR_LAST_STEP] > last_step)
+            last_step = r[WR_LAST_STEP], epoch = (int)r[WR_EPOCH] + 1;
         if (r[WR_STEPS] > 0) {
             wt.wait_data += r[WR_WAIT_DATA] / r[WR_STEPS] / nw;
             wt.pull += r[WR_PULL] / r[WR_STEPS] / nw;
@@ -40,33 +38,48 @@ void root_tick(void *vctx)
             wt.push += r[WR_PUSH] / r[WR_STEPS] / nw;
             wt.wait_version += r[WR_WAIT_VERSION] / r[WR_STEPS] / nw;
         }
-        memcpy(p, r, sizeof(double) * WR_N);
     }
-    ps_timing pt = {0};
-    double version = 0;
-    for (int p = 0; p < c->P; p++) {
-        const double *r = feed_report_of(c->f, c->ps_ranks[p]);
-        version = PST_MAX(version, r[PR_VERSION]);
-        pt.apply += r[PR_APPLY] / c->P;
-        pt.idle += r[PR_IDLE] / c->P;
-        pt.cpu += r[PR_CPU] / c->P;
-    }
-    if (dsteps <= 0) return;
-    int64_t step = c->cfg->mode == TRAIN_SYNC ? (int64_t)version : (int64_t)steps;
+    /* The step the losses belong to, reported once: the PS version lagged
+     * them (a 2-worker sync run logged step 95 twice with different
+     * losses). Losses of a step not newer than the last line wait in the
+     * deltas (prev is kept) for the next one. */
+    const int64_t step = (int64_t)last_step + 1;
+    if (dsteps <= 0 || step <= c->last_reported) return;
+    for (int w = 0; w < c->W; w++)
+        memcpy(c->prev + (size_t)w * WR_N, wrec[w], sizeof(double) * WR_N);
+    c->last_reported = step;
     double el = pst_now() - c->t0;
     c->last_loss = dloss / dsteps;
     c->have_loss = true;
     metrics_step_rec rec = {.step = step,
                             .total_steps = c->total_steps,
+                            .start_step = c->info->first_version,
                             .epoch = epoch,
+                            .total_epochs = c->total_epochs,
                             .loss = c->last_loss,
                             .accuracy = dex > 0 ? dcorrect / dex : 0,
-                            .lr = lr_at(&c->sched, step),
+                            .lr = lr_at(&c->sched, step - 1),
                             .images_per_sec = el > 0 ? ex / el : 0,
                             .worker = &wt,
-                            .ps = &pt};
-    (void)last_step;
+                            .ps = pt};
     metrics_step(c->mx, &rec);
+}
+
+void root_tick(void *vctx)
+{
+    root_ctx *c = vctx;
+    const double **wrec = pst_malloc(sizeof *wrec * (size_t)c->W);
+    for (int w = 0; w < c->W; w++) wrec[w] = feed_report_of(c->f, c->worker_ranks[w]);
+    ps_timing pt = {0};
+    for (int p = 0; p < c->P; p++) {
+        const double *r = feed_report_of(c->f, c->ps_ranks[p]);
+        pt.apply += r[PR_APPLY] / c->P;
+        pt.idle += r[PR_IDLE] / c->P;
+        pt.cpu += r[PR_CPU] / c->P;
+    }
+    c->last_pt = pt;
+    root_report(c, wrec, &pt);
+    free(wrec);
 }
 
 static int pipe_source(void *ctx, pipe_batch *b, pst_err *e)
@@ -112,8 +125,7 @@ int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const fl
                   c->nslots ? slots : NULL, c->nparam, c->res->last_checkpoint,
                   sizeof c->res->last_checkpoint, e) < 0)
         return -1;
-    if (!c->cfg->quiet)
-        fprintf(stderr, "\ncheckpoint %s (step %lld)\n", c->res->last_checkpoint, (long long)step);
+    metrics_note(c->mx, "checkpoint %s (step %lld)", c->res->last_checkpoint, (long long)step);
     return 0;
 }
 
@@ -246,8 +258,7 @@ static int root_poll(void *vctx, pst_err *e)
         } else {
             feed_root_set_total(c->f, prod);
         }
-        if (!cfg->quiet)
-            fprintf(stderr, "\npstrain: signal %d: stopping after the batches in flight\n", sig);
+        metrics_note(c->mx, "signal %d: stopping after the batches in flight", sig);
         did = 1;
     }
     return did;
@@ -269,7 +280,7 @@ static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char 
     int r = ckpt_resolve(arg, path, n, e);
     if (r <= 0) {
         if (r == 0 && !cfg->quiet)
-            fprintf(stderr, "pstrain: no checkpoint in %s yet: starting from scratch\n", arg);
+            fprintf(stderr, "pstrain train: no checkpoint in %s yet: starting from scratch\n", arg);
         return r;
     }
     ckpt_meta cm;
@@ -299,7 +310,7 @@ static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char 
         /* the data cursor counts batches and a version starts wherever the
          * checkpoint's ended, so another worker count continues the run
          * (deterministically in lockstep, from here on in groups of W) */
-        fprintf(stderr, "pstrain: %s was written by %d workers; continuing with %d\n", path,
+        fprintf(stderr, "pstrain train: %s was written by %d workers; continuing with %d\n", path,
                 cm.workers, W);
     info->resumed = 1;
     info->first_version = cm.global_step;
@@ -330,6 +341,11 @@ void root_prepare(dist_run *r, pst_err *e)
     if (r->info.ok && cfg->resume &&
         root_resume_meta(cfg, W, &r->info, r->ckpt_file, sizeof r->ckpt_file, e) < 0)
         r->info.ok = 0;
+    /* a requeued job whose run had finished: nothing is left */
+    if (r->info.ok && r->info.resumed && cfg->steps && r->info.first_version >= cfg->steps) {
+        r->info.done_already = 1;
+        return;
+    }
     if (r->info.ok) {
         r->info.height = r->ds.height, r->info.width = r->ds.width,
         r->info.channels = r->ds.channels;
@@ -425,7 +441,32 @@ void root_run(dist_run *r, pst_err *e)
                    ? r->info.max_versions
                    : r->info.first_version + (r->info.total - r->info.first_ticket + W - 1) / W)
             : r->info.total;
+    r->rctx->total_epochs =
+        r->info.total >= 0
+            ? (int)((r->info.total + PST_MAX(r->info.bpe, 1) - 1) / PST_MAX(r->info.bpe, 1))
+            : 0;
+    r->rctx->last_reported = r->info.first_version;
     r->rctx->t0 = pst_now();
+    /* the set-up, as log lines with their time like what follows */
+    metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
+                 cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
+    if (cfg->verbose && !cfg->quiet) {
+        place_plan_print(r->plan, stderr);
+    } else {
+        char *line = NULL;
+        size_t len = 0;
+        FILE *mf = open_memstream(&line, &len);
+        if (mf) {
+            place_plan_summary(r->plan, mf);
+            fclose(mf);
+            if (len && line[len - 1] == '\n') line[len - 1] = 0;
+            metrics_note(r->mx, "%s", line);
+        }
+        free(line);
+    }
+    if (r->info.resumed)
+        metrics_note(r->mx, "resumed from %s at step %lld (batch %lld)", r->ckpt_file,
+                     (long long)r->info.first_version, (long long)r->info.first_ticket);
     r->rctx->vars = r->vars, r->rctx->nvars = r->nv, r->rctx->ds = &r->ds;
     r->mtext = NULL;
     {

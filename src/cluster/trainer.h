@@ -59,6 +59,7 @@ typedef struct start_info {
     int64_t first_ticket;  /* batches already consumed (the data cursor) */
     int64_t prior_examples;
     double prior_seconds;
+    int done_already; /* resumed at or past --steps: nothing to train, every rank ends */
     char msg[PST_ERR_LEN];
 } start_info;
 
@@ -94,8 +95,11 @@ typedef struct root_ctx {
     bool lockstep;
     lr_schedule sched;
     int64_t total_steps;
+    int total_epochs; /* 0: unknown */
     double t0;
-    double *prev; /* W previous worker records of WR_N doubles */
+    double *prev;          /* W previous worker records of WR_N doubles */
+    int64_t last_reported; /* the step of the last progress line (steps only increase) */
+    ps_timing last_pt;     /* the PS timing of the last tick (the final line reuses it) */
     double last_loss;
     bool have_loss;
     /* checkpoints and stop (root's poll hook) */
@@ -181,6 +185,11 @@ void root_prepare(dist_run *r, pst_err *e);
 /* root.c: serves the batch ring until every worker is done. */
 void root_run(dist_run *r, pst_err *e);
 void root_tick(void *vctx);
+/* The progress line and metrics record from the workers' records
+ * (wrec[w]: WR_N doubles each), when they hold a step newer than the last
+ * one reported; root_tick reads them from the feed, the end of the run from
+ * the gathered final records, so that the last line is the final step. */
+void root_report(root_ctx *c, const double *const *wrec, const ps_timing *pt);
 int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const float *params,
                          const float *slots, pst_err *e);
 void root_ctx_free(root_ctx *c);

@@ -75,11 +75,14 @@ pyok "nothing evaluated" 'import json, sys
 s = json.load(open(sys.argv[1]))
 if "eval_split" in s or "test_accuracy" in s: sys.exit("summary %r" % s)' "$d/s.json"
 
-if [ "$MODE" = single ]; then
 say "the log of a short run ($MODE)"
+# steps per epoch: 40 batches, one per step in one process, 2 (workers) per sync step
+if [ "$MODE" = dist ]; then spe=20; else spe=40; fi
 # 640 examples, batch 16: 40 steps per epoch; 3 epochs, a checkpoint every 25
 rm -rf "$d/ck" "$d/m.jsonl"
-"${T[@]}" --data "$d/ok.h5" --epochs 3 --eval-every 1 --checkpoint-dir "$d/ck" \
+# (a short --log-every: the step of a record used to lag its losses and
+# repeat, 0 0 0 ... 36 36 36 in a sync run of 2 workers)
+"${T[@]}" --data "$d/ok.h5" --epochs 3 --eval-every 1 --checkpoint-dir "$d/ck" --log-every 0.005 \
     --checkpoint-every 25 --metrics "$d/m.jsonl" >"$d/out" 2>"$d/err" || bad "log run: exit $?"
 pyok "the log of a short run" '
 import json, re, sys
@@ -92,42 +95,43 @@ for l in err:
     if not re.match(r"^\[ *[0-9.]+[smh][0-9ms]*\] \S", l) and not l.startswith("pstrain train: warning"):
         errs.append("a line without the time: %r" % l)
 prog = [l for l in err if "] step " in l]
-if not prog or not re.search(r"\] step 120/120  epoch 3/3  loss ", prog[-1]):
+spe = int(sys.argv[4]); n = 3 * spe
+if not prog or not re.search(r"\] step %d/%d  epoch 3/3  loss " % (n, n), prog[-1]):
     errs.append("last progress line %r" % (prog[-1:],))
 ck = [l for l in err if "] checkpoint " in l]
-if len(ck) < 4: errs.append("checkpoint lines %r" % ck)
+if len(ck) < 3: errs.append("checkpoint lines %r" % ck)
 steps = [r for r in rec if r["type"] == "step"]
 s = [r["step"] for r in steps]
-if s != sorted(set(s)) or s[-1] != 120: errs.append("metrics steps not strictly increasing to 120: %r" % s)
+if s != sorted(set(s)) or s[-1] != n: errs.append("metrics steps not strictly increasing to %d: %r" % (n, s))
 for r in steps:
-    if r["epoch"] != (r["step"] - 1) // 40 + 1: errs.append("step %d in epoch %d" % (r["step"], r["epoch"])); break
+    if r["epoch"] != (r["step"] - 1) // spe + 1: errs.append("step %d in epoch %d" % (r["step"], r["epoch"])); break
 ev = [(r["step"], r["epoch"]) for r in rec if r["type"] == "eval"]
-if ev != [(40, 1), (80, 2), (120, 3)]: errs.append("eval records (step, epoch) %r" % ev)
-if not re.match(r"trained mlp: step 120/120, epoch 3/3, 1920 examples in ", out): errs.append("final line %r" % out)
-if errs: sys.exit("\n".join(errs))' "$d/err" "$d/out" "$d/m.jsonl"
+if ev != [(spe, 1), (2 * spe, 2), (n, 3)]: errs.append("eval records (step, epoch) %r" % ev)
+if not re.match(r"trained mlp: step %d/%d, epoch 3/3, 1920 examples in " % (n, n), out): errs.append("final line %r" % out)
+if errs: sys.exit("\n".join(errs))' "$d/err" "$d/out" "$d/m.jsonl" $spe
 
 say "resume ($MODE)"
 "${T[@]}" --data "$d/ok.h5" --epochs 4 --checkpoint-dir "$d/ck" --resume --summary-json "$d/s.json" \
     >"$d/out" 2>"$d/err" || bad "resumed run: exit $?"
-grep -Eq "^\[ *[0-9.]+s\] resumed from $d/ck/ckpt-120.h5 at step 120" "$d/err" ||
+grep -Eq "^\[ *[0-9.]+s\] resumed from $d/ck/ckpt-$((3 * spe)).h5 at step $((3 * spe))" "$d/err" ||
     bad "no resumed line with the time: $(head -2 "$d/err")"
-grep -Eq "^trained mlp: step 160/160, epoch 4/4; this run: 40 steps, 640 examples in [0-9.]+ s, [0-9]+ images/s; whole run: 2560 examples in " "$d/out" ||
+grep -Eq "^trained mlp: step $((4 * spe))/$((4 * spe)), epoch 4/4; this run: $spe steps, 640 examples in [0-9.]+ s, [0-9]+ images/s; whole run: 2560 examples in " "$d/out" ||
     bad "final line after a resume: $(cat "$d/out")"
-for n in 160 100; do
+last=$((4 * spe))
+for n in $last $((2 * spe)); do
     "${T[@]}" --data "$d/ok.h5" --steps $n --checkpoint-dir "$d/ck" --resume >"$d/out" 2>"$d/err"
     rc=$?
-    [ $rc = 0 ] || bad "--steps $n at a checkpoint of step 160: exit $rc"
-    grep -q "ckpt-160.h5 is at step 160, at or past --steps $n: nothing to train" "$d/err" ||
-        bad "--steps $n at step 160: $(cat "$d/err")"
-    [ -s "$d/out" ] && bad "--steps $n at step 160: a final line: $(cat "$d/out")"
+    [ $rc = 0 ] || bad "--steps $n at a checkpoint of step $last: exit $rc"
+    grep -q "ckpt-$last.h5 is at step $last, at or past --steps $n: nothing to train" "$d/err" ||
+        bad "--steps $n at step $last: $(cat "$d/err")"
+    [ -s "$d/out" ] && bad "--steps $n at step $last: a final line: $(cat "$d/out")"
 done
-[ "$(ls "$d/ck" | grep -c 'ckpt-.*h5$')" -le 3 ] && [ -e "$d/ck/ckpt-160.h5" ] || bad "checkpoints touched"
-fi
+[ "$(ls "$d/ck" | grep -c 'ckpt-.*h5$')" -le 3 ] && [ -e "$d/ck/ckpt-$((4 * spe)).h5" ] || bad "checkpoints touched"
 
 say "the placement at the start ($MODE)"
 if [ "$MODE" = dist ]; then
     "${T[@]}" --data "$d/ok.h5" --steps 2 >"$d/out" 2>&1 || bad "placement run: exit $?"
-    grep -q "^placement round-robin on 1 PS: 6 variables.*imbalance.*--verbose" "$d/out" ||
+    grep -q "^\[ *[0-9.]*s\] placement round-robin on 1 PS: 6 variables.*imbalance.*--verbose" "$d/out" ||
         bad "no one-line placement summary: $(head -3 "$d/out")"
     grep -q "dense1/kernel\|offset" "$d/out" && bad "the placement table printed without --verbose"
     "${T[@]}" --data "$d/ok.h5" --steps 2 --verbose >"$d/out" 2>&1 || bad "--verbose run: exit $?"

@@ -54,6 +54,7 @@
 #include "dist_internal.h"
 #include "pstrain/blas.h"
 #include "pstrain/signals.h"
+#include "pstrain/run_common.h"
 #include "trainer.h"
 
 static void die_hook(int status)
@@ -80,12 +81,7 @@ static int check_config(const train_cfg *c, int size, pst_err *e)
                         "--replicas-to-aggregate %d with %d workers: expected 1..%d (more "
                         "replicas than workers needs at least %d ranks with --ps %d)",
                         c->replicas_to_aggregate, W, W, 1 + P + c->replicas_to_aggregate, P);
-    if (c->batch < 1) return pst_fail(e, "--batch: expected a positive integer");
-    if (!(c->lr >= 0)) return pst_fail(e, "--lr: expected a non-negative number");
-    if (c->epochs < 0 || c->steps < 0)
-        return pst_fail(e, "--epochs/--steps: expected non-negative values");
-    if (c->epochs == 0 && c->steps == 0)
-        return pst_fail(e, "nothing to do: give --epochs E or --steps S");
+    if (train_check_cfg(c, e) < 0) return -1;
     if (c->placement == PLACE_PARTITION && c->partition_bytes <= 0)
         return pst_fail(e, "--partition-bytes: expected a positive number of bytes");
     return 0;

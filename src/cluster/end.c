@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dist_internal.h"
+#include "pstrain/run_common.h"
 #include "trainer.h"
 
 typedef struct batch_loss {
@@ -27,7 +28,6 @@ static int cmp_batch_ticket(const void *a, const void *b)
  * steps, summed in ticket order, so that it does not depend on timing. Sync:
  * every batch computed at one of the last 100 versions; async: the last 100
  * batches (a step is a batch). */
-#define FINAL_LOSS_STEPS 100
 static float final_loss(batch_loss *bl, size_t n, bool sync)
 {
     if (!n) return NAN;

@@ -11,6 +11,7 @@
 
 #include "dist_internal.h"
 #include "pstrain/signals.h"
+#include "pstrain/run_common.h"
 #include "trainer.h"
 
 void root_report(root_ctx *c, const double *const *wrec, const ps_timing *pt)
@@ -93,12 +94,8 @@ static ckpt_meta run_meta(const root_ctx *c, int64_t step, int64_t next_batch)
 {
     const start_info *in = c->info;
     const train_cfg *cfg = c->cfg;
-    ckpt_meta m;
-    memset(&m, 0, sizeof m);
-    m.model_name = cfg->model;
-    m.model_text = c->model_text;
-    m.height = in->height, m.width = in->width, m.channels = in->channels;
-    m.num_classes = in->classes;
+    ckpt_meta m = train_ckpt_meta(cfg, c->model_text, in->height, in->width, in->channels,
+                                  in->classes, &c->sched);
     m.global_step = step;
     const int64_t bpe = PST_MAX(in->bpe, 1);
     m.epoch = (int)(next_batch / bpe);
@@ -106,14 +103,8 @@ static ckpt_meta run_meta(const root_ctx *c, int64_t step, int64_t next_batch)
     m.next_batch = next_batch;
     /* every batch but an epoch's last is full */
     m.examples = (int64_t)m.epoch * in->per_epoch + m.epoch_batch * cfg->batch;
-    m.seed = cfg->seed;
     m.train_seconds = in->prior_seconds + (pst_now() - c->t0);
-    m.mode = cfg->mode == TRAIN_ASYNC ? "async" : "sync";
-    m.workers = c->W, m.ps = c->P, m.batch = cfg->batch;
-    m.opt = cfg->opt;
-    m.lr = c->sched;
-    m.weight_decay = cfg->weight_decay;
-    m.label_smoothing = cfg->label_smoothing;
+    m.workers = c->W, m.ps = c->P;
     return m;
 }
 
@@ -287,14 +278,8 @@ static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char 
     memset(&cm, 0, sizeof cm);
     if (ckpt_read_meta(path, &cm, e) < 0) return -1;
     int rc = 1;
-    if (cm.batch != cfg->batch)
-        rc = pst_fail(e,
-                      "%s: attribute batch is %d but this run uses --batch %d: the data cursor "
-                      "would not match",
-                      path, cm.batch, cfg->batch);
-    else if (cm.seed != cfg->seed)
-        rc = pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
-                      (unsigned long long)cm.seed, (unsigned long long)cfg->seed);
+    if (train_check_resume(path, &cm, cfg, e) < 0)
+        rc = -1;
     else if (cm.mode && cm.mode[0] && strcmp(cm.mode, mode_name(cfg->mode)) != 0)
         /* A sync step applies the mean of W gradients (one version), an
          * async step one batch's gradient: the global step, the schedule's

@@ -20,6 +20,7 @@
 #include "pstrain/h5ds.h"
 #include "pstrain/metrics.h"
 #include "pstrain/model.h"
+#include "pstrain/run_common.h"
 #include "pstrain/train.h"
 
 train_cfg train_cfg_defaults(void)
@@ -223,25 +224,15 @@ static ckpt_meta run_meta(const train_cfg *cfg, const h5ds *ds, const char *mode
                           int64_t examples, double train_seconds, const lr_schedule *sched)
 {
     if (epoch_batch >= steps_per_epoch) epoch++, epoch_batch = 0;
-    ckpt_meta m;
-    memset(&m, 0, sizeof m);
-    m.model_name = cfg->model;
-    m.model_text = model_text;
-    m.height = ds->height, m.width = ds->width, m.channels = ds->channels;
-    m.num_classes = ds->num_classes;
+    ckpt_meta m = train_ckpt_meta(cfg, model_text, ds->height, ds->width, ds->channels,
+                                  ds->num_classes, sched);
     m.global_step = step;
     m.epoch = epoch;
     m.epoch_batch = epoch_batch;
     m.next_batch = step;
     m.examples = examples;
-    m.seed = cfg->seed;
     m.train_seconds = train_seconds;
-    m.mode = cfg->mode == TRAIN_ASYNC ? "async" : "sync";
-    m.workers = 1, m.ps = 0, m.batch = cfg->batch;
-    m.opt = cfg->opt;
-    m.lr = *sched;
-    m.weight_decay = cfg->weight_decay;
-    m.label_smoothing = cfg->label_smoothing;
+    m.workers = 1, m.ps = 0;
     return m;
 }
 
@@ -263,14 +254,7 @@ static char *model_text(const nn_model *m)
 static int check_resume_meta(const char *path, const ckpt_meta *m, const train_cfg *cfg,
                              int64_t batches_per_epoch, pst_err *e)
 {
-    if (m->batch != cfg->batch)
-        return pst_fail(e,
-                        "%s: attribute batch is %d but this run uses --batch %d: the data "
-                        "cursor would not match",
-                        path, m->batch, cfg->batch);
-    if (m->seed != cfg->seed)
-        return pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
-                        (unsigned long long)m->seed, (unsigned long long)cfg->seed);
+    if (train_check_resume(path, m, cfg, e) < 0) return -1;
     /* a single process's schedule counts its batches per epoch (a
      * distributed run's counts steps of several workers) */
     const bool single = m->workers == 1 && m->ps == 0;
@@ -284,10 +268,6 @@ static int check_resume_meta(const char *path, const ckpt_meta *m, const train_c
                         (long long)batches_per_epoch);
     return 0;
 }
-
-/* Losses of the last FINAL_LOSS_STEPS steps: final_loss is their mean, so
- * it depends on the steps run, never on the logging interval's timing. */
-#define FINAL_LOSS_STEPS 100
 
 /* What is logged every --log-every seconds: means over the interval. */
 typedef struct log_window {
@@ -316,21 +296,10 @@ static void log_step(metrics *mx, log_window *w, int64_t step, int64_t start_ste
     *w = (log_window){0};
 }
 
-static int check_cfg(const train_cfg *cfg, pst_err *e)
-{
-    if (cfg->batch < 1) return pst_fail(e, "--batch: expected a positive integer");
-    if (!(cfg->lr >= 0)) return pst_fail(e, "--lr: expected a non-negative number");
-    if (cfg->epochs < 0 || cfg->steps < 0)
-        return pst_fail(e, "--epochs/--steps: expected non-negative values");
-    if (cfg->epochs == 0 && cfg->steps == 0)
-        return pst_fail(e, "nothing to do: give --epochs E or --steps S");
-    return 0;
-}
-
 int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);
-    if (check_cfg(cfg, e) < 0) return -1;
+    if (train_check_cfg(cfg, e) < 0) return -1;
     if (cfg->ps > 0 && !cfg->quiet)
         pst_warn("--ps %d: one process (no mpirun) has no parameter servers; --ps, --placement, "
                  "--mode and --replicas-to-aggregate apply under mpirun -np N",

@@ -1,0 +1,33 @@
+/*
+ * pstrain/run_common.h - what single-process training (src/run/train.c) and
+ * distributed training (src/cluster) share, written once: the configuration
+ * checks every run makes, the checks a checkpoint must pass to continue a
+ * run, the checkpoint attributes that describe the run, and the final-loss
+ * window.
+ */
+#ifndef PSTRAIN_RUN_COMMON_H
+#define PSTRAIN_RUN_COMMON_H
+
+#include "pstrain/ckpt.h"
+#include "pstrain/common.h"
+#include "pstrain/train.h"
+
+/* final_loss (train.h) is the mean training loss of the last this many
+ * steps (sync: versions), so it never depends on the logging interval. */
+#define FINAL_LOSS_STEPS 100
+
+/* --batch, --lr, --epochs/--steps: 0, or -1 with a message. */
+int train_check_cfg(const train_cfg *cfg, pst_err *e);
+
+/* A checkpoint continues this run only with the same batch size (the data
+ * cursor) and seed (the random streams): 0, or -1 with a message naming the
+ * attribute. */
+int train_check_resume(const char *path, const ckpt_meta *m, const train_cfg *cfg, pst_err *e);
+
+/* The attributes that describe the run (model, shape, seed, mode, batch,
+ * optimizer, schedule, regularisation); the caller fills the step, data
+ * cursor, examples, seconds and the worker and PS counts. */
+ckpt_meta train_ckpt_meta(const train_cfg *cfg, const char *model_text, int height, int width,
+                          int channels, int num_classes, const lr_schedule *sched);
+
+#endif

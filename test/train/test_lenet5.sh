@@ -49,7 +49,7 @@ for n, line in enumerate(open(sys.argv[1]), 1):
                      for k in step_keys - {"type", "timing"}):
             errs.append("line %d: a value is not a finite number: %r" % (n, r))
         elif not (r["lr"] == 0.01 and 0 < r["loss"] < 3 and 0 <= r["accuracy"] <= 1
-                  and r["images_per_sec"] > 0 and r["epoch"] == 0):
+                  and r["images_per_sec"] > 0 and r["epoch"] == 1):
             errs.append("line %d: implausible values %r" % (n, r))
         elif not {"wait_data", "compute"} <= set(r["timing"]):
             errs.append("line %d: timing %r" % (n, r["timing"]))

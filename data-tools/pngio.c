@@ -282,9 +282,8 @@ int pngio_write(const char *path, const uint8_t *pixels, int height, int width, 
      * place and never removed: unlinking a device node after a failed
      * write would destroy it. */
     char tmp[4200];
-    const int renamed = pst_out_tmp(path, tmp, sizeof tmp);
-    if (renamed < 0) return pst_fail(e, "%s: path too long", path);
-    FILE *f = fopen(tmp, "wb");
+    int renamed; /* exclusively created temporary, or a device in place */
+    FILE *f = pst_out_fopen(path, "wb", tmp, sizeof tmp, &renamed);
     if (!f) return pst_fail(e, "%s: cannot create: %s", path, strerror(errno));
     int rc = write_stream(f, path, pixels, height, width, channels, level, e);
     if (fclose(f) != 0 && rc == 0) rc = pst_fail(e, "%s: close failed: %s", path, strerror(errno));

@@ -95,6 +95,14 @@ apid=$!
 for _ in $(seq 600); do grep -q "^pid $apid " "$d/ck2/lock" 2>/dev/null && break; sleep 0.1; done
 err_case "second writer" "$d/ck2|in use|pid $apid|$(hostname)" "${T[@]}" --steps 3 \
     --checkpoint-dir "$d/ck2"
+# under mpirun the root is refused the same way, and no rank hangs
+timeout 120 mpirun --oversubscribe -np 3 "$PSTRAIN" train --quiet --data "$d/ok.h5" --model mlp \
+    --ps 1 --steps 3 --checkpoint-dir "$d/ck2" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+{ [ $rc != 0 ] && [ $rc -lt 124 ]; } || bad "second writer under mpirun: exit $rc"
+grep -q "ck2 is in use by another run: pid $apid on host" "$tmp/err" ||
+    bad "second writer under mpirun: $(head -2 "$tmp/err")"
+echo "  second writer under mpirun (exit $rc): $(grep -m1 'in use' "$tmp/err")"
 # evals read the directory while it is written (they take no lock)
 "$PSTRAIN" eval --quiet --data "$d/ok.h5" --checkpoint "$d/ck" >"$tmp/out" 2>&1 ||
     bad "eval beside a run: $(head -2 "$tmp/out")"

@@ -1156,6 +1156,65 @@ done:
     return rc;
 }
 
+/* The shape of dataset `name` into dims; its rank, -1 if it is not a
+ * readable dataset. */
+static int dataset_dims(hid_t f, const char *name, hsize_t *dims)
+{
+    if (!h5_path_exists(f, name)) return -1;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t sp = d >= 0 ? H5Dget_space(d) : -1;
+    int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    if (nd > H5S_MAX_RANK || (nd >= 0 && H5Sget_simple_extent_dims(sp, dims, NULL) < 0)) nd = -1;
+    h5_close(sp);
+    h5_close(d);
+    return nd;
+}
+
+/* Damage the checksums cannot see: every slot is one of the optimizer's
+ * and belongs to a variable of the same shape (a resume would otherwise
+ * fail on it, or load state into the wrong place, instead of falling back
+ * to an older checkpoint). */
+static int verify_slots(hid_t f, const char *path, const ckpt_meta *m, pst_err *e)
+{
+    name_list l = {0};
+    char sname[PATH_LEN], vname[PATH_LEN];
+    hsize_t sd[H5S_MAX_RANK], vd[H5S_MAX_RANK];
+    int rc = -1;
+    if (collect(f, "/slots", &l) < 0) {
+        pst_fail(e, "%s: cannot list /slots", path);
+        goto done;
+    }
+    for (int k = 0; k < l.n; k++) {
+        const char *slash = strrchr(l.names[k], '/');
+        const char *slot = slash ? slash + 1 : l.names[k];
+        bool known = false;
+        for (int s = 0; s < slot_count(m->opt.kind); s++)
+            known |= !strcmp(slot, g_slot_names[m->opt.kind][s]);
+        if (!slash || !known) {
+            pst_fail(e, "%s: /slots/%s is not a slot of optimizer %s", path, l.names[k],
+                     g_opt_names[m->opt.kind]);
+            goto done;
+        }
+        snprintf(sname, sizeof sname, "/slots/%s", l.names[k]);
+        snprintf(vname, sizeof vname, "/variables/%.*s", (int)(slash - l.names[k]), l.names[k]);
+        int ns = dataset_dims(f, sname, sd), nv = dataset_dims(f, vname, vd);
+        bool same = ns >= 0 && ns == nv;
+        for (int i = 0; same && i < ns; i++) same = sd[i] == vd[i];
+        if (!same) {
+            char a[96], b[96];
+            shape_str(a, sizeof a, ns < 0 ? 0 : ns, sd);
+            shape_str(b, sizeof b, nv < 0 ? 0 : nv, vd);
+            pst_fail(e, "%s: slot %s has shape %s but its variable %s %s", path, sname, a, vname,
+                     nv < 0 ? "is missing" : b);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    name_list_free(&l);
+    return rc;
+}
+
 static int verify_unlocked(const char *path, pst_err *e)
 {
     ckpt_meta m;
@@ -1167,6 +1226,7 @@ static int verify_unlocked(const char *path, pst_err *e)
     ckpt_meta_free(&m);
     if (verify_group(f, path, "/variables", true, e) < 0) goto done;
     if (verify_group(f, path, "/slots", false, e) < 0) goto done;
+    if (verify_slots(f, path, &m, e) < 0) goto done;
     rc = 0;
 done:
     if (f >= 0) H5Fclose(f);

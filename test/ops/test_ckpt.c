@@ -421,6 +421,29 @@ static void test_bad_attributes(const char *root)
     ckpt_path(bad, sizeof bad, dir, 30);
     truncated_copy(good, bad, file_size(good));
     set_attr(bad, "global_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &m1);
+    /* and a newer one still whose slot has another shape than its variable
+     * (intact checksums, damage only the layout shows) */
+    {
+        char odd[4096];
+        ckpt_path(odd, sizeof odd, dir, 40);
+        truncated_copy(good, odd, file_size(good));
+        hid_t f = H5Fopen(odd, H5F_ACC_RDWR, H5P_DEFAULT);
+        CHECK(H5Ldelete(f, "/slots/fc1/kernel/momentum", H5P_DEFAULT) >= 0, "delete a slot");
+        hsize_t three = 3;
+        float vals[3] = {1, 2, 3};
+        hid_t sp = H5Screate_simple(1, &three, NULL);
+        hid_t d = H5Dcreate2(f, "/slots/fc1/kernel/momentum", H5T_IEEE_F32LE, sp, H5P_DEFAULT,
+                             H5P_DEFAULT, H5P_DEFAULT);
+        CHECK(d >= 0 && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, vals) >= 0,
+              "rewrite a slot");
+        H5Dclose(d);
+        H5Sclose(sp);
+        H5Fclose(f);
+        pst_err e4 = {{0}};
+        CHECK(ckpt_verify(odd, &e4) < 0 && strstr(e4.msg, "/slots/fc1/kernel/momentum") &&
+                  strstr(e4.msg, "[3]") && strstr(e4.msg, "[400,12]"),
+              "slot of another shape: '%s'", e4.msg);
+    }
     CHECK(ckpt_resolve(dir, got, sizeof got, &e) == 1 && !strcmp(got, good),
           "resolve with a bad newest checkpoint: %s", got);
     ops_rmdir(dir);

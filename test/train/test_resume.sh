@@ -99,10 +99,11 @@ for keep in 3 0 1; do
     train "$d.log" --data "$FM" --model mlp "${L[@]}" --steps 100 --checkpoint-dir "$d" \
         --checkpoint-every 10 --keep-checkpoints $keep --quiet || bad "keep $keep: run failed"
     case $keep in
-    3) want="ckpt-100.h5 ckpt-80.h5 ckpt-90.h5 latest" ;;
-    1) want="ckpt-100.h5 latest" ;;
-    0) want="$(for s in 10 20 30 40 50 60 70 80 90 100; do echo ckpt-$s.h5; done | sort | tr '\n' ' ')latest" ;;
+    3) want="ckpt-100.h5 ckpt-80.h5 ckpt-90.h5 latest lock" ;;
+    1) want="ckpt-100.h5 latest lock" ;;
+    0) want="$(for s in 10 20 30 40 50 60 70 80 90 100; do echo ckpt-$s.h5; done | sort | tr '\n' ' ')latest lock" ;;
     esac
+    # (lock: the writer's lock file, which stays)
     got=$(ls -A "$d" | sort | tr '\n' ' ' | sed 's/ $//')
     check "--keep-checkpoints $keep: files '$got', expected '$want'" test "$got" = "$want"
     check "--keep-checkpoints $keep: latest names ckpt-100.h5" grep -qx ckpt-100.h5 "$d/latest"

@@ -40,8 +40,8 @@ say "mlp, 3 epochs of 6400 examples, --eval-every 1"
 if train "$tmp/t3.log" --data "$FM" --model mlp --limit 6400 --epochs 3 --eval-every 1 \
     --metrics "$tmp/m.jsonl" --summary-json "$tmp/s3.json" --log-every 0; then
     # not a terminal: one plain progress line per logging interval (here
-    # every step), no carriage returns
-    n=$(grep -Ec '^step [0-9]+/300  epoch [1-3]  loss [0-9.]+  acc [0-9.]+  lr 0.01  [0-9]+ img/s  .*ETA' "$tmp/t3.log")
+    # every step), starting with the elapsed time, no carriage returns
+    n=$(grep -Ec '^\[ *[0-9.]+[smh][0-9ms]*\] step [0-9]+/300  epoch [1-3]/3  loss [0-9.]+  acc [0-9.]+  lr 0.01  [0-9]+ img/s' "$tmp/t3.log")
     check "300 plain progress lines (got $n)" test "$n" = 300
     check "no carriage return in a non-terminal log" test "$(tr -cd '\r' <"$tmp/t3.log" | wc -c)" = 0
     pyok "eval lines per epoch" '
@@ -72,7 +72,7 @@ t = open(sys.argv[1], "rb").read().decode("utf-8", "replace")
 errs = []
 n = t.count("\r\x1b[Kstep ")
 if n != 20: errs.append("%d rewrites of the progress line, expected 20" % n)
-if "\neval test after epoch 1 (step 10)" not in t.replace("\r\n", "\n"): errs.append("the eval line does not start on a line of its own")
+if "\neval test: step 10, epoch 1: " not in t.replace("\r\n", "\n"): errs.append("the eval line does not start on a line of its own")
 print("\n".join(errs)); print(repr(t[-400:])); sys.exit(1 if errs else 0)' "$tmp/tty.log"
 else
     echo "  (script(1) not installed: terminal progress not checked)"

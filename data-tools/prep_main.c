@@ -1,4 +1,5 @@
 /* prep_main.c - pstrain-prep: prepare, inspect and verify HDF5 data sets. */
+#include <hdf5.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,6 +31,12 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
     pst_set_progname("pstrain-prep");
+    /* HDF5 closes the files still open at exit. After a failed close (a
+     * full disk while the last metadata is written), that file is left
+     * half-closed inside the library, and its exit-time close crashed
+     * (H5F__close_cb). Every output is closed or abandoned (its temporary
+     * removed) explicitly; nothing is left for an exit handler to do. */
+    H5dont_atexit();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -67,13 +67,14 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
         fprintf(f, ",\n  \"test_examples\": %lld", (long long)r->test_examples);
     }
     fprintf(f, ",\n  \"dropped_stale\": %lld", (long long)r->dropped_stale);
+    /* epochs 1-based, as in the progress lines and --metrics records */
     fprintf(f, ",\n  \"data\": {\"epochs\": [");
     for (int i = 0; i < r->nepochs_stats; i++) {
         const epoch_stats *s = &r->epoch_stats[i];
         fprintf(f,
                 "%s\n    {\"epoch\": %d, \"examples\": %lld, \"unique\": %lld, "
                 "\"duplicates\": %lld, \"missing\": %lld, \"per_worker\": [",
-                i ? "," : "", s->epoch, (long long)s->examples, (long long)s->unique,
+                i ? "," : "", s->epoch + 1, (long long)s->examples, (long long)s->unique,
                 (long long)s->duplicates, (long long)s->missing);
         for (int w = 0; w < s->nworkers; w++)
             fprintf(f, "%s%lld", w ? ", " : "", (long long)s->per_worker[w]);

@@ -166,15 +166,7 @@ done:
 
 int prep_cmd_info(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
-        return 0;
-    }
-    static const char *const names[] = {"help", "h", NULL};
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] == '-' && argv[i][1]) return pst_unknown_option(argv[i], names);
-    if (argc != 2)
-        return pst_usage_error(argc < 2 ? "FILE.h5 is required" : "one FILE.h5 expected, got %d",
-                               argc - 1);
+    int rc = prep_one_file_args(argc, argv, usage);
+    if (rc >= 0) return rc;
     return run_info(argv[1]);
 }

@@ -28,6 +28,21 @@ static void usage(FILE *out)
             "  pstrain-prep --version, pstrain-prep COMMAND --help\n");
 }
 
+int prep_one_file_args(int argc, char **argv, void (*print_usage)(FILE *out))
+{
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        print_usage(stdout);
+        return 0;
+    }
+    static const char *const names[] = {"help", "h", NULL};
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1]) return pst_unknown_option(argv[i], names);
+    if (argc != 2)
+        return pst_usage_error(argc < 2 ? "FILE.h5 is required" : "one FILE.h5 expected, got %d",
+                               argc - 1);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     pst_set_progname("pstrain-prep");

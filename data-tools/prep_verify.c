@@ -27,16 +27,8 @@ static void print_problem(void *ctx, const char *problem)
 
 int prep_cmd_verify(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
-        return 0;
-    }
-    static const char *const names[] = {"help", "h", NULL};
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] == '-' && argv[i][1]) return pst_unknown_option(argv[i], names);
-    if (argc != 2)
-        return pst_usage_error(argc < 2 ? "FILE.h5 is required" : "one FILE.h5 expected, got %d",
-                               argc - 1);
+    int rc = prep_one_file_args(argc, argv, usage);
+    if (rc >= 0) return rc;
     const char *path = argv[1];
     pst_err e;
     int n = h5ds_verify(path, print_problem, (void *)path, &e);

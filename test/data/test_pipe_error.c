@@ -31,10 +31,11 @@ enum { N = 120, NTEST = 10, H = 7, W = 11, C = 3, K = 4, CHUNK = 16, IMG = H * W
 #endif
 
 static pthread_t g_main;
+
+#if REPLACE_MALLOC
 static int g_fail_image_allocs; /* set before the pipeline's threads start */
 static int g_failed;            /* atomically updated */
 
-#if REPLACE_MALLOC
 extern void *__libc_malloc(size_t n);
 void *malloc(size_t n)
 {

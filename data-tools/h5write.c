@@ -261,13 +261,8 @@ static int start_threads(h5w *w, pst_err *e)
 static void remove_stale_temps(const char *path)
 {
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (slash)
-        dir[slash - path == 0 ? 1 : slash - path] = 0;
-    else
-        snprintf(dir, sizeof dir, ".");
+    const char *base;
+    if (pst_split_path(path, dir, sizeof dir, &base) < 0) return;
     size_t nb = strlen(base);
     DIR *d = opendir(dir);
     if (!d) return;

@@ -79,6 +79,11 @@ int pst_parse_double(const char *s, double *out);
  * -1 with errno set on failure. */
 int pst_fsync_path(const char *path, bool dir);
 
+/* Splits path into its directory ("." when it has none, "/" for the root)
+ * and its base name (a pointer into path). Returns -1 if the directory does
+ * not fit in dir[ndir]. */
+int pst_split_path(const char *path, char *dir, size_t ndir, const char **base);
+
 /* Where to write the whole-file output `path` (a summary, a PNG): for a new
  * or regular file, `tmp` gets a temporary name beside it (pst_tmp_name)
  * and the function returns 1: write there, then rename it into place (or

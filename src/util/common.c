@@ -203,6 +203,16 @@ static uint64_t tmp_random(void)
     return pst_splitmix64(&x);
 }
 
+int pst_split_path(const char *path, char *dir, size_t ndir, const char **base)
+{
+    const char *slash = strrchr(path, '/');
+    int len = slash == path ? snprintf(dir, ndir, "/")
+              : slash       ? snprintf(dir, ndir, "%.*s", (int)(slash - path), path)
+                            : snprintf(dir, ndir, ".");
+    *base = slash ? slash + 1 : path;
+    return len < 0 || (size_t)len >= ndir ? -1 : 0;
+}
+
 int pst_tmp_name(const char *path, bool hidden, char *tmp, size_t n)
 {
     const char *slash = strrchr(path, '/');
@@ -305,11 +315,9 @@ int pst_out_check(const char *path, bool whole_file, pst_err *e)
     }
     /* a new file, or one replaced by a rename: its directory must take it */
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    int len = slash == path ? snprintf(dir, sizeof dir, "/")
-              : slash       ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path)
-                            : snprintf(dir, sizeof dir, ".");
-    if (len < 0 || (size_t)len >= sizeof dir) return pst_fail(e, "%s: path too long", path);
+    const char *base;
+    if (pst_split_path(path, dir, sizeof dir, &base) < 0)
+        return pst_fail(e, "%s: path too long", path);
     if (stat(dir, &st) < 0)
         return pst_fail(e, "%s: cannot create: %s: %s", path, dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))

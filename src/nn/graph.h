@@ -154,6 +154,13 @@ void nn_add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, const in
                 bool trainable, nn_init init, int fan_in, int fan_out, bool decay);
 /* Records a builder error (the first one wins) and returns NN_FAILED. */
 int nn_fail(nn_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* nn_fail for a windowed layer (conv, pool) whose output would be empty:
+ * "model M does not fit a HxWxC image: layer L (KHxKW <what>, stride S,
+ * padding P) gets a HxW input from <input>". */
+int nn_fail_no_fit(nn_model *m, const char *name, const char *what, int KH, int KW, int stride,
+                   int pad, int H, int W, int in);
+/* The "detail" column of a layer whose only option is a fused ReLU. */
+void nn_describe_relu(const nn_model *m, const nn_layer *l, char *buf, size_t len);
 
 /* Builders: each appends a layer fed by `in` (a layer index or NN_INPUT)
  * and returns its index, or NN_FAILED (with m->failed set and the reason in

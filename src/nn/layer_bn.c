@@ -46,11 +46,6 @@ static void bn_bind(nn_layer *l, float *p)
     s->mean = p, s->invstd = p + l->c;
 }
 
-static void bn_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", l->relu ? "relu" : "");
-}
-
 const nn_layer_ops nn_bn_ops = {
     .kind = "batchnorm",
     .forward = bn_fwd,
@@ -58,7 +53,7 @@ const nn_layer_ops nn_bn_ops = {
     .priv_size = sizeof(bn_state),
     .arena_floats = bn_arena,
     .arena_bind = bn_bind,
-    .describe = bn_describe,
+    .describe = nn_describe_relu,
 };
 
 int nn_add_bn(nn_model *m, const char *name, int in, bool relu)

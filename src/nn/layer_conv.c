@@ -54,11 +54,7 @@ int nn_add_conv(nn_model *m, const char *name, int in, int K, int KH, int KW, in
     d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad, d.K = K;
     nn_conv_dims_finish(&d);
     if (d.OH <= 0 || d.OW <= 0)
-        return nn_fail(m,
-                       "model %s does not fit a %dx%dx%d image: layer %s (%dx%d kernel, stride "
-                       "%d, padding %d) gets a %dx%d input from %s",
-                       m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, stride,
-                       pad, d.H, d.W, nn_in_name(m, in));
+        return nn_fail_no_fit(m, name, "kernel", KH, KW, stride, pad, d.H, d.W, in);
     nn_layer *l = nn_new_layer(m, &nn_conv_ops, name, in);
     *(nn_conv_dims *)l->priv = d;
     l->h = d.OH, l->w = d.OW, l->c = K, l->relu = relu;

@@ -21,16 +21,11 @@ static void dense_bwd(nn_model *m, nn_layer *l, int n)
                       nn_param(m, l, 0), n, I, l->c, l->relu);
 }
 
-static void dense_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", l->relu ? "relu" : "");
-}
-
 const nn_layer_ops nn_dense_ops = {
     .kind = "dense",
     .forward = dense_fwd,
     .backward = dense_bwd,
-    .describe = dense_describe,
+    .describe = nn_describe_relu,
 };
 
 int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu)

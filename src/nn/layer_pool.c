@@ -89,11 +89,7 @@ int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW,
     d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad;
     nn_pool_dims_finish(&d);
     if (d.OH <= 0 || d.OW <= 0)
-        return nn_fail(m,
-                       "model %s does not fit a %dx%dx%d image: layer %s (%dx%d pool, stride %d, "
-                       "padding %d) gets a %dx%d input from %s",
-                       m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, stride,
-                       pad, d.H, d.W, nn_in_name(m, in));
+        return nn_fail_no_fit(m, name, "pool", KH, KW, stride, pad, d.H, d.W, in);
     assert(pad < KH && pad < KW);
     nn_layer *l = nn_new_layer(m, max ? &nn_maxpool_ops : &nn_avgpool_ops, name, in);
     ((pool_state *)l->priv)->d = d;

@@ -47,6 +47,21 @@ int nn_fail(nn_model *m, const char *fmt, ...)
     return NN_FAILED;
 }
 
+int nn_fail_no_fit(nn_model *m, const char *name, const char *what, int KH, int KW, int stride,
+                   int pad, int H, int W, int in)
+{
+    return nn_fail(m,
+                   "model %s does not fit a %dx%dx%d image: layer %s (%dx%d %s, stride %d, "
+                   "padding %d) gets a %dx%d input from %s",
+                   m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, what,
+                   stride, pad, H, W, nn_in_name(m, in));
+}
+
+void nn_describe_relu(const nn_model *m, const nn_layer *l, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", l->relu ? "relu" : "");
+}
+
 nn_layer *nn_new_layer(nn_model *m, const nn_layer_ops *ops, const char *name, int in)
 {
     bool known = kind_registered(ops) && ops->forward && ops->backward;

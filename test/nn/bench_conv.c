@@ -1,0 +1,169 @@
+/* bench_conv.c - GFLOP/s of single convolution layers at the shapes of the
+ * large layers of ResNet-50 (224x224) and Inception-v3 (299x299): forward,
+ * input gradient (dgrad) and weight gradient (wgrad), one thread, timed in
+ * thread CPU time (CLOCK_THREAD_CPUTIME_ID: on a shared machine wall time
+ * also counts other processes). Built with the tests, not registered as one.
+ *
+ *   bench_conv [--batch B]... [--min-time S] [--threads T] [filter ...]
+ * Default: batch 8 and 32, every layer; a filter keeps the layers whose name
+ * contains it. Each pass counts 2*N*OH*OW*K*KH*KW*C flops; the best of the
+ * repetitions (at least 2, until --min-time CPU seconds) is reported, with %
+ * of the 166 GFLOP/s single-core peak (docs/mpi-facts.md). wgrad is
+ * nn_conv2d_backward without an input gradient; dgrad is the whole backward
+ * minus that (the two run as separate passes over the data). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "layers.h"
+#include "pstrain/blas.h"
+#include "pstrain/common.h"
+
+#define PEAK_GFLOPS 166.0
+
+typedef struct layer {
+    const char *name;
+    int H, W, C, K, KH, KW, SH, SW, PH, PW;
+} layer;
+
+static const layer layers[] = {
+    /*                                    H    W    C     K  KH KW SH SW PH PW */
+    {"r50 conv1 7x7/2 3->64", 224, 224, 3, 64, 7, 7, 2, 2, 3, 3},
+    {"r50 res2 3x3 64->64", 56, 56, 64, 64, 3, 3, 1, 1, 1, 1},
+    {"r50 res2 1x1 64->256", 56, 56, 64, 256, 1, 1, 1, 1, 0, 0},
+    {"r50 res2 1x1 256->64", 56, 56, 256, 64, 1, 1, 1, 1, 0, 0},
+    {"r50 res3 3x3/2 128 @56", 56, 56, 128, 128, 3, 3, 2, 2, 1, 1},
+    {"r50 res3 3x3 128", 28, 28, 128, 128, 3, 3, 1, 1, 1, 1},
+    {"r50 res3 proj 1x1/2 256->512", 56, 56, 256, 512, 1, 1, 2, 2, 0, 0},
+    {"r50 res4 3x3 256", 14, 14, 256, 256, 3, 3, 1, 1, 1, 1},
+    {"r50 res4 proj 1x1/2 512->1024", 28, 28, 512, 1024, 1, 1, 2, 2, 0, 0},
+    {"r50 res4 1x1 1024->256", 14, 14, 1024, 256, 1, 1, 1, 1, 0, 0},
+    {"r50 res5 3x3 512", 7, 7, 512, 512, 3, 3, 1, 1, 1, 1},
+    {"r50 res5 proj 1x1/2 1024->2048", 14, 14, 1024, 2048, 1, 1, 2, 2, 0, 0},
+    {"r50 res5 1x1 512->2048", 7, 7, 512, 2048, 1, 1, 1, 1, 0, 0},
+    {"i3 2a 3x3 32->32 @149", 149, 149, 32, 32, 3, 3, 1, 1, 0, 0},
+    {"i3 2b 3x3 32->64 @147", 147, 147, 32, 64, 3, 3, 1, 1, 1, 1},
+    {"i3 4a 3x3 80->192 @73", 73, 73, 80, 192, 3, 3, 1, 1, 0, 0},
+    {"i3 5b 1x1 288->64 @35", 35, 35, 288, 64, 1, 1, 1, 1, 0, 0},
+    {"i3 5b 5x5 48->64 @35", 35, 35, 48, 64, 5, 5, 1, 1, 2, 2},
+    {"i3 6b 1x7 128->128 @17", 17, 17, 128, 128, 1, 7, 1, 1, 0, 3},
+    {"i3 6b 7x1 128->192 @17", 17, 17, 128, 192, 7, 1, 1, 1, 3, 0},
+    {"i3 6c 1x7 160->160 @17", 17, 17, 160, 160, 1, 7, 1, 1, 0, 3},
+    {"i3 6c 7x1 160->192 @17", 17, 17, 160, 192, 7, 1, 1, 1, 3, 0},
+    {"i3 6e 1x7 192->192 @17", 17, 17, 192, 192, 1, 7, 1, 1, 0, 3},
+    {"i3 6e 7x1 192->192 @17", 17, 17, 192, 192, 7, 1, 1, 1, 3, 0},
+    {"i3 7b 3x3 448->384 @8", 8, 8, 448, 384, 3, 3, 1, 1, 1, 1},
+    {"i3 7b 1x3 384->384 @8", 8, 8, 384, 384, 1, 3, 1, 1, 0, 1},
+    {"i3 7b 3x1 384->384 @8", 8, 8, 384, 384, 3, 1, 1, 1, 1, 0},
+};
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static float *rand_buf(size_t n, nn_rng *r)
+{
+    float *v = pst_aligned_alloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = 2.0f * nn_rng_uniform(r) - 1.0f;
+    return v;
+}
+
+typedef struct run {
+    const nn_conv_dims *d;
+    float *x, *w, *y, *dy, *dx, *dw, *scratch;
+    size_t ny;
+} run;
+
+enum { PASS_FWD, PASS_WGRAD, PASS_BWD };
+
+static void pass(run *r, int which)
+{
+    switch (which) {
+    case PASS_FWD:
+        nn_conv2d_forward(r->y, r->x, r->w, NULL, r->d, false, r->scratch);
+        break;
+    case PASS_WGRAD:
+        nn_conv2d_backward(NULL, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false,
+                           r->scratch);
+        break;
+    default:
+        nn_conv2d_backward(r->dx, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false,
+                           r->scratch);
+    }
+}
+
+/* Best CPU seconds of one pass: one warm-up, then at least 2 repetitions
+ * and until min_time seconds have been spent. */
+static double time_pass(run *r, int which, double min_time)
+{
+    pass(r, which);
+    double best = 1e30, spent = 0;
+    for (int rep = 0; rep < 2 || spent < min_time; rep++) {
+        double t0 = cpu_now();
+        pass(r, which);
+        double t = cpu_now() - t0;
+        spent += t;
+        if (t < best) best = t;
+        if (rep > 50) break;
+    }
+    return best;
+}
+
+static void bench_layer(const layer *L, int N, double min_time)
+{
+    nn_conv_dims d = {N, L->H, L->W, L->C, L->KH, L->KW, L->SH, L->SW, L->PH, L->PW, 0, 0, L->K};
+    nn_conv_dims_finish(&d);
+    nn_rng rng;
+    nn_rng_seed(&rng, 7);
+    size_t nx = (size_t)N * d.H * d.W * d.C, nw = (size_t)d.KH * d.KW * d.C * d.K;
+    run r = {&d, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (size_t)N * d.OH * d.OW * d.K};
+    r.x = rand_buf(nx, &rng), r.w = rand_buf(nw, &rng), r.y = rand_buf(r.ny, &rng);
+    r.dy = rand_buf(r.ny, &rng), r.dx = rand_buf(nx, &rng), r.dw = rand_buf(nw, &rng);
+    r.scratch = rand_buf(nn_conv_scratch(&d), &rng);
+    double flops = 2.0 * N * d.OH * d.OW * (double)d.K * d.KH * d.KW * d.C;
+    double tf = time_pass(&r, PASS_FWD, min_time);
+    double tw = time_pass(&r, PASS_WGRAD, min_time);
+    double tb = time_pass(&r, PASS_BWD, min_time);
+    double td = tb - tw;
+    if (td < 1e-9) td = 1e-9;
+    double gf = flops / tf * 1e-9, gw = flops / tw * 1e-9, gd = flops / td * 1e-9;
+    printf("%-32s N%-3d %6.2f GF | fwd %7.2f ms %6.1f GF/s %3.0f%% | dgrad %7.2f ms %6.1f GF/s "
+           "%3.0f%% | wgrad %7.2f ms %6.1f GF/s %3.0f%%\n",
+           L->name, N, flops * 1e-9, 1e3 * tf, gf, 100 * gf / PEAK_GFLOPS, 1e3 * td, gd,
+           100 * gd / PEAK_GFLOPS, 1e3 * tw, gw, 100 * gw / PEAK_GFLOPS);
+    fflush(stdout);
+    free(r.x), free(r.w), free(r.y), free(r.dy), free(r.dx), free(r.dw), free(r.scratch);
+}
+
+int main(int argc, char **argv)
+{
+    pst_set_progname("bench_conv");
+    nn_blis_init();
+    int batches[8], nb = 0, nfilter = 0;
+    double min_time = 0.3;
+    const char *filters[16];
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            if (nb == 8 || pst_parse_int(argv[++i], &batches[nb]) < 0 || batches[nb] < 1)
+                pst_die("bad --batch");
+            nb++;
+        } else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {
+            min_time = atof(argv[++i]);
+        } else if (nfilter < 16) {
+            filters[nfilter++] = argv[i];
+        }
+    }
+    if (!nb) batches[0] = 8, batches[1] = 32, nb = 2;
+    printf("conv kernels: %s, blis %s; thread CPU time, best repetition; peak %.0f GFLOP/s\n",
+           nn_narrow_use_simd(-1) ? "AVX-512" : "portable", nn_blis_arch(), PEAK_GFLOPS);
+    for (int b = 0; b < nb; b++)
+        for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
+            bool keep = nfilter == 0;
+            for (int f = 0; f < nfilter && !keep; f++) keep = strstr(layers[i].name, filters[f]);
+            if (keep) bench_layer(&layers[i], batches[b], min_time);
+        }
+    return 0;
+}

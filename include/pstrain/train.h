@@ -126,6 +126,13 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e);
 struct nn_model;
 int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
                    double *loss, int64_t *examples, int64_t *confusion, pst_err *e);
+/* The same, handing the logits of every evaluated batch to `fn` (may be
+ * NULL) in split order: logits[n][K] of the next n examples. A non-zero
+ * return of fn (with e set) ends the evaluation with -1. */
+typedef int (*train_logits_fn)(void *ctx, const float *logits, int n, int K, pst_err *e);
+int train_evaluate_logits(struct nn_model *m, h5ds *ds, const char *split, int batch,
+                          double *accuracy, double *loss, int64_t *examples, int64_t *confusion,
+                          train_logits_fn fn, void *ctx, pst_err *e);
 
 /* The split a run evaluates on: --eval-split, or "val" when the data set
  * has one, else "test"; NULL when there is none (with a warning when

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "pstrain/blas.h"
@@ -17,10 +18,81 @@
 
 static const char eval_usage[] =
     "usage: pstrain eval --data FILE.h5 --checkpoint CKPT [--split test|val|train]\n"
-    "                    [--batch B] [--summary-json FILE.json] [--quiet] [-h|--help]\n"
+    "                    [--batch B] [--summary-json FILE.json] [--logits FILE.npy] [--quiet]\n"
+    "                    [-h|--help]\n"
     "\n"
     "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
-    "Prints accuracy, loss, per-class accuracy and the confusion matrix (rows: true class).\n";
+    "Prints accuracy, loss, per-class accuracy and the confusion matrix (rows: true class).\n"
+    "--logits writes every example's logits (before the softmax), in the split's order, as a\n"
+    "NumPy .npy array of float32 [examples][classes].\n";
+
+/* ---- --logits: a NumPy .npy file (format 1.0), streamed batch by batch ---- */
+
+typedef struct logits_out {
+    const char *path;
+    FILE *f;
+    char tmp[4200];
+    int renamed;   /* 0: a device, in place */
+    int64_t rows;  /* written so far */
+    int64_t total; /* announced in the header */
+} logits_out;
+
+static bool little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+static int logits_open(logits_out *o, int64_t rows, int K, pst_err *e)
+{
+    o->f = pst_out_fopen(o->path, "wb", o->tmp, sizeof o->tmp, &o->renamed);
+    if (!o->f) return pst_fail(e, "%s: cannot create logits file: %s", o->path, strerror(errno));
+    o->total = rows;
+    /* magic, version 1.0, header length (little-endian uint16), then the
+     * header dictionary padded with spaces to a multiple of 64 bytes in all,
+     * ending in a newline */
+    char hdr[160];
+    int n = snprintf(hdr, sizeof hdr,
+                     "{'descr': '%cf4', 'fortran_order': False, 'shape': (%lld, %d), }",
+                     little_endian() ? '<' : '>', (long long)rows, K);
+    int total = 10 + n + 1;
+    int pad = (64 - total % 64) % 64;
+    int hlen = n + pad + 1;
+    fwrite("\x93NUMPY\x01\x00", 1, 8, o->f);
+    fputc(hlen & 0xff, o->f);
+    fputc(hlen >> 8, o->f);
+    fwrite(hdr, 1, (size_t)n, o->f);
+    for (int i = 0; i < pad; i++) fputc(' ', o->f);
+    fputc('\n', o->f);
+    return 0;
+}
+
+static int logits_batch(void *ctx, const float *logits, int n, int K, pst_err *e)
+{
+    logits_out *o = ctx;
+    if (fwrite(logits, sizeof *logits * (size_t)K, (size_t)n, o->f) != (size_t)n)
+        return pst_fail(e, "%s: cannot write logits: %s", o->path, strerror(errno));
+    o->rows += n;
+    return 0;
+}
+
+/* Flushes, closes and publishes the file; on failure (or `ok` false) the
+ * temporary is removed and nothing is published. */
+static int logits_close(logits_out *o, bool ok, pst_err *e)
+{
+    if (!o->f) return 0;
+    bool bad = fflush(o->f) != 0 || ferror(o->f);
+    int err = errno;
+    if (fclose(o->f) != 0 && !bad) bad = true, err = errno;
+    o->f = NULL;
+    if (ok && !bad && o->rows != o->total) bad = true, err = EIO;
+    if (ok && !bad && o->renamed && rename(o->tmp, o->path) != 0) bad = true, err = errno;
+    if (!ok || bad) {
+        if (o->renamed) remove(o->tmp);
+        if (ok) return pst_fail(e, "%s: cannot write logits: %s", o->path, strerror(err));
+    }
+    return 0;
+}
 
 static int write_json(const char *path, const char *ckpt, const char *split, const h5ds *ds,
                       double acc, double loss, int64_t n, const int64_t *conf, pst_err *e)
@@ -69,11 +141,13 @@ int eval_main(int argc, char **argv)
         {"split", required_argument, 0, 's'},
         {"batch", required_argument, 0, 'b'},
         {"summary-json", required_argument, 0, 'j'},
+        {"logits", required_argument, 0, 'l'},
         {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *data = NULL, *ckarg = NULL, *split = "test", *summary = NULL;
+    logits_out lo = {0};
     int batch = 256;
     bool quiet = false;
     int o;
@@ -98,6 +172,9 @@ int eval_main(int argc, char **argv)
             break;
         case 'j':
             summary = optarg;
+            break;
+        case 'l':
+            lo.path = optarg;
             break;
         case 'q':
             quiet = true;
@@ -124,6 +201,10 @@ int eval_main(int argc, char **argv)
     int r = ckpt_resolve(ckarg, path, sizeof path, &e);
     if (r <= 0) {
         if (r == 0) pst_fail(&e, "%s: no checkpoint found", ckarg);
+        pst_error("%s", e.msg);
+        return 1;
+    }
+    if (lo.path && pst_out_check(lo.path, true, &e) < 0) {
         pst_error("%s", e.msg);
         return 1;
     }
@@ -163,7 +244,10 @@ int eval_main(int argc, char **argv)
     conf = pst_calloc((size_t)K * (size_t)K, sizeof *conf);
     double acc, loss;
     int64_t n;
-    if (train_evaluate(m, &ds, split, batch, &acc, &loss, &n, conf, &e) < 0) goto fail;
+    if (lo.path && logits_open(&lo, sp->count, K, &e) < 0) goto fail;
+    if (train_evaluate_logits(m, &ds, split, batch, &acc, &loss, &n, conf,
+                              lo.path ? logits_batch : NULL, &lo, &e) < 0)
+        goto fail;
 
     printf("checkpoint %s (%s, step %lld)\n", path, meta.model_name, (long long)meta.global_step);
     printf("%s split of %s: accuracy %.4f, loss %.4f, %lld examples\n", split, data, acc, loss,
@@ -186,10 +270,12 @@ int eval_main(int argc, char **argv)
         }
     }
     if (summary && write_json(summary, path, split, &ds, acc, loss, n, conf, &e) < 0) goto fail;
+    if (logits_close(&lo, true, &e) < 0) goto fail;
     rc = 0;
     goto out;
 fail:
     pst_error("%s", e.msg);
+    logits_close(&lo, false, &e);
 out:
     free(conf);
     nn_model_free(m);

@@ -46,6 +46,14 @@ train_cfg train_cfg_defaults(void)
 int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
                    double *loss, int64_t *examples, int64_t *confusion, pst_err *e)
 {
+    return train_evaluate_logits(m, ds, split, batch, accuracy, loss, examples, confusion, NULL,
+                                 NULL, e);
+}
+
+int train_evaluate_logits(nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
+                          double *loss, int64_t *examples, int64_t *confusion, train_logits_fn fn,
+                          void *ctx, pst_err *e)
+{
     const h5ds_split *sp = h5ds_find_split(ds, split);
     if (!sp) return h5ds_no_split(ds, split, e);
     const int64_t n = sp->count, px = (int64_t)ds->height * ds->width * ds->channels;
@@ -77,7 +85,12 @@ int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *
             if (confusion)
                 for (int i = 0; i < nb; i++)
                     confusion[(int64_t)lab[b + i] * ds->num_classes + pred[i]]++;
+            if (fn && fn(ctx, nn_model_logits(m), nb, ds->num_classes, e) != 0) {
+                rc = -1;
+                break;
+            }
         }
+        if (rc < 0) break;
     }
     free(img), free(lab), free(pred), free(x);
     if (rc < 0) return rc;

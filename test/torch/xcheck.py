@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""Cross-check of pstrain's models against PyTorch in inference mode.
+
+    xcheck.py MODEL WORKDIR      (PSTRAIN, PSTRAIN_PREP, PSTRAIN_SRC in the environment)
+
+Builds the reference model in PyTorch (torchvision's resnet50 / inception_v3 for
+resnet-50 / inception-v3; a module tree with pstrain's layout for the others)
+with random weights under a fixed seed, and random batch-norm statistics and
+affine parameters (so identity batch norms cannot hide a wrong one). Then:
+  1. a data set of a few random images at the model's size: PNG files and
+     pstrain-prep png, so pstrain's own reader and normalisation are used;
+  2. a template checkpoint from `pstrain train --steps 1 --lr 0`;
+  3. data-tools/torch2ckpt.py copies every torch weight into it (h5py);
+  4. `pstrain eval --split train --logits L.npy`;
+  5. the same images through torch in eval() mode, normalised exactly as
+     pstrain does (pipe_normalize: x*scale + bias in float32 with
+     scale = 1/(255 std), bias = -mean/std from the data set's attributes);
+  6. logits must agree: max|a-b| / max|b| <= 1e-4 (the whole logit matrix);
+     the largest per-element |a-b| / |b| is reported too.
+Exit 0 on agreement, 1 otherwise.
+"""
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOL = 1e-4
+SEED = 20261130
+
+SRC = os.environ["PSTRAIN_SRC"]
+sys.path.insert(0, os.path.join(SRC, "data-tools"))
+import torch2ckpt  # noqa: E402
+
+
+# ---- reference models whose torch module paths are pstrain's variable names ----
+
+class ConvBN(nn.Conv2d):
+    """pstrain's nn_add_conv_bn: conv (no bias) `name/kernel`, then batch norm
+    `name/bn/...` (eps 1e-3) and ReLU."""
+
+    def __init__(self, cin, cout, k, stride=1, pad=0, relu=True):
+        super().__init__(cin, cout, k, stride, pad, bias=False)
+        self.bn = nn.BatchNorm2d(cout, eps=1e-3)
+        self.relu = relu
+
+    def forward(self, x):
+        y = self.bn(super().forward(x))
+        return F.relu(y) if self.relu else y
+
+
+class MiniInception(nn.Module):
+    def __init__(self, cin, w):
+        super().__init__()
+        b1, b3r, b3, bdr, bd, bp = w
+        self.b1x1 = ConvBN(cin, b1, 1)
+        self.b3x3_1 = ConvBN(cin, b3r, 1)
+        self.b3x3_2 = ConvBN(b3r, b3, 3, 1, 1)
+        self.bdbl_1 = ConvBN(cin, bdr, 1)
+        self.bdbl_2 = ConvBN(bdr, bd, 3, 1, 1)
+        self.bdbl_3 = ConvBN(bd, bd, 3, 1, 1)
+        self.bpool_1 = ConvBN(cin, bp, 1)
+        self.cout = b1 + b3 + bd + bp
+
+    def forward(self, x):
+        p = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+        return torch.cat([self.b1x1(x), self.b3x3_2(self.b3x3_1(x)),
+                          self.bdbl_3(self.bdbl_2(self.bdbl_1(x))), self.bpool_1(p)], 1)
+
+
+class InceptionMini(nn.Module):
+    """src/nn/models.c build_inception_mini, layer for layer."""
+
+    def __init__(self, cin, classes):
+        super().__init__()
+        self.stem = ConvBN(cin, 24, 3, 1, 1)
+        self.mixed_a = MiniInception(24, (16, 16, 24, 8, 16, 8))
+        self.reduce = nn.Module()
+        self.reduce.b3x3 = ConvBN(self.mixed_a.cout, 64, 3, 2, 1)
+        self.mixed_b = MiniInception(64 + self.mixed_a.cout, (48, 32, 64, 16, 32, 32))
+        self.logits = nn.Linear(self.mixed_b.cout, classes)
+
+    def forward(self, x):
+        x = self.mixed_a(F.max_pool2d(self.stem(x), 3, 2, 1))
+        x = torch.cat([self.reduce.b3x3(x), F.max_pool2d(x, 3, 2, 1)], 1)
+        x = self.mixed_b(x)
+        return self.logits(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+# model: (height, width, channels, classes, builder)
+MODELS = {
+    "inception-mini": (28, 28, 1, 10, lambda c, k: InceptionMini(c, k)),
+}
+
+
+def randomise(model):
+    """Random batch-norm statistics and affine parameters; everything else
+    keeps the model's own (seeded) initialisation."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                c = mod.num_features
+                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
+                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
+                mod.running_mean.copy_(0.2 * torch.randn(c, generator=g))
+                mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
+
+
+# ---- a data set of random images through pstrain-prep png ----
+
+def write_png(path, img):
+    """8-bit gray (H, W, 1) or RGB (H, W, 3), no filter, zlib."""
+    h, w, c = img.shape
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    raw = b"".join(b"\x00" + img[y].tobytes() for y in range(h))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n")
+        f.write(chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0 if c == 1 else 2, 0, 0, 0)))
+        f.write(chunk(b"IDAT", zlib.compress(raw)))
+        f.write(chunk(b"IEND", b""))
+
+
+def run(cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.exit("FAIL: %s exited %d:\n%s" % (" ".join(cmd), r.returncode, r.stdout[-3000:]))
+    return r.stdout
+
+
+def main():
+    import h5py
+
+    name, work = sys.argv[1], sys.argv[2]
+    H, W, C, K, build = MODELS[name]
+    n_images = 2
+    pstrain, prep = os.environ["PSTRAIN"], os.environ["PSTRAIN_PREP"]
+
+    rng = np.random.default_rng(SEED)
+    tree = os.path.join(work, "png")
+    for k in range(K):
+        os.makedirs(os.path.join(tree, "c%04d" % k))
+    for i in range(n_images):
+        img = rng.integers(0, 256, size=(H, W, C), dtype=np.uint8)
+        write_png(os.path.join(tree, "c%04d" % (i % K), "%d.png" % i), img)
+    ds = os.path.join(work, "d.h5")
+    run([prep, "png", tree, "--channels", str(C), "-o", ds])
+
+    ck = os.path.join(work, "ck")
+    run([pstrain, "train", "--data", ds, "--model", name, "--steps", "1", "--batch",
+         str(n_images), "--lr", "0", "--optimizer", "sgd", "--checkpoint-dir", ck, "--quiet"])
+    template = os.path.join(ck, open(os.path.join(ck, "latest")).read().strip())
+
+    torch.manual_seed(SEED)
+    model = build(C, K)
+    randomise(model)
+    model.eval()
+    imported = os.path.join(work, "imported.h5")
+    nvars = torch2ckpt.convert(model.state_dict(), template, imported)
+
+    lpath = os.path.join(work, "logits.npy")
+    run([pstrain, "eval", "--data", ds, "--checkpoint", imported, "--split", "train",
+         "--logits", lpath, "--quiet"])
+    a = np.load(lpath)
+
+    with h5py.File(ds, "r") as f:
+        px = f["train/images"][:]
+        # pstrain holds them as float (h5ds.h), then computes in double
+        mean = np.asarray(f.attrs["mean"], dtype=np.float32).astype(np.float64)
+        std = np.asarray(f.attrs["std"], dtype=np.float32).astype(np.float64)
+    sd = np.where(std.astype(np.float32) > np.float32(1e-12), std, 1.0)
+    scale = (1.0 / (255.0 * sd)).astype(np.float32)
+    bias = (-mean / sd).astype(np.float32)
+    x = px.astype(np.float32) * scale + bias  # N, H, W, C as pstrain
+    with torch.no_grad():
+        b = model(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))).numpy()
+
+    if a.shape != b.shape:
+        sys.exit("FAIL: pstrain logits %s, torch %s" % (a.shape, b.shape))
+    d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    rel = d.max() / np.abs(b).max()
+    per = (d / np.maximum(np.abs(b), 1e-30)).max()
+    print("%s: %d variables imported; %d images %dx%dx%d, %d classes; max|logit| %.4g; "
+          "max|a-b| %.3g; max|a-b|/max|b| = %.3g (tolerance %g); largest per-element "
+          "|a-b|/|b| %.3g; argmax agrees on %d/%d"
+          % (name, nvars, n_images, H, W, C, K, np.abs(b).max(), d.max(), rel, TOL, per,
+             int((a.argmax(1) == b.argmax(1)).sum()), n_images))
+    if not rel <= TOL:
+        sys.exit("FAIL: logits differ by %.3g relative, tolerance %g" % (rel, TOL))
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,7 @@
 
 #include "layers.h"
 
-#define BN_MAX_C 1024 /* channels; sums live on the stack */
+#define BN_MAX_C NN_BN_MAX_C
 
 /* y = x*scale[c] + shift[c], then ReLU. */
 NN_CLONES static void bn_affine(float *out, const float *inp, const float *scale,

@@ -18,7 +18,7 @@
 #include "layers.h"
 #include "pstrain/model.h"
 
-#define NN_MAX_IN 4
+#define NN_MAX_IN 6 /* Inception-v3's Mixed_7b/7c concatenate six towers */
 #define NN_LAYER_NAME_LEN 40
 #define NN_INPUT (-1)  /* producer index of the model's input */
 #define NN_FAILED (-2) /* what a builder returns after an error */
@@ -65,7 +65,7 @@ struct nn_layer {
 /* Every layer kind, NULL-terminated: one row per layer_<kind>.c. */
 extern const nn_layer_ops *const nn_layer_kinds[];
 extern const nn_layer_ops nn_dense_ops, nn_conv_ops, nn_bn_ops, nn_maxpool_ops, nn_avgpool_ops,
-    nn_dropout_ops, nn_concat_ops;
+    nn_dropout_ops, nn_concat_ops, nn_add_ops;
 
 /* What to do with a variable at initialization. */
 typedef enum nn_init { NN_INIT_ZERO, NN_INIT_ONE, NN_INIT_HE, NN_INIT_GLOROT } nn_init;
@@ -156,9 +156,10 @@ void nn_add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, const in
 int nn_fail(nn_model *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* nn_fail for a windowed layer (conv, pool) whose output would be empty:
  * "model M does not fit a HxWxC image: layer L (KHxKW <what>, stride S,
- * padding P) gets a HxW input from <input>". */
+ * padding P) gets a HxW input from <input>" ("padding PH,PW" when they
+ * differ). */
 int nn_fail_no_fit(nn_model *m, const char *name, const char *what, int KH, int KW, int stride,
-                   int pad, int H, int W, int in);
+                   int PH, int PW, int H, int W, int in);
 /* The "detail" column of a layer whose only option is a fused ReLU. */
 void nn_describe_relu(const nn_model *m, const nn_layer *l, char *buf, size_t len);
 
@@ -167,13 +168,33 @@ void nn_describe_relu(const nn_model *m, const nn_layer *l, char *buf, size_t le
  * m->err) when the shapes do not fit; a failed input propagates. */
 int nn_add_conv(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride, int pad,
                 bool bias, bool relu, nn_init init);
+/* nn_add_conv with separate zero padding at the top/bottom (PH) and the
+ * left/right (PW): a 1x7 kernel with (PH, PW) = (0, 3) keeps the size. */
+int nn_add_conv_hw(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride, int PH,
+                   int PW, bool bias, bool relu, nn_init init);
+/* Batch norm with eps 1e-3 (TF's default, inception-mini) and with a given
+ * eps (torchvision's ResNets: 1e-5). */
 int nn_add_bn(nn_model *m, const char *name, int in, bool relu);
+int nn_add_bn_eps(nn_model *m, const char *name, int in, bool relu, float eps);
 /* conv (no bias) + batch norm + ReLU, named name and name/bn; returns the bn. */
 int nn_add_conv_bn(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride,
                    int pad);
-/* Max or average pool; KH = KW = 0 means global (the whole image). */
+/* conv (no bias, He init) named `conv` + batch norm named `bn` with `eps`,
+ * ReLU when relu; padding PH, PW as nn_add_conv_hw. Returns the bn. */
+int nn_add_conv_bn_named(nn_model *m, const char *conv, const char *bn, int in, int K, int KH,
+                         int KW, int stride, int PH, int PW, float eps, bool relu);
+/* Max or average pool; KH = KW = 0 means global (the whole image). The
+ * average counts only the window's positions inside the image (TF's SAME
+ * padding). */
 int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW, int stride,
                 int pad);
+/* Average pool that divides by KH*KW, padding included (PyTorch's
+ * avg_pool2d with count_include_pad=True, Inception-v3's tower pools). */
+int nn_add_avgpool_count_pad(nn_model *m, const char *name, int in, int KH, int KW, int stride,
+                             int pad);
+/* Elementwise sum of nin >= 2 producers of one shape (a residual
+ * connection), then ReLU when relu. */
+int nn_add_sum(nn_model *m, const char *name, const int *ins, int nin, bool relu);
 int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu);
 int nn_add_dropout(nn_model *m, const char *name, int in, float rate);
 int nn_add_concat(nn_model *m, const char *name, const int *ins, int nin);

@@ -1,5 +1,6 @@
 /* layer_conv.c - 2-D convolution (NHWC, kernel [KH][KW][C][K], square
- * stride and padding, optional bias and fused ReLU). Kernels:
+ * stride, padding PH rows top and bottom and PW columns left and right,
+ * optional bias and fused ReLU). Kernels:
  * nn_conv2d_forward/backward (conv.c), which share one im2col scratch
  * buffer across all convolutions of a model. */
 #include "graph.h"
@@ -32,8 +33,13 @@ static size_t conv_scratch(const nn_layer *l, size_t B)
 static void conv_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)
 {
     const nn_conv_dims *d = l->priv;
-    snprintf(buf, len, "%dx%d/%d pad %d%s%s", d->KH, d->KW, d->SH, d->PH,
-             l->nvar > 1 ? " +bias" : "", l->relu ? " relu" : "");
+    char pad[24];
+    if (d->PH == d->PW)
+        snprintf(pad, sizeof pad, "%d", d->PH);
+    else
+        snprintf(pad, sizeof pad, "%d,%d", d->PH, d->PW);
+    snprintf(buf, len, "%dx%d/%d pad %s%s%s", d->KH, d->KW, d->SH, pad, l->nvar > 1 ? " +bias" : "",
+             l->relu ? " relu" : "");
 }
 
 const nn_layer_ops nn_conv_ops = {
@@ -48,13 +54,19 @@ const nn_layer_ops nn_conv_ops = {
 int nn_add_conv(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride, int pad,
                 bool bias, bool relu, nn_init init)
 {
+    return nn_add_conv_hw(m, name, in, K, KH, KW, stride, pad, pad, bias, relu, init);
+}
+
+int nn_add_conv_hw(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride, int PH,
+                   int PW, bool bias, bool relu, nn_init init)
+{
     if (m->failed || in == NN_FAILED) return NN_FAILED;
     nn_conv_dims d = {0};
     nn_in_shape(m, in, &d.H, &d.W, &d.C);
-    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad, d.K = K;
+    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = PH, d.PW = PW, d.K = K;
     nn_conv_dims_finish(&d);
     if (d.OH <= 0 || d.OW <= 0)
-        return nn_fail_no_fit(m, name, "kernel", KH, KW, stride, pad, d.H, d.W, in);
+        return nn_fail_no_fit(m, name, "kernel", KH, KW, stride, PH, PW, d.H, d.W, in);
     nn_layer *l = nn_new_layer(m, &nn_conv_ops, name, in);
     *(nn_conv_dims *)l->priv = d;
     l->h = d.OH, l->w = d.OW, l->c = K, l->relu = relu;

@@ -1,5 +1,6 @@
 /* layer_pool.c - max and average pooling (square stride and padding; a
- * 0x0 window is global pooling over the whole image). No variables. Max
+ * 0x0 window is global pooling over the whole image; an average pool
+ * counts padding or not, see nn_avgpool_forward). No variables. Max
  * pooling keeps the argmax of each output in the arena for backward.
  * Kernels: nn_maxpool_* / nn_avgpool_* (layers.c). */
 #include <assert.h>
@@ -58,7 +59,8 @@ static void maxpool_bind(nn_layer *l, float *p)
 static void pool_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)
 {
     const nn_pool_dims *d = &((const pool_state *)l->priv)->d;
-    snprintf(buf, len, "%dx%d/%d pad %d", d->KH, d->KW, d->SH, d->PH);
+    snprintf(buf, len, "%dx%d/%d pad %d%s", d->KH, d->KW, d->SH, d->PH,
+             d->count_pad && d->PH ? " (counted)" : "");
 }
 
 const nn_layer_ops nn_maxpool_ops = {
@@ -79,20 +81,32 @@ const nn_layer_ops nn_avgpool_ops = {
     .describe = pool_describe,
 };
 
-int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW, int stride,
-                int pad)
+static int add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW, int stride,
+                    int pad, bool count_pad)
 {
     if (m->failed || in == NN_FAILED) return NN_FAILED;
     nn_pool_dims d = {0};
     nn_in_shape(m, in, &d.H, &d.W, &d.C);
     if (KH == 0 && KW == 0) KH = d.H, KW = d.W, stride = 1, pad = 0; /* global */
-    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad;
+    d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = d.PW = pad, d.count_pad = count_pad;
     nn_pool_dims_finish(&d);
     if (d.OH <= 0 || d.OW <= 0)
-        return nn_fail_no_fit(m, name, "pool", KH, KW, stride, pad, d.H, d.W, in);
+        return nn_fail_no_fit(m, name, "pool", KH, KW, stride, pad, pad, d.H, d.W, in);
     assert(pad < KH && pad < KW);
     nn_layer *l = nn_new_layer(m, max ? &nn_maxpool_ops : &nn_avgpool_ops, name, in);
     ((pool_state *)l->priv)->d = d;
     l->h = d.OH, l->w = d.OW, l->c = d.C;
     return m->nlayers - 1;
+}
+
+int nn_add_pool(nn_model *m, const char *name, int in, bool max, int KH, int KW, int stride,
+                int pad)
+{
+    return add_pool(m, name, in, max, KH, KW, stride, pad, false);
+}
+
+int nn_add_avgpool_count_pad(nn_model *m, const char *name, int in, int KH, int KW, int stride,
+                             int pad)
+{
+    return add_pool(m, name, in, false, KH, KW, stride, pad, true);
 }

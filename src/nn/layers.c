@@ -180,6 +180,13 @@ void nn_pool_dims_finish(nn_pool_dims *d)
     d->OW = nn_window_out(d->W, d->KW, d->SW, d->PW);
 }
 
+/* The divisor of an average window clipped to rows [h0, h1) and columns
+ * [w0, w1) of the image. */
+static inline float avg_scale(const nn_pool_dims *d, int h0, int h1, int w0, int w1)
+{
+    return 1.0f / (float)(d->count_pad ? d->KH * d->KW : (h1 - h0) * (w1 - w0));
+}
+
 /* 2x2 windows, stride 2, no padding (LeNet): two input rows per output row,
  * compares written as selects so that random data costs no mispredicted
  * branches. */
@@ -340,7 +347,7 @@ AVX512 static void avgpool_simd(float *out, const float *inp, float *dinp, const
                 w0 = w0 < 0 ? 0 : w0;
                 w1 = w1 > W ? W : w1;
                 size_t o = (((size_t)n * OH + oh) * OW + ow) * C;
-                __m512 scale = _mm512_set1_ps(1.0f / (float)((h1 - h0) * (w1 - w0)));
+                __m512 scale = _mm512_set1_ps(avg_scale(d, h0, h1, w0, w1));
                 for (int c0 = 0; c0 < C; c0 += 16) {
                     int left = C - c0;
                     __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
@@ -471,7 +478,7 @@ void nn_avgpool_forward(float *out, const float *inp, const nn_pool_dims *d)
                         const float *restrict x = img + ((size_t)h * W + w) * C;
                         for (int c = 0; c < C; c++) y[c] += x[c];
                     }
-                float scale = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                float scale = avg_scale(d, h0, h1, w0, w1);
                 for (int c = 0; c < C; c++) y[c] *= scale;
             }
         }
@@ -499,7 +506,7 @@ void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool
                 w0 = w0 < 0 ? 0 : w0;
                 w1 = w1 > W ? W : w1;
                 const float *restrict dy = dout + (((size_t)n * OH + oh) * OW + ow) * C;
-                float scale = 1.0f / (float)((h1 - h0) * (w1 - w0));
+                float scale = avg_scale(d, h0, h1, w0, w1);
                 for (int h = h0; h < h1; h++)
                     for (int w = w0; w < w1; w++) {
                         float *restrict dx = img + ((size_t)h * W + w) * C;
@@ -577,6 +584,36 @@ void nn_concat_backward(float *const *dins, const bool *acc, const float *dout, 
             }
             d += Cs[j];
         }
+    }
+}
+
+/* ---- elementwise sum ---------------------------------------------------------------- */
+
+NN_CLONES void nn_sum_forward(float *out, const float *const *ins, int nin, size_t n, bool relu)
+{
+    const float *restrict a = ins[0], *restrict b = ins[1];
+    float *restrict y = out;
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    for (int j = 2; j < nin; j++) {
+        const float *restrict x = ins[j];
+        for (size_t i = 0; i < n; i++) y[i] += x[i];
+    }
+    if (relu) nn_relu_forward(out, out, n);
+}
+
+void nn_sum_backward(float *const *dins, const bool *acc, int nin, float *dout, const float *out,
+                     size_t n, bool relu)
+{
+    if (relu) nn_relu_mask(dout, out, n);
+    for (int j = 0; j < nin; j++) {
+        if (!dins[j]) continue;
+        if (!acc[j]) {
+            memcpy(dins[j], dout, sizeof(float) * n);
+            continue;
+        }
+        float *restrict di = dins[j];
+        const float *restrict d = dout;
+        for (size_t i = 0; i < n; i++) di[i] += d[i];
     }
 }
 

@@ -160,6 +160,7 @@ typedef struct nn_pool_dims {
     int N, H, W, C;
     int KH, KW, SH, SW, PH, PW;
     int OH, OW;
+    bool count_pad; /* average pool: divide by KH*KW, padding counted (PyTorch's default) */
 } nn_pool_dims;
 
 void nn_pool_dims_finish(nn_pool_dims *d);
@@ -170,11 +171,17 @@ void nn_maxpool_forward(float *out, int32_t *argmax, const float *inp, const nn_
 void nn_maxpool_backward(float *dinp, bool acc, const float *dout, const int32_t *argmax,
                          const nn_pool_dims *d);
 /* Average pool over the window's positions inside the image (padding is
- * not counted, as TF's SAME padding). Global average pool: KH=H, KW=W. */
+ * not counted, as TF's SAME padding), or over all KH*KW positions with
+ * padded ones counted as zeros when d->count_pad (PyTorch's avg_pool2d with
+ * count_include_pad=True; floor mode keeps every window inside the padded
+ * image). Global average pool: KH=H, KW=W. */
 void nn_avgpool_forward(float *out, const float *inp, const nn_pool_dims *d);
 void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool_dims *d);
 
 /* ---- batch normalization (per channel over M = N*H*W rows) --------------- */
+
+#define NN_BN_MAX_C 2048 /* channels (ResNet-50's last stage); the kernels keep sums on the stack  \
+                          */
 
 /* Training: normalises with the batch statistics, saves mean[C] and
  * invstd[C] = 1/sqrt(var + eps) for backward (var biased, over M), writes
@@ -209,6 +216,16 @@ void nn_concat_forward(float *out, const float *const *ins, const int *Cs, int n
 /* dins[i] (NULL = skip) get their slices of dout; acc[i] per input. */
 void nn_concat_backward(float *const *dins, const bool *acc, const float *dout, const int *Cs,
                         int nin, int M);
+
+/* ---- elementwise sum (residual connections) ------------------------------- */
+
+/* out[n] = sum of ins[j][n] over j < nin (nin >= 2; out aliases none of
+ * them), then ReLU when relu. */
+void nn_sum_forward(float *out, const float *const *ins, int nin, size_t n, bool relu);
+/* Every dins[j] (NULL = skip) gets dout (acc[j]: added). dout is masked in
+ * place with out > 0 first when relu. */
+void nn_sum_backward(float *const *dins, const bool *acc, int nin, float *dout, const float *out,
+                     size_t n, bool relu);
 
 /* ---- softmax cross-entropy --------------------------------------------- */
 

@@ -22,8 +22,8 @@
 /* Every layer kind, one row per src/nn/layer_<kind>.c (see graph.h). A
  * builder may only create layers of a kind listed here. */
 const nn_layer_ops *const nn_layer_kinds[] = {
-    &nn_dense_ops,   &nn_conv_ops,    &nn_bn_ops,     &nn_maxpool_ops,
-    &nn_avgpool_ops, &nn_dropout_ops, &nn_concat_ops, NULL,
+    &nn_dense_ops,  &nn_conv_ops, &nn_bn_ops, &nn_maxpool_ops, &nn_avgpool_ops, &nn_dropout_ops,
+    &nn_concat_ops, &nn_add_ops,  NULL,
 };
 
 static bool kind_registered(const nn_layer_ops *ops)
@@ -48,11 +48,16 @@ int nn_fail(nn_model *m, const char *fmt, ...)
 }
 
 int nn_fail_no_fit(nn_model *m, const char *name, const char *what, int KH, int KW, int stride,
-                   int pad, int H, int W, int in)
+                   int PH, int PW, int H, int W, int in)
 {
+    char pad[24];
+    if (PH == PW)
+        snprintf(pad, sizeof pad, "%d", PH);
+    else
+        snprintf(pad, sizeof pad, "%d,%d", PH, PW);
     return nn_fail(m,
                    "model %s does not fit a %dx%dx%d image: layer %s (%dx%d %s, stride %d, "
-                   "padding %d) gets a %dx%d input from %s",
+                   "padding %s) gets a %dx%d input from %s",
                    m->name, m->cfg.height, m->cfg.width, m->cfg.channels, name, KH, KW, what,
                    stride, pad, H, W, nn_in_name(m, in));
 }
@@ -74,7 +79,9 @@ nn_layer *nn_new_layer(nn_model *m, const nn_layer_ops *ops, const char *name, i
     nn_layer *l = &m->layers[m->nlayers++];
     memset(l, 0, sizeof *l);
     l->ops = ops;
-    snprintf(l->name, sizeof l->name, "%s", name);
+    if (snprintf(l->name, sizeof l->name, "%s", name) >= (int)sizeof l->name)
+        nn_fail(m, "model %s: layer name %s is longer than %d characters", m->name, name,
+                NN_LAYER_NAME_LEN - 1);
     l->in[0] = in;
     l->nin = 1;
     l->var0 = m->nvars;
@@ -92,7 +99,9 @@ void nn_add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, const in
     }
     nn_var *v = &m->vars[m->nvars];
     memset(v, 0, sizeof *v);
-    snprintf(v->name, sizeof v->name, "%s/%s", l->name, suffix);
+    if (snprintf(v->name, sizeof v->name, "%s/%s", l->name, suffix) >= (int)sizeof v->name)
+        nn_fail(m, "model %s: variable name %s/%s is longer than %d characters", m->name, l->name,
+                suffix, NN_VAR_NAME_LEN - 1);
     v->ndim = ndim;
     v->size = 1;
     for (int i = 0; i < ndim; i++) v->shape[i] = shape[i], v->size *= (size_t)shape[i];

@@ -94,6 +94,63 @@ static int build_inception_mini(nn_model *m)
     return x;
 }
 
+/* ---- He et al. 2016 (section 4.2) CIFAR ResNets ---------------------------------
+ *
+ * Exactly the peer's resnet_cifar (torch_models.py), an nn.Sequential whose
+ * module paths name the variables ('.' -> '/'): module 0 the stem (0/0 conv
+ * 3x3, 16 channels; 0/1 batch norm + ReLU), modules 1..3n the basic blocks
+ * (c1, b1, c2, b2 and, where the shape changes, the projection shortcut
+ * proj/0 conv 1x1 + proj/1 batch norm), 3n+1 the global average pool, 3n+2
+ * Flatten (no layer here), 3n+3 the dense layer. Batch norm eps 1e-3. */
+
+#define CIFAR_BN_EPS 1e-3f
+
+/* One basic block, module `idx`: conv3x3(stride)-BN-ReLU, conv3x3-BN, plus
+ * the identity or a 1x1 projection, ReLU. */
+static int cifar_block(nn_model *m, int idx, int in, int cin, int cout, int stride)
+{
+    char c[NN_LAYER_NAME_LEN], b[NN_LAYER_NAME_LEN];
+    snprintf(c, sizeof c, "%d/c1", idx), snprintf(b, sizeof b, "%d/b1", idx);
+    int y = nn_add_conv_bn_named(m, c, b, in, cout, 3, 3, stride, 1, 1, CIFAR_BN_EPS, true);
+    snprintf(c, sizeof c, "%d/c2", idx), snprintf(b, sizeof b, "%d/b2", idx);
+    y = nn_add_conv_bn_named(m, c, b, y, cout, 3, 3, 1, 1, 1, CIFAR_BN_EPS, false);
+    int sc = in;
+    if (stride != 1 || cin != cout) {
+        snprintf(c, sizeof c, "%d/proj/0", idx), snprintf(b, sizeof b, "%d/proj/1", idx);
+        sc = nn_add_conv_bn_named(m, c, b, in, cout, 1, 1, stride, 0, 0, CIFAR_BN_EPS, false);
+    }
+    snprintf(c, sizeof c, "%d/add", idx);
+    return nn_add_sum(m, c, (int[]){y, sc}, 2, true);
+}
+
+/* n basic blocks per stage: depth 6n + 2. */
+static int build_resnet_cifar(nn_model *m, int n)
+{
+    int x = nn_add_conv_bn_named(m, "0/0", "0/1", NN_INPUT, 16, 3, 3, 1, 1, 1, CIFAR_BN_EPS, true);
+    int c = 16, idx = 1;
+    static const int widths[3] = {16, 32, 64};
+    for (int stage = 0; stage < 3; stage++)
+        for (int j = 0; j < n; j++, idx++) {
+            x = cifar_block(m, idx, x, c, widths[stage], stage > 0 && j == 0 ? 2 : 1);
+            c = widths[stage];
+        }
+    char name[NN_LAYER_NAME_LEN];
+    snprintf(name, sizeof name, "%d", idx); /* AdaptiveAvgPool2d(1) */
+    x = nn_add_pool(m, name, x, false, 0, 0, 0, 0);
+    snprintf(name, sizeof name, "%d", idx + 2); /* after Flatten */
+    return nn_add_dense(m, name, x, m->cfg.num_classes, false);
+}
+
+static int build_resnet20(nn_model *m)
+{
+    return build_resnet_cifar(m, 3);
+}
+
+static int build_resnet56(nn_model *m)
+{
+    return build_resnet_cifar(m, 9);
+}
+
 /* The table of models: the one list of their names. --help, the errors
  * naming the choices and `pstrain plan` derive theirs from it
  * (nn_model_names, nn_model_names_join). A new model is one row here. */
@@ -104,6 +161,8 @@ static const struct {
     {"mlp", build_mlp},
     {"lenet5", build_lenet5},
     {"inception-mini", build_inception_mini},
+    {"resnet-20", build_resnet20},
+    {"resnet-56", build_resnet56},
 };
 
 const char *const *nn_model_names(void)
@@ -136,7 +195,8 @@ const char *nn_model_names_join(char *buf, size_t len, const char *sep, const ch
 int nn_build_named(nn_model *m)
 {
     for (size_t i = 0; i < PST_ARRAY_LEN(models); i++)
-        if (strcmp(m->name, models[i].name) == 0) return models[i].build(m) == NN_FAILED ? -1 : 0;
+        if (strcmp(m->name, models[i].name) == 0)
+            return models[i].build(m) == NN_FAILED || m->failed ? -1 : 0;
     char names[NN_MODEL_NAMES_LEN];
     return pst_fail(m->err, "unknown model '%s': expected %s", m->name,
                     nn_model_names_join(names, sizeof names, ", ", " or "));

@@ -23,8 +23,9 @@ static void plan_usage(FILE *out)
             "\n"
             "Prints every variable (batch-norm moving statistics included) with its shape,\n"
             "bytes, parameter server and offset within that server's shard, then the bytes\n"
-            "per PS and the imbalance ratio (max/mean). The image size comes from --data or\n"
-            "the flags (default 28x28x1, 10 classes: Fashion-MNIST).\n",
+            "per PS, the imbalance ratio (max/mean) and the model's trainable parameters.\n"
+            "The image size comes from --data or the flags (default 28x28x1, 10 classes:\n"
+            "Fashion-MNIST).\n",
             nn_model_names_join(names, sizeof names, " | ", " | "));
 }
 
@@ -120,6 +121,7 @@ int plan_main(int argc, char **argv)
     } else {
         printf("model %s, input %dx%dx%d, %d classes\n", model, height, width, channels, classes);
         place_plan_print(p, stdout);
+        printf("trainable parameters: %zu\n", nn_model_trainable_size(m));
     }
     place_plan_free(p);
     free(vars);

@@ -12,6 +12,9 @@
 #   bad-ps         --ps 0: exit 2 (usage), one line naming --ps and the value
 #   bad-placement  --placement random: exit 2, one line naming the choices
 #   bad-args       other usage errors exit 2 with one line and no output
+#   counts         the line 'trainable parameters: N' equals the reference
+#                  implementations' count (PyTorch's numel sum over
+#                  torchvision's models and the peer's torch_models.py)
 set -u
 : "${PSTRAIN:?PSTRAIN not set (run through meson test)}"
 export LC_ALL=C
@@ -67,13 +70,13 @@ assert head, "second line is not the placement header: %r" % lines[1]
 assert head.group(1) == strategy and int(head.group(2)) == nps, "header %r" % lines[1]
 row_re = re.compile(r"^(\S+?)(\[(\d+):(\d+)\])?( \(state\))?\s+(\d+(?:x\d+)*)\s+(\d+)\s+(\d+)\s+(\d+)$")
 ps_re = re.compile(r"^PS (\d+) \(rank (\d+)\): (\d+) ranges, (\d+) bytes$")
-rows, pslines, imb = [], {}, None
+rows, pslines, imb, trainable = [], {}, None, None
 for l in lines[3:]:
     m = row_re.match(l)
     if m:
         rows.append(dict(name=m.group(1), r0=m.group(3), r1=m.group(4),
                          shape=[int(x) for x in m.group(6).split("x")], bytes=int(m.group(7)),
-                         ps=int(m.group(8)), offset=int(m.group(9))))
+                         ps=int(m.group(8)), offset=int(m.group(9)), state=bool(m.group(5))))
         continue
     m = ps_re.match(l)
     if m:
@@ -82,6 +85,10 @@ for l in lines[3:]:
     m = re.match(r"^imbalance \(max/mean bytes\): ([0-9.]+)$", l)
     if m:
         imb = float(m.group(1))
+        continue
+    m = re.match(r"^trainable parameters: (\d+)$", l)
+    if m:
+        trainable = int(m.group(1))
         continue
     err("unexpected line %r" % l)
 
@@ -94,6 +101,10 @@ total = sum(r["bytes"] for r in rows)
 if (int(head.group(3)), int(head.group(4)), int(head.group(5))) != (len(names), len(rows), total):
     err("header says %s variables, %s ranges, %s bytes; the table has %d, %d, %d"
         % (head.group(3), head.group(4), head.group(5), len(names), len(rows), total))
+state = {r["name"] for r in rows if r["state"]}
+if trainable != sum(r["bytes"] for r in rows if r["name"] not in state) // 4:
+    err("trainable parameters: %r, the table's non-state variables hold %d"
+        % (trainable, sum(r["bytes"] for r in rows if r["name"] not in state) // 4))
 for r in rows:
     if r["bytes"] != 4 * reduce(lambda a, b: a * b, r["shape"], 1):
         err("%s: %d bytes for shape %s" % (r["name"], r["bytes"], r["shape"]))
@@ -179,6 +190,18 @@ sys.exit(1 if errors else 0)
 EOF
 }
 
+# count N PLAN-ARGS...: `pstrain plan --ps 1 PLAN-ARGS` says N trainable parameters
+count() {
+    local want=$1
+    shift
+    "$PSTRAIN" plan --ps 1 "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? got
+    got=$(grep '^trainable parameters: ' "$tmp/out")
+    echo "pstrain plan $*: exit $rc: $got"
+    [ $rc = 0 ] || { bad "pstrain plan $*: exit $rc: $(cat "$tmp/err")"; return; }
+    [ "$got" = "trainable parameters: $want" ] || bad "pstrain plan $*: '$got', expected $want"
+}
+
 case $case_ in
 good)
     plan partition 3 -- --model inception-mini --ps 3 --placement partition --height 32 --width 32 --channels 3
@@ -192,6 +215,11 @@ good)
     plan partition 4 100000 -- --model mlp --ps 4 --placement partition --partition-bytes 100000
     # more PS than pieces: one PS stays empty
     plan round-robin 12 -- --model lenet5 --ps 12
+    ;;
+counts)
+    count 272474 --model resnet-20 --height 32 --width 32 --channels 3 --classes 10
+    count 272186 --model resnet-20 --height 28 --width 28 --channels 1 --classes 10
+    count 855770 --model resnet-56 --height 32 --width 32 --channels 3 --classes 10
     ;;
 bad-ps)
     refused 2 --ps "'0'" -- --model lenet5 --ps 0

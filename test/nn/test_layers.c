@@ -301,9 +301,10 @@ static double pool_loss(void *p)
     return dot(c->y, c->R, (size_t)c->d.N * c->d.OH * c->d.OW * c->d.C);
 }
 
-static void test_pool(bool max, int N, int H, int W, int C, int KH, int KW, int S, int P)
+static void test_pool(bool max, int N, int H, int W, int C, int KH, int KW, int S, int P,
+                      bool count_pad)
 {
-    pool_ctx c = {{N, H, W, C, KH, KW, S, S, P, P, 0, 0}, max, 0, 0, 0, 0};
+    pool_ctx c = {{N, H, W, C, KH, KW, S, S, P, P, 0, 0, count_pad}, max, 0, 0, 0, 0};
     nn_pool_dims_finish(&c.d);
     size_t nx = (size_t)N * H * W * C, ny = (size_t)N * c.d.OH * c.d.OW * C;
     /* distinct values 0.05 apart, shuffled: no ties within the perturbation */
@@ -318,8 +319,8 @@ static void test_pool(bool max, int N, int H, int W, int C, int KH, int KW, int 
     c.arg = pst_malloc(sizeof(int32_t) * ny);
     float *dx = rand_vec(nx, 1);
     char what[96];
-    snprintf(what, sizeof what, "%spool N%d %dx%dx%d k%dx%d s%d p%d dx", max ? "max" : "avg", N, H,
-             W, C, KH, KW, S, P);
+    snprintf(what, sizeof what, "%spool N%d %dx%dx%d k%dx%d s%d p%d%s dx", max ? "max" : "avg", N,
+             H, W, C, KH, KW, S, P, count_pad ? " count_pad" : "");
     pool_loss(&c);
     /* forward against a naive window scan */
     double maxe = 0;
@@ -337,7 +338,7 @@ static void test_pool(bool max, int N, int H, int W, int C, int KH, int KW, int 
                             double v = c.x[((n * H + ih) * W + iw) * C + ch];
                             best = fmax(best, v), sum += v, cnt++;
                         }
-                    double ref = max ? best : sum / cnt;
+                    double ref = max ? best : sum / (count_pad ? KH * KW : cnt);
                     maxe = fmax(maxe, fabs(ref - c.y[((n * d->OH + oh) * d->OW + ow) * C + ch]));
                 }
     CHECK(maxe < 1e-4, "%s: forward error %g", what, maxe);
@@ -358,11 +359,33 @@ static void test_pool(bool max, int N, int H, int W, int C, int KH, int KW, int 
     free(c.x), free(c.y), free(c.R), free(c.arg), free(dx), free(dx2), free(prior);
 }
 
+/* count_include_pad by value: on a constant image the corner of a 3x3/1
+ * pad 1 window sees 4 of 9 positions: 4/9 counted, 1 not. */
+static void test_pool_count_pad_values(void)
+{
+    nn_pool_dims d = {1, 3, 3, 1, 3, 3, 1, 1, 1, 1, 0, 0, true};
+    nn_pool_dims_finish(&d);
+    float x[9], y[9], dx[9], dy[9];
+    for (int i = 0; i < 9; i++) x[i] = 1.0f, dy[i] = 1.0f;
+    nn_avgpool_forward(y, x, &d);
+    CHECK_CLOSE(y[0], 4.0 / 9, 1e-7, 1e-6, "counted corner");
+    CHECK_CLOSE(y[1], 6.0 / 9, 1e-7, 1e-6, "counted edge");
+    CHECK_CLOSE(y[4], 1.0, 1e-7, 1e-6, "counted centre");
+    nn_avgpool_backward(dx, false, dy, &d);
+    /* each input is in as many windows as it has neighbours (itself included), 1/9 each */
+    CHECK_CLOSE(dx[0], 4.0 / 9, 1e-7, 1e-6, "counted corner gradient");
+    CHECK_CLOSE(dx[4], 1.0, 1e-7, 1e-6, "counted centre gradient");
+    d.count_pad = false;
+    nn_avgpool_forward(y, x, &d);
+    CHECK_CLOSE(y[0], 1.0, 1e-7, 1e-6, "uncounted corner");
+}
+
 /* ---- batch norm ------------------------------------------------------------ */
 
 typedef struct bn_ctx {
     int M, C;
     bool relu;
+    float eps;
     float *x, *gamma, *beta, *mm, *mv, *y, *R, *mean, *invstd, *nm, *nv;
 } bn_ctx;
 
@@ -370,13 +393,13 @@ static double bn_loss(void *p)
 {
     bn_ctx *c = p;
     nn_bn_forward_train(c->y, c->mean, c->invstd, c->nm, c->nv, c->x, c->gamma, c->beta, c->mm,
-                        c->mv, c->M, c->C, 0.99f, 1e-3f, c->relu);
+                        c->mv, c->M, c->C, 0.99f, c->eps, c->relu);
     return dot(c->y, c->R, (size_t)c->M * c->C);
 }
 
-static void test_bn(int M, int C, bool relu)
+static void test_bn(int M, int C, bool relu, float eps)
 {
-    bn_ctx c = {M, C, relu, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    bn_ctx c = {M, C, relu, eps, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     size_t n = (size_t)M * C;
     c.x = rand_vec(n, 2);
     for (size_t i = 0; i < n; i++) c.x[i] += 0.5f; /* a non-zero mean */
@@ -387,7 +410,7 @@ static void test_bn(int M, int C, bool relu)
     c.nm = rand_vec(C, 0), c.nv = rand_vec(C, 0);
     float *dx = rand_vec(n, 1), *dg = rand_vec(C, 1), *dbeta = rand_vec(C, 1), *dy = rand_vec(n, 0);
     char tag[64], what[96];
-    snprintf(tag, sizeof tag, "bn M%d C%d%s", M, C, relu ? " relu" : "");
+    snprintf(tag, sizeof tag, "bn M%d C%d eps %g%s", M, C, (double)eps, relu ? " relu" : "");
     bn_loss(&c); /* fused: the statistics and output checks below */
     /* statistics and the moving averages against a direct computation */
     for (int ch = 0; ch < C; ch++) {
@@ -397,10 +420,10 @@ static void test_bn(int M, int C, bool relu)
         for (int i = 0; i < M; i++) q += (c.x[i * C + ch] - mean) * (c.x[i * C + ch] - mean);
         double var = q / M;
         CHECK_CLOSE(c.mean[ch], mean, 1e-5, 1e-5, "%s mean", tag);
-        CHECK_CLOSE(c.invstd[ch], 1 / sqrt(var + 1e-3), 1e-5, 1e-5, "%s invstd", tag);
+        CHECK_CLOSE(c.invstd[ch], 1 / sqrt(var + eps), 1e-5, 1e-5, "%s invstd", tag);
         CHECK_CLOSE(c.nm[ch], 0.99 * c.mm[ch] + 0.01 * mean, 1e-6, 1e-5, "%s new mean", tag);
         CHECK_CLOSE(c.nv[ch], 0.99 * c.mv[ch] + 0.01 * q / (M - 1), 1e-6, 1e-5, "%s new var", tag);
-        double y0 = (c.x[ch] - mean) / sqrt(var + 1e-3) * c.gamma[ch] + c.beta[ch];
+        double y0 = (c.x[ch] - mean) / sqrt(var + eps) * c.gamma[ch] + c.beta[ch];
         if (relu && y0 < 0) y0 = 0;
         CHECK_CLOSE(c.y[ch], y0, 1e-5, 1e-4, "%s output", tag);
     }
@@ -430,17 +453,51 @@ static void test_bn(int M, int C, bool relu)
     snprintf(what, sizeof what, "%s dbeta", tag);
     grad_check(what, c.beta, C, dbeta, bn_loss, &c, tol);
     /* inference uses the moving statistics */
-    nn_bn_forward_infer(c.y, c.x, c.gamma, c.beta, c.mm, c.mv, M, C, 1e-3f, relu);
+    nn_bn_forward_infer(c.y, c.x, c.gamma, c.beta, c.mm, c.mv, M, C, eps, relu);
     double maxe = 0;
     for (size_t i = 0; i < n; i++) {
         int ch = (int)(i % C);
-        double v = (c.x[i] - c.mm[ch]) / sqrt(c.mv[ch] + 1e-3) * c.gamma[ch] + c.beta[ch];
+        double v = (c.x[i] - c.mm[ch]) / sqrt(c.mv[ch] + eps) * c.gamma[ch] + c.beta[ch];
         if (relu && v < 0) v = 0;
         maxe = fmax(maxe, fabs(v - c.y[i]));
     }
     CHECK(maxe < 1e-4, "%s: inference error %g", tag, maxe);
     free(c.x), free(c.gamma), free(c.beta), free(c.mm), free(c.mv), free(c.y), free(c.R);
     free(c.mean), free(c.invstd), free(c.nm), free(c.nv), free(dx), free(dg), free(dbeta), free(dy);
+}
+
+/* A channel whose variance is near eps normalises differently with 1e-3
+ * and 1e-5: eps reaches the kernel. */
+static void test_bn_eps_matters(void)
+{
+    float x[4] = {0.0f, 0.01f, 0.02f, 0.03f}, y3[4], y5[4], mean, inv, nm, nv;
+    float g = 1, b = 0, mm = 0, mv = 1;
+    nn_bn_forward_train(y3, &mean, &inv, &nm, &nv, x, &g, &b, &mm, &mv, 4, 1, 0.99f, 1e-3f, false);
+    nn_bn_forward_train(y5, &mean, &inv, &nm, &nv, x, &g, &b, &mm, &mv, 4, 1, 0.99f, 1e-5f, false);
+    double var = 0.000125; /* of 0, .01, .02, .03 */
+    CHECK_CLOSE(y3[3], 0.015 / sqrt(var + 1e-3), 1e-5, 1e-4, "bn eps 1e-3");
+    CHECK_CLOSE(y5[3], 0.015 / sqrt(var + 1e-5), 1e-5, 1e-4, "bn eps 1e-5");
+}
+
+/* ResNet-50's widest batch norm: 2048 channels. */
+static void test_bn_wide(void)
+{
+    int M = 3, C = NN_BN_MAX_C;
+    size_t n = (size_t)M * C;
+    float *x = rand_vec(n, 1), *y = rand_vec(n, 0), *g = rand_vec(C, 0), *b = rand_vec(C, 0);
+    float *mm = rand_vec(C, 0), *mv = rand_vec(C, 0), *mean = rand_vec(C, 0);
+    float *inv = rand_vec(C, 0), *nm = rand_vec(C, 0), *nv = rand_vec(C, 0);
+    for (int c = 0; c < C; c++) g[c] = 1, mv[c] = 1;
+    nn_bn_forward_train(y, mean, inv, nm, nv, x, g, b, mm, mv, M, C, 0.99f, 1e-5f, false);
+    double maxe = 0;
+    for (int c = 0; c < C; c++) {
+        double s = 0;
+        for (int i = 0; i < M; i++) s += y[(size_t)i * C + c];
+        maxe = fmax(maxe, fabs(s));
+    }
+    CHECK(maxe < 1e-4, "bn over %d channels: output means up to %g, expected 0", C, maxe);
+    free(x), free(y), free(g), free(b), free(mm), free(mv), free(mean), free(inv), free(nm),
+        free(nv);
 }
 
 /* ---- relu, dropout, concat -------------------------------------------------- */
@@ -539,6 +596,67 @@ static void test_concat(void)
     free(c.y), free(c.R);
 }
 
+/* ---- elementwise sum (residual add) ----------------------------------------- */
+
+typedef struct sum_ctx {
+    int nin;
+    size_t n;
+    bool relu;
+    float *x[4], *y, *R;
+} sum_ctx;
+
+static double sum_loss(void *p)
+{
+    sum_ctx *c = p;
+    const float *ins[4] = {c->x[0], c->x[1], c->x[2], c->x[3]};
+    nn_sum_forward(c->y, ins, c->nin, c->n, c->relu);
+    return dot(c->y, c->R, c->n);
+}
+
+static void test_sum(int nin, size_t n, bool relu)
+{
+    sum_ctx c = {nin, n, false, {0}, rand_vec(n, 0), rand_vec(n, 1)};
+    for (int j = 0; j < nin; j++) c.x[j] = rand_vec(n, 1);
+    sum_loss(&c);
+    double maxe = 0;
+    for (size_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < nin; j++) s += c.x[j][i];
+        maxe = fmax(maxe, fabs(s - c.y[i]));
+    }
+    CHECK(maxe < 1e-6, "sum of %d: forward error %g", nin, maxe);
+    float *dx[4] = {0}, *dy = rand_vec(n, 0);
+    bool acc[4] = {false, true, false, false};
+    for (int j = 0; j < nin; j++) dx[j] = rand_vec(n, 0);
+    for (size_t i = 0; i < n; i++) dx[1][i] = 1.0f; /* acc: adds to 1 */
+    memcpy(dy, c.R, sizeof(float) * n);
+    float *const dxs[4] = {dx[0], dx[1], dx[2], dx[3]};
+    nn_sum_backward(dxs, acc, nin, dy, c.y, n, false);
+    for (size_t i = 0; i < n; i++) dx[1][i] -= 1.0f;
+    for (int j = 0; j < nin; j++) {
+        char what[32];
+        snprintf(what, sizeof what, "sum of %d dx%d", nin, j);
+        grad_check(what, c.x[j], n, dx[j], sum_loss, &c, 0);
+    }
+    if (relu) {
+        /* fused ReLU: max(0, sum), and every input gets dout masked by out > 0 */
+        float *plain = pst_malloc(sizeof(float) * n), *dm = NULL;
+        sum_loss(&c);
+        for (size_t i = 0; i < n; i++) plain[i] = c.y[i] > 0 ? c.y[i] : 0.0f;
+        dm = masked(c.R, c.y, n);
+        c.relu = true;
+        sum_loss(&c);
+        check_fused("sum forward", plain, c.y, n);
+        memcpy(dy, c.R, sizeof(float) * n);
+        bool none[4] = {false, false, false, false};
+        nn_sum_backward(dxs, none, nin, dy, c.y, n, true);
+        for (int j = 0; j < nin; j++) check_fused("sum backward", dm, dx[j], n);
+        free(plain), free(dm);
+    }
+    for (int j = 0; j < nin; j++) free(c.x[j]), free(dx[j]);
+    free(c.y), free(c.R), free(dy);
+}
+
 /* ---- softmax cross-entropy ------------------------------------------------------- */
 
 typedef struct xent_ctx {
@@ -627,23 +745,46 @@ int main(void)
         test_conv(2, 5, 5, 1, 6, 5, 5, 1, 1, 2, 2, true, true);     /* lenet conv1 shape, C=1 */
         test_conv(13, 28, 28, 1, 6, 5, 5, 1, 1, 2, 2, true, false); /* several im2col chunks */
         test_conv(3, 4, 4, 2, 2, 3, 3, 3, 3, 1, 1, false, false);   /* stride 3 */
+        /* Inception-v3's factorised kernels (separate padding) and ResNet's
+         * strided 1x1 projections, narrow (K <= 32) and through BLIS */
+        test_conv(2, 7, 9, 3, 5, 1, 7, 1, 1, 0, 3, false, false);
+        test_conv(2, 9, 7, 3, 5, 7, 1, 1, 1, 3, 0, false, true);
+        test_conv(1, 6, 8, 4, 40, 1, 7, 1, 1, 0, 3, false, false);
+        test_conv(1, 8, 6, 4, 36, 7, 1, 1, 1, 3, 0, false, false);
+        test_conv(2, 5, 6, 3, 20, 1, 3, 1, 1, 0, 1, false, false);
+        test_conv(2, 6, 5, 3, 34, 3, 1, 1, 1, 1, 0, false, false);
+        test_conv(2, 7, 6, 5, 40, 1, 1, 2, 2, 0, 0, false, false); /* strided projection */
+        test_conv(1, 4, 4, 3, 8, 1, 1, 2, 2, 0, 0, false, false);
 
-        test_pool(true, 2, 6, 6, 3, 2, 2, 2, 0);
-        test_pool(true, 1, 7, 7, 2, 3, 3, 2, 1);
-        test_pool(true, 2, 5, 4, 3, 3, 2, 1, 1);
-        test_pool(false, 2, 6, 6, 3, 2, 2, 2, 0);
-        test_pool(false, 1, 7, 7, 2, 3, 3, 1, 1); /* inception tower pool: padding not counted */
-        test_pool(false, 2, 5, 4, 3, 5, 4, 1, 0); /* global average */
-        test_pool(true, 2, 5, 4, 3, 5, 4, 1, 0);  /* global max */
+        test_pool(true, 2, 6, 6, 3, 2, 2, 2, 0, false);
+        test_pool(true, 1, 7, 7, 2, 3, 3, 2, 1, false);
+        test_pool(true, 2, 5, 4, 3, 3, 2, 1, 1, false);
+        test_pool(false, 2, 6, 6, 3, 2, 2, 2, 0, false);
+        test_pool(false, 1, 7, 7, 2, 3, 3, 1, 1, false); /* inception-mini tower: not counted */
+        test_pool(false, 2, 5, 4, 3, 5, 4, 1, 0, false); /* global average */
+        test_pool(true, 2, 5, 4, 3, 5, 4, 1, 0, false);  /* global max */
+        /* torchvision's pools: ResNet-50's max 3x3/2 pad 1; Inception-v3's max
+         * 3x3/2 valid and avg_pool2d(3, 1, 1) with the padding counted */
+        test_pool(true, 2, 9, 8, 5, 3, 3, 2, 1, false);
+        test_pool(true, 1, 9, 10, 3, 3, 3, 2, 0, false);
+        test_pool(false, 2, 6, 5, 18, 3, 3, 1, 1, true);
+        test_pool(false, 1, 7, 7, 2, 3, 3, 2, 1, true);
+        test_pool_count_pad_values();
     }
     nn_narrow_use_simd(simd);
 
-    test_bn(12, 3, false);
-    test_bn(50, 4, true);
-    test_bn(2, 1, false);
+    test_bn(12, 3, false, 1e-3f);
+    test_bn(50, 4, true, 1e-3f);
+    test_bn(2, 1, false, 1e-3f);
+    /* torchvision's eps, and a variance near eps so that eps matters */
+    test_bn(20, 3, false, 1e-5f);
+    test_bn_eps_matters();
+    test_bn_wide();
 
     test_relu_dropout();
     test_concat();
+    test_sum(2, 37, false);
+    test_sum(3, 64, true);
     test_xent(0.0f);
     test_xent(0.1f);
     return check_exit();

@@ -137,6 +137,11 @@ static void test_shapes_and_describe(void)
         size_t params;
     } known[] = {{{"lenet5", 28, 28, 1, 10, 1}, 61706},
                  {{"mlp", 28, 28, 1, 10, 1}, 269322},
+                 /* the peer's counts (torch_models.py --count-only) */
+                 {{"resnet-20", 32, 32, 3, 10, 1}, 272474},
+                 {{"resnet-20", 28, 28, 1, 10, 1}, 272186},
+                 {{"resnet-56", 32, 32, 3, 10, 1}, 855770},
+                 {{"resnet-56", 28, 28, 1, 7, 1}, 855287},
                  {{"inception-mini", 28, 28, 1, 10, 1}, 0},
                  {{"inception-mini", 32, 32, 3, 10, 1}, 0},
                  {{"lenet5", 32, 32, 3, 10, 1}, 0}};
@@ -164,11 +169,57 @@ static void test_shapes_and_describe(void)
         char want[64];
         snprintf(want, sizeof want, "trainable parameters: %zu,", tr);
         CHECK(strstr(text, want), "describe lacks '%s':\n%s", want, text);
-        if (i == 2) {
+        if (!strcmp(known[i].s.name, "inception-mini") && known[i].s.c == 1) {
             fputs(text, stderr);
             CHECK(tr >= 50000 && tr <= 300000, "inception-mini has %zu parameters", tr);
         }
         free(text);
+        nn_model_free(m);
+    }
+}
+
+/* Variable names: unique, and for the ResNets torchvision's (resp. the
+ * peer's) module paths with '/' for '.' (docs/design.md, "Models"). */
+static void test_names(void)
+{
+    for (const char *const *name = nn_model_names(); *name; name++) {
+        nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0};
+        nn_model *m = NULL;
+        pst_err e = {{0}};
+        CHECK(nn_model_new(&m, &cfg, &e) == 0, "%s at 75x75x3: %s", *name, e.msg);
+        if (!m) continue;
+        for (int i = 0; i < nn_model_nvars(m); i++)
+            for (int j = 0; j < i; j++)
+                CHECK(strcmp(nn_model_var(m, i)->name, nn_model_var(m, j)->name),
+                      "%s: variable %s twice", *name, nn_model_var(m, i)->name);
+        nn_model_free(m);
+    }
+    const struct {
+        const char *model;
+        const char *names[8];
+    } want[] = {
+        {"resnet-20",
+         {"0/0/kernel", "0/1/gamma", "1/c1/kernel", "1/b2/moving_variance", "4/proj/0/kernel",
+          "4/proj/1/beta", "12/kernel", "12/bias"}},
+        {"resnet-56",
+         {"0/0/kernel", "27/b1/moving_mean", "10/proj/0/kernel", "19/proj/1/gamma", "30/kernel",
+          "30/bias", NULL}},
+    };
+    for (size_t i = 0; i < PST_ARRAY_LEN(want); i++) {
+        spec s = {want[i].model, 32, 32, 3, 10, 1};
+        nn_model *m = make(&s, 1, 0, 0, 1);
+        if (!m) continue;
+        for (int k = 0; k < 8 && want[i].names[k]; k++) {
+            bool found = false;
+            for (int v = 0; v < nn_model_nvars(m) && !found; v++)
+                found = !strcmp(nn_model_var(m, v)->name, want[i].names[k]);
+            CHECK(found, "%s has no variable %s", want[i].model, want[i].names[k]);
+        }
+        /* only the first blocks of stages 2 and 3 project */
+        int nproj = 0;
+        for (int v = 0; v < nn_model_nvars(m); v++)
+            nproj += strstr(nn_model_var(m, v)->name, "/proj/0/kernel") != NULL;
+        CHECK(nproj == 2, "%s: %d projection shortcuts, expected 2", want[i].model, nproj);
         nn_model_free(m);
     }
 }
@@ -285,8 +336,11 @@ static void test_layer_kinds(void)
             CHECK(strcmp((*j)->kind, o->kind), "kind %s registered twice", o->kind);
         bool used = false;
         for (const char *const *name = nn_model_names(); *name && !used; name++) {
-            spec s = {*name, 32, 32, 3, 10, 1};
-            nn_model *m = make(&s, 1, 0, 0, 1);
+            /* the smallest image every model fits (Inception-v3: 75x75) */
+            nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0};
+            nn_model *m = NULL;
+            pst_err e = {{0}};
+            CHECK(nn_model_new(&m, &cfg, &e) == 0, "%s at 75x75x3: %s", *name, e.msg);
             if (!m) continue;
             char *text = NULL;
             size_t len = 0;
@@ -308,9 +362,12 @@ static void test_layer_kinds(void)
 int main(void)
 {
     nn_blis_init();
-    const spec grads[] = {
-        {"mlp", 5, 4, 2, 3, 4}, {"lenet5", 12, 14, 2, 4, 3}, {"inception-mini", 9, 9, 2, 3, 4}};
+    const spec grads[] = {{"mlp", 5, 4, 2, 3, 4},
+                          {"lenet5", 12, 14, 2, 4, 3},
+                          {"inception-mini", 9, 9, 2, 3, 4},
+                          {"resnet-20", 6, 7, 2, 3, 3}};
     for (size_t i = 0; i < PST_ARRAY_LEN(grads); i++) test_model_gradients(&grads[i]);
+    test_names();
     test_shapes_and_describe();
     test_layer_kinds();
     test_determinism_and_state();

@@ -1,0 +1,59 @@
+/* layer_add.c - elementwise sum of two or more producers of the same shape
+ * (a residual connection: block output + shortcut), optional fused ReLU.
+ * No variables. Kernels: nn_sum_forward/backward (layers.c). */
+#include <assert.h>
+
+#include "graph.h"
+
+static void add_fwd(nn_model *m, nn_layer *l, int n, bool train)
+{
+    const float *ins[NN_MAX_IN];
+    for (int j = 0; j < l->nin; j++) ins[j] = nn_in_y(m, l, j);
+    nn_sum_forward(l->y, ins, l->nin, (size_t)n * l->h * l->w * l->c, l->relu);
+}
+
+static void add_bwd(nn_model *m, nn_layer *l, int n)
+{
+    float *dins[NN_MAX_IN];
+    bool acc[NN_MAX_IN];
+    for (int j = 0; j < l->nin; j++) dins[j] = nn_in_dy(m, l, j, &acc[j]);
+    nn_sum_backward(dins, acc, l->nin, l->dy, l->y, (size_t)n * l->h * l->w * l->c, l->relu);
+}
+
+static void add_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int j = 0; j < l->nin && o < len; j++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s", j ? "+" : "", nn_in_name(m, l->in[j]));
+    if (l->relu && o < len) snprintf(buf + o, len - o, " relu");
+}
+
+const nn_layer_ops nn_add_ops = {
+    .kind = "add",
+    .forward = add_fwd,
+    .backward = add_bwd,
+    .describe = add_describe,
+};
+
+int nn_add_sum(nn_model *m, const char *name, const int *ins, int nin, bool relu)
+{
+    if (m->failed) return NN_FAILED;
+    assert(nin >= 2 && nin <= NN_MAX_IN);
+    int h0 = 0, w0 = 0, c0 = 0;
+    for (int j = 0; j < nin; j++) {
+        if (ins[j] == NN_FAILED) return NN_FAILED;
+        int h, w, c;
+        nn_in_shape(m, ins[j], &h, &w, &c);
+        if (j == 0) h0 = h, w0 = w, c0 = c;
+        if (h != h0 || w != w0 || c != c0)
+            return nn_fail(m, "model %s: add %s joins %dx%dx%d (%s) and %dx%dx%d (%s) outputs",
+                           m->name, name, h0, w0, c0, nn_in_name(m, ins[0]), h, w, c,
+                           nn_in_name(m, ins[j]));
+    }
+    nn_layer *l = nn_new_layer(m, &nn_add_ops, name, ins[0]);
+    for (int j = 0; j < nin; j++) l->in[j] = ins[j];
+    l->nin = nin;
+    l->h = h0, l->w = w0, l->c = c0, l->relu = relu;
+    return m->nlayers - 1;
+}

@@ -114,6 +114,23 @@ size_t nn_model_trainable_size(const nn_model *m);
 /* Logits [n][K] of the last train_step or eval (owned by the model). */
 const float *nn_model_logits(const nn_model *m);
 
+/* Memory of a model for its max_batch, in bytes. Activations (each layer's
+ * output, its gradient and its per-batch state) are planned: buffers whose
+ * lifetimes within a step do not overlap share bytes of one arena. */
+typedef struct nn_memory {
+    size_t param_bytes;     /* one slab: parameters; gradients and each optimizer slot the same */
+    size_t arena_bytes;     /* the activation arena: the larger of the next two */
+    size_t train_bytes;     /* planned activations of a training step */
+    size_t infer_bytes;     /* planned activations of an inference forward */
+    size_t unplanned_bytes; /* a training step with a buffer of its own for each */
+    size_t scratch_bytes;   /* scratch shared by the layers (convolution im2col) */
+} nn_memory;
+void nn_model_memory(const nn_model *m, nn_memory *out);
+/* Prints the parameter memory (parameters, gradients, opt_slots optimizer
+ * slots) and the activation memory, planned and unplanned, in bytes with
+ * units, as lines indented by two spaces (--dry-run, `pstrain plan`). */
+void nn_model_print_memory(const nn_model *m, int opt_slots, FILE *out);
+
 /* Per-layer timing of train_step for benchmarks (off by default; costs two
  * clock reads per layer when on). The report prints the calling thread's
  * CPU microseconds per step, forward and backward, per layer, and resets

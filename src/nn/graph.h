@@ -25,6 +25,15 @@
 
 typedef struct nn_layer nn_layer;
 
+/* What a kind's backward reads besides gradients and its own state
+ * (nn_layer_ops.bwd_reads; the activation planner, plan.c, keeps exactly
+ * these outputs alive until that backward). Every kind declares it: 0 is
+ * refused, so a new kind cannot silently get its inputs freed early. */
+#define NN_READS_NOTHING 1u  /* neither (pools, concat, dropout, add) */
+#define NN_READS_IN 2u       /* the producers' outputs (conv, dense, batch norm) */
+#define NN_READS_OUT 4u      /* its own output, always */
+#define NN_READS_OUT_RELU 8u /* its own output when a ReLU is fused (the mask) */
+
 typedef struct nn_layer_ops {
     const char *kind; /* the "kind" column of nn_model_describe */
     /* Computes l->y for n examples from the producers' outputs (nn_in_y);
@@ -36,11 +45,16 @@ typedef struct nn_layer_ops {
     /* Bytes of l->priv (the kind's own parameters and state pointers);
      * 0: none. */
     size_t priv_size;
+    /* NN_READS_*: what backward reads (see above). */
+    unsigned bwd_reads;
     /* Floats of per-batch state the layer keeps in the model's arena beyond
      * its output and gradient (batch-norm statistics, pooling indices,
-     * dropout masks) for max_batch B; NULL: none. */
+     * dropout masks) for max_batch B; NULL: none. The training forward
+     * writes it and backward reads it; an inference forward may write it
+     * (it lives during that call only). */
     size_t (*arena_floats)(const nn_layer *l, size_t B);
-    /* Points that state at p (arena_floats(l, B) floats, zeroed). */
+    /* Points that state at p (arena_floats(l, B) floats; not zeroed: the
+     * bytes are shared with buffers whose lifetimes do not overlap). */
     void (*arena_bind)(nn_layer *l, float *p);
     /* Floats of scratch the layer needs during a call, shared by all layers
      * (convolution's im2col); NULL: none. */
@@ -56,7 +70,8 @@ struct nn_layer {
     int h, w, c;            /* output shape of one example */
     bool relu;              /* ReLU fused into the output */
     int var0, nvar;         /* variables m->vars[var0, var0 + nvar) */
-    float *y, *dy;          /* output and its gradient, [max_batch][h][w][c] */
+    float *y, *dy;          /* output and its gradient, [max_batch][h][w][c], where the
+                             * bound plan puts them (dy NULL in inference) */
     bool dy_written;        /* during backward: first consumer writes, later ones add */
     void *priv;             /* the kind's struct, ops->priv_size bytes, zeroed; owned */
     double t_fwd, t_bwd;    /* profiling: seconds summed over calls */
@@ -76,6 +91,40 @@ typedef struct nn_var_info {
     bool decay; /* L2 weight decay applies (kernels) */
 } nn_var_info;
 
+/* ---- activation memory plan (plan.c) -------------------------------------------- */
+
+/* The arena buffers of a step: each layer's output y, its gradient dy
+ * (training only) and its state (ops->arena_floats). Time points: in
+ * training, forward of layer i at t = i, the loss at t = L (L layers),
+ * backward of layer i at t = 2L - i, and t = 2L + 1 after the step (the
+ * logits stay readable); in inference, forward at t = i, the loss at L,
+ * L + 1 after. A buffer is live over [start, end] (both ends included):
+ * from the call that first writes it to the last call that reads it.
+ * Buffers whose lifetimes intersect never share a byte. */
+typedef enum nn_buf_kind { NN_BUF_Y, NN_BUF_DY, NN_BUF_STATE } nn_buf_kind;
+
+typedef struct nn_buf {
+    int layer;
+    nn_buf_kind kind;
+    int start, end; /* live over [start, end] */
+    size_t floats;  /* nn_arena_round'ed: its slack is its own */
+    size_t offset;  /* in floats into the arena, a multiple of NN_ARENA_ALIGN */
+} nn_buf;
+
+typedef struct nn_plan {
+    nn_buf *bufs;
+    int nbufs;
+    size_t floats; /* arena floats this plan uses */
+    bool train;
+} nn_plan;
+
+/* How buffers are placed: planned (lifetimes may share bytes, the default),
+ * private (every buffer its own bytes, the layout before planning; for
+ * tests and for comparing), or poison (private, and every buffer is filled
+ * with NaN before it is born and after it dies, so a kernel that reads a
+ * buffer outside its declared lifetime changes the result; tests only). */
+typedef enum nn_layout { NN_LAYOUT_PLANNED, NN_LAYOUT_PRIVATE, NN_LAYOUT_POISON } nn_layout;
+
 struct nn_model {
     nn_model_cfg cfg;
     char name[32];
@@ -86,8 +135,13 @@ struct nn_model {
     int nvars, cap_vars;
     size_t size; /* floats per slab */
     float *params, *grads;
-    float *arena;   /* activations, gradients, masks, indices */
+    float *arena; /* activations, gradients, masks, indices (plan.c) */
+    size_t arena_floats;
+    nn_plan plan_train, plan_infer; /* where each buffer lives in the arena, per step kind */
+    const nn_plan *bound;           /* the plan the layers' pointers follow */
+    nn_layout layout;
     float *scratch; /* conv im2col scratch, shared by all convs */
+    size_t scratch_floats;
     const float *x; /* the batch being processed */
     int64_t step;
     bool profile;
@@ -198,6 +252,26 @@ int nn_add_sum(nn_model *m, const char *name, const int *ins, int nin, bool relu
 int nn_add_dense(nn_model *m, const char *name, int in, int O, bool relu);
 int nn_add_dropout(nn_model *m, const char *name, int in, float rate);
 int nn_add_concat(nn_model *m, const char *name, const int *ins, int nin);
+
+/* ---- activation planning (plan.c) -------------------------------------------------- */
+
+/* Plans both steps for m's layout and max_batch, allocates the arena with
+ * m->scratch_floats of scratch after it, binds the training plan. -1 with
+ * m->err on failure (a layer whose output nothing uses). */
+int nn_plan_model(nn_model *m);
+/* Points every layer's y, dy and state where plan p puts them (no-op when
+ * p is already bound); poison layout: fills the whole arena with NaN. */
+void nn_plan_bind(nn_model *m, const nn_plan *p);
+/* Poison layout only (no-op otherwise): after the call at time t of the
+ * bound plan, fills the buffers that died at t with NaN. */
+void nn_plan_after(nn_model *m, int t);
+/* Switches the layout (re-plans, reallocates the arena); tests. */
+void nn_model_set_layout(nn_model *m, nn_layout layout);
+/* Checks a plan on its own terms: every offset aligned, every buffer inside
+ * p->floats, and no two buffers with intersecting lifetimes sharing a
+ * float. false with the first violation described in why. */
+bool nn_plan_check(const nn_plan *p, const nn_model *m, char *why, size_t len);
+void nn_plan_free(nn_plan *p);
 
 /* Builds the named model into m (models.c); -1 with m->err on failure. */
 int nn_build_named(nn_model *m);

@@ -58,6 +58,7 @@ const nn_layer_ops nn_bn_ops = {
     .kind = "batchnorm",
     .forward = bn_fwd,
     .backward = bn_bwd,
+    .bwd_reads = NN_READS_IN | NN_READS_OUT_RELU,
     .priv_size = sizeof(bn_state),
     .arena_floats = bn_arena,
     .arena_bind = bn_bind,

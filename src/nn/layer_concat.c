@@ -42,6 +42,7 @@ const nn_layer_ops nn_concat_ops = {
     .kind = "concat",
     .forward = concat_fwd,
     .backward = concat_bwd,
+    .bwd_reads = NN_READS_NOTHING,
     .describe = concat_describe,
 };
 

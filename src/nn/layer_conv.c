@@ -46,6 +46,7 @@ const nn_layer_ops nn_conv_ops = {
     .kind = "conv2d",
     .forward = conv_fwd,
     .backward = conv_bwd,
+    .bwd_reads = NN_READS_IN | NN_READS_OUT_RELU,
     .priv_size = sizeof(nn_conv_dims), /* N is set per call */
     .scratch_floats = conv_scratch,
     .describe = conv_describe,

@@ -25,6 +25,7 @@ const nn_layer_ops nn_dense_ops = {
     .kind = "dense",
     .forward = dense_fwd,
     .backward = dense_bwd,
+    .bwd_reads = NN_READS_IN | NN_READS_OUT_RELU,
     .describe = nn_describe_relu,
 };
 

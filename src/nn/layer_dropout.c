@@ -53,6 +53,7 @@ const nn_layer_ops nn_dropout_ops = {
     .kind = "dropout",
     .forward = dropout_fwd,
     .backward = dropout_bwd,
+    .bwd_reads = NN_READS_NOTHING,
     .priv_size = sizeof(drop_state),
     .arena_floats = dropout_arena,
     .arena_bind = dropout_bind,

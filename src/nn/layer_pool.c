@@ -67,6 +67,7 @@ const nn_layer_ops nn_maxpool_ops = {
     .kind = "maxpool",
     .forward = maxpool_fwd,
     .backward = maxpool_bwd,
+    .bwd_reads = NN_READS_NOTHING, /* its argmax state only */
     .priv_size = sizeof(pool_state),
     .arena_floats = maxpool_arena,
     .arena_bind = maxpool_bind,
@@ -77,6 +78,7 @@ const nn_layer_ops nn_avgpool_ops = {
     .kind = "avgpool",
     .forward = avgpool_fwd,
     .backward = avgpool_bwd,
+    .bwd_reads = NN_READS_NOTHING,
     .priv_size = sizeof(pool_state),
     .describe = pool_describe,
 };

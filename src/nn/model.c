@@ -69,8 +69,8 @@ void nn_describe_relu(const nn_model *m, const nn_layer *l, char *buf, size_t le
 
 nn_layer *nn_new_layer(nn_model *m, const nn_layer_ops *ops, const char *name, int in)
 {
-    bool known = kind_registered(ops) && ops->forward && ops->backward;
-    assert(known); /* a builder of a kind missing from nn_layer_kinds */
+    bool known = kind_registered(ops) && ops->forward && ops->backward && ops->bwd_reads;
+    assert(known); /* a builder of a kind missing from nn_layer_kinds, or incomplete */
     (void)known;
     if (m->nlayers == m->cap_layers) {
         m->cap_layers = m->cap_layers ? 2 * m->cap_layers : 16;
@@ -156,36 +156,19 @@ static void init_vars(nn_model *m)
     }
 }
 
-/* Lays out activations, gradients and each layer's state (ops->arena_floats)
- * in one arena, and the scratch shared by all layers after it. */
-static void alloc_arena(nn_model *m)
+/* The scratch shared by all layers (ops->scratch_floats), then the arena:
+ * activations, gradients and each layer's state placed by the plan
+ * (plan.c), the scratch after them in the same allocation. */
+static int alloc_arena(nn_model *m)
 {
     const size_t B = (size_t)m->cfg.max_batch;
-    size_t total = 0, scratch = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t off = 0;
-        for (int i = 0; i < m->nlayers; i++) {
-            nn_layer *l = &m->layers[i];
-            const nn_layer_ops *ops = l->ops;
-            size_t act = nn_arena_round(B * l->h * l->w * l->c);
-            if (pass) l->y = m->arena + off, l->dy = m->arena + off + act;
-            off += 2 * act;
-            if (ops->arena_floats) {
-                if (pass) ops->arena_bind(l, m->arena + off);
-                off += ops->arena_floats(l, B);
-            }
-            if (ops->scratch_floats && !pass) {
-                size_t s = ops->scratch_floats(l, B);
-                if (s > scratch) scratch = s;
-            }
-        }
-        if (!pass) {
-            total = off;
-            m->arena = pst_aligned_alloc(sizeof(float) * (total + scratch));
-            memset(m->arena, 0, sizeof(float) * (total + scratch));
-            m->scratch = m->arena + total;
-        }
+    size_t scratch = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const nn_layer *l = &m->layers[i];
+        if (l->ops->scratch_floats) scratch = PST_MAX(scratch, l->ops->scratch_floats(l, B));
     }
+    m->scratch_floats = scratch;
+    return nn_plan_model(m);
 }
 
 int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
@@ -246,7 +229,9 @@ int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
     m->grads = pst_aligned_alloc(sizeof(float) * m->size);
     memset(m->grads, 0, sizeof(float) * m->size);
     init_vars(m);
-    alloc_arena(m);
+    m->err = e;
+    if (alloc_arena(m) < 0) goto fail;
+    m->err = NULL;
     *out = m;
     return 0;
 fail:
@@ -264,6 +249,8 @@ void nn_model_free(nn_model *m)
     free(m->params);
     free(m->grads);
     free(m->arena);
+    nn_plan_free(&m->plan_train);
+    nn_plan_free(&m->plan_infer);
     free(m);
 }
 
@@ -330,6 +317,7 @@ static void forward(nn_model *m, const float *x, int n, bool train)
         double t0 = m->profile ? cpu_now() : 0.0;
         l->ops->forward(m, l, n, train);
         if (m->profile) l->t_fwd += cpu_now() - t0;
+        nn_plan_after(m, i);
     }
 }
 
@@ -338,16 +326,19 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
 {
     assert(n >= 1 && n <= m->cfg.max_batch);
     m->step = step;
+    nn_plan_bind(m, &m->plan_train);
     forward(m, x, n, true);
     nn_layer *last = &m->layers[m->nlayers - 1];
     double loss = nn_softmax_xent(last->dy, last->y, labels, n, last->c, m->cfg.label_smoothing,
                                   ncorrect, NULL);
+    nn_plan_after(m, m->nlayers);
     for (int i = 0; i < m->nlayers; i++) m->layers[i].dy_written = false;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;
         l->ops->backward(m, l, n);
         if (m->profile) l->t_bwd += cpu_now() - t0;
+        nn_plan_after(m, 2 * m->nlayers - i);
     }
     /* L2 weight decay on kernels: loss += wd/2 |w|^2, grad += wd w */
     float wd = m->cfg.weight_decay;
@@ -374,6 +365,7 @@ float nn_model_eval(nn_model *m, const float *x, const int32_t *labels, int n, i
     assert(n >= 1 && n <= m->cfg.max_batch);
     bool prof = m->profile;
     m->profile = false;
+    nn_plan_bind(m, &m->plan_infer);
     forward(m, x, n, false);
     m->profile = prof;
     nn_layer *last = &m->layers[m->nlayers - 1];

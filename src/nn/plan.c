@@ -1,0 +1,308 @@
+/*
+ * plan.c - the activation memory plan: where each layer's output, gradient
+ * and state live in the model's arena (graph.h, "activation memory plan").
+ *
+ * A buffer is live from the call that first writes it to the last call that
+ * reads it, derived from the graph and from what each kind's backward reads
+ * (nn_layer_ops.bwd_reads):
+ *   y of layer i    written by its forward (t = i); read by every consumer's
+ *                   forward, by the backward of consumers that read their
+ *                   inputs (t = 2L - j), by its own backward when it reads
+ *                   its output; the logits until after the step.
+ *   dy of layer i   first written by the backward of its last consumer (the
+ *                   first one backward; the loss for the last layer), read
+ *                   (and masked in place) by its own backward.
+ *   state           written by the training forward, read by backward; in
+ *                   inference it lives during the forward only.
+ * Buffers are then packed greedily (largest first, each at the lowest
+ * aligned offset free of every placed buffer whose lifetime intersects its
+ * own), so that at any time point the live buffers never share a byte. In
+ * training the gradients are the main saving (a few are live at any time);
+ * in inference, the outputs.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+
+/* ---- lifetimes --------------------------------------------------------------------- */
+
+static bool reads_out(const nn_layer *l)
+{
+    unsigned r = l->ops->bwd_reads;
+    return (r & NN_READS_OUT) || ((r & NN_READS_OUT_RELU) && l->relu);
+}
+
+static void add_buf(nn_plan *p, int layer, nn_buf_kind kind, int start, int end, size_t floats)
+{
+    nn_buf *b = &p->bufs[p->nbufs++];
+    *b = (nn_buf){.layer = layer, .kind = kind, .start = start, .end = end, .floats = floats};
+}
+
+/* The buffers of a training (train) or inference step with their lifetimes;
+ * -1 with m->err when a layer's output has no consumer. */
+static int lifetimes(nn_model *m, nn_plan *p, bool train)
+{
+    const int L = m->nlayers;
+    const size_t B = (size_t)m->cfg.max_batch;
+    /* per layer: the last consumer (forward order) and the first consumer
+     * that reads its inputs in backward (the last backward to read y) */
+    int *last_use = pst_malloc(sizeof(int) * (size_t)L * 2), *first_reader = last_use + L;
+    for (int i = 0; i < L; i++) last_use[i] = -1, first_reader[i] = L;
+    for (int j = 0; j < L; j++) {
+        const nn_layer *c = &m->layers[j];
+        for (int k = 0; k < c->nin; k++) {
+            int i = c->in[k];
+            if (i == NN_INPUT) continue;
+            if (j > last_use[i]) last_use[i] = j;
+            if ((c->ops->bwd_reads & NN_READS_IN) && j < first_reader[i]) first_reader[i] = j;
+        }
+    }
+    p->bufs = pst_malloc(sizeof(nn_buf) * (size_t)L * 3);
+    p->nbufs = 0;
+    p->train = train;
+    int rc = 0;
+    for (int i = 0; i < L; i++) {
+        const nn_layer *l = &m->layers[i];
+        const bool last = i == L - 1;
+        if (!last && last_use[i] < 0) {
+            rc = pst_fail(m->err, "model %s: the output of layer %s is not used by any layer",
+                          m->name, l->name);
+            break;
+        }
+        size_t act = nn_arena_round(B * l->h * l->w * l->c);
+        int y_end = last ? L + 1 : last_use[i];
+        if (train) {
+            if (last) y_end = 2 * L + 1;
+            if (first_reader[i] < L && 2 * L - first_reader[i] > y_end)
+                y_end = 2 * L - first_reader[i];
+            if (reads_out(l) && 2 * L - i > y_end) y_end = 2 * L - i;
+        }
+        add_buf(p, i, NN_BUF_Y, i, y_end, act);
+        if (train) add_buf(p, i, NN_BUF_DY, last ? L : 2 * L - last_use[i], 2 * L - i, act);
+        if (l->ops->arena_floats)
+            add_buf(p, i, NN_BUF_STATE, i, train ? 2 * L - i : i, l->ops->arena_floats(l, B));
+    }
+    free(last_use);
+    return rc;
+}
+
+/* ---- packing ----------------------------------------------------------------------- */
+
+static const nn_buf *sort_bufs;
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const nn_buf *x = &sort_bufs[*(const int *)a], *y = &sort_bufs[*(const int *)b];
+    if (x->floats != y->floats) return x->floats > y->floats ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+typedef struct span {
+    size_t lo, hi;
+} span;
+
+static int by_lo(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static bool live_together(const nn_buf *a, const nn_buf *b)
+{
+    return a->start <= b->end && b->start <= a->end;
+}
+
+/* Private: one buffer after another in layer order (the unplanned layout).
+ * Planned: largest first, each at the lowest offset clear of the placed
+ * buffers live at the same time. */
+static void pack(nn_plan *p, bool share)
+{
+    p->floats = 0;
+    if (!share) {
+        for (int i = 0; i < p->nbufs; i++) {
+            p->bufs[i].offset = p->floats;
+            p->floats += p->bufs[i].floats;
+        }
+        return;
+    }
+    int *order = pst_malloc(sizeof(int) * (size_t)p->nbufs);
+    for (int i = 0; i < p->nbufs; i++) order[i] = i;
+    sort_bufs = p->bufs;
+    qsort(order, (size_t)p->nbufs, sizeof(int), by_size_desc);
+    span *busy = pst_malloc(sizeof(span) * (size_t)(p->nbufs ? p->nbufs : 1));
+    for (int k = 0; k < p->nbufs; k++) {
+        nn_buf *b = &p->bufs[order[k]];
+        int n = 0;
+        for (int q = 0; q < k; q++) {
+            const nn_buf *o = &p->bufs[order[q]];
+            if (live_together(b, o)) busy[n++] = (span){o->offset, o->offset + o->floats};
+        }
+        qsort(busy, (size_t)n, sizeof(span), by_lo);
+        size_t off = 0;
+        for (int q = 0; q < n && busy[q].lo < off + b->floats; q++)
+            if (busy[q].hi > off) off = busy[q].hi;
+        b->offset = off;
+        if (off + b->floats > p->floats) p->floats = off + b->floats;
+    }
+    free(busy);
+    free(order);
+}
+
+bool nn_plan_check(const nn_plan *p, const nn_model *m, char *why, size_t len)
+{
+    static const char *const kinds[] = {"output", "gradient", "state"};
+    for (int i = 0; i < p->nbufs; i++) {
+        const nn_buf *a = &p->bufs[i];
+        if (a->offset % NN_ARENA_ALIGN || a->offset + a->floats > p->floats) {
+            snprintf(why, len, "%s %s at float %zu (+%zu) is unaligned or past the plan's %zu",
+                     m->layers[a->layer].name, kinds[a->kind], a->offset, a->floats, p->floats);
+            return false;
+        }
+        for (int j = i + 1; j < p->nbufs; j++) {
+            const nn_buf *b = &p->bufs[j];
+            if (live_together(a, b) && a->offset < b->offset + b->floats &&
+                b->offset < a->offset + a->floats) {
+                snprintf(why, len,
+                         "%s %s [t %d..%d, floats %zu..%zu) and %s %s [t %d..%d, floats "
+                         "%zu..%zu) are live together and overlap",
+                         m->layers[a->layer].name, kinds[a->kind], a->start, a->end, a->offset,
+                         a->offset + a->floats, m->layers[b->layer].name, kinds[b->kind], b->start,
+                         b->end, b->offset, b->offset + b->floats);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+void nn_plan_free(nn_plan *p)
+{
+    free(p->bufs);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- the arena ----------------------------------------------------------------------- */
+
+static void fill_nan(float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+}
+
+void nn_plan_bind(nn_model *m, const nn_plan *p)
+{
+    if (m->layout == NN_LAYOUT_POISON) fill_nan(m->arena, m->arena_floats);
+    if (m->bound == p) return;
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].y = m->layers[i].dy = NULL;
+    for (int i = 0; i < p->nbufs; i++) {
+        const nn_buf *b = &p->bufs[i];
+        nn_layer *l = &m->layers[b->layer];
+        float *at = m->arena + b->offset;
+        if (b->kind == NN_BUF_Y)
+            l->y = at;
+        else if (b->kind == NN_BUF_DY)
+            l->dy = at;
+        else
+            l->ops->arena_bind(l, at);
+    }
+    m->bound = p;
+}
+
+void nn_plan_after(nn_model *m, int t)
+{
+    if (m->layout != NN_LAYOUT_POISON) return;
+    const nn_plan *p = m->bound;
+    for (int i = 0; i < p->nbufs; i++)
+        if (p->bufs[i].end == t) fill_nan(m->arena + p->bufs[i].offset, p->bufs[i].floats);
+}
+
+/* Plans both steps and (re)allocates the arena with m->scratch_floats of
+ * scratch after it. */
+static int plan_all(nn_model *m)
+{
+    nn_plan_free(&m->plan_train);
+    nn_plan_free(&m->plan_infer);
+    if (lifetimes(m, &m->plan_train, true) < 0 || lifetimes(m, &m->plan_infer, false) < 0)
+        return -1;
+    bool share = m->layout == NN_LAYOUT_PLANNED;
+    pack(&m->plan_train, share);
+    pack(&m->plan_infer, share);
+    m->arena_floats = PST_MAX(m->plan_train.floats, m->plan_infer.floats);
+    free(m->arena);
+    size_t all = m->arena_floats + m->scratch_floats;
+    m->arena = pst_aligned_alloc(sizeof(float) * all);
+    memset(m->arena, 0, sizeof(float) * all);
+    m->scratch = m->arena + m->arena_floats;
+    m->bound = NULL;
+    nn_plan_bind(m, &m->plan_train);
+    return 0;
+}
+
+int nn_plan_model(nn_model *m)
+{
+    return plan_all(m);
+}
+
+void nn_model_set_layout(nn_model *m, nn_layout layout)
+{
+    m->layout = layout;
+    int rc = plan_all(m);
+    (void)rc; /* the same graph planned before */
+}
+
+/* ---- memory report (pstrain/model.h) --------------------------------------------- */
+
+void nn_model_memory(const nn_model *m, nn_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    out->param_bytes = sizeof(float) * m->size;
+    out->train_bytes = sizeof(float) * m->plan_train.floats;
+    out->infer_bytes = sizeof(float) * m->plan_infer.floats;
+    out->arena_bytes = sizeof(float) * m->arena_floats;
+    size_t un = 0;
+    for (int i = 0; i < m->plan_train.nbufs; i++) un += m->plan_train.bufs[i].floats;
+    out->unplanned_bytes = sizeof(float) * un;
+    out->scratch_bytes = sizeof(float) * m->scratch_floats;
+}
+
+/* "97.5 MiB (102,228,128 bytes)" */
+static const char *bytes_text(char *buf, size_t len, size_t n)
+{
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
+    char digits[32], grouped[48];
+    snprintf(digits, sizeof digits, "%zu", n);
+    size_t nd = strlen(digits), o = 0;
+    for (size_t i = 0; i < nd; i++) {
+        if (i && (nd - i) % 3 == 0) grouped[o++] = ',';
+        grouped[o++] = digits[i];
+    }
+    grouped[o] = 0;
+    if (u == 0)
+        snprintf(buf, len, "%s bytes", grouped);
+    else
+        snprintf(buf, len, "%.1f %s (%s bytes)", v, units[u], grouped);
+    return buf;
+}
+
+void nn_model_print_memory(const nn_model *m, int opt_slots, FILE *out)
+{
+    nn_memory mm;
+    nn_model_memory(m, &mm);
+    char a[64], b[64], c[64], d[64];
+    size_t slots = mm.param_bytes * (size_t)opt_slots;
+    fprintf(out, "  parameter memory: %s = parameters %s + gradients %s + optimizer slots %s\n",
+            bytes_text(a, sizeof a, 2 * mm.param_bytes + slots),
+            bytes_text(b, sizeof b, mm.param_bytes), bytes_text(c, sizeof c, mm.param_bytes),
+            bytes_text(d, sizeof d, slots));
+    fprintf(out, "  activation memory for a batch of %d: %s planned (unplanned: %s)\n",
+            m->cfg.max_batch, bytes_text(a, sizeof a, mm.arena_bytes),
+            bytes_text(b, sizeof b, mm.unplanned_bytes));
+    fprintf(out, "    training step %s, inference %s; convolution scratch %s\n",
+            bytes_text(a, sizeof a, mm.train_bytes), bytes_text(b, sizeof b, mm.infer_bytes),
+            bytes_text(c, sizeof c, mm.scratch_bytes));
+}

@@ -33,6 +33,7 @@ const nn_layer_ops nn_add_ops = {
     .kind = "add",
     .forward = add_fwd,
     .backward = add_bwd,
+    .bwd_reads = NN_READS_OUT_RELU,
     .describe = add_describe,
 };
 

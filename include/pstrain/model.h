@@ -47,6 +47,7 @@ typedef struct nn_model_cfg {
     uint64_t seed;         /* initialization and dropout */
     float weight_decay;    /* L2 coefficient, 0 = none */
     float label_smoothing; /* 0 = none */
+    int threads;           /* compute threads of train/eval steps; <= 1: the caller only */
 } nn_model_cfg;
 
 typedef struct nn_model nn_model;
@@ -89,7 +90,9 @@ void nn_model_describe(const nn_model *m, FILE *out);
  * Dropout draws from (seed, step) so results are reproducible. Batch norm
  * uses the batch statistics and moves the averages with momentum 0.99
  * (variance with Bessel's correction, as TF's fused batch norm), eps 1e-3.
- * Single-threaded; a model is used by one thread at a time. */
+ * With cfg.threads = T > 1 the layers run on the model's pool of T threads
+ * (the caller is one of them); the results are bitwise the same for every
+ * T. A model is used by one thread at a time. */
 float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, int n, int64_t step,
                           int *ncorrect);
 

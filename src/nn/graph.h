@@ -16,6 +16,7 @@
 #define PSTRAIN_NN_GRAPH_H
 
 #include "layers.h"
+#include "pool.h"
 #include "pstrain/model.h"
 
 #define NN_MAX_IN 6 /* Inception-v3's Mixed_7b/7c concatenate six towers */
@@ -140,8 +141,12 @@ struct nn_model {
     nn_plan plan_train, plan_infer; /* where each buffer lives in the arena, per step kind */
     const nn_plan *bound;           /* the plan the layers' pointers follow */
     nn_layout layout;
-    float *scratch; /* conv im2col scratch, shared by all convs */
-    size_t scratch_floats;
+    float *scratch;        /* conv im2col scratch, shared by all convs: nn_scratch */
+    size_t scratch_floats; /* all T copies */
+    size_t scratch_stride; /* floats between the T per-thread copies of scratch */
+    nn_pool *pool;         /* cfg.threads threads; NULL when single-threaded */
+    double *red;           /* reduction partials (nn_red), red_cap doubles */
+    size_t red_cap;
     const float *x; /* the batch being processed */
     int64_t step;
     bool profile;
@@ -177,6 +182,14 @@ static inline float *nn_in_dy(nn_model *m, const nn_layer *l, int j, bool *acc)
     p->dy_written = true;
     return p->dy;
 }
+/* The scratch of thread `tid` of m->pool (tid 0: the caller's, m->scratch). */
+static inline float *nn_scratch(nn_model *m, int tid)
+{
+    return m->scratch + (size_t)tid * m->scratch_stride;
+}
+/* A buffer of at least n doubles for per-task partial results (grows, so
+ * only from the calling thread, before nn_pool_for). */
+double *nn_red(nn_model *m, size_t n);
 /* Output shape of one example of producer `in` (a layer index or NN_INPUT). */
 static inline void nn_in_shape(const nn_model *m, int in, int *h, int *w, int *c)
 {

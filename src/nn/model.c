@@ -113,6 +113,16 @@ void nn_add_var(nn_model *m, nn_layer *l, const char *suffix, int ndim, const in
     l->nvar++;
 }
 
+double *nn_red(nn_model *m, size_t n)
+{
+    if (n > m->red_cap) {
+        free(m->red);
+        m->red = pst_aligned_alloc(sizeof(double) * n);
+        m->red_cap = n;
+    }
+    return m->red;
+}
+
 const char *nn_in_name(const nn_model *m, int in)
 {
     return in == NN_INPUT ? "input" : m->layers[in].name;
@@ -156,7 +166,8 @@ static void init_vars(nn_model *m)
     }
 }
 
-/* The scratch shared by all layers (ops->scratch_floats), then the arena:
+/* The scratch shared by all layers (ops->scratch_floats; one copy per
+ * thread of the pool, nn_scratch(m, tid)), then the arena:
  * activations, gradients and each layer's state placed by the plan
  * (plan.c), the scratch after them in the same allocation. */
 static int alloc_arena(nn_model *m)
@@ -167,7 +178,8 @@ static int alloc_arena(nn_model *m)
         const nn_layer *l = &m->layers[i];
         if (l->ops->scratch_floats) scratch = PST_MAX(scratch, l->ops->scratch_floats(l, B));
     }
-    m->scratch_floats = scratch;
+    m->scratch_stride = scratch ? nn_arena_round(scratch) : 0;
+    m->scratch_floats = m->scratch_stride * (size_t)nn_pool_threads(m->pool);
     return nn_plan_model(m);
 }
 
@@ -224,6 +236,7 @@ int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
             goto fail;
         }
     }
+    if (cfg->threads > 1 && nn_pool_new(&m->pool, cfg->threads, e) < 0) goto fail;
     m->err = NULL;
     m->params = pst_aligned_alloc(sizeof(float) * m->size);
     m->grads = pst_aligned_alloc(sizeof(float) * m->size);
@@ -251,6 +264,8 @@ void nn_model_free(nn_model *m)
     free(m->arena);
     nn_plan_free(&m->plan_train);
     nn_plan_free(&m->plan_infer);
+    free(m->red);
+    nn_pool_free(m->pool);
     free(m);
 }
 

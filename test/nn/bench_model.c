@@ -27,7 +27,7 @@ static double cpu_now(void)
 
 static void bench(const char *name, int batch, int steps, int h, int w, int c)
 {
-    nn_model_cfg cfg = {name, h, w, c, 10, batch, 1234, 0.0f, 0.0f};
+    nn_model_cfg cfg = {name, h, w, c, 10, batch, 1234, 0.0f, 0.0f, 1};
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);

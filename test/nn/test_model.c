@@ -21,7 +21,7 @@ typedef struct spec {
 
 static nn_model *make(const spec *s, uint64_t seed, float wd, float ls, int max_batch)
 {
-    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, max_batch, seed, wd, ls};
+    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, max_batch, seed, wd, ls, 1};
     nn_model *m = NULL;
     pst_err e = {{0}};
     int rc = nn_model_new(&m, &cfg, &e);
@@ -109,23 +109,23 @@ static void test_shapes_and_describe(void)
 {
     pst_err e = {{0}};
     nn_model *m = NULL;
-    nn_model_cfg small = {"lenet5", 8, 8, 1, 10, 4, 1, 0, 0};
+    nn_model_cfg small = {"lenet5", 8, 8, 1, 10, 4, 1, 0, 0, 1};
     CHECK(nn_model_new(&m, &small, &e) < 0 && !m, "lenet5 accepted an 8x8 image");
     CHECK(strstr(e.msg, "lenet5") && strstr(e.msg, "8x8x1"), "message: %s", e.msg);
     fprintf(stderr, "expected error: %s\n", e.msg);
-    nn_model_cfg tiny = {"inception-mini", 2, 2, 3, 10, 4, 1, 0, 0};
+    nn_model_cfg tiny = {"inception-mini", 2, 2, 3, 10, 4, 1, 0, 0, 1};
     CHECK(nn_model_new(&m, &tiny, &e) < 0 && !m, "inception-mini accepted a 2x2 image");
     CHECK(strstr(e.msg, "inception-mini") && strstr(e.msg, "2x2x3"), "message: %s", e.msg);
-    nn_model_cfg unknown = {"resnet", 28, 28, 1, 10, 4, 1, 0, 0};
+    nn_model_cfg unknown = {"resnet", 28, 28, 1, 10, 4, 1, 0, 0, 1};
     CHECK(nn_model_new(&m, &unknown, &e) < 0 && strstr(e.msg, "resnet"), "message: %s", e.msg);
-    nn_model_cfg zero = {"mlp", 28, 28, 1, 10, 0, 1, 0, 0};
+    nn_model_cfg zero = {"mlp", 28, 28, 1, 10, 0, 1, 0, 0, 1};
     CHECK(nn_model_new(&m, &zero, &e) < 0 && strstr(e.msg, "batch"), "message: %s", e.msg);
     /* sizes the int-indexed kernels cannot hold are refused before allocating */
-    nn_model_cfg huge_img = {"mlp", 65536, 65536, 4, 10, 1, 1, 0, 0};
+    nn_model_cfg huge_img = {"mlp", 65536, 65536, 4, 10, 1, 1, 0, 0, 1};
     CHECK(nn_model_new(&m, &huge_img, &e) < 0 && !m && strstr(e.msg, "fc1") &&
               strstr(e.msg, "17179869184 inputs"),
           "mlp on 65536x65536x4: %s", e.msg);
-    nn_model_cfg huge_batch = {"lenet5", 28, 28, 1, 10, 1 << 20, 1, 0, 0};
+    nn_model_cfg huge_batch = {"lenet5", 28, 28, 1, 10, 1 << 20, 1, 0, 0, 1};
     CHECK(nn_model_new(&m, &huge_batch, &e) < 0 && !m && strstr(e.msg, "smaller batch") &&
               strstr(e.msg, "1048576"),
           "lenet5 with a batch of 2^20: %s", e.msg);
@@ -183,7 +183,7 @@ static void test_shapes_and_describe(void)
 static void test_names(void)
 {
     for (const char *const *name = nn_model_names(); *name; name++) {
-        nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0};
+        nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0, 1};
         nn_model *m = NULL;
         pst_err e = {{0}};
         CHECK(nn_model_new(&m, &cfg, &e) == 0, "%s at 75x75x3: %s", *name, e.msg);
@@ -337,7 +337,7 @@ static void test_layer_kinds(void)
         bool used = false;
         for (const char *const *name = nn_model_names(); *name && !used; name++) {
             /* the smallest image every model fits (Inception-v3: 75x75) */
-            nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0};
+            nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0, 1};
             nn_model *m = NULL;
             pst_err e = {{0}};
             CHECK(nn_model_new(&m, &cfg, &e) == 0, "%s at 75x75x3: %s", *name, e.msg);

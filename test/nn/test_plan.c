@@ -24,7 +24,8 @@ static nn_model *make(const char *name, int k, int max_batch, nn_layout layout, 
 {
     static const size3 sizes[] = {{28, 28, 1}, {32, 32, 3}, {75, 75, 3}, {224, 224, 3}};
     for (size_t i = 0; i < PST_ARRAY_LEN(sizes); i++) {
-        nn_model_cfg cfg = {name, sizes[i].h, sizes[i].w, sizes[i].c, k, max_batch, 5, 0.01f, 0.1f};
+        nn_model_cfg cfg = {name,      sizes[i].h, sizes[i].w, sizes[i].c, k,
+                            max_batch, 5,          0.01f,      0.1f,       1};
         nn_model *m = NULL;
         pst_err e = {{0}};
         if (nn_model_new(&m, &cfg, &e) == 0) {

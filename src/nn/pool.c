@@ -1,0 +1,223 @@
+/*
+ * pool.c - persistent threads for the model's parallel loops. Contract:
+ * pool.h.
+ *
+ * One loop ("generation") at a time. The caller publishes fn, arg and
+ * ntasks, resets the task counter and the count of workers still busy, then
+ * bumps `gen` (release). A worker that sees a new gen (acquire) takes tasks
+ * from the counter until none is left, then decrements `busy`; the last one
+ * wakes the caller if it sleeps. Waiting on either side spins for a while
+ * (loops follow each other within microseconds during a step) and then
+ * sleeps on a condition variable under `mu`. Sleeping workers are counted
+ * under `mu`, so that publishing broadcasts only when one sleeps; the last
+ * worker of a loop always takes `mu` to signal the caller (once per loop,
+ * uncontended). A generation whose fn is NULL tells the workers to exit.
+ */
+#include "pool.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* Spins of a waiting thread before it sleeps: a pause is 10-140 cycles, so
+ * this is some 10-100 microseconds. */
+#define POOL_SPINS 2000
+
+struct nn_pool {
+    int T;
+    pthread_t *threads; /* T - 1 workers */
+    int started;        /* workers created */
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* workers: a new generation or stop */
+    pthread_cond_t done; /* caller: busy reached 0 */
+    int sleepers;        /* workers waiting on `wake` (under mu) */
+    /* the current loop: written by the caller before gen moves */
+    void (*fn)(void *arg, int task, int tid);
+    void *arg;
+    int ntasks;
+    atomic_int next;     /* next task to hand out */
+    atomic_int busy;     /* workers that have not finished this generation */
+    atomic_uint gen;     /* generation counter */
+    atomic_bool running; /* a loop is in progress (misuse check) */
+};
+
+typedef struct worker_arg {
+    nn_pool *p;
+    int tid;
+} worker_arg;
+
+/* Which pool and tid the current thread runs tasks for (nesting). */
+static _Thread_local const nn_pool *tls_pool;
+static _Thread_local int tls_tid;
+
+static void run_tasks(nn_pool *p, int tid)
+{
+    const int n = p->ntasks;
+    void (*fn)(void *, int, int) = p->fn;
+    void *arg = p->arg;
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (t >= n) break;
+        fn(arg, t, tid);
+    }
+}
+
+static void *worker_main(void *varg)
+{
+    worker_arg wa = *(worker_arg *)varg;
+    free(varg);
+    nn_pool *p = wa.p;
+    tls_pool = p;
+    tls_tid = wa.tid;
+    /* generation 0 is the pool's creation: a loop published before this
+     * thread got here is still ahead of it */
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g = seen;
+        for (int i = 0; i < POOL_SPINS; i++) {
+            g = atomic_load_explicit(&p->gen, memory_order_acquire);
+            if (g != seen) break;
+            cpu_relax();
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+                p->sleepers++;
+                pthread_cond_wait(&p->wake, &p->mu);
+                p->sleepers--;
+            }
+            pthread_mutex_unlock(&p->mu);
+        }
+        seen = g;
+        if (p->fn == NULL) break; /* the stop generation */
+        run_tasks(p, wa.tid);
+        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+/* Publishes a generation (fn NULL: stop) and wakes sleeping workers. */
+static void publish(nn_pool *p, int ntasks, void (*fn)(void *, int, int), void *arg)
+{
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->ntasks = ntasks;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->busy, p->started, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    if (p->sleepers) pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void wait_workers(nn_pool *p)
+{
+    for (int i = 0; i < POOL_SPINS; i++) {
+        if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0) return;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load_explicit(&p->busy, memory_order_acquire) != 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+int nn_pool_new(nn_pool **out, int threads, pst_err *e)
+{
+    *out = NULL;
+    if (threads < 1 || threads > NN_POOL_MAX_THREADS)
+        return pst_fail(e, "thread pool: %d threads: expected 1 to %d", threads,
+                        NN_POOL_MAX_THREADS);
+    nn_pool *p = pst_calloc(1, sizeof *p);
+    p->T = threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->next, 0);
+    atomic_init(&p->busy, 0);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->running, false);
+    if (threads > 1) {
+        p->threads = pst_calloc((size_t)threads - 1, sizeof(pthread_t));
+        /* workers inherit a mask that blocks every signal */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = 0;
+        for (int i = 1; i < threads && rc == 0; i++) {
+            worker_arg *wa = pst_calloc(1, sizeof *wa);
+            wa->p = p, wa->tid = i;
+            rc = pthread_create(&p->threads[i - 1], NULL, worker_main, wa);
+            if (rc == 0)
+                p->started++;
+            else
+                free(wa);
+        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
+            pst_fail(e, "thread pool: starting thread %d of %d: %s", p->started + 1, threads,
+                     strerror(rc));
+            nn_pool_free(p);
+            return -1;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+void nn_pool_free(nn_pool *p)
+{
+    if (!p) return;
+    assert(tls_pool != p); /* not from inside a task */
+    if (p->started) {
+        publish(p, 0, NULL, NULL);
+        for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
+    }
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
+    free(p->threads);
+    free(p);
+}
+
+int nn_pool_threads(const nn_pool *p)
+{
+    return p ? p->T : 1;
+}
+
+void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
+{
+    if (ntasks <= 0) return;
+    /* On the caller alone: no pool, one thread, one task, or a nested call
+     * from inside a task of this pool (with that thread's tid). */
+    if (!p || p->started == 0 || ntasks == 1 || tls_pool == p) {
+        int tid = p && tls_pool == p ? tls_tid : 0;
+        for (int t = 0; t < ntasks; t++) fn(arg, t, tid);
+        return;
+    }
+    bool was = atomic_exchange_explicit(&p->running, true, memory_order_acquire);
+    assert(!was); /* two threads in nn_pool_for of one pool */
+    (void)was;
+    publish(p, ntasks, fn, arg);
+    tls_pool = p;
+    tls_tid = 0;
+    run_tasks(p, 0);
+    wait_workers(p);
+    tls_pool = NULL;
+    atomic_store_explicit(&p->running, false, memory_order_release);
+}

@@ -1,0 +1,59 @@
+/*
+ * pool.h - the thread pool of a model (internal to src/nn): T persistent
+ * threads that run the tasks of one parallel loop at a time.
+ *
+ *     nn_pool *p;
+ *     if (nn_pool_new(&p, 4, e) < 0) ...          // 3 extra threads
+ *     nn_pool_for(p, ntasks, fn, arg);             // fn(arg, task, tid), every task once
+ *     nn_pool_free(p);
+ *
+ * The caller of nn_pool_for takes part as tid 0; the other threads are
+ * tids 1..T-1. Tasks are handed out by an atomic counter, so which thread
+ * runs which task is unspecified: a task's result may depend on its index
+ * only, never on tid or on T (tid exists to pick per-thread scratch).
+ *
+ * Determinism rule for every parallel kernel (docs/design.md, "Threads"):
+ * split the work into tasks whose decomposition depends only on the shapes,
+ * never on T, and reduce partial results in a fixed order over the tasks
+ * after nn_pool_for returns. Then a run gives the same bits for every T.
+ *
+ * Dispatch is low-latency: idle threads spin briefly on a generation
+ * counter before they sleep on a condition variable, so back-to-back loops
+ * (one per layer) do not pay a wake-up each. The worker threads block all
+ * signals: the stop-on-signal flag is set on the caller's threads.
+ *
+ * One loop at a time: nn_pool_for must not be called from two threads at
+ * once (an assert). A call from inside a task of the same pool (nesting)
+ * runs all its tasks in order on the calling thread, with that thread's tid.
+ */
+#ifndef PSTRAIN_NN_POOL_H
+#define PSTRAIN_NN_POOL_H
+
+#include "pstrain/common.h"
+
+#define NN_POOL_MAX_THREADS 1024
+
+typedef struct nn_pool nn_pool;
+
+/* threads in [1, NN_POOL_MAX_THREADS]; 1 = no extra threads (everything
+ * runs on the caller). Fails (message in e) when a thread cannot start. */
+int nn_pool_new(nn_pool **out, int threads, pst_err *e);
+/* Stops and joins the threads. NULL-safe. Not from inside a task. */
+void nn_pool_free(nn_pool *p);
+/* T; a NULL pool: 1. */
+int nn_pool_threads(const nn_pool *p);
+/* Runs fn(arg, task, tid) for every task in [0, ntasks) on the pool's
+ * threads (the caller is tid 0) and returns when all are done: what the
+ * tasks wrote is then visible to the caller. A NULL pool runs all tasks on
+ * the caller in order. ntasks <= 0: nothing. */
+void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg);
+
+/* Splits [0, n) into nblocks near-equal blocks; block b is [*lo, *hi). For
+ * kernels that cut a dimension into a fixed number of tasks. */
+static inline void nn_pool_block(int n, int nblocks, int b, int *lo, int *hi)
+{
+    *lo = (int)((long long)n * b / nblocks);
+    *hi = (int)((long long)n * (b + 1) / nblocks);
+}
+
+#endif

@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+import torchvision
 
 TOL = 1e-4
 SEED = 20261130
@@ -37,64 +37,23 @@ SRC = os.environ["PSTRAIN_SRC"]
 sys.path.insert(0, os.path.join(SRC, "data-tools"))
 import torch2ckpt  # noqa: E402
 
-
-# ---- reference models whose torch module paths are pstrain's variable names ----
-
-class ConvBN(nn.Conv2d):
-    """pstrain's nn_add_conv_bn: conv (no bias) `name/kernel`, then batch norm
-    `name/bn/...` (eps 1e-3) and ReLU."""
-
-    def __init__(self, cin, cout, k, stride=1, pad=0, relu=True):
-        super().__init__(cin, cout, k, stride, pad, bias=False)
-        self.bn = nn.BatchNorm2d(cout, eps=1e-3)
-        self.relu = relu
-
-    def forward(self, x):
-        y = self.bn(super().forward(x))
-        return F.relu(y) if self.relu else y
-
-
-class MiniInception(nn.Module):
-    def __init__(self, cin, w):
-        super().__init__()
-        b1, b3r, b3, bdr, bd, bp = w
-        self.b1x1 = ConvBN(cin, b1, 1)
-        self.b3x3_1 = ConvBN(cin, b3r, 1)
-        self.b3x3_2 = ConvBN(b3r, b3, 3, 1, 1)
-        self.bdbl_1 = ConvBN(cin, bdr, 1)
-        self.bdbl_2 = ConvBN(bdr, bd, 3, 1, 1)
-        self.bdbl_3 = ConvBN(bd, bd, 3, 1, 1)
-        self.bpool_1 = ConvBN(cin, bp, 1)
-        self.cout = b1 + b3 + bd + bp
-
-    def forward(self, x):
-        p = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
-        return torch.cat([self.b1x1(x), self.b3x3_2(self.b3x3_1(x)),
-                          self.bdbl_3(self.bdbl_2(self.bdbl_1(x))), self.bpool_1(p)], 1)
-
-
-class InceptionMini(nn.Module):
-    """src/nn/models.c build_inception_mini, layer for layer."""
-
-    def __init__(self, cin, classes):
-        super().__init__()
-        self.stem = ConvBN(cin, 24, 3, 1, 1)
-        self.mixed_a = MiniInception(24, (16, 16, 24, 8, 16, 8))
-        self.reduce = nn.Module()
-        self.reduce.b3x3 = ConvBN(self.mixed_a.cout, 64, 3, 2, 1)
-        self.mixed_b = MiniInception(64 + self.mixed_a.cout, (48, 32, 64, 16, 32, 32))
-        self.logits = nn.Linear(self.mixed_b.cout, classes)
-
-    def forward(self, x):
-        x = self.mixed_a(F.max_pool2d(self.stem(x), 3, 2, 1))
-        x = torch.cat([self.reduce.b3x3(x), F.max_pool2d(x, 3, 2, 1)], 1)
-        x = self.mixed_b(x)
-        return self.logits(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ref import InceptionMini, resnet_cifar  # noqa: E402
 
 
 # model: (height, width, channels, classes, builder)
 MODELS = {
     "inception-mini": (28, 28, 1, 10, lambda c, k: InceptionMini(c, k)),
+    "resnet-20": (32, 32, 3, 10, lambda c, k: resnet_cifar(3, c, k)),
+    "resnet-56": (32, 32, 3, 10, lambda c, k: resnet_cifar(9, c, k)),
+    # torchvision's layouts; inception_v3 without auxiliary logits and without
+    # transform_input (pstrain normalises with the data set's statistics)
+    "resnet-50": (224, 224, 3, 1000,
+                  lambda c, k: torchvision.models.resnet50(weights=None, num_classes=k)),
+    "inception-v3": (299, 299, 3, 1000,
+                     lambda c, k: torchvision.models.inception_v3(
+                         weights=None, num_classes=k, aux_logits=False, init_weights=True,
+                         transform_input=False)),
 }
 
 

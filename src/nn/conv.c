@@ -110,10 +110,97 @@ static size_t pad_floats(const nn_conv_dims *d)
     return align16((size_t)pad_h(d) * pad_w(d) * d->C + pad_slack(d));
 }
 
+/* The input-gradient convolution of a stride-1 layer: dy zero-padded by
+ * KH-1-PH rows on top (KW-1-PW columns on the left) and convolved with the
+ * flipped, transposed kernel gives the input, H x W. Needs PH <= KH-1 and
+ * PW <= KW-1 (else some dy rows would fall outside the padded copy). */
+static bool dgrad_as_conv(const nn_conv_dims *d)
+{
+    return d->SH == 1 && d->SW == 1 && d->PH <= d->KH - 1 && d->PW <= d->KW - 1;
+}
+static nn_conv_dims dgrad_dims(const nn_conv_dims *d)
+{
+    nn_conv_dims g = {
+        d->N, d->OH, d->OW, d->K, d->KH, d->KW, 1, 1, d->KH - 1 - d->PH, d->KW - 1 - d->PW,
+        d->H, d->W,  d->C};
+    return g;
+}
+
+/* ---- how a call is cut into tasks (depends on the shapes only) ---------- */
+
+#define CONV_GROUP_PIXELS 256        /* output pixels per fast call, at least */
+#define CONV_GROUP_FLOATS (1u << 20) /* padded images per fast call: at most 4 MB */
+#define CONV_PART_FLOATS (1u << 19)  /* weight-gradient partials: at most 2 MB */
+#define CONV_WG_ROWS 384             /* kernel rows per weight-gradient task */
+#define CONV_ROWS 1024               /* rows per task of a pointwise product */
+#define CONV_HDR 16                  /* floats before each thread's scratch: a tag */
+
+/* dw through the fast kernel: K > 16 output channels (narrower ones have
+ * the narrow kernels), AVX-512. */
+static bool fast_dw_ok(const nn_conv_dims *d)
+{
+    return CONV_X86 && d->K > 16 && nn_narrow_use_simd(-1);
+}
+
+static size_t img_floats(const nn_conv_dims *d)
+{
+    return (size_t)pad_h(d) * pad_w(d) * d->C;
+}
+/* A padded image of the fast path: the input, or dy for the input gradient. */
+static size_t fast_img_floats(const nn_conv_dims *d)
+{
+    size_t n = img_floats(d);
+    if (nn_cf_ok(d) && dgrad_as_conv(d)) {
+        nn_conv_dims g = dgrad_dims(d);
+        if (img_floats(&g) > n) n = img_floats(&g);
+    }
+    return n;
+}
+/* Images per fast call: enough for CONV_GROUP_PIXELS output pixels (7x7
+ * images then fill whole tiles), within CONV_GROUP_FLOATS; d->N caps it. */
+static int fast_group(const nn_conv_dims *d)
+{
+    size_t P = (size_t)d->OH * d->OW, per = fast_img_floats(d);
+    size_t G = (CONV_GROUP_PIXELS + P - 1) / P, cap = CONV_GROUP_FLOATS / per;
+    if (G > cap) G = cap;
+    if (G > (size_t)d->N) G = (size_t)d->N;
+    return G < 1 ? 1 : (int)G;
+}
+static size_t fast_pad_floats(const nn_conv_dims *d)
+{
+    return align16((size_t)fast_group(d) * fast_img_floats(d) + CONV_SLACK);
+}
+static size_t fast_floats(const nn_conv_dims *d)
+{
+    if (!fast_dw_ok(d)) return 0;
+    if (!nn_cf_ok(d)) return fast_pad_floats(d);
+    const int R = d->KH * d->KW * d->C;
+    size_t wp = nn_cf_packed_floats(R, d->K), wpt = nn_cf_packed_floats(d->KH * d->KW * d->K, d->C);
+    return fast_pad_floats(d) + align16(wp > wpt ? wp : wpt);
+}
+static size_t gemm_floats(const nn_conv_dims *d)
+{
+    return conv_is_pointwise(d) ? wt_floats(d) : col_floats(d) + pad_floats(d) + wt_floats(d);
+}
+/* A thread's working area (after the header): either path's layout. */
+static size_t front_floats(const nn_conv_dims *d)
+{
+    size_t g = gemm_floats(d), f = fast_floats(d);
+    return align16(g > f ? g : f);
+}
+/* Slices of the batch whose weight gradients are summed separately (then
+ * in slice order): as many as CONV_PART_FLOATS of partials allow, at most N. */
+static int wgrad_slices(const nn_conv_dims *d)
+{
+    size_t RK = (size_t)d->KH * d->KW * d->C * d->K, S = CONV_PART_FLOATS / (RK ? RK : 1);
+    if (S > (size_t)d->N) S = (size_t)d->N;
+    return S < 1 ? 1 : (int)S;
+}
+
 size_t nn_conv_scratch(const nn_conv_dims *d)
 {
-    if (conv_is_pointwise(d)) return wt_floats(d);
-    return col_floats(d) + pad_floats(d) + wt_floats(d);
+    size_t RK = (size_t)d->KH * d->KW * d->C * d->K;
+    return CONV_HDR + front_floats(d) + align16((size_t)(wgrad_slices(d) - 1) * RK);
 }
 
 /* dst[0, n) = src[0, n) in blocks of 8 floats (may touch up to 7 more). */
@@ -132,6 +219,24 @@ static void pad_image(float *restrict pad, const float *inp, const nn_conv_dims 
     for (int h = 0; h < rows; h++)
         memcpy(pad + ((size_t)(h + d->PH) * Wp + d->PW) * C, img + (size_t)h * d->W * C,
                sizeof(float) * cols * C);
+}
+
+/* Zeroes what pad_image does not write (border rows and columns, slack):
+ * a chunk of images then costs no memset of whole padded images. */
+static void pad_clear(float *pad, const nn_conv_dims *d)
+{
+    const int Hp = pad_h(d), Wp = pad_w(d), C = d->C;
+    int rows = d->H < Hp - d->PH ? d->H : Hp - d->PH;
+    int cols = d->W < Wp - d->PW ? d->W : Wp - d->PW;
+    const size_t rowlen = (size_t)Wp * C;
+    memset(pad, 0, sizeof(float) * d->PH * rowlen);
+    for (int h = 0; h < rows; h++) {
+        float *row = pad + (size_t)(h + d->PH) * rowlen;
+        memset(row, 0, sizeof(float) * d->PW * C);
+        memset(row + (size_t)(d->PW + cols) * C, 0, sizeof(float) * (Wp - d->PW - cols) * C);
+    }
+    memset(pad + (size_t)(d->PH + rows) * rowlen, 0,
+           sizeof(float) * ((size_t)(Hp - d->PH - rows) * rowlen + pad_slack(d)));
 }
 
 /* im2col of one padded image into rows [0, OH*OW) of col. */
@@ -309,8 +414,10 @@ static void unpad_image(float *dinp, bool acc, const float *dpad, const nn_conv_
     }
 }
 
-void nn_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
-                       const nn_conv_dims *d, bool relu, float *scratch)
+/* The GEMM path of the forward (and the narrow and one-channel kernels)
+ * over the images of d, on one thread's scratch. */
+static void forward_gemm(float *out, const float *inp, const float *w, const float *b,
+                         const nn_conv_dims *d, bool relu, float *scratch)
 {
     const int K = d->K, R = d->KH * d->KW * d->C;
     if (conv_is_pointwise(d)) {
@@ -320,7 +427,7 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
     const size_t img_rows = (size_t)d->OH * d->OW;
     float *col = scratch, *pad = scratch_pad(scratch, d);
     /* borders and slack zero (the vector kernels read into the slack) */
-    memset(pad, 0, sizeof(float) * ((size_t)pad_h(d) * pad_w(d) * d->C + pad_slack(d)));
+    pad_clear(pad, d);
     if (nn_conv1ch_ok(d)) {
         for (int n = 0; n < d->N; n++) {
             pad_image(pad, inp, d, n);
@@ -353,15 +460,18 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
     }
 }
 
-void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
-                        const float *inp, const float *w, const nn_conv_dims *d, bool relu,
-                        float *scratch)
+/* The GEMM path of the backward (and the narrow and one-channel kernels)
+ * over the images of d, on one thread's scratch; dw may be NULL (only the
+ * input gradient), dinp too (only dw). */
+static void backward_gemm(float *dinp, bool acc, float *dw, float *db, float *dout,
+                          const float *out, const float *inp, const float *w, const nn_conv_dims *d,
+                          bool relu, float *scratch)
 {
     const int K = d->K, R = d->KH * d->KW * d->C;
     if (conv_is_pointwise(d)) {
         int rows = d->N * d->H * d->W;
         if (relu) nn_relu_mask(dout, out, (size_t)rows * K);
-        nn_gemm(true, false, d->C, K, rows, 1.0f, inp, d->C, dout, K, 0.0f, dw, K);
+        if (dw) nn_gemm(true, false, d->C, K, rows, 1.0f, inp, d->C, dout, K, 0.0f, dw, K);
         if (db) nn_bias_backward(db, dout, rows, K);
         if (dinp)
             nn_gemm(false, true, rows, d->C, K, 1.0f, dout, K, w, K, acc ? 1.0f : 0.0f, dinp, d->C);
@@ -371,7 +481,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     const int chunk = nn_conv_chunk(d);
     const size_t npad = (size_t)pad_h(d) * pad_w(d) * d->C;
     float *col = scratch, *pad = scratch_pad(scratch, d), *wt = scratch_wt(scratch, d);
-    if (!dinp && nn_conv1ch_ok(d)) {
+    if (!dinp && dw && nn_conv1ch_ok(d)) {
         memset(pad, 0, sizeof(float) * (npad + pad_slack(d)));
         memset(dw, 0, sizeof(float) * (size_t)R * K);
         if (db) memset(db, 0, sizeof(float) * K);
@@ -396,7 +506,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             }
         const int Wp = pad_w(d), C = d->C;
         bool implicit = true;
-        for (int i = 0; i < nn && implicit; i++) {
+        for (int i = 0; i < nn && implicit && dw; i++) {
             /* dw straight from each padded image when the kernel applies */
             memset(pad, 0, sizeof(float) * npad);
             pad_image(pad, inp, d, n0 + i);
@@ -404,7 +514,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
                 nn_narrow_conv_dw(dw, pad, d->OH, d->OW, d->SH * Wp * C, d->SW * C, d->KH, Wp * C,
                                   d->KW * C, dy + i * img_rows * K, K, n0 > 0 || i > 0);
         }
-        if (!implicit) {
+        if (!implicit && dw) {
             /* rebuild this chunk's columns (pad borders must be zero again) */
             memset(pad, 0, sizeof(float) * npad);
             for (int i = 0; i < nn; i++) {
@@ -434,4 +544,347 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             unpad_image(dinp, acc, pad, d, n0 + i);
         }
     }
+}
+
+/* ---- the drivers: tasks on the pool ------------------------------------ */
+
+/* Until the model's pool exists: tasks in order on the caller. */
+static int conv_threads(nn_pool *pool)
+{
+    (void)pool;
+    return 1;
+}
+static void conv_for(nn_pool *pool, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
+{
+    (void)pool;
+    for (int t = 0; t < ntasks; t++) fn(arg, t, 0);
+}
+
+/* Block b of [0, n) cut into nb near-equal blocks. */
+static void block_of(int n, int nb, int b, int *lo, int *hi)
+{
+    *lo = (int)((long long)n * b / nb);
+    *hi = (int)((long long)n * (b + 1) / nb);
+}
+
+typedef struct conv_job {
+    const nn_conv_dims *d;
+    const float *inp, *w, *b, *dout;
+    float *out, *dinp, *dw;
+    bool relu, acc;
+    const float *wp; /* packed kernel, in thread 0's scratch */
+    float *part;     /* weight-gradient partials of slices 1..S-1 */
+    float *scratch;  /* thread t's: scratch + t*stride */
+    size_t stride;
+    int G, ngroups, nkb, S, nr, chunk, nrc;
+} conv_job;
+
+static float *job_front(const conv_job *j, int tid)
+{
+    return j->scratch + (size_t)tid * j->stride + CONV_HDR;
+}
+/* Which group of images thread tid holds padded (-1: none yet). */
+static int *job_tag(const conv_job *j, int tid)
+{
+    return (int *)(j->scratch + (size_t)tid * j->stride);
+}
+static void job_reset_tags(const conv_job *j, nn_pool *pool)
+{
+    for (int t = 0; t < conv_threads(pool); t++) *job_tag(j, t) = -1;
+}
+
+static nn_conv_dims sub_batch(const nn_conv_dims *d, int n)
+{
+    nn_conv_dims s = *d;
+    s.N = n;
+    return s;
+}
+
+/* Without padding the windows lie inside the image: the fast kernels read
+ * the input in place (geometry of the unpadded image). */
+static bool unpadded(const nn_conv_dims *d)
+{
+    return d->PH == 0 && d->PW == 0;
+}
+static nn_cf_geom direct_geom(const nn_conv_dims *d, int ng)
+{
+    const int C = d->C;
+    nn_cf_geom g = {d->OH,     d->OW, d->SH * d->W * C,       d->SW * C, d->KH, d->W * C,
+                    d->KW * C, ng,    (size_t)d->H * d->W * C};
+    return g;
+}
+
+static nn_cf_geom fast_geom(const nn_conv_dims *d, int ng, size_t img)
+{
+    const int Wp = pad_w(d), C = d->C;
+    nn_cf_geom g = {d->OH, d->OW, d->SH * Wp * C, d->SW * C, d->KH, Wp * C, d->KW * C, ng, img};
+    return g;
+}
+
+/* Images [n0, n0 + ng) of src (shape d) padded into consecutive slots of
+ * img floats of pad; gi names the group (a thread keeps its last one). */
+static void pad_group(const conv_job *j, int tid, int gi, float *pad, const float *src,
+                      const nn_conv_dims *d, int n0, int ng)
+{
+    int *tag = job_tag(j, tid);
+    if (gi >= 0 && *tag == gi) return;
+    size_t img = img_floats(d);
+    if (*tag == -1) memset(pad, 0, sizeof(float) * ((size_t)j->G * img + CONV_SLACK));
+    for (int i = 0; i < ng; i++) pad_image(pad + i * img, src, d, n0 + i);
+    *tag = gi >= 0 ? gi : -2;
+}
+
+static void group_range(const conv_job *j, int gi, int *n0, int *ng)
+{
+    *n0 = gi * j->G;
+    *ng = j->d->N - *n0 < j->G ? j->d->N - *n0 : j->G;
+}
+
+/* forward, fast: task = (group of images, block of 64 output channels) */
+static void fwd_fast_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int gi = task / j->nkb, kb = task % j->nkb, n0, ng;
+    group_range(j, gi, &n0, &ng);
+    float *o = j->out + (size_t)n0 * d->OH * d->OW * d->K;
+    if (unpadded(d)) {
+        nn_cf_geom g = direct_geom(d, ng);
+        nn_cf_forward(o, j->inp + (size_t)n0 * d->H * d->W * d->C, &g, j->wp, d->K, kb, j->b,
+                      j->relu, false);
+        return;
+    }
+    float *pad = job_front(j, tid);
+    pad_group(j, tid, gi, pad, j->inp, d, n0, ng);
+    nn_cf_geom g = fast_geom(d, ng, img_floats(d));
+    nn_cf_forward(o, pad, &g, j->wp, d->K, kb, j->b, j->relu, false);
+}
+
+/* forward, fast, pointwise: task = (CONV_ROWS rows, channel block), read in place */
+static void fwd_point_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int rc = task / j->nkb, kb = task % j->nkb, rows = d->N * d->H * d->W;
+    int r0 = rc * CONV_ROWS, r1 = rows - r0 < CONV_ROWS ? rows : r0 + CONV_ROWS;
+    nn_cf_geom g = {1, r1 - r0, 0, d->C, 1, 0, d->C, 1, 0};
+    nn_cf_forward(j->out + (size_t)r0 * d->K, j->inp + (size_t)r0 * d->C, &g, j->wp, d->K, kb, j->b,
+                  j->relu, false);
+    (void)tid;
+}
+
+/* forward, GEMM / narrow / one-channel path: task = chunk of images */
+static void fwd_gemm_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int n0 = task * j->chunk, nn = d->N - n0 < j->chunk ? d->N - n0 : j->chunk;
+    nn_conv_dims s = sub_batch(d, nn);
+    forward_gemm(j->out + (size_t)n0 * d->OH * d->OW * d->K,
+                 j->inp + (size_t)n0 * d->H * d->W * d->C, j->w, j->b, &s, j->relu,
+                 job_front(j, tid));
+}
+
+void nn_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
+                       const nn_conv_dims *d, bool relu, nn_pool *pool, float *scratch,
+                       size_t stride)
+{
+    conv_job j = {.d = d,
+                  .inp = inp,
+                  .w = w,
+                  .b = b,
+                  .out = out,
+                  .relu = relu,
+                  .scratch = scratch,
+                  .stride = stride};
+    if (nn_cf_ok(d)) {
+        const int R = d->KH * d->KW * d->C;
+        float *wp = job_front(&j, 0) + fast_pad_floats(d);
+        nn_cf_pack(wp, w, R, d->K);
+        j.wp = wp, j.nkb = (d->K + 63) / 64;
+        if (conv_is_pointwise(d)) {
+            int rows = d->N * d->H * d->W;
+            conv_for(pool, (rows + CONV_ROWS - 1) / CONV_ROWS * j.nkb, fwd_point_task, &j);
+            return;
+        }
+        j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
+        job_reset_tags(&j, pool);
+        conv_for(pool, j.ngroups * j.nkb, fwd_fast_task, &j);
+        return;
+    }
+    j.chunk = nn_conv_chunk(d);
+    conv_for(pool, (d->N + j.chunk - 1) / j.chunk, fwd_gemm_task, &j);
+}
+
+/* weight gradient, fast: task = (slice of the batch, block of kernel rows) */
+static void wgrad_fast_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int R = d->KH * d->KW * d->C, s = task / j->nr, nkb = (d->K + 63) / 64;
+    int a, e, r0, r1;
+    block_of(d->N, j->S, s, &a, &e);
+    block_of(R, j->nr, task % j->nr, &r0, &r1);
+    float *target = s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K;
+    float *pad = job_front(j, tid);
+    const size_t img = img_floats(d), out_img = (size_t)d->OH * d->OW * d->K;
+    for (int n0 = a; n0 < e; n0 += j->G) {
+        int ng = e - n0 < j->G ? e - n0 : j->G;
+        const float *src = j->inp + (size_t)n0 * d->H * d->W * d->C;
+        nn_cf_geom g = direct_geom(d, ng);
+        if (!unpadded(d)) {
+            pad_group(j, tid, -1, pad, j->inp, d, n0, ng);
+            g = fast_geom(d, ng, img), src = pad;
+        }
+        for (int kb = 0; kb < nkb; kb++)
+            nn_cf_dw(target, src, &g, j->dout + n0 * out_img, d->K, kb, r0, r1, n0 > a);
+    }
+}
+
+/* weight gradient, other paths: task = slice of the batch */
+static void wgrad_gemm_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int a, e;
+    block_of(d->N, j->S, task, &a, &e);
+    float *target = task == 0 ? j->dw : j->part + (size_t)(task - 1) * d->KH * d->KW * d->C * d->K;
+    nn_conv_dims s = sub_batch(d, e - a);
+    backward_gemm(NULL, false, target, NULL, (float *)j->dout + (size_t)a * d->OH * d->OW * d->K,
+                  NULL, j->inp + (size_t)a * d->H * d->W * d->C, j->w, &s, false,
+                  job_front(j, tid));
+}
+
+/* dw += the partials of slices 1..S-1, in slice order: task = 16K floats */
+#define CONV_RED 16384
+static void wgrad_reduce_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    size_t RK = (size_t)d->KH * d->KW * d->C * d->K, i0 = (size_t)task * CONV_RED;
+    size_t i1 = RK - i0 < CONV_RED ? RK : i0 + CONV_RED;
+    for (int s = 1; s < j->S; s++) {
+        const float *restrict p = j->part + (size_t)(s - 1) * RK;
+        float *restrict o = j->dw;
+        for (size_t i = i0; i < i1; i++) o[i] += p[i];
+    }
+    (void)tid;
+}
+
+/* input gradient, fast, stride 1: task = (group of images of dy, block of
+ * 64 input channels) */
+static void dgrad_fast_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    nn_conv_dims gd = dgrad_dims(d);
+    int nkb = (d->C + 63) / 64, gi = task / nkb, cb = task % nkb, n0, ng;
+    group_range(j, gi, &n0, &ng);
+    float *pad = job_front(j, tid);
+    pad_group(j, tid, gi, pad, j->dout, &gd, n0, ng);
+    nn_cf_geom g = fast_geom(&gd, ng, img_floats(&gd));
+    nn_cf_forward(j->dinp + (size_t)n0 * d->H * d->W * d->C, pad, &g, j->wp, d->C, cb, NULL, false,
+                  j->acc);
+}
+
+/* input gradient, fast, pointwise: dinp rows = dy rows w^T, read in place */
+static void dgrad_point_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int nkb = (d->C + 63) / 64, rc = task / nkb, cb = task % nkb, rows = d->N * d->H * d->W;
+    int r0 = rc * CONV_ROWS, r1 = rows - r0 < CONV_ROWS ? rows : r0 + CONV_ROWS;
+    nn_cf_geom g = {1, r1 - r0, 0, d->K, 1, 0, d->K, 1, 0};
+    nn_cf_forward(j->dinp + (size_t)r0 * d->C, j->dout + (size_t)r0 * d->K, &g, j->wp, d->C, cb,
+                  NULL, false, j->acc);
+    (void)tid;
+}
+
+/* input gradient of a 1x1 convolution with stride > 1 (a projection
+ * shortcut): dy w^T at the strided positions, zero elsewhere; task = group */
+static bool strided_pointwise(const nn_conv_dims *d)
+{
+    return d->KH == 1 && d->KW == 1 && d->PH == 0 && d->PW == 0 && !conv_is_pointwise(d);
+}
+static void dgrad_strided_point_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int C = d->C, nkb = (C + 63) / 64, P = d->OH * d->OW;
+    int n0, ng;
+    group_range(j, task, &n0, &ng);
+    float *tmp = job_front(j, tid);
+    nn_cf_geom g = {1, ng * P, 0, d->K, 1, 0, d->K, 1, 0};
+    for (int cb = 0; cb < nkb; cb++)
+        nn_cf_forward(tmp, j->dout + (size_t)n0 * P * d->K, &g, j->wp, C, cb, NULL, false, false);
+    for (int i = 0; i < ng; i++) {
+        float *img = j->dinp + (size_t)(n0 + i) * d->H * d->W * C;
+        if (!j->acc) memset(img, 0, sizeof(float) * d->H * d->W * C);
+        for (int oh = 0; oh < d->OH; oh++)
+            for (int ow = 0; ow < d->OW; ow++) {
+                float *restrict o = img + ((size_t)oh * d->SH * d->W + (size_t)ow * d->SW) * C;
+                const float *restrict t = tmp + ((size_t)i * P + (size_t)oh * d->OW + ow) * C;
+                for (int c = 0; c < C; c++) o[c] += t[c];
+            }
+    }
+}
+
+/* input gradient, other paths: task = chunk of images */
+static void dgrad_gemm_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int n0 = task * j->chunk, nn = d->N - n0 < j->chunk ? d->N - n0 : j->chunk;
+    nn_conv_dims s = sub_batch(d, nn);
+    backward_gemm(j->dinp + (size_t)n0 * d->H * d->W * d->C, j->acc, NULL, NULL,
+                  (float *)j->dout + (size_t)n0 * d->OH * d->OW * d->K, NULL,
+                  j->inp + (size_t)n0 * d->H * d->W * d->C, j->w, &s, false, job_front(j, tid));
+}
+
+void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
+                        const float *inp, const float *w, const nn_conv_dims *d, bool relu,
+                        nn_pool *pool, float *scratch, size_t stride)
+{
+    const int K = d->K, R = d->KH * d->KW * d->C;
+    const size_t rows = (size_t)d->N * d->OH * d->OW, RK = (size_t)R * K;
+    if (relu) nn_relu_mask(dout, out, rows * K);
+    if (db) nn_bias_backward(db, dout, (int)rows, K);
+    conv_job j = {.d = d,
+                  .inp = inp,
+                  .w = w,
+                  .dout = dout,
+                  .dinp = dinp,
+                  .dw = dw,
+                  .acc = acc,
+                  .scratch = scratch,
+                  .stride = stride};
+    j.S = wgrad_slices(d);
+    j.part = job_front(&j, 0) + front_floats(d);
+    j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
+    if (fast_dw_ok(d)) {
+        j.nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS;
+        job_reset_tags(&j, pool);
+        conv_for(pool, j.S * j.nr, wgrad_fast_task, &j);
+    } else {
+        conv_for(pool, j.S, wgrad_gemm_task, &j);
+    }
+    if (j.S > 1) conv_for(pool, (int)((RK + CONV_RED - 1) / CONV_RED), wgrad_reduce_task, &j);
+    if (!dinp) return;
+    if (nn_cf_ok(d) && (conv_is_pointwise(d) || dgrad_as_conv(d) || strided_pointwise(d))) {
+        float *wp = job_front(&j, 0) + fast_pad_floats(d);
+        nn_cf_pack_flip(wp, w, d->KH, d->KW, d->C, K);
+        j.wp = wp;
+        int nkb = (d->C + 63) / 64;
+        job_reset_tags(&j, pool);
+        if (conv_is_pointwise(d))
+            conv_for(pool, (d->N * d->H * d->W + CONV_ROWS - 1) / CONV_ROWS * nkb, dgrad_point_task,
+                     &j);
+        else if (strided_pointwise(d))
+            conv_for(pool, j.ngroups, dgrad_strided_point_task, &j);
+        else
+            conv_for(pool, j.ngroups * nkb, dgrad_fast_task, &j);
+        return;
+    }
+    j.chunk = nn_conv_chunk(d);
+    conv_for(pool, (d->N + j.chunk - 1) / j.chunk, dgrad_gemm_task, &j);
 }

@@ -10,7 +10,7 @@ static void conv_fwd(nn_model *m, nn_layer *l, int n, bool train)
     nn_conv_dims d = *(const nn_conv_dims *)l->priv;
     d.N = n;
     nn_conv2d_forward(l->y, nn_in_y(m, l, 0), nn_param(m, l, 0),
-                      l->nvar > 1 ? nn_param(m, l, 1) : NULL, &d, l->relu, m->scratch);
+                      l->nvar > 1 ? nn_param(m, l, 1) : NULL, &d, l->relu, NULL, m->scratch, 0);
 }
 
 static void conv_bwd(nn_model *m, nn_layer *l, int n)
@@ -20,7 +20,7 @@ static void conv_bwd(nn_model *m, nn_layer *l, int n)
     bool acc;
     float *din = nn_in_dy(m, l, 0, &acc);
     nn_conv2d_backward(din, acc, nn_grad(m, l, 0), l->nvar > 1 ? nn_grad(m, l, 1) : NULL, l->dy,
-                       l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), &d, l->relu, m->scratch);
+                       l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), &d, l->relu, NULL, m->scratch, 0);
 }
 
 static size_t conv_scratch(const nn_layer *l, size_t B)

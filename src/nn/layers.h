@@ -128,19 +128,56 @@ int nn_window_out(int n, int k, int s, int p);
 /* Fills OH/OW from the rest. */
 void nn_conv_dims_finish(nn_conv_dims *d);
 /* Images per im2col chunk (so that a chunk's columns stay in L2) and the
- * scratch floats the conv needs for max batch N (0 for a 1x1/stride-1/pad-0
- * conv, which multiplies the input directly). */
+ * scratch floats one thread of a conv needs for max batch N. */
 int nn_conv_chunk(const nn_conv_dims *d);
 size_t nn_conv_scratch(const nn_conv_dims *d);
 
+/* The pool of a model (pool.h); NULL runs everything on the caller. */
+typedef struct nn_pool nn_pool;
+
 /* out[N][OH][OW][K] = conv(inp[N][H][W][C], w[KH][KW][C][K]) + b[K] (b may
- * be NULL), then ReLU. scratch: nn_conv_scratch(d) floats. */
+ * be NULL), then ReLU. The work runs as tasks on pool (NULL: the caller):
+ * how it is cut depends on d only, so the result is bitwise the same for
+ * every thread count. scratch: nn_pool_threads(pool) areas of
+ * nn_conv_scratch(d) floats, `stride` floats apart (thread t uses
+ * scratch + t*stride; stride is unused with one thread), 64-byte aligned. */
 void nn_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
-                       const nn_conv_dims *d, bool relu, float *scratch);
-/* dw (overwritten), db (may be NULL), dinp (may be NULL; acc as above). */
+                       const nn_conv_dims *d, bool relu, nn_pool *pool, float *scratch,
+                       size_t stride);
+/* dw (overwritten), db (may be NULL), dinp (may be NULL; acc as above).
+ * The weight gradient sums the images in slices fixed by d (then the
+ * slices in order): bitwise the same for every thread count. */
 void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
                         const float *inp, const float *w, const nn_conv_dims *d, bool relu,
-                        float *scratch);
+                        nn_pool *pool, float *scratch, size_t stride);
+
+/* Wide convolutions (K > NN_NARROW_MAX) as implicit GEMMs straight from a
+ * zero-padded image (conv_fast.c, AVX-512 only; nn_cf_ok says when). The
+ * kernel w[R][K] (R = KH*KW*C) is packed once per call into
+ * nn_cf_packed_floats(R, K) floats (64-byte aligned) by nn_cf_pack, or, for
+ * the input gradient of a stride-1 convolution, flipped and transposed
+ * (rows KH*KW*K, C columns) by nn_cf_pack_flip. Geometry of one padded
+ * image: window of output pixel (oh, ow) at oh*SHWpC + ow*SWC, KH segments
+ * of seg = KW*C floats, WpC apart; nothing outside the windows is read. */
+typedef struct nn_cf_geom {
+    int OH, OW, SHWpC, SWC, KH, WpC, seg;
+    int nimg;   /* images in the call, consecutive in out / dy */
+    size_t img; /* floats from one padded image to the next */
+} nn_cf_geom;
+bool nn_cf_ok(const nn_conv_dims *d);
+size_t nn_cf_packed_floats(int R, int K);
+void nn_cf_pack(float *wp, const float *w, int R, int K);
+void nn_cf_pack_flip(float *wp, const float *w, int KH, int KW, int C, int K);
+/* Channels [64 kb, 64 kb + 64) of out[nimg*OH*OW][K] for g->nimg images: bias (may
+ * be NULL) + windows x packed kernel, then ReLU; acc adds to out instead
+ * of the bias. */
+void nn_cf_forward(float *out, const float *pad, const nn_cf_geom *g, const float *wp, int K,
+                   int kb, const float *bias, bool relu, bool acc);
+/* dw[r][64 kb, 64 kb + 64) for r in [r0, r1) (+)= windows^T dy[OH*OW][K] of
+ * g->nimg images (acc: add to dw). The sum runs over images, then pixels,
+ * in increasing order, whatever nimg is. */
+void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb,
+              int r0, int r1, bool acc);
 
 /* One-channel, stride-1 convolutions with K <= 16 vectorised along the
  * output row (conv1ch.c): whether they apply (AVX-512 only), their scratch

@@ -83,15 +83,15 @@ static void pass(run *r, int which)
 {
     switch (which) {
     case PASS_FWD:
-        nn_conv2d_forward(r->y, r->x, r->w, NULL, r->d, false, r->scratch);
+        nn_conv2d_forward(r->y, r->x, r->w, NULL, r->d, false, NULL, r->scratch, 0);
         break;
     case PASS_WGRAD:
-        nn_conv2d_backward(NULL, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false,
-                           r->scratch);
+        nn_conv2d_backward(NULL, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false, NULL,
+                           r->scratch, 0);
         break;
     default:
-        nn_conv2d_backward(r->dx, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false,
-                           r->scratch);
+        nn_conv2d_backward(r->dx, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false, NULL,
+                           r->scratch, 0);
     }
 }
 

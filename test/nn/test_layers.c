@@ -184,7 +184,7 @@ static size_t conv_nout(const nn_conv_dims *d)
 static double conv_loss(void *p)
 {
     conv_ctx *c = p;
-    nn_conv2d_forward(c->y, c->x, c->w, c->bias ? c->b : NULL, &c->d, c->relu, c->scratch);
+    nn_conv2d_forward(c->y, c->x, c->w, c->bias ? c->b : NULL, &c->d, c->relu, NULL, c->scratch, 0);
     return dot(c->y, c->R, conv_nout(&c->d));
 }
 
@@ -232,7 +232,8 @@ static void test_conv(int N, int H, int W, int C, int K, int KH, int KW, int SH,
     double fe = conv_ref_err(&c);
     CHECK(fe < 1e-4, "%s: forward error %g", tag, fe);
     memcpy(dy, c.R, sizeof(float) * ny);
-    nn_conv2d_backward(dx, false, dw, bias ? db : NULL, dy, c.y, c.x, c.w, d, false, c.scratch);
+    nn_conv2d_backward(dx, false, dw, bias ? db : NULL, dy, c.y, c.x, c.w, d, false, NULL,
+                       c.scratch, 0);
     double tol = 0;
     snprintf(what, sizeof what, "%s dx", tag);
     grad_check(what, c.x, nx, dx, conv_loss, &c, tol);
@@ -246,13 +247,13 @@ static void test_conv(int N, int H, int W, int C, int K, int KH, int KW, int SH,
     float *dx2 = rand_vec(nx, 1), *prior = pst_malloc(sizeof(float) * nx), *dw2 = rand_vec(nw, 1);
     memcpy(prior, dx2, sizeof(float) * nx);
     memcpy(dy, c.R, sizeof(float) * ny);
-    nn_conv2d_backward(dx2, true, dw2, NULL, dy, c.y, c.x, c.w, d, false, c.scratch);
+    nn_conv2d_backward(dx2, true, dw2, NULL, dy, c.y, c.x, c.w, d, false, NULL, c.scratch, 0);
     double maxe = 0, maxw = 0;
     for (size_t i = 0; i < nx; i++) maxe = fmax(maxe, fabs(dx2[i] - prior[i] - dx[i]));
     for (size_t i = 0; i < nw; i++) maxw = fmax(maxw, fabs(dw2[i] - dw[i]));
     CHECK(maxe < 1e-4 && maxw < 1e-4, "%s: acc error %g, dw repeat error %g", tag, maxe, maxw);
     memcpy(dy, c.R, sizeof(float) * ny);
-    nn_conv2d_backward(NULL, false, dw2, NULL, dy, c.y, c.x, c.w, d, false, c.scratch);
+    nn_conv2d_backward(NULL, false, dw2, NULL, dy, c.y, c.x, c.w, d, false, NULL, c.scratch, 0);
     /* without dinp a one-channel layer takes another path: another summation order */
     maxw = 0;
     double dwmax = 0;
@@ -264,15 +265,16 @@ static void test_conv(int N, int H, int W, int C, int K, int KH, int KW, int SH,
         float *y0 = pst_malloc(sizeof(float) * ny), *dm = masked(c.R, c.y, ny);
         float *dxf = rand_vec(nx, 1), *dbf = rand_vec(K, 1);
         for (size_t i = 0; i < ny; i++) y0[i] = c.y[i] > 0 ? c.y[i] : 0.0f;
-        nn_conv2d_backward(dx, false, dw, bias ? db : NULL, dm, c.y, c.x, c.w, d, false, c.scratch);
+        nn_conv2d_backward(dx, false, dw, bias ? db : NULL, dm, c.y, c.x, c.w, d, false, NULL,
+                           c.scratch, 0);
         c.relu = true;
         conv_loss(&c);
         fe = conv_ref_err(&c);
         CHECK(fe < 1e-4, "%s: fused forward error %g", tag, fe);
         check_fused(tag, y0, c.y, ny);
         memcpy(dy, c.R, sizeof(float) * ny);
-        nn_conv2d_backward(dxf, false, dw2, bias ? dbf : NULL, dy, c.y, c.x, c.w, d, true,
-                           c.scratch);
+        nn_conv2d_backward(dxf, false, dw2, bias ? dbf : NULL, dy, c.y, c.x, c.w, d, true, NULL,
+                           c.scratch, 0);
         check_fused(tag, dx, dxf, nx);
         check_fused(tag, dw, dw2, nw);
         if (bias) check_fused(tag, db, dbf, K);
@@ -713,6 +715,42 @@ static void test_xent(float smoothing)
     free(c.z), free(c.labels), free(dz);
 }
 
+/* The AVX-512 kernels against the portable path on shapes of real layers:
+ * forward, input and weight gradient agree to float rounding. */
+static void test_conv_paths(int N, int H, int W, int C, int K, int KH, int KW, int SH, int SW,
+                            int PH, int PW)
+{
+    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K};
+    nn_conv_dims_finish(&d);
+    size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K,
+           ny = (size_t)N * d.OH * d.OW * K;
+    float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *b = rand_vec(K, 0.5f),
+          *R = rand_vec(ny, 1), *scratch = rand_vec(nn_conv_scratch(&d), 0);
+    float *y[2], *dx[2], *dw[2], *dy = rand_vec(ny, 0);
+    for (int mode = 0; mode < 2; mode++) {
+        nn_narrow_use_simd(mode);
+        y[mode] = rand_vec(ny, 1), dx[mode] = rand_vec(nx, 1), dw[mode] = rand_vec(nw, 1);
+        nn_conv2d_forward(y[mode], x, w, b, &d, true, NULL, scratch, 0);
+        memcpy(dy, R, sizeof(float) * ny);
+        nn_conv2d_backward(dx[mode], false, dw[mode], NULL, dy, y[mode], x, w, &d, true, NULL,
+                           scratch, 0);
+    }
+    const float *a[3] = {y[0], dx[0], dw[0]}, *f[3] = {y[1], dx[1], dw[1]};
+    size_t n[3] = {ny, nx, nw};
+    const char *what[3] = {"forward", "input gradient", "weight gradient"};
+    for (int t = 0; t < 3; t++) {
+        double maxe = 0, maxv = 0;
+        for (size_t i = 0; i < n[t]; i++) {
+            maxe = fmax(maxe, fabs((double)a[t][i] - f[t][i]));
+            maxv = fmax(maxv, fabs((double)a[t][i]));
+        }
+        CHECK(maxe <= 1e-5 * (1 + maxv), "conv %dx%dx%d->%d k%dx%d s%d,%d p%d,%d: %s differs by %g",
+              H, W, C, K, KH, KW, SH, SW, PH, PW, what[t], maxe);
+    }
+    for (int mode = 0; mode < 2; mode++) free(y[mode]), free(dx[mode]), free(dw[mode]);
+    free(x), free(w), free(b), free(R), free(scratch), free(dy);
+}
+
 int main(void)
 {
     nn_blis_init();
@@ -755,6 +793,19 @@ int main(void)
         test_conv(2, 6, 5, 3, 34, 3, 1, 1, 1, 1, 0, false, false);
         test_conv(2, 7, 6, 5, 40, 1, 1, 2, 2, 0, 0, false, false); /* strided projection */
         test_conv(1, 4, 4, 3, 8, 1, 1, 2, 2, 0, 0, false, false);
+        /* K > 32: the implicit-GEMM kernels of conv_fast.c (AVX-512) */
+        test_conv(2, 6, 5, 3, 40, 3, 3, 1, 1, 1, 1, true, true);      /* C = 3 */
+        test_conv(3, 5, 6, 1, 37, 3, 2, 1, 1, 1, 0, false, false);    /* C = 1, K % 16 != 0 */
+        test_conv(2, 5, 7, 8, 70, 1, 7, 1, 1, 0, 3, false, false);    /* 1x7, two k blocks */
+        test_conv(2, 7, 5, 8, 48, 7, 1, 1, 1, 3, 0, true, false);     /* 7x1 */
+        test_conv(2, 9, 8, 5, 33, 3, 3, 2, 2, 1, 1, true, false);     /* stride 2 */
+        test_conv(2, 7, 7, 6, 130, 3, 3, 2, 1, 0, 1, false, false);   /* SH != SW, 3 blocks */
+        test_conv(5, 3, 3, 20, 36, 3, 3, 1, 1, 0, 0, false, false);   /* unpadded, 5 per call */
+        test_conv(3, 4, 4, 24, 80, 1, 1, 1, 1, 0, 0, true, true);     /* pointwise */
+        test_conv(3, 5, 5, 20, 66, 1, 1, 2, 2, 0, 0, false, false);   /* 1x1 stride 2 */
+        test_conv(1, 2, 2, 64, 1024, 3, 3, 1, 1, 1, 1, false, false); /* dw in one slice */
+        test_conv(2, 5, 4, 7, 50, 2, 2, 1, 1, 1, 1, false, false);    /* PH = KH-1 */
+        test_conv(2, 4, 5, 6, 34, 1, 3, 1, 1, 1, 1, false, false);    /* PH > KH-1: GEMM dgrad */
 
         test_pool(true, 2, 6, 6, 3, 2, 2, 2, 0, false);
         test_pool(true, 1, 7, 7, 2, 3, 3, 2, 1, false);
@@ -772,6 +823,18 @@ int main(void)
         test_pool_count_pad_values();
     }
     nn_narrow_use_simd(simd);
+    if (simd) {
+        /*              N   H   W    C    K KH KW SH SW PH PW */
+        test_conv_paths(3, 14, 14, 64, 64, 3, 3, 1, 1, 1, 1);
+        test_conv_paths(2, 14, 13, 48, 200, 1, 1, 1, 1, 0, 0);
+        test_conv_paths(2, 14, 14, 64, 96, 1, 1, 2, 2, 0, 0);
+        test_conv_paths(2, 9, 9, 40, 56, 1, 7, 1, 1, 0, 3);
+        test_conv_paths(2, 9, 9, 40, 56, 7, 1, 1, 1, 3, 0);
+        test_conv_paths(2, 19, 19, 3, 64, 7, 7, 2, 2, 3, 3);
+        test_conv_paths(9, 7, 7, 96, 80, 3, 3, 1, 1, 1, 1);
+        test_conv_paths(2, 11, 11, 16, 24, 3, 3, 1, 1, 0, 0);
+        nn_narrow_use_simd(simd);
+    }
 
     test_bn(12, 3, false, 1e-3f);
     test_bn(50, 4, true, 1e-3f);

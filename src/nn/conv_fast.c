@@ -1,0 +1,331 @@
+/*
+ * conv_fast.c - AVX-512 implicit-GEMM kernels for wide convolutions
+ * (K > NN_NARROW_MAX output channels), read straight from a zero-padded
+ * image: no im2col matrix, no col2im, and the kernel packed once per call.
+ *
+ * With r = kh*seg + j (seg = KW*C, j = kw*C + c) and the window of output
+ * pixel p starting at base(p) = oh*SH*WpC + ow*SW*C of the padded image,
+ * A(p, r) = pad[base(p) + kh*WpC + j] is the im2col matrix, never stored:
+ *   forward  out[p][k] = bias[k] + sum_r A(p, r) W[r][k]
+ *   dW       dW[r][k] += sum_p A(p, r) dy[p][k]
+ * and the input gradient of a stride-1 convolution is the forward of the
+ * zero-padded dy with the kernel flipped and transposed (nn_cf_pack_flip).
+ *
+ * The kernel is packed in blocks of 64 output channels, [nkb][R][64] with
+ * zeros past K, so a micro-tile's loads are aligned and unmasked. Forward:
+ * a tile of MR pixels x 64 channels lives in registers (6 x 4 vectors; 8 x
+ * 3, 12 x 2 or 12 x 1 for narrower last blocks) over a block of CF_RB
+ * kernel rows (24 KB: stays in L1), each step one load of the kernel row
+ * and MR broadcasts from the windows. dW: a tile of MR kernel rows x 64
+ * channels over a block of CF_PB pixels (their dy rows, 128 KB, stay in
+ * L2), each step one load of dy and MR broadcasts from the windows, so dW
+ * goes through the caches once per block, not once per image.
+ *
+ * A call covers g->nimg images laid out g->img floats apart (their out
+ * and dy rows consecutive): small images (7x7, 8x8) then fill whole tiles
+ * and blocks.
+ *
+ * Summation order: out over r in increasing order (blocks of CF_RB, the
+ * tile reloaded between blocks); dW over pixels in increasing order within
+ * an image, images in the caller's order. Neither depends on how callers
+ * split images, channel blocks or kernel rows into tasks.
+ *
+ * No window is read past its segment: an image without padding is read in
+ * place.
+ */
+#include <string.h>
+
+#include "layers.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CF_X86 1
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f,fma")))
+#define INLINE __attribute__((always_inline)) inline
+#else
+#define CF_X86 0
+#endif
+
+#define CF_NB 64  /* output channels per packed block */
+#define CF_RB 96  /* kernel rows per forward block: 96 x 64 floats = 24 KB */
+#define CF_PB 512 /* pixels per dW block: 512 dy rows of 64 floats = 128 KB, in L2 */
+
+bool nn_cf_ok(const nn_conv_dims *d)
+{
+    return CF_X86 && nn_narrow_use_simd(-1) && d->K > NN_NARROW_MAX;
+}
+
+size_t nn_cf_packed_floats(int R, int K)
+{
+    return (size_t)((K + CF_NB - 1) / CF_NB) * R * CF_NB;
+}
+
+void nn_cf_pack(float *wp, const float *w, int R, int K)
+{
+    int nkb = (K + CF_NB - 1) / CF_NB;
+    for (int kb = 0; kb < nkb; kb++) {
+        int k0 = kb * CF_NB, nk = K - k0 < CF_NB ? K - k0 : CF_NB;
+        float *dst = wp + (size_t)kb * R * CF_NB;
+        for (int r = 0; r < R; r++) {
+            memcpy(dst + (size_t)r * CF_NB, w + (size_t)r * K + k0, sizeof(float) * nk);
+            memset(dst + (size_t)r * CF_NB + nk, 0, sizeof(float) * (CF_NB - nk));
+        }
+    }
+}
+
+void nn_cf_pack_flip(float *wp, const float *w, int KH, int KW, int C, int K)
+{
+    /* W'[(kh*KW + kw)*K + k][c] = w[(KH-1-kh)*KW + KW-1-kw][c][k]: rows R' =
+     * KH*KW*K, C output channels. A transpose of each tap's [C][K] matrix,
+     * 16 k at a time: a cache line of each source row goes into a 16 x 64
+     * destination block that stays in L1. */
+    const int Rp = KH * KW * K, nkb = (C + CF_NB - 1) / CF_NB;
+    for (int kb = 0; kb < nkb; kb++) {
+        int c0 = kb * CF_NB, nc = C - c0 < CF_NB ? C - c0 : CF_NB;
+        float *dst = wp + (size_t)kb * Rp * CF_NB;
+        for (int t = 0; t < KH * KW; t++) {
+            const float *src = w + (size_t)(KH * KW - 1 - t) * C * K + (size_t)c0 * K;
+            float *o = dst + (size_t)t * K * CF_NB;
+            for (int k0 = 0; k0 < K; k0 += 16) {
+                int nk = K - k0 < 16 ? K - k0 : 16;
+                for (int c = 0; c < nc; c++)
+                    for (int i = 0; i < nk; i++)
+                        o[(size_t)(k0 + i) * CF_NB + c] = src[(size_t)c * K + k0 + i];
+                for (int i = 0; i < nk; i++)
+                    for (int c = nc; c < CF_NB; c++) o[(size_t)(k0 + i) * CF_NB + c] = 0.0f;
+            }
+        }
+    }
+}
+
+#if CF_X86
+
+/* base[i] = window start of output pixels p0 + i, i < np (counted, not
+ * divided, past the first). */
+static void cf_bases(size_t *base, int p0, int np, const nn_cf_geom *g)
+{
+    int P = g->OH * g->OW, n = p0 / P, r = p0 - n * P, oh = r / g->OW, ow = r - oh * g->OW;
+    for (int i = 0; i < np; i++) {
+        base[i] = (size_t)n * g->img + (size_t)oh * g->SHWpC + (size_t)ow * g->SWC;
+        if (++ow == g->OW) {
+            ow = 0;
+            if (++oh == g->OH) oh = 0, n++;
+        }
+    }
+}
+
+/* Pixels [p, p + n) (n <= MR) x NV vectors: out rows (ldo apart) over
+ * kernel rows [r0, r1). load: start from out, else from bias. relu on the
+ * stored values. Inlined with constant MR and NV. */
+AVX512 static INLINE void fwd_tile(int MR, int NV, float *out, int ldo, const float *pad, int p,
+                                   int n, const size_t *base, int WpC, int seg, const float *wp,
+                                   int r0, int r1, const __mmask16 *mk, const __m512 *bv, bool load,
+                                   bool relu)
+{
+    const float *a[12];
+    float *o[12];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        int q = i < n ? i : n - 1; /* dummies repeat the last pixel, not stored */
+        a[i] = pad + base[q];
+        o[i] = out + (size_t)(p + q) * ldo;
+    }
+    __m512 c[12][4];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            c[i][v] = load ? _mm512_maskz_loadu_ps(mk[v], o[i] + 16 * v) : bv[v];
+    for (int r = r0; r < r1;) {
+        int kh = r / seg, j = r - kh * seg;
+        int jend = seg < j + (r1 - r) ? seg : j + (r1 - r);
+        const float *wr = wp + (size_t)r * CF_NB;
+        const size_t off = (size_t)kh * WpC;
+        for (int jj = j; jj < jend; jj++, wr += CF_NB) {
+            __m512 w[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) w[v] = _mm512_loadu_ps(wr + 16 * v);
+#pragma GCC unroll 12
+            for (int i = 0; i < MR; i++) {
+                __m512 x = _mm512_set1_ps(a[i][off + jj]);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, w[v], c[i][v]);
+            }
+        }
+        r += jend - j;
+    }
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        if (i >= n) break;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(o[i] + 16 * v, mk[v],
+                                  relu ? _mm512_max_ps(c[i][v], zero) : c[i][v]);
+    }
+}
+
+/* All pixels [0, OH*OW) of one image, channel block kb. */
+AVX512 static INLINE void fwd_block(int MR, int NV, float *out, int ldo, const float *pad, int P,
+                                    const nn_cf_geom *g, int WpC, int seg, int R, const float *wp,
+                                    const __mmask16 *mk, const __m512 *bv, bool acc, bool relu)
+{
+    const int PB = 8 * MR; /* pixels per block: their outputs stay in L1/L2 */
+    size_t base[8 * 12];
+    for (int p0 = 0; p0 < P; p0 += PB) {
+        int pe = P < p0 + PB ? P : p0 + PB;
+        cf_bases(base, p0, pe - p0, g);
+        for (int r0 = 0; r0 < R; r0 += CF_RB) {
+            int r1 = R < r0 + CF_RB ? R : r0 + CF_RB;
+            for (int p = p0; p < pe; p += MR)
+                fwd_tile(MR, NV, out, ldo, pad, p, pe - p < MR ? pe - p : MR, base + (p - p0), WpC,
+                         seg, wp, r0, r1, mk, bv, acc || r0 > 0, relu && r1 == R);
+        }
+    }
+}
+
+AVX512 static void cf_forward_simd(float *out, const float *pad, const nn_cf_geom *g,
+                                   const float *wp, int K, int kb, const float *bias, bool relu,
+                                   bool acc)
+{
+    const int k0 = kb * CF_NB, nk = K - k0 < CF_NB ? K - k0 : CF_NB, NV = (nk + 15) / 16;
+    __mmask16 mk[4];
+    __m512 bv[4];
+    for (int v = 0; v < 4; v++) {
+        int left = nk - 16 * v;
+        mk[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        bv[v] =
+            bias && !acc ? _mm512_maskz_loadu_ps(mk[v], bias + k0 + 16 * v) : _mm512_setzero_ps();
+    }
+    const int P = g->nimg * g->OH * g->OW, R = g->KH * g->seg;
+    const float *wpk = wp + (size_t)kb * R * CF_NB;
+    float *o = out + k0;
+    switch (NV) {
+    case 4:
+        fwd_block(6, 4, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+        break;
+    case 3:
+        fwd_block(8, 3, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+        break;
+    case 2:
+        fwd_block(12, 2, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+        break;
+    default:
+        fwd_block(12, 1, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+    }
+}
+
+/* dW rows [r, r + n) (n <= MR, within one segment) x NV vectors (+)= the
+ * pixels [p0, p0 + np) of one image; base[] holds their window starts. */
+AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n, int seg, int WpC,
+                                  const float *pad, const size_t *base, const float *dy, int np,
+                                  const __mmask16 *mk, bool load)
+{
+    __m512 c[12][4];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            c[i][v] = load && i < n
+                          ? _mm512_maskz_loadu_ps(mk[v], dw + (size_t)(r + i) * K + 16 * v)
+                          : _mm512_setzero_ps();
+    const int kh = r / seg, j = r - kh * seg;
+    const float *a0 = pad + (size_t)kh * WpC + j;
+    for (int q = 0; q < np; q++) {
+        __m512 d[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            d[v] = _mm512_maskz_loadu_ps(mk[v], dy + (size_t)q * K + 16 * v);
+        const float *a = a0 + base[q];
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, d[v], c[i][v]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        if (i >= n) break;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(dw + (size_t)(r + i) * K + 16 * v, mk[v], c[i][v]);
+    }
+}
+
+/* Rows [r0, r1) in tiles of MR rows that stay within a segment; a short
+ * tile at a segment's end is split into tiles of 4, 2 and 1 rows, so no
+ * window is read past its segment. */
+AVX512 static INLINE void dw_rows(int MR, int NV, float *dw, int K, int r0, int r1, int seg,
+                                  int WpC, const float *pad, const size_t *base, const float *dy,
+                                  int np, const __mmask16 *mk, bool load)
+{
+    for (int r = r0; r < r1;) {
+        int j = r % seg, n = seg - j;
+        if (n > r1 - r) n = r1 - r;
+        if (n >= MR) {
+            dw_tile(MR, NV, dw, K, r, MR, seg, WpC, pad, base, dy, np, mk, load);
+            r += MR;
+        } else if (n >= 4) {
+            dw_tile(4, NV, dw, K, r, 4, seg, WpC, pad, base, dy, np, mk, load);
+            r += 4;
+        } else if (n >= 2) {
+            dw_tile(2, NV, dw, K, r, 2, seg, WpC, pad, base, dy, np, mk, load);
+            r += 2;
+        } else {
+            dw_tile(1, NV, dw, K, r, 1, seg, WpC, pad, base, dy, np, mk, load);
+            r += 1;
+        }
+    }
+}
+
+AVX512 static void cf_dw_simd(float *dw, const float *pad, const nn_cf_geom *g, const float *dy,
+                              int K, int kb, int r0, int r1, bool acc)
+{
+    const int k0 = kb * CF_NB, nk = K - k0 < CF_NB ? K - k0 : CF_NB, NV = (nk + 15) / 16;
+    __mmask16 mk[4];
+    for (int v = 0; v < 4; v++) {
+        int left = nk - 16 * v;
+        mk[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+    }
+    const int P = g->nimg * g->OH * g->OW;
+    size_t base[CF_PB];
+    for (int p0 = 0; p0 < P; p0 += CF_PB) {
+        int np = P - p0 < CF_PB ? P - p0 : CF_PB;
+        cf_bases(base, p0, np, g);
+        const float *d = dy + (size_t)p0 * K + k0;
+        bool load = acc || p0 > 0;
+        float *w = dw + k0;
+        switch (NV) {
+        case 4:
+            dw_rows(6, 4, w, K, r0, r1, g->seg, g->WpC, pad, base, d, np, mk, load);
+            break;
+        case 3:
+            dw_rows(8, 3, w, K, r0, r1, g->seg, g->WpC, pad, base, d, np, mk, load);
+            break;
+        default:
+            dw_rows(12, 2, w, K, r0, r1, g->seg, g->WpC, pad, base, d, np, mk, load);
+        }
+    }
+}
+#endif
+
+void nn_cf_forward(float *out, const float *pad, const nn_cf_geom *g, const float *wp, int K,
+                   int kb, const float *bias, bool relu, bool acc)
+{
+#if CF_X86
+    cf_forward_simd(out, pad, g, wp, K, kb, bias, relu, acc);
+#else
+    (void)out, (void)pad, (void)g, (void)wp, (void)K, (void)kb, (void)bias, (void)relu, (void)acc;
+#endif
+}
+
+void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb,
+              int r0, int r1, bool acc)
+{
+#if CF_X86
+    cf_dw_simd(dw, pad, g, dy, K, kb, r0, r1, acc);
+#else
+    (void)dw, (void)pad, (void)g, (void)dy, (void)K, (void)kb, (void)r0, (void)r1, (void)acc;
+#endif
+}

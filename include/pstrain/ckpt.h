@@ -10,6 +10,10 @@
  *   /slots/<name>/<slot>     float32, same shape: optimizer state of a
  *                            trainable variable; slot names "momentum"
  *                            (momentum), "rms","mom" (rmsprop), "m","v" (adam)
+ *   /averages/<name>         float32, same names and shapes as /variables:
+ *                            the exponential moving averages of every
+ *                            variable (--moving-average-decay; absent
+ *                            without it)
  *   attributes of /          format="pstrain-checkpoint", format_version=2,
  *                            model (spec text), model_name, height, width,
  *                            channels, num_classes, global_step, epoch,
@@ -18,7 +22,10 @@
  *                            optimizer and its hyper-parameters, lr_base,
  *                            lr_decay, lr_decay_epochs, steps_per_epoch,
  *                            weight_decay, label_smoothing, train_seconds,
- *                            pstrain_version, created
+ *                            pstrain_version, created; since the averages
+ *                            and warm-up: moving_average_decay (0 = no
+ *                            averages) and lr_warmup_epochs (0 = none),
+ *                            both read as 0 when absent (older files)
  *
  * Every dataset carries a Fletcher-32 checksum, so bit rot is detected on
  * read. Version 2 files use the HDF5 1.10 file format (checksummed
@@ -98,6 +105,13 @@ typedef struct ckpt_meta {
     opt_cfg opt; /* kind decides the slots */
     lr_schedule lr;
     float weight_decay, label_smoothing;
+    /* --moving-average-decay (0: none). On write, `averages` is a slab like
+     * params (required when ema_decay > 0) stored under /averages; on read,
+     * has_averages says whether the file has them (always so when
+     * ema_decay > 0: the reader checks). */
+    float ema_decay;
+    const float *averages;
+    bool has_averages;
 
     /* filled by ckpt_read/ckpt_read_meta only */
     char pstrain_version[CKPT_NAME_LEN];
@@ -132,6 +146,9 @@ typedef struct ckpt_expect {
     int nvars;
     bool check_opt; /* when loading slots: the optimizer must be opt_kind */
     opt_kind opt_kind;
+    /* not NULL: receives the moving averages (a slab like params) when the
+     * checkpoint has them (meta->has_averages), else left untouched */
+    float *averages;
 } ckpt_expect;
 
 /* What to expect of a checkpoint of model `m` (its name, image shape,
@@ -143,7 +160,9 @@ ckpt_expect ckpt_expect_model(const nn_model *m, const opt_cfg *opt);
  * file and the variable, shape, attribute or optimizer) a file that is not a
  * pstrain checkpoint of a known format_version, a different model or image
  * shape, a missing or extra variable, a shape mismatch, or (when slots is
- * not NULL) missing slots or a different optimizer. Slots of non-trainable
+ * not NULL) missing slots or a different optimizer, and (when x->averages
+ * is not NULL and the file has averages) a missing, extra, mis-shaped or
+ * corrupt average. Slots of non-trainable
  * variables are left untouched. meta (may be NULL) receives the attributes.
  * Nothing is guaranteed about params/slots after a failure. */
 int ckpt_read(const char *path, const ckpt_expect *x, float *params, float *slots,
@@ -153,7 +172,9 @@ int ckpt_read(const char *path, const ckpt_expect *x, float *params, float *slot
 int ckpt_read_meta(const char *path, ckpt_meta *meta, pst_err *e);
 
 /* Checks that `path` is a complete checkpoint: format attributes, and every
- * dataset under /variables and /slots reads back with a valid checksum.
+ * dataset under /variables, /slots and /averages reads back with a valid
+ * checksum, slots and averages have their variable's shape, and the
+ * averages are there exactly when moving_average_decay says so.
  * Returns 0 if so, -1 with the reason. */
 int ckpt_verify(const char *path, pst_err *e);
 

@@ -51,14 +51,35 @@ void opt_apply(const opt_cfg *c, float lr, int64_t t, float *param, const float 
 
 /* Learning rate schedule: constant, or exponential staircase decay
  * lr = base * decay^floor(epoch / decay_epochs), with
- * epoch = step / steps_per_epoch (the Inception example: 0.94 every 2). */
+ * epoch = step / steps_per_epoch (the Inception example: 0.94 every 2);
+ * then, with warmup_epochs E > 0, Goyal et al. 2017's gradual warm-up over
+ * the first N = E * steps_per_epoch steps (a real number of steps):
+ *   lr(step) = sched(step) * (0.1 + 0.9 * step / N)   for step < N
+ *   lr(step) = sched(step)                             for step >= N
+ * so step 0 runs at a tenth of the scheduled lr, which rises linearly to
+ * the full lr at step N; the decay keeps counting epochs from step 0.
+ * `step` is the 0-based index of the update (the first update is step 0).
+ * Computed in double, rounded to float once: bitwise the same on resume. */
 typedef struct lr_schedule {
     float base;
     float decay;        /* 1 or 0 = constant */
     float decay_epochs; /* > 0 when decaying */
     int64_t steps_per_epoch;
+    float warmup_epochs; /* 0 = no warm-up */
 } lr_schedule;
 
 float lr_at(const lr_schedule *s, int64_t step);
+
+/* --lr-scale linear (Goyal et al. 2017): lr * (workers * batch) / 256. */
+float lr_scale_linear(float lr, int workers, int batch);
+
+/* Exponential moving average of the variables, as TensorFlow's
+ * ExponentialMovingAverage(decay, num_updates=global_step) in the Inception
+ * example: after the update that makes the global step t (t >= 1),
+ *   d = min(decay, (1 + t) / (10 + t))          (float, as TF computes it)
+ *   avg -= (avg - value) * (1 - d)              (TF's assign_moving_average)
+ * The averages start as the variables' initial values. */
+float ema_decay_at(float decay, int64_t t);
+void ema_apply(float decay_t, float *avg, const float *value, size_t n);
 
 #endif

@@ -24,6 +24,15 @@ int train_check_cfg(const train_cfg *cfg, pst_err *e);
  * attribute. */
 int train_check_resume(const char *path, const ckpt_meta *m, const train_cfg *cfg, pst_err *e);
 
+/* The learning rate a run starts from: --lr, times (workers x batch)/256
+ * under --lr-scale linear (one process: workers = 1). */
+float train_base_lr(const train_cfg *cfg, int workers);
+/* The schedule of a run whose epoch has `steps_per_epoch` steps. */
+lr_schedule train_schedule(const train_cfg *cfg, int workers, int64_t steps_per_epoch);
+/* The start-up line of the recipe flags (effective lr, warm-up, moving
+ * averages), through metrics_note; nothing when none is given. */
+void train_recipe_note(metrics *mx, const train_cfg *cfg, int workers, int64_t steps_per_epoch);
+
 /* The attributes that describe the run (model, shape, seed, mode, batch,
  * optimizer, schedule, regularisation); the caller fills the step, data
  * cursor, examples, seconds and the worker and PS counts. */

@@ -31,6 +31,10 @@ typedef struct train_cfg {
     opt_cfg opt;
     float lr, lr_decay, lr_decay_epochs;
     float weight_decay, label_smoothing;
+    /* training recipes of the anchors: --moving-average-decay (0: off),
+     * --warmup-epochs (0: off), --lr-scale linear (lr x workers x batch / 256) */
+    float ema_decay, warmup_epochs;
+    bool lr_scale_linear;
     uint64_t seed;
     pipe_cfg pipe; /* prep threads, queue, augmentation, limit */
 

@@ -1,6 +1,7 @@
 /*
  * optim.c - TensorFlow-compatible optimizers over a contiguous range of the
- * parameter slab, and the learning-rate schedule.
+ * parameter slab, the learning-rate schedule (decay, warm-up) and the
+ * exponential moving average of the variables.
  *
  * Shapes: n elements of param/grad; slots is S arrays of slot_stride floats
  * (S = opt_nslots), the caller passing the address of slot 0 of its first
@@ -171,12 +172,40 @@ void opt_apply(const opt_cfg *c, float lr, int64_t t, float *param, const float 
 
 float lr_at(const lr_schedule *s, int64_t step)
 {
-    if (s->decay == 1.0f || s->decay == 0.0f || !(s->decay_epochs > 0) || s->steps_per_epoch <= 0)
-        return s->base;
     if (step < 0) step = 0;
-    /* tf.train.exponential_decay(staircase=True) with
-     * decay_steps = steps_per_epoch * decay_epochs */
-    double decay_steps = (double)s->steps_per_epoch * (double)s->decay_epochs;
-    double k = floor((double)step / decay_steps);
-    return (float)((double)s->base * pow((double)s->decay, k));
+    double lr = s->base;
+    if (!(s->decay == 1.0f || s->decay == 0.0f || !(s->decay_epochs > 0) ||
+          s->steps_per_epoch <= 0)) {
+        /* tf.train.exponential_decay(staircase=True) with
+         * decay_steps = steps_per_epoch * decay_epochs */
+        double decay_steps = (double)s->steps_per_epoch * (double)s->decay_epochs;
+        double k = floor((double)step / decay_steps);
+        lr = (double)s->base * pow((double)s->decay, k);
+    }
+    if (s->warmup_epochs > 0 && s->steps_per_epoch > 0) {
+        /* gradual warm-up from lr/10 (Goyal et al. 2017, section 2.2) */
+        double n = (double)s->warmup_epochs * (double)s->steps_per_epoch;
+        if ((double)step < n) lr *= 0.1 + 0.9 * ((double)step / n);
+    }
+    return (float)lr;
+}
+
+float lr_scale_linear(float lr, int workers, int batch)
+{
+    return (float)((double)lr * ((double)workers * (double)batch) / 256.0);
+}
+
+float ema_decay_at(float decay, int64_t t)
+{
+    /* TF: min(decay, (1.0 + num_updates) / (10.0 + num_updates)) with
+     * num_updates cast to float32 */
+    float n = (float)t;
+    float d = (1.0f + n) / (10.0f + n);
+    return d < decay ? d : decay;
+}
+
+void ema_apply(float decay_t, float *restrict avg, const float *restrict value, size_t n)
+{
+    const float one_d = 1.0f - decay_t;
+    for (size_t j = 0; j < n; j++) avg[j] -= (avg[j] - value[j]) * one_d;
 }

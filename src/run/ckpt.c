@@ -316,6 +316,8 @@ static int write_meta(hid_t f, const ckpt_meta *m)
     rc |= attr_i64(f, "steps_per_epoch", m->lr.steps_per_epoch);
     rc |= attr_f32(f, "weight_decay", m->weight_decay);
     rc |= attr_f32(f, "label_smoothing", m->label_smoothing);
+    rc |= attr_f32(f, "moving_average_decay", m->ema_decay);
+    rc |= attr_f32(f, "lr_warmup_epochs", m->lr.warmup_epochs);
     rc |= attr_str(f, "pstrain_version", pst_version());
     rc |= attr_str(f, "created", created);
     return rc ? -1 : 0;
@@ -369,6 +371,8 @@ static const real_limit g_real_limits[] = {
     {"weight_decay", 0, 1e3, false, false},
     {"label_smoothing", 0, 1, false, true},
     {"train_seconds", 0, 1e15, false, false},
+    {"moving_average_decay", 0, 1, false, true}, /* 0: no averages */
+    {"lr_warmup_epochs", 0, 1e9, false, false},
 };
 
 static const int_limit *int_limit_of(const char *name)
@@ -518,7 +522,9 @@ static int check_meta_limits(const char *path, const ckpt_meta *m, pst_err *e)
                  {"lr_decay_epochs", m->lr.decay_epochs},
                  {"weight_decay", m->weight_decay},
                  {"label_smoothing", m->label_smoothing},
-                 {"train_seconds", m->train_seconds}};
+                 {"train_seconds", m->train_seconds},
+                 {"moving_average_decay", m->ema_decay},
+                 {"lr_warmup_epochs", m->lr.warmup_epochs}};
     for (size_t i = 0; i < PST_ARRAY_LEN(reals); i++) {
         const real_limit *l = real_limit_of(reals[i].name);
         if (!real_in_range(l, reals[i].v)) {
@@ -596,6 +602,26 @@ static int read_meta(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
     GET_INT("steps_per_epoch", m->lr.steps_per_epoch);
     GET_REAL("weight_decay", m->weight_decay);
     GET_REAL("label_smoothing", m->label_smoothing);
+    /* since --moving-average-decay and --warmup-epochs: absent in older
+     * files, which had neither */
+#define GET_REAL_OPT(name, dst)                                                                    \
+    do {                                                                                           \
+        dst = 0;                                                                                   \
+        if (H5Aexists(f, name) > 0) GET_REAL(name, dst);                                           \
+    } while (0)
+    GET_REAL_OPT("moving_average_decay", m->ema_decay);
+    GET_REAL_OPT("lr_warmup_epochs", m->lr.warmup_epochs);
+#undef GET_REAL_OPT
+    m->has_averages = H5Lexists(f, "/averages", H5P_DEFAULT) > 0;
+    if (m->has_averages != (m->ema_decay > 0)) {
+        if (m->has_averages)
+            pst_fail(e, "%s: group /averages is present but attribute moving_average_decay is 0",
+                     path);
+        else
+            pst_fail(e, "%s: attribute moving_average_decay is %.9g but group /averages is missing",
+                     path, (double)m->ema_decay);
+        goto fail_msg;
+    }
 #undef GET_INT
 #undef GET_REAL
 
@@ -751,6 +777,9 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
         return pst_fail(e, "%s: optimizer %s has %d slots but none were given", path,
                         g_opt_names[meta->opt.kind], nslots);
     if (check_meta_limits(path, meta, e) < 0) return -1;
+    if (meta->ema_decay > 0 && !meta->averages)
+        return pst_fail(e, "%s: moving_average_decay %g but no averages were given", path,
+                        (double)meta->ema_decay);
     for (int i = 0; i < nvars; i++)
         if (check_var(path, &vars[i], e) < 0) return -1;
 
@@ -784,6 +813,10 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
         snprintf(name, sizeof name, "/variables/%s", v->name);
         step = v->name;
         if (write_dataset(f, name, v, params + v->offset) < 0) goto fail;
+        if (meta->ema_decay > 0) {
+            snprintf(name, sizeof name, "/averages/%s", v->name);
+            if (write_dataset(f, name, v, meta->averages + v->offset) < 0) goto fail;
+        }
         if (!v->trainable) continue;
         for (int s = 0; s < nslots; s++) {
             snprintf(name, sizeof name, "/slots/%s/%s", v->name, g_slot_names[meta->opt.kind][s]);
@@ -1025,6 +1058,36 @@ ckpt_expect ckpt_expect_model(const nn_model *m, const opt_cfg *opt)
                          .opt_kind = opt ? opt->kind : OPT_SGD};
 }
 
+/* The moving averages: one per variable, with its shape, and nothing else. */
+static int read_averages(hid_t f, const char *path, const ckpt_expect *x, pst_err *e)
+{
+    char name[PATH_LEN], what[PATH_LEN];
+    name_list l = {0};
+    int rc = -1;
+    for (int i = 0; i < x->nvars; i++) {
+        const nn_var *v = &x->vars[i];
+        snprintf(name, sizeof name, "/averages/%s", v->name);
+        snprintf(what, sizeof what, "average /averages/%s", v->name);
+        if (read_dataset(f, path, name, what, v, x->averages + v->offset, e) < 0) goto done;
+    }
+    if (collect(f, "/averages", &l) < 0) {
+        pst_fail(e, "%s: cannot list /averages", path);
+        goto done;
+    }
+    for (int k = 0; k < l.n; k++) {
+        bool known = false;
+        for (int i = 0; i < x->nvars && !known; i++) known = !strcmp(l.names[k], x->vars[i].name);
+        if (!known) {
+            pst_fail(e, "%s: /averages/%s is not a variable of the model", path, l.names[k]);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    name_list_free(&l);
+    return rc;
+}
+
 static int read_unlocked(const char *path, const ckpt_expect *x, float *params, float *slots,
                          size_t slot_stride, ckpt_meta *meta, pst_err *e)
 {
@@ -1079,6 +1142,7 @@ static int read_unlocked(const char *path, const ckpt_expect *x, float *params, 
             }
         }
     }
+    if (x->averages && m.has_averages && read_averages(f, path, x, e) < 0) goto done;
     rc = 0;
 done:
     name_list_free(&l);
@@ -1200,6 +1264,51 @@ done:
     return rc;
 }
 
+/* The averages mirror /variables: the same names, each with its variable's
+ * shape (read_meta checked that they are there exactly when
+ * moving_average_decay says so). */
+static int verify_averages(hid_t f, const char *path, pst_err *e)
+{
+    name_list la = {0}, lv = {0};
+    char aname[PATH_LEN], vname[PATH_LEN];
+    hsize_t ad[H5S_MAX_RANK], vd[H5S_MAX_RANK];
+    int rc = -1;
+    if (collect(f, "/averages", &la) < 0 || collect(f, "/variables", &lv) < 0) {
+        pst_fail(e, "%s: cannot list /averages and /variables", path);
+        goto done;
+    }
+    for (int k = 0; k < la.n; k++) {
+        snprintf(aname, sizeof aname, "/averages/%s", la.names[k]);
+        snprintf(vname, sizeof vname, "/variables/%s", la.names[k]);
+        int na = dataset_dims(f, aname, ad), nv = dataset_dims(f, vname, vd);
+        bool same = na >= 0 && na == nv;
+        for (int i = 0; same && i < na; i++) same = ad[i] == vd[i];
+        if (!same) {
+            char a[96], b[96];
+            shape_str(a, sizeof a, na < 0 ? 0 : na, ad);
+            shape_str(b, sizeof b, nv < 0 ? 0 : nv, vd);
+            pst_fail(e, "%s: dataset %s has shape %s but its variable %s %s", path, aname, a, vname,
+                     nv < 0 ? "is missing" : b);
+            goto done;
+        }
+    }
+    if (la.n != lv.n) { /* every average has its variable: some variable has none */
+        for (int k = 0; k < lv.n; k++) {
+            snprintf(aname, sizeof aname, "/averages/%s", lv.names[k]);
+            if (!h5_path_exists(f, aname)) {
+                pst_fail(e, "%s: dataset %s is missing (variable /variables/%s has no average)",
+                         path, aname, lv.names[k]);
+                goto done;
+            }
+        }
+    }
+    rc = 0;
+done:
+    name_list_free(&la);
+    name_list_free(&lv);
+    return rc;
+}
+
 static int verify_unlocked(const char *path, pst_err *e)
 {
     ckpt_meta m;
@@ -1212,6 +1321,9 @@ static int verify_unlocked(const char *path, pst_err *e)
     if (verify_group(f, path, "/variables", true, e) < 0) goto done;
     if (verify_group(f, path, "/slots", false, e) < 0) goto done;
     if (verify_slots(f, path, &m, e) < 0) goto done;
+    if (m.has_averages &&
+        (verify_group(f, path, "/averages", true, e) < 0 || verify_averages(f, path, e) < 0))
+        goto done;
     rc = 0;
 done:
     if (f >= 0) H5Fclose(f);

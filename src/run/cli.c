@@ -27,6 +27,13 @@ static const char train_usage[] =
     "  --adam-beta1 X, --adam-beta2 X, --adam-epsilon X   (0.9, 0.999, 1e-8)\n"
     "  --lr-decay F            multiply the lr by F ...\n"
     "  --lr-decay-epochs E     ... every E epochs (staircase; Inception: 0.94 every 2)\n"
+    "  --warmup-epochs E       gradual warm-up: the lr rises linearly from lr/10 to lr\n"
+    "                          over the first E epochs (Goyal et al. 2017; default 0)\n"
+    "  --lr-scale none|linear  linear: lr x (workers x batch) / 256 (default none)\n"
+    "  --moving-average-decay D  keep exponential moving averages of the variables and\n"
+    "                          batch-norm statistics (TF's, num_updates = global step;\n"
+    "                          Inception: 0.9999), checkpointed under /averages and used\n"
+    "                          by evaluations (default: off)\n"
     "  --weight-decay X        L2 on weight kernels (default 0)\n"
     "  --label-smoothing X     (default 0)\n"
     "  --seed S                initialisation, shuffling, augmentation (default 1234)\n"
@@ -95,6 +102,9 @@ enum {
     O_ADAM_EPS,
     O_LR_DECAY,
     O_LR_DECAY_EPOCHS,
+    O_WARMUP,
+    O_LR_SCALE,
+    O_EMA,
     O_WD,
     O_LS,
     O_SEED,
@@ -143,6 +153,9 @@ static const struct option train_opts[] = {
     {"adam-epsilon", required_argument, 0, O_ADAM_EPS},
     {"lr-decay", required_argument, 0, O_LR_DECAY},
     {"lr-decay-epochs", required_argument, 0, O_LR_DECAY_EPOCHS},
+    {"warmup-epochs", required_argument, 0, O_WARMUP},
+    {"lr-scale", required_argument, 0, O_LR_SCALE},
+    {"moving-average-decay", required_argument, 0, O_EMA},
     {"weight-decay", required_argument, 0, O_WD},
     {"label-smoothing", required_argument, 0, O_LS},
     {"seed", required_argument, 0, O_SEED},
@@ -290,6 +303,26 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         case O_LR_DECAY_EPOCHS:
             cfg->lr_decay_epochs = arg_f(&c, optarg, 1e-6, 1e9, "a positive number of epochs");
             break;
+        case O_WARMUP:
+            cfg->warmup_epochs = arg_f(&c, optarg, 0, 1e9, "a number of epochs >= 0");
+            break;
+        case O_LR_SCALE:
+            if (!strcmp(optarg, "linear"))
+                cfg->lr_scale_linear = true;
+            else if (!strcmp(optarg, "none"))
+                cfg->lr_scale_linear = false;
+            else
+                bad(&c, "none or linear", optarg);
+            break;
+        case O_EMA: {
+            double v;
+            /* as a float: 0.99999999 would round to 1 */
+            if (pst_parse_double(optarg, &v) < 0 || !((float)v > 0 && (float)v < 1))
+                bad(&c, "a decay in (0, 1), e.g. 0.9999", optarg);
+            else
+                cfg->ema_decay = (float)v;
+            break;
+        }
         case O_WD:
             cfg->weight_decay = arg_f(&c, optarg, 0, 1e3, "a non-negative weight decay");
             break;

@@ -18,10 +18,12 @@
 
 static const char eval_usage[] =
     "usage: pstrain eval --data FILE.h5 --checkpoint CKPT [--split test|val|train]\n"
-    "                    [--batch B] [--summary-json FILE.json] [--logits FILE.npy] [--quiet]\n"
-    "                    [-h|--help]\n"
+    "                    [--batch B] [--summary-json FILE.json] [--logits FILE.npy]\n"
+    "                    [--no-averages] [--quiet] [-h|--help]\n"
     "\n"
     "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
+    "A checkpoint with moving averages (--moving-average-decay) is evaluated with the\n"
+    "averages in place of the variables; --no-averages uses the raw variables.\n"
     "Prints accuracy, loss, per-class accuracy and the confusion matrix (rows: true class).\n"
     "--logits writes every example's logits (before the softmax), in the split's order, as a\n"
     "NumPy .npy array of float32 [examples][classes].\n";
@@ -94,8 +96,9 @@ static int logits_close(logits_out *o, bool ok, pst_err *e)
     return 0;
 }
 
-static int write_json(const char *path, const char *ckpt, const char *split, const h5ds *ds,
-                      double acc, double loss, int64_t n, const int64_t *conf, pst_err *e)
+static int write_json(const char *path, const char *ckpt, const char *split, bool averages,
+                      const h5ds *ds, double acc, double loss, int64_t n, const int64_t *conf,
+                      pst_err *e)
 {
     char tmp[4200];
     int renamed; /* 0: a device, in place */
@@ -106,7 +109,7 @@ static int write_json(const char *path, const char *ckpt, const char *split, con
     pst_json_str(f, ckpt);
     fprintf(f, ",\n  \"split\": ");
     pst_json_str(f, split);
-    fprintf(f, ",\n");
+    fprintf(f, ",\n  \"averages\": %s,\n", averages ? "true" : "false");
     fprintf(f, "  \"accuracy\": %.8g,\n  \"loss\": %.8g,\n  \"examples\": %lld,\n", acc, loss,
             (long long)n);
     fprintf(f, "  \"per_class_accuracy\": [");
@@ -143,13 +146,14 @@ int eval_main(int argc, char **argv)
         {"summary-json", required_argument, 0, 'j'},
         {"logits", required_argument, 0, 'l'},
         {"quiet", no_argument, 0, 'q'},
+        {"no-averages", no_argument, 0, 'A'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *data = NULL, *ckarg = NULL, *split = "test", *summary = NULL;
     logits_out lo = {0};
     int batch = 256;
-    bool quiet = false;
+    bool quiet = false, no_averages = false;
     int o;
     optind = 1;
     opterr = 0; /* pst_getopt_error reports, with the nearest flag */
@@ -179,6 +183,9 @@ int eval_main(int argc, char **argv)
         case 'q':
             quiet = true;
             break;
+        case 'A':
+            no_averages = true;
+            break;
         case 'h':
             fputs(eval_usage, stdout);
             return 0;
@@ -196,6 +203,7 @@ int eval_main(int argc, char **argv)
     ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     int64_t *conf = NULL;
+    float *averages = NULL;
     int rc = 1;
     char path[4096];
     int r = ckpt_resolve(ckarg, path, sizeof path, &e);
@@ -238,7 +246,13 @@ int eval_main(int argc, char **argv)
                        .seed = meta.seed};
     if (nn_model_new(&m, &mc, &e) < 0) goto fail;
     ckpt_expect want = ckpt_expect_model(m, NULL);
+    const bool use_avg = meta.has_averages && !no_averages;
+    if (use_avg) {
+        averages = pst_aligned_alloc(sizeof(float) * (nn_model_size(m) ? nn_model_size(m) : 1));
+        want.averages = averages;
+    }
     if (ckpt_read(path, &want, nn_model_params(m), NULL, 0, NULL, &e) < 0) goto fail;
+    if (use_avg) memcpy(nn_model_params(m), averages, sizeof(float) * nn_model_size(m));
 
     const int K = ds.num_classes;
     conf = pst_calloc((size_t)K * (size_t)K, sizeof *conf);
@@ -249,7 +263,11 @@ int eval_main(int argc, char **argv)
                               lo.path ? logits_batch : NULL, &lo, &e) < 0)
         goto fail;
 
-    printf("checkpoint %s (%s, step %lld)\n", path, meta.model_name, (long long)meta.global_step);
+    printf("checkpoint %s (%s, step %lld, %s)\n", path, meta.model_name,
+           (long long)meta.global_step,
+           use_avg             ? "moving averages"
+           : meta.has_averages ? "raw variables, --no-averages"
+                               : "variables");
     printf("%s split of %s: accuracy %.4f, loss %.4f, %lld examples\n", split, data, acc, loss,
            (long long)n);
     if (!quiet) {
@@ -269,7 +287,8 @@ int eval_main(int argc, char **argv)
             printf("\n");
         }
     }
-    if (summary && write_json(summary, path, split, &ds, acc, loss, n, conf, &e) < 0) goto fail;
+    if (summary && write_json(summary, path, split, use_avg, &ds, acc, loss, n, conf, &e) < 0)
+        goto fail;
     if (logits_close(&lo, true, &e) < 0) goto fail;
     rc = 0;
     goto out;
@@ -278,6 +297,7 @@ fail:
     logits_close(&lo, false, &e);
 out:
     free(conf);
+    free(averages);
     nn_model_free(m);
     ckpt_meta_free(&meta);
     h5ds_close(&ds);

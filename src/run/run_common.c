@@ -2,7 +2,10 @@
  * (pstrain/run_common.h). */
 #include "pstrain/run_common.h"
 
+#include <math.h>
 #include <string.h>
+
+#include "pstrain/metrics.h"
 
 int train_check_cfg(const train_cfg *cfg, pst_err *e)
 {
@@ -12,6 +15,10 @@ int train_check_cfg(const train_cfg *cfg, pst_err *e)
         return pst_fail(e, "--epochs/--steps: expected non-negative values");
     if (cfg->epochs == 0 && cfg->steps == 0)
         return pst_fail(e, "nothing to do: give --epochs E or --steps S");
+    if (!(cfg->ema_decay >= 0 && cfg->ema_decay < 1))
+        return pst_fail(e, "--moving-average-decay: expected a decay in (0, 1)");
+    if (!(cfg->warmup_epochs >= 0 && cfg->warmup_epochs <= 1e9))
+        return pst_fail(e, "--warmup-epochs: expected a number of epochs >= 0");
     return 0;
 }
 
@@ -26,6 +33,42 @@ int train_check_resume(const char *path, const ckpt_meta *m, const train_cfg *cf
         return pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
                         (unsigned long long)m->seed, (unsigned long long)cfg->seed);
     return 0;
+}
+
+float train_base_lr(const train_cfg *cfg, int workers)
+{
+    return cfg->lr_scale_linear ? lr_scale_linear(cfg->lr, workers, cfg->batch) : cfg->lr;
+}
+
+lr_schedule train_schedule(const train_cfg *cfg, int workers, int64_t steps_per_epoch)
+{
+    return (lr_schedule){.base = train_base_lr(cfg, workers),
+                         .decay = cfg->lr_decay,
+                         .decay_epochs = cfg->lr_decay_epochs,
+                         .steps_per_epoch = steps_per_epoch,
+                         .warmup_epochs = cfg->warmup_epochs};
+}
+
+void train_recipe_note(metrics *mx, const train_cfg *cfg, int workers, int64_t steps_per_epoch)
+{
+    if (!cfg->lr_scale_linear && !(cfg->warmup_epochs > 0) && !(cfg->ema_decay > 0)) return;
+    char buf[512];
+    size_t k = 0;
+    const float lr = train_base_lr(cfg, workers);
+    if (cfg->lr_scale_linear)
+        k += (size_t)snprintf(buf + k, sizeof buf - k,
+                              "learning rate %g (--lr %g x %d workers x batch %d / 256)",
+                              (double)lr, (double)cfg->lr, workers, cfg->batch);
+    else
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "learning rate %g", (double)lr);
+    if (cfg->warmup_epochs > 0 && k < sizeof buf)
+        k += (size_t)snprintf(buf + k, sizeof buf - k,
+                              "; warm-up from %g over %g epochs (%.0f steps)", (double)lr / 10,
+                              (double)cfg->warmup_epochs,
+                              ceil((double)cfg->warmup_epochs * (double)steps_per_epoch));
+    if (cfg->ema_decay > 0 && k < sizeof buf)
+        snprintf(buf + k, sizeof buf - k, "; moving averages, decay %g", (double)cfg->ema_decay);
+    metrics_note(mx, "%s", buf);
 }
 
 ckpt_meta train_ckpt_meta(const train_cfg *cfg, const char *model_text, int height, int width,
@@ -44,5 +87,6 @@ ckpt_meta train_ckpt_meta(const train_cfg *cfg, const char *model_text, int heig
     m.lr = *sched;
     m.weight_decay = cfg->weight_decay;
     m.label_smoothing = cfg->label_smoothing;
+    m.ema_decay = cfg->ema_decay;
     return m;
 }

@@ -175,6 +175,27 @@ int train_check_outputs(const train_cfg *cfg, pst_err *e)
     return 0;
 }
 
+/* Evaluates with the moving averages in place of the variables when
+ * `averages` is not NULL (as the Inception example's evaluation restores
+ * them), the variables restored afterwards. */
+static int evaluate_with(nn_model *m, const float *averages, h5ds *ds, const char *split, int batch,
+                         double *accuracy, double *loss, int64_t *examples, pst_err *e)
+{
+    float *params = nn_model_params(m), *keep = NULL;
+    const size_t n = nn_model_size(m);
+    if (averages) {
+        keep = pst_aligned_alloc(sizeof(float) * (n ? n : 1));
+        memcpy(keep, params, sizeof(float) * n);
+        memcpy(params, averages, sizeof(float) * n);
+    }
+    int rc = train_evaluate(m, ds, split, batch, accuracy, loss, examples, NULL, e);
+    if (keep) {
+        memcpy(params, keep, sizeof(float) * n);
+        free(keep);
+    }
+    return rc;
+}
+
 /* Maximal runs of consecutive trainable (or non-trainable) variables, so
  * the optimizer touches each contiguous range with one call. */
 typedef struct slab_range {
@@ -234,7 +255,8 @@ static void stats_close(epoch_stats *s, const uint8_t *seen, int64_t n)
  * this epoch, or the first of the next. */
 static ckpt_meta run_meta(const train_cfg *cfg, const h5ds *ds, const char *model_text,
                           int64_t step, int epoch, int64_t epoch_batch, int64_t steps_per_epoch,
-                          int64_t examples, double train_seconds, const lr_schedule *sched)
+                          int64_t examples, double train_seconds, const lr_schedule *sched,
+                          const float *averages)
 {
     if (epoch_batch >= steps_per_epoch) epoch++, epoch_batch = 0;
     ckpt_meta m = train_ckpt_meta(cfg, model_text, ds->height, ds->width, ds->channels,
@@ -246,6 +268,7 @@ static ckpt_meta run_meta(const train_cfg *cfg, const h5ds *ds, const char *mode
     m.examples = examples;
     m.train_seconds = train_seconds;
     m.workers = 1, m.ps = 0;
+    m.averages = averages;
     return m;
 }
 
@@ -323,7 +346,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     nn_model *m = NULL;
     pipeline *p = NULL;
     metrics *mx = NULL;
-    float *slots = NULL, *x = NULL;
+    float *slots = NULL, *x = NULL, *averages = NULL;
     slab_range *ranges = NULL;
     uint8_t *seen = NULL;
     char *mtext = NULL;
@@ -369,6 +392,12 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     const nn_var *vars = nn_model_vars(m);
     const int nvars = nn_model_nvars(m);
     mtext = model_text(m);
+    /* --moving-average-decay: the averages start as the initial variables */
+    if (cfg->ema_decay > 0) {
+        averages = pst_aligned_alloc(sizeof(float) * (nparam ? nparam : 1));
+        memcpy(averages, nn_model_params(m), sizeof(float) * nparam);
+    }
+    bool averages_from_vars = false; /* resumed from a checkpoint without averages */
 
     /* Resume: variables, slots, step and data cursor from a checkpoint. */
     int64_t step = 0, examples = 0, skip_batches = 0;
@@ -386,6 +415,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                         pst_progname(), arg);
         } else {
             ckpt_expect want = ckpt_expect_model(m, &cfg->opt);
+            want.averages = averages;
             ckpt_meta cm;
             memset(&cm, 0, sizeof cm);
             if (ckpt_read(path, &want, nn_model_params(m), nslots ? slots : NULL, nparam, &cm, e) <
@@ -393,6 +423,14 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                 check_resume_meta(path, &cm, cfg, (epoch_n + cfg->batch - 1) / cfg->batch, e) < 0) {
                 ckpt_meta_free(&cm);
                 goto out;
+            }
+            if (averages && !cm.has_averages) {
+                memcpy(averages, nn_model_params(m), sizeof(float) * nparam);
+                averages_from_vars = true;
+            } else if (!averages && cm.has_averages && !cfg->quiet) {
+                pst_warn("%s has moving averages; this run has no --moving-average-decay and "
+                         "does not keep them",
+                         path);
             }
             step = cm.global_step;
             start_epoch = cm.epoch;
@@ -433,16 +471,16 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     const int64_t total_steps = cfg->steps ? cfg->steps : steps_per_epoch * cfg->epochs;
     const int total_epochs =
         (int)((total_steps + PST_MAX(steps_per_epoch, 1) - 1) / PST_MAX(steps_per_epoch, 1));
-    lr_schedule sched = {.base = cfg->lr,
-                         .decay = cfg->lr_decay,
-                         .decay_epochs = cfg->lr_decay_epochs,
-                         .steps_per_epoch = steps_per_epoch};
+    lr_schedule sched = train_schedule(cfg, 1, steps_per_epoch);
     if ((res->start_step > 0 ? metrics_open_append : metrics_open)(&mx, cfg->metrics_path,
                                                                    !cfg->quiet, e) < 0)
         goto out;
     if (resumed_from[0]) /* a log line with its time, like what follows */
         metrics_note(mx, "resumed from %s at step %lld (epoch %d, batch %lld)", resumed_from,
                      (long long)step, start_epoch + 1, (long long)skip_batches);
+    if (averages_from_vars)
+        metrics_note(mx, "%s has no moving averages: they start from its variables", resumed_from);
+    train_recipe_note(mx, cfg, 1, steps_per_epoch);
     /* --trace-examples: the format of the distributed trace (dist.c), worker 0 */
     if (cfg->trace_path && !(trace = fopen(cfg->trace_path, "w"))) {
         pst_fail(e, "%s: cannot write the example trace: %s", cfg->trace_path, strerror(errno));
@@ -458,7 +496,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     int64_t epoch_batch = skip_batches;
     int epoch = start_epoch;
     log_window win = {0};
-    float last_losses[FINAL_LOSS_STEPS], lr = cfg->lr;
+    float last_losses[FINAL_LOSS_STEPS], lr = sched.base;
     /* this process's share, for its images/s (a resumed run started mid-way) */
     const int64_t examples0 = examples;
     const double t_train0 = t_train;
@@ -493,7 +531,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                 double acc, loss;
                 int64_t n;
                 /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
-                int er = train_evaluate(m, &ds, esplit, max_batch, &acc, &loss, &n, NULL, e);
+                int er = evaluate_with(m, averages, &ds, esplit, max_batch, &acc, &loss, &n, e);
                 if (er < 0) goto out;
                 metrics_eval(mx, step, b.epoch, esplit, acc, loss, n);
             }
@@ -529,6 +567,9 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             else
                 nn_model_apply_state(m, params, grads, ranges[r].begin, ranges[r].end);
         }
+        /* after the update that made global step `step`, over the whole
+         * slab: trainable variables and batch-norm statistics */
+        if (averages) ema_apply(ema_decay_at(cfg->ema_decay, step), averages, params, nparam);
         epoch_batch++;
         double t3 = pst_now();
         tm.wait_data += t1 - t0;
@@ -552,7 +593,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                        (cfg->checkpoint_secs > 0 && t3 - t_ckpt >= cfg->checkpoint_secs) || sig;
             if (due) {
                 ckpt_meta cm = run_meta(cfg, &ds, mtext, step, epoch, epoch_batch, steps_per_epoch,
-                                        examples, t_train + (t3 - t_seg), &sched);
+                                        examples, t_train + (t3 - t_seg), &sched, averages);
                 if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, vars, nvars, params,
                               nslots ? slots : NULL, nparam, res->last_checkpoint,
                               sizeof res->last_checkpoint, e) < 0)
@@ -574,7 +615,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         ckpt_path(want, sizeof want, cfg->checkpoint_dir, step);
         if (strcmp(want, res->last_checkpoint) != 0) {
             ckpt_meta cm = run_meta(cfg, &ds, mtext, step, epoch, epoch_batch, steps_per_epoch,
-                                    examples, t_train, &sched);
+                                    examples, t_train, &sched, averages);
             if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, vars, nvars, params,
                           nslots ? slots : NULL, nparam, res->last_checkpoint,
                           sizeof res->last_checkpoint, e) < 0)
@@ -613,7 +654,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     if (esplit) {
         double acc, loss;
         int64_t n;
-        int er = train_evaluate(m, &ds, esplit, max_batch, &acc, &loss, &n, NULL, e);
+        int er = evaluate_with(m, averages, &ds, esplit, max_batch, &acc, &loss, &n, e);
         if (er < 0) goto out;
         train_set_eval(res, esplit, acc, loss, n);
         metrics_eval(mx, step, res->epoch, esplit, acc, loss, n);
@@ -631,6 +672,7 @@ out:
     pipe_free(p);
     free(x);
     free(slots);
+    free(averages);
     free(ranges);
     free(seen);
     free(mtext);

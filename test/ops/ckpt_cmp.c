@@ -4,10 +4,10 @@
  *
  * Builds the model named in A's attributes (so the variable list is the
  * model's own, as a training loop would), loads both checkpoints with
- * ckpt_read (variables and optimizer slots) and compares every float
- * bitwise, plus the run state (global step, epoch, data cursor, examples,
- * seed). Exit 0 if equal, 1 with the first differing variable named, 2 on
- * a load error. */
+ * ckpt_read (variables, optimizer slots and moving averages) and compares
+ * every float bitwise, plus the run state (global step, epoch, data cursor,
+ * examples, seed). Checkpoints with averages and without are different. Exit 0 if equal, 1 with the
+ * first differing variable named, 2 on a load error. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,21 +45,48 @@ int main(int argc, char **argv)
     for (int i = 0; i < nvars; i++) vars[i] = *nn_model_var(m, i);
     size_t n = nn_model_size(m);
     int ns = opt_nslots(ma.opt.kind);
-    size_t total = n * (size_t)(ns + 1);
+    size_t total = n * (size_t)(ns + 2); /* params, slots, averages */
     float *a = calloc(total, sizeof(float)), *b = calloc(total, sizeof(float));
     ckpt_expect x = {.model_name = ma.model_name,
                      .vars = vars,
                      .nvars = nvars,
                      .check_opt = true,
                      .opt_kind = ma.opt.kind};
+    float *avg_a = a + n * (size_t)(ns + 1), *avg_b = b + n * (size_t)(ns + 1);
     int rc = 2;
     ckpt_meta ra = {0}, rb = {0};
-    if (ckpt_read(argv[1], &x, a, ns ? a + n : NULL, n, &ra, &e) < 0 ||
-        ckpt_read(argv[2], &x, b, ns ? b + n : NULL, n, &rb, &e) < 0) {
+    x.averages = avg_a;
+    if (ckpt_read(argv[1], &x, a, ns ? a + n : NULL, n, &ra, &e) < 0) {
+        fprintf(stderr, "ckpt_cmp: %s\n", e.msg);
+        goto out;
+    }
+    x.averages = avg_b;
+    if (ckpt_read(argv[2], &x, b, ns ? b + n : NULL, n, &rb, &e) < 0) {
         fprintf(stderr, "ckpt_cmp: %s\n", e.msg);
         goto out;
     }
     rc = 0;
+    if (ra.has_averages != rb.has_averages) {
+        fprintf(stderr, "ckpt_cmp: %s has moving averages, %s has none\n",
+                ra.has_averages ? argv[1] : argv[2], ra.has_averages ? argv[2] : argv[1]);
+        rc = 1;
+        goto out;
+    }
+    if (ra.has_averages)
+        for (int i = 0; i < nvars; i++) {
+            const nn_var *v = &vars[i];
+            const float *pa = avg_a + v->offset, *pb = avg_b + v->offset;
+            if (memcmp(pa, pb, v->size * sizeof(float))) {
+                size_t j = 0;
+                while (!memcmp(pa + j, pb + j, sizeof(float))) j++;
+                fprintf(stderr,
+                        "ckpt_cmp: average of %s differs first at element %zu: %.9g vs "
+                        "%.9g\n",
+                        v->name, j, (double)pa[j], (double)pb[j]);
+                rc = 1;
+                goto out;
+            }
+        }
     for (int i = 0; i < nvars; i++) {
         const nn_var *v = &vars[i];
         for (int s = 0; s <= (v->trainable ? ns : 0); s++) {
@@ -87,9 +114,10 @@ int main(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    printf("ckpt_cmp: %s and %s are bitwise equal (%d variables, %zu floats, %d slot(s), step "
+    printf("ckpt_cmp: %s and %s are bitwise equal (%d variables, %zu floats, %d slot(s)%s, step "
            "%lld)\n",
-           argv[1], argv[2], nvars, n, ns, (long long)ra.global_step);
+           argv[1], argv[2], nvars, n, ns, ra.has_averages ? ", averages" : "",
+           (long long)ra.global_step);
 out:
     ckpt_meta_free(&ma);
     ckpt_meta_free(&ra);

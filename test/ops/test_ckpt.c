@@ -1,6 +1,6 @@
 /* test_ckpt.c - checkpoint round trip for every optimizer, refusal of
  * mismatched checkpoints with the culprit named, the latest pointer, pruning,
- * resolve. */
+ * resolve, the moving averages. */
 #include <dlfcn.h>
 #include <hdf5.h>
 #include <signal.h>
@@ -562,6 +562,195 @@ static void test_latest_and_prune(const char *root)
     free(params);
 }
 
+/* A copy of `src` with one change made through the HDF5 API by `edit`. */
+static void edited_copy(const char *src, const char *dst, void (*edit)(hid_t f))
+{
+    truncated_copy(src, dst, file_size(src));
+    hid_t f = H5Fopen(dst, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(f >= 0, "open %s to edit", dst);
+    if (f < 0) return;
+    edit(f);
+    H5Fclose(f);
+}
+
+static void replace_with_3(hid_t f, const char *name)
+{
+    CHECK(H5Ldelete(f, name, H5P_DEFAULT) >= 0, "delete %s", name);
+    hsize_t three = 3;
+    float vals[3] = {1, 2, 3};
+    hid_t sp = H5Screate_simple(1, &three, NULL);
+    hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(d >= 0 && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, vals) >= 0,
+          "rewrite %s", name);
+    H5Dclose(d);
+    H5Sclose(sp);
+}
+
+static void edit_misshape(hid_t f)
+{
+    replace_with_3(f, "/averages/fc1/kernel");
+}
+
+static void edit_missing(hid_t f)
+{
+    CHECK(H5Ldelete(f, "/averages/fc1/bias", H5P_DEFAULT) >= 0, "delete an average");
+}
+
+static void edit_extra(hid_t f)
+{
+    hsize_t three = 3;
+    hid_t sp = H5Screate_simple(1, &three, NULL);
+    float vals[3] = {0};
+    hid_t d =
+        H5Dcreate2(f, "/averages/bogus", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(d >= 0 && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, vals) >= 0,
+          "add an extra average");
+    H5Dclose(d);
+    H5Sclose(sp);
+}
+
+static void edit_no_group(hid_t f)
+{
+    CHECK(H5Ldelete(f, "/averages", H5P_DEFAULT) >= 0, "delete /averages");
+}
+
+static void edit_old_attrs(hid_t f)
+{
+    CHECK(H5Adelete(f, "moving_average_decay") >= 0 && H5Adelete(f, "lr_warmup_epochs") >= 0,
+          "delete the new attributes");
+}
+
+/* --moving-average-decay and --warmup-epochs in checkpoints: the averages
+ * round-trip bitwise under /averages; a missing, extra, mis-shaped or
+ * corrupt average, or averages that disagree with moving_average_decay, are
+ * refused by ckpt_read and ckpt_verify with the file and the dataset named;
+ * files without the new attributes (older pstrain) still read. */
+static void test_averages(const char *root)
+{
+    char dir[1024], good[4096], bad[4096], plain[4096];
+    snprintf(dir, sizeof dir, "%s/averages", root);
+    mkdir(dir, 0755);
+    float *params = malloc(g_total * sizeof(float)), *avg = malloc(g_total * sizeof(float));
+    float *p2 = malloc(g_total * sizeof(float)), *a2 = malloc(g_total * sizeof(float));
+    ops_fill(params, g_total, 61);
+    ops_fill(avg, g_total, 62);
+    ckpt_meta m = make_meta(OPT_SGD, 10), r;
+    m.ema_decay = 0.9999f;
+    m.averages = avg;
+    m.lr.warmup_epochs = 2.5f;
+    pst_err e = {{0}};
+    ckpt_path(good, sizeof good, dir, 10);
+    CHECK(ckpt_write(good, &m, g_vars, g_nvars, params, NULL, 0, &e) == 0, "write: %s", e.msg);
+    CHECK(ckpt_verify(good, &e) == 0, "verify with averages: %s", e.msg);
+    ckpt_expect x = make_expect(OPT_SGD);
+    x.averages = a2;
+    for (size_t j = 0; j < g_total; j++) a2[j] = -7.0f;
+    int rc = ckpt_read(good, &x, p2, NULL, 0, &r, &e);
+    CHECK(rc == 0, "read with averages: %s", e.msg);
+    if (rc == 0) {
+        CHECK(!memcmp(p2, params, g_total * sizeof(float)), "variables differ");
+        CHECK(!memcmp(a2, avg, g_total * sizeof(float)), "averages differ after the round trip");
+        CHECK(r.has_averages && r.ema_decay == 0.9999f && r.lr.warmup_epochs == 2.5f,
+              "meta: has_averages %d decay %g warm-up %g", r.has_averages, (double)r.ema_decay,
+              (double)r.lr.warmup_epochs);
+        ckpt_meta_free(&r);
+    }
+    /* without averages: none written, the caller's buffer untouched */
+    ckpt_meta m0 = make_meta(OPT_SGD, 11);
+    ckpt_path(plain, sizeof plain, dir, 11);
+    CHECK(ckpt_write(plain, &m0, g_vars, g_nvars, params, NULL, 0, &e) == 0, "write: %s", e.msg);
+    for (size_t j = 0; j < g_total; j++) a2[j] = -7.0f;
+    rc = ckpt_read(plain, &x, p2, NULL, 0, &r, &e);
+    CHECK(rc == 0 && !r.has_averages && r.ema_decay == 0 && a2[0] == -7.0f &&
+              a2[g_total - 1] == -7.0f,
+          "read without averages: %s", e.msg);
+    if (rc == 0) ckpt_meta_free(&r);
+    /* a decay the reader refuses is never written */
+    ckpt_meta m1 = m;
+    m1.ema_decay = 1.0f;
+    ckpt_path(bad, sizeof bad, dir, 12);
+    CHECK(ckpt_write(bad, &m1, g_vars, g_nvars, params, NULL, 0, &e) < 0 &&
+              strstr(e.msg, "moving_average_decay"),
+          "decay 1 written: %s", e.msg);
+    m1.ema_decay = 0.5f, m1.averages = NULL;
+    CHECK(ckpt_write(bad, &m1, g_vars, g_nvars, params, NULL, 0, &e) < 0, "decay without averages");
+
+    static const struct {
+        void (*edit)(hid_t);
+        const char *needle; /* in both the read's and the verify's message */
+    } cases[] = {
+        {edit_misshape, "/averages/fc1/kernel"},
+        {edit_missing, "/averages/fc1/bias"},
+        {edit_extra, "/averages/bogus"},
+        {edit_no_group, "/averages"},
+    };
+    for (size_t i = 0; i < PST_ARRAY_LEN(cases); i++) {
+        edited_copy(good, bad, cases[i].edit);
+        pst_err e1 = {{0}}, e2 = {{0}};
+        CHECK(ckpt_read(bad, &x, p2, NULL, 0, NULL, &e1) < 0 && strstr(e1.msg, bad) &&
+                  strstr(e1.msg, cases[i].needle),
+              "case %zu: read: '%s'", i, e1.msg);
+        CHECK(ckpt_verify(bad, &e2) < 0 && strstr(e2.msg, bad) && strstr(e2.msg, cases[i].needle),
+              "case %zu: verify: '%s'", i, e2.msg);
+        unlink(bad);
+    }
+    /* averages without a decay, and a decay out of range */
+    truncated_copy(good, bad, file_size(good));
+    float zero = 0, big = 1.5f;
+    set_attr(bad, "moving_average_decay", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &zero);
+    CHECK(ckpt_read(bad, &x, p2, NULL, 0, NULL, &e) < 0 && strstr(e.msg, "/averages") &&
+              strstr(e.msg, "moving_average_decay"),
+          "averages with decay 0: '%s'", e.msg);
+    set_attr(bad, "moving_average_decay", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &big);
+    CHECK(ckpt_verify(bad, &e) < 0 && strstr(e.msg, "moving_average_decay is 1.5"),
+          "decay 1.5: '%s'", e.msg);
+    float neg = -1;
+    truncated_copy(good, bad, file_size(good));
+    set_attr(bad, "lr_warmup_epochs", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, &neg);
+    CHECK(ckpt_read_meta(bad, &r, &e) < 0 && strstr(e.msg, "lr_warmup_epochs is -1"),
+          "warm-up -1: '%s'", e.msg);
+    /* a flipped bit in an average's data: the checksum names it */
+    truncated_copy(good, bad, file_size(good));
+    {
+        FILE *f = fopen(bad, "r+b");
+        long n = file_size(bad);
+        unsigned char *buf = malloc((size_t)n);
+        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", bad);
+        float needle[4];
+        memcpy(needle, avg + g_vars[4].offset + 100, sizeof needle);
+        long at = -1;
+        for (long i = 0; i + (long)sizeof needle <= n && at < 0; i++)
+            if (!memcmp(buf + i, needle, sizeof needle)) at = i;
+        CHECK(at >= 0, "average data not found in %s", bad);
+        if (at >= 0) {
+            fseek(f, at, SEEK_SET);
+            unsigned char b = buf[at] ^ 0x10;
+            fwrite(&b, 1, 1, f);
+        }
+        fclose(f);
+        free(buf);
+        CHECK(ckpt_verify(bad, &e) < 0 && strstr(e.msg, bad) &&
+                  strstr(e.msg, "/averages/fc1/kernel"),
+              "flipped bit in an average: '%s'", e.msg);
+        CHECK(ckpt_read(bad, &x, p2, NULL, 0, NULL, &e) < 0 && strstr(e.msg, bad) &&
+                  strstr(e.msg, "/averages/fc1/kernel") && strstr(e.msg, "corrupt"),
+              "flipped bit in an average, read: '%s'", e.msg);
+        /* a reader that does not ask for the averages is not stopped by them */
+        x.averages = NULL;
+        CHECK(ckpt_read(bad, &x, p2, NULL, 0, NULL, &e) == 0, "variables-only read: %s", e.msg);
+        x.averages = a2;
+    }
+    /* a file of an older pstrain: no moving_average_decay, lr_warmup_epochs */
+    edited_copy(plain, bad, edit_old_attrs);
+    rc = ckpt_read(bad, &x, p2, NULL, 0, &r, &e);
+    CHECK(rc == 0 && !r.has_averages && r.ema_decay == 0 && r.lr.warmup_epochs == 0,
+          "older file without the attributes: %s", e.msg);
+    if (rc == 0) ckpt_meta_free(&r);
+    CHECK(ckpt_verify(bad, &e) == 0, "older file verifies: %s", e.msg);
+    ops_rmdir(dir);
+    free(params), free(avg), free(p2), free(a2);
+}
+
 /* Rewrites string attribute `name` of `f` as a variable-length string (the
  * version 1 layout). */
 static void to_vlen_attr(hid_t f, const char *name)
@@ -802,6 +991,7 @@ int main(void)
     test_refusals(d);
     test_latest_and_prune(d);
     test_bad_attributes(d);
+    test_averages(d);
     test_version1(d);
     test_planted_symlinks(d);
     test_dir_lock(d);

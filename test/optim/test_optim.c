@@ -224,6 +224,69 @@ static void test_schedule(void)
     }
 }
 
+/* Gradual warm-up (Goyal et al. 2017): step s < N = E * steps_per_epoch runs
+ * at sched(s) * (0.1 + 0.9 s / N), rising from a tenth to the full rate at
+ * step N; the decay keeps counting from step 0. */
+static void test_warmup(void)
+{
+    lr_schedule w = {.base = 0.1f, .decay = 1, .steps_per_epoch = 100, .warmup_epochs = 2};
+    const struct {
+        long step;
+        double lr;
+    } want[] = {{0, 0.01},    {1, 0.01 + 0.09 / 200},
+                {100, 0.055}, {199, 0.1 * (0.1 + 0.9 * 199 / 200.0)},
+                {200, 0.1},   {201, 0.1},
+                {100000, 0.1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK_CLOSE(lr_at(&w, want[i].step), want[i].lr, 0, 1e-7,
+                    "warm-up step %ld: %.9g want %.9g", want[i].step,
+                    (double)lr_at(&w, want[i].step), want[i].lr);
+    /* strictly rising over the warm-up */
+    for (long st = 1; st < 200; st++)
+        CHECK(lr_at(&w, st) > lr_at(&w, st - 1), "warm-up not rising at step %ld", st);
+    /* fractional epochs: N = 150 steps */
+    w.warmup_epochs = 1.5f;
+    CHECK_CLOSE(lr_at(&w, 75), 0.1 * (0.1 + 0.9 * 0.5), 0, 1e-7, "1.5-epoch warm-up at step 75");
+    CHECK(lr_at(&w, 150) == 0.1f, "1.5-epoch warm-up ends at step 150");
+    /* with the staircase decay (0.5 every epoch) under it */
+    w.decay = 0.5f, w.decay_epochs = 1, w.warmup_epochs = 2;
+    CHECK_CLOSE(lr_at(&w, 150), 0.05 * (0.1 + 0.9 * 150 / 200.0), 0, 1e-7, "warm-up x decay");
+    CHECK_CLOSE(lr_at(&w, 250), 0.025, 0, 1e-7, "decay after the warm-up");
+    /* --lr-scale linear */
+    CHECK(lr_scale_linear(0.1f, 1, 256) == 0.1f && lr_scale_linear(0.1f, 4, 64) == 0.1f,
+          "linear scaling at 256 examples a step");
+    CHECK_CLOSE(lr_scale_linear(0.1f, 8, 256), 0.8, 0, 1e-7, "8 workers x 256");
+    CHECK_CLOSE(lr_scale_linear(0.1f, 1, 16), 0.00625, 0, 1e-7, "one process, batch 16");
+}
+
+/* TF's ExponentialMovingAverage with num_updates: decay min(D, (1+t)/(10+t))
+ * in float, shadow -= (shadow - value) * (1 - decay), bitwise. */
+static void test_ema(void)
+{
+    CHECK(ema_decay_at(0.9999f, 1) == 2.0f / 11.0f, "decay at t=1: %.9g",
+          (double)ema_decay_at(0.9999f, 1));
+    CHECK(ema_decay_at(0.9999f, 90) == 91.0f / 100.0f, "decay at t=90");
+    CHECK(ema_decay_at(0.9f, 1000) == 0.9f, "decay capped at D");
+    CHECK(ema_decay_at(0.9999f, 100000000) == 0.9999f, "decay capped at D for large t");
+    enum { N = 37 };
+    float avg[N], ref[N], val[N];
+    for (int j = 0; j < N; j++) avg[j] = ref[j] = (float)j * 0.25f - 3.0f;
+    for (int64_t t = 1; t <= 500; t++) {
+        for (int j = 0; j < N; j++) val[j] = sinf((float)(t * N + j)) * 2.0f;
+        float d = ema_decay_at(0.99f, t);
+        ema_apply(d, avg, val, N);
+        for (int j = 0; j < N; j++) {
+            volatile float delta = (ref[j] - val[j]) * (1.0f - d);
+            ref[j] = ref[j] - delta;
+        }
+    }
+    CHECK(!memcmp(avg, ref, sizeof avg), "ema_apply differs from TF's assign_sub form");
+    /* and it averages: constant input converges to it */
+    for (int j = 0; j < N; j++) val[j] = 5.0f;
+    for (int k = 0; k < 3000; k++) ema_apply(0.99f, avg, val, N);
+    CHECK_CLOSE(avg[3], 5.0, 0, 1e-5, "ema of a constant: %g", (double)avg[3]);
+}
+
 int main(void)
 {
     test_names();
@@ -241,5 +304,7 @@ int main(void)
     r.momentum = 0; /* plain RMSProp */
     test_against_reference_and_shards(&r, 0.01f);
     test_schedule();
+    test_warmup();
+    test_ema();
     return check_exit();
 }

@@ -82,6 +82,9 @@ static int check_config(const train_cfg *c, int size, pst_err *e)
                         "replicas than workers needs at least %d ranks with --ps %d)",
                         c->replicas_to_aggregate, W, W, 1 + P + c->replicas_to_aggregate, P);
     if (train_check_cfg(c, e) < 0) return -1;
+    if (c->ema_decay > 0)
+        return pst_fail(e, "--moving-average-decay: not supported under mpirun yet (one process "
+                           "only)");
     if (c->placement == PLACE_PARTITION && c->partition_bytes <= 0)
         return pst_fail(e, "--partition-bytes: expected a positive number of bytes");
     return 0;
@@ -323,12 +326,9 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     if (ps_new(&r->sh, MPI_COMM_WORLD, r->plan, &lay, nn_model_params(r->m), e) < 0)
         dist_fatal("%s", e->msg);
 
-    r->sched = (lr_schedule){.base = cfg->lr,
-                             .decay = cfg->lr_decay,
-                             .decay_epochs = cfg->lr_decay_epochs,
-                             .steps_per_epoch = cfg->mode == TRAIN_SYNC
-                                                    ? PST_MAX((r->info.bpe + R - 1) / R, 1)
-                                                    : PST_MAX(r->info.bpe, 1)};
+    r->sched = train_schedule(cfg, W,
+                              cfg->mode == TRAIN_SYNC ? PST_MAX((r->info.bpe + R - 1) / R, 1)
+                                                      : PST_MAX(r->info.bpe, 1));
 
     /* 4. the roles */
     if (is_root)

@@ -435,6 +435,7 @@ void root_run(dist_run *r, pst_err *e)
     /* the set-up, as log lines with their time like what follows */
     metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
                  cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
+    train_recipe_note(r->mx, cfg, W, r->sched.steps_per_epoch);
     if (cfg->verbose && !cfg->quiet) {
         place_plan_print(r->plan, stderr);
     } else {

@@ -11,7 +11,12 @@
  *   stamps:  per slot 64 bytes: int64 seq, version, ticket, count, step, ack
  *   params:  its shard: the plan's ranges back to back (place_range.ps_offset)
  *   grads:   W shard-sized gradient slots (sync mode, and async mode with a
- *            stateful optimizer)
+ *            stateful optimizer or moving averages)
+ *   averages: with --moving-average-decay, the moving averages of the shard
+ *            (its layout as params), updated by the PS after every update it
+ *            applies (sync: inside the seqlock of the version, with
+ *            num_updates = the new version; async: num_updates = the global
+ *            step the worker drew + 1)
  * Every rank holds MPI_Win_lock_all(MPI_MODE_NOCHECK) for the run.
  *
  * Sync (SyncReplicasOptimizer): a worker pulls every PS's ranges with
@@ -44,9 +49,9 @@
  * chooses independently: runs are not reproducible. With --steps S the PS raise `done` after S
  * versions and the workers stop.
  *
- * Async: with plain SGD the worker MPI_Accumulates -lr*g (MPI_SUM) straight
- * into the parameters and MPI_REPLACEs the new statistics; the PS only
- * serves progress. With stateful optimizers the worker puts its gradient
+ * Async: with plain SGD (and no moving averages) the worker MPI_Accumulates
+ * -lr*g (MPI_SUM) straight into the parameters and MPI_REPLACEs the new
+ * statistics; the PS only serves progress. With stateful optimizers the worker puts its gradient
  * into its slot (waiting first until the PS acknowledged the previous one)
  * and the PS applies each gradient as it arrives with lr from the global step
  * the worker drew. Gets may see a mix of old and new elements (Hogwild).
@@ -84,6 +89,10 @@ typedef struct ps_layout {
     opt_cfg opt;
     const float *init_slots;
     size_t init_slot_stride;
+    /* --moving-average-decay (0: none) and the full-slab averages to start
+     * from (NULL: the initial parameters) */
+    float ema_decay;
+    const float *init_averages;
     /* resume: the version the run starts at, and (lockstep) the ticket of
      * that version's first gradient */
     int64_t first_version, first_ticket;
@@ -139,10 +148,11 @@ void ps_snapshot_send(ps_shard *s, int64_t version);
 /* PS: waits until the last snapshot has left. */
 void ps_snapshot_wait(ps_shard *s);
 /* Root: receives PS p's next snapshot into the full slabs (params; slots
- * with slot_stride). Non-blocking unless `block`: returns 1 if one was
- * received, 0 if none is waiting. Snapshots from one PS arrive in order. */
+ * with slot_stride; averages, with moving averages only). Non-blocking
+ * unless `block`: returns 1 if one was received, 0 if none is waiting.
+ * Snapshots from one PS arrive in order. */
 int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *params, float *slots,
-                     size_t slot_stride);
+                     size_t slot_stride, float *averages);
 /* Root: asks every PS for a snapshot when it reaches `version` (lockstep;
  * the root must choose a version no PS can have reached: one whose tickets
  * it has not published yet). */
@@ -160,6 +170,8 @@ void ps_request_stop(ps_shard *s, int64_t total_tickets);
  * retry until each PS's lockseq is even and unchanged around its Get;
  * versions (may be NULL) receives each PS's version. */
 void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions);
+/* The same for the moving averages (a run with --moving-average-decay). */
+void ps_pull_averages(ps_shard *s, float *averages, bool consistent);
 /* Waits until every PS's version is > after[p] or the PS is done; returns
  * true if any PS is done. now[p] (may be NULL) receives the versions seen
  * (an even lockseq: no write in progress). `wait` accumulates seconds. */

@@ -82,9 +82,6 @@ static int check_config(const train_cfg *c, int size, pst_err *e)
                         "replicas than workers needs at least %d ranks with --ps %d)",
                         c->replicas_to_aggregate, W, W, 1 + P + c->replicas_to_aggregate, P);
     if (train_check_cfg(c, e) < 0) return -1;
-    if (c->ema_decay > 0)
-        return pst_fail(e, "--moving-average-decay: not supported under mpirun yet (one process "
-                           "only)");
     if (c->placement == PLACE_PARTITION && c->partition_bytes <= 0)
         return pst_fail(e, "--partition-bytes: expected a positive number of bytes");
     return 0;
@@ -264,12 +261,23 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         r->slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(r->nslots, 1) *
                                      (r->nparam ? r->nparam : 1));
         opt_init_slots(&cfg->opt, r->slots, r->nparam, r->nparam);
+        if (cfg->ema_decay > 0)
+            r->averages = pst_aligned_alloc(sizeof(float) * (r->nparam ? r->nparam : 1));
     }
-    /* resume: the root reads the variables and r->slots, everybody gets them */
+    /* resume: the root reads the variables, r->slots and the averages, everybody gets them */
     if (ok && is_root && r->info.resumed) {
         ckpt_expect want = ckpt_expect_model(r->m, &cfg->opt);
+        want.averages = r->averages;
+        ckpt_meta cm;
+        memset(&cm, 0, sizeof cm);
         ok = ckpt_read(r->ckpt_file, &want, nn_model_params(r->m), r->nslots ? r->slots : NULL,
-                       r->nparam, NULL, e) == 0;
+                       r->nparam, &cm, e) == 0;
+        if (ok && r->averages && !cm.has_averages) {
+            /* they start from the checkpoint's variables */
+            memcpy(r->averages, nn_model_params(r->m), sizeof(float) * r->nparam);
+            r->averages_from_vars = true;
+        }
+        if (ok) ckpt_meta_free(&cm);
     }
     int all_ok = 0;
     MPI_OK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
@@ -283,6 +291,9 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         if (r->nslots)
             dist_bcast(r->slots, r->nparam * (size_t)r->nslots, MPI_FLOAT, sizeof(float),
                        r->root_rank, MPI_COMM_WORLD);
+        if (r->averages)
+            dist_bcast(r->averages, r->nparam, MPI_FLOAT, sizeof(float), r->root_rank,
+                       MPI_COMM_WORLD);
         res->start_step = cfg->mode == TRAIN_SYNC ? r->info.first_version : r->info.first_ticket;
     }
     if (cfg->dry_run) {
@@ -315,12 +326,17 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     if (feed_new(&r->f, MPI_COMM_WORLD, r->root_rank, &fg, e) < 0) dist_fatal("%s", e->msg);
     ps_layout lay = {.ps_ranks = r->ps_ranks,
                      .nworkers = W,
-                     .grad_slots = cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD,
+                     /* async SGD accumulates into the parameters without the
+                      * PS, which then could not keep the averages */
+                     .grad_slots =
+                         cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD || cfg->ema_decay > 0,
                      .lockstep = lockstep,
                      .root_rank = r->root_rank,
                      .opt = cfg->opt,
                      .init_slots = r->info.resumed && r->nslots ? r->slots : NULL,
                      .init_slot_stride = r->nparam,
+                     .ema_decay = cfg->ema_decay,
+                     .init_averages = r->info.resumed ? r->averages : NULL,
                      .first_version = cfg->mode == TRAIN_SYNC ? r->info.first_version : 0,
                      .first_ticket = r->info.first_ticket};
     if (ps_new(&r->sh, MPI_COMM_WORLD, r->plan, &lay, nn_model_params(r->m), e) < 0)
@@ -346,7 +362,7 @@ out:
     metrics_close(r->mx);
     pipe_free(r->pl);
     free(r->log.a), free(r->prior.a);
-    free(r->slots), free(r->mtext);
+    free(r->slots), free(r->averages), free(r->mtext);
     free(r->ps_ranks), free(r->worker_ranks);
     if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
     place_plan_free(r->plan);

@@ -181,12 +181,13 @@ int run_end(dist_run *r, pst_err *e)
             if (!r->rctx->final_got[p]) {
                 do
                     ps_snapshot_recv(r->sh, p, true, &v, r->rctx->ck_params, r->rctx->ck_slots,
-                                     nparam);
+                                     nparam, r->rctx->ck_avg);
                 while (v >= 0);
             }
         }
         memcpy(nn_model_params(m), r->rctx->ck_params, sizeof(float) * nparam);
         memcpy(r->slots, r->rctx->ck_slots, sizeof(float) * nparam * (size_t)nslots);
+        if (r->averages) memcpy(r->averages, r->rctx->ck_avg, sizeof(float) * nparam);
     }
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
 
@@ -267,8 +268,9 @@ int run_end(dist_run *r, pst_err *e)
             goto out;
         /* the 1-based epoch of the last batch */
         res->epoch = data_end > 0 ? (int)((data_end - 1) / PST_MAX(r->info.bpe, 1)) + 1 : 0;
-        if (cfg->checkpoint_dir && root_save_checkpoint(r->rctx, res->steps, data_end,
-                                                        nn_model_params(m), r->slots, e) < 0)
+        if (cfg->checkpoint_dir &&
+            root_save_checkpoint(r->rctx, res->steps, data_end, nn_model_params(m), r->slots,
+                                 r->averages, e) < 0)
             goto out;
         if (cfg->dump_params_path &&
             train_dump_params(cfg->dump_params_path, nn_model_params(m), nparam, e) < 0)
@@ -276,6 +278,9 @@ int run_end(dist_run *r, pst_err *e)
         if (r->esplit && !res->stop_signal) {
             double acc, loss;
             int64_t n;
+            /* evaluations use the moving averages (README); the variables
+             * are not needed any more */
+            if (r->averages) memcpy(nn_model_params(m), r->averages, sizeof(float) * nparam);
             if (train_evaluate(m, &r->ds, r->esplit, cfg->batch, &acc, &loss, &n, NULL, e) < 0)
                 goto out;
             train_set_eval(res, r->esplit, acc, loss, n);

@@ -9,6 +9,8 @@
  *                                step, ack (per worker)
  *   params_off                   n_p floats
  *   grads_off + w*slot_bytes     worker w's gradient slot (n_p floats)
+ *   avg_off                      the moving averages (n_p floats), after the
+ *                                gradient slots (--moving-average-decay)
  */
 #include "pstrain/ps.h"
 
@@ -36,6 +38,7 @@ struct ps_shard {
     int64_t seq_buf;      /* the seq being put, alive until flushed */
     int64_t *stamp_buf;   /* worker: 4 stamp words per PS, alive until flushed */
     int nslots;           /* optimizer slots per parameter */
+    int navg;             /* 1 with moving averages, else 0 */
     float *slots;         /* PS: nslots arrays of the shard size */
     float *snap;          /* PS: params + slots snapshot in flight to the root */
     int64_t snap_version;
@@ -52,6 +55,11 @@ static MPI_Aint align64(MPI_Aint n)
 static MPI_Aint grads_off(const ps_shard *s, int p, int w)
 {
     return s->params_off + s->slot_bytes[p] * (1 + w);
+}
+
+static MPI_Aint avg_off(const ps_shard *s, int p)
+{
+    return s->params_off + s->slot_bytes[p] * (1 + (s->lay.grad_slots ? s->lay.nworkers : 0));
 }
 
 static MPI_Aint stamp_off(int w, int word)
@@ -84,11 +92,11 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
     s->stamp_buf = pst_malloc(sizeof *s->stamp_buf * 4 * (size_t)plan->nps);
     s->req_buf = pst_calloc((size_t)plan->nps, sizeof *s->req_buf);
     s->nslots = opt_nslots(lay->opt.kind);
+    s->navg = lay->ema_decay > 0;
     for (int p = 0; p < plan->nps; p++)
         s->slot_bytes[p] = align64((MPI_Aint)(plan->ps_floats[p] * sizeof(float)));
     MPI_Aint size = 0;
-    if (s->me >= 0)
-        size = s->params_off + s->slot_bytes[s->me] * (1 + (lay->grad_slots ? lay->nworkers : 0));
+    if (s->me >= 0) size = avg_off(s, s->me) + s->slot_bytes[s->me] * s->navg;
     int rc = MPI_Win_allocate(size, 1, MPI_INFO_NULL, comm, &s->base, &s->win);
     if (rc != MPI_SUCCESS) {
         char msg[MPI_MAX_ERROR_STRING];
@@ -107,10 +115,13 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
     if (s->me >= 0) {
         memset(s->base, 0, (size_t)size);
         float *params = (float *)(s->base + s->params_off);
+        float *avg = (float *)(s->base + avg_off(s, s->me));
+        const float *init_avg = lay->init_averages ? lay->init_averages : init;
         for (int r = plan->ps_first[s->me]; r < plan->ps_first[s->me] + plan->ps_nranges[s->me];
              r++) {
             const place_range *q = &plan->ranges[r];
             memcpy(params + q->ps_offset, init + q->offset, sizeof(float) * q->count);
+            if (s->navg) memcpy(avg + q->ps_offset, init_avg + q->offset, sizeof(float) * q->count);
         }
         /* optimizer slots: from a checkpoint, or their initial values */
         const size_t n = plan->ps_floats[s->me];
@@ -125,8 +136,9 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
                            lay->init_slots + (size_t)k * lay->init_slot_stride + q->offset,
                            sizeof(float) * q->count);
                 }
-        s->snap = pst_aligned_alloc(sizeof(float) * (size_t)(1 + s->nslots) * (n ? n : 1));
-        s->nsnap_req = 1 + dist_nchunks(n * (size_t)(1 + s->nslots), sizeof(float));
+        const size_t nsnap = n * (size_t)(1 + s->nslots + s->navg);
+        s->snap = pst_aligned_alloc(sizeof(float) * (nsnap ? nsnap : 1));
+        s->nsnap_req = 1 + dist_nchunks(nsnap, sizeof(float));
         s->snap_req = pst_malloc(sizeof *s->snap_req * (size_t)s->nsnap_req);
         for (int i = 0; i < s->nsnap_req; i++) s->snap_req[i] = MPI_REQUEST_NULL;
         ((int64_t *)s->base)[CTL_LOCKSEQ] = 2 * lay->first_version;
@@ -173,11 +185,15 @@ static int cmp_ticket(const void *a, const void *b)
     return (x->ticket > y->ticket) - (x->ticket < y->ticket);
 }
 
-/* Optimizer on the trainable ranges, copy on the non-trainable ones. */
-static void apply_shard(ps_shard *s, const ps_serve_cfg *c, float lr, int64_t t, float *params,
-                        const float *g, float *slots, size_t n)
+/* Optimizer on the trainable ranges, copy on the non-trainable ones; then
+ * the moving averages of every range, for global step ema_t (the step this
+ * update makes). */
+static void apply_shard(ps_shard *s, const ps_serve_cfg *c, float lr, int64_t t, int64_t ema_t,
+                        float *params, const float *g, float *slots, size_t n)
 {
     const place_plan *pl = s->plan;
+    float *avg = (float *)(s->base + avg_off(s, s->me));
+    const float d = s->navg ? ema_decay_at(s->lay.ema_decay, ema_t) : 0;
     for (int r = pl->ps_first[s->me]; r < pl->ps_first[s->me] + pl->ps_nranges[s->me]; r++) {
         const place_range *q = &pl->ranges[r];
         size_t o = q->ps_offset;
@@ -185,6 +201,7 @@ static void apply_shard(ps_shard *s, const ps_serve_cfg *c, float lr, int64_t t,
             opt_apply(&c->opt, lr, t, params + o, g + o, slots + o, n, q->count);
         else
             memcpy(params + o, g + o, sizeof(float) * q->count);
+        if (s->navg) ema_apply(d, avg + o, params + o, q->count);
     }
 }
 
@@ -261,7 +278,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             const float *g = (const float *)(s->base + grads_off(s, s->me, w));
             float lr = lr_at(&c->sched, stp[ST_STEP]);
             st->applied++;
-            apply_shard(s, c, lr, st->applied, params, g, slots, n);
+            apply_shard(s, c, lr, st->applied, stp[ST_STEP] + 1, params, g, slots, n);
             MPI_OK(MPI_Win_sync(s->win));
             dist_store64(&stp[ST_ACK], seq);
             MPI_OK(MPI_Win_sync(s->win));
@@ -288,7 +305,8 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             }
             dist_store64(&ctl[CTL_LOCKSEQ], 2 * version + 1);
             MPI_OK(MPI_Win_sync(s->win));
-            apply_shard(s, c, lr_at(&c->sched, version), version + 1, params, acc, slots, n);
+            apply_shard(s, c, lr_at(&c->sched, version), version + 1, version + 1, params, acc,
+                        slots, n);
             version++;
             st->applied += take;
             for (int w = 0; w < W; w++) have[w] = false;
@@ -358,11 +376,14 @@ void ps_snapshot_send(ps_shard *s, int64_t version)
     MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
     memcpy(s->snap, s->base + s->params_off, sizeof(float) * n);
     memcpy(s->snap + n, s->slots, sizeof(float) * n * (size_t)s->nslots);
+    if (s->navg)
+        memcpy(s->snap + n * (size_t)(1 + s->nslots), s->base + avg_off(s, s->me),
+               sizeof(float) * n);
     s->snap_version = version;
     MPI_OK(MPI_Isend(&s->snap_version, 1, MPI_INT64_T, s->lay.root_rank, TAG_SNAP_VERSION, s->comm,
                      &s->snap_req[0]));
-    dist_isend(s->snap, n * (size_t)(1 + s->nslots), MPI_FLOAT, sizeof(float), s->lay.root_rank,
-               TAG_SNAP_DATA, s->comm, &s->snap_req[1]);
+    dist_isend(s->snap, n * (size_t)(1 + s->nslots + s->navg), MPI_FLOAT, sizeof(float),
+               s->lay.root_rank, TAG_SNAP_DATA, s->comm, &s->snap_req[1]);
 }
 
 void ps_snapshot_wait(ps_shard *s)
@@ -371,7 +392,7 @@ void ps_snapshot_wait(ps_shard *s)
 }
 
 int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *params, float *slots,
-                     size_t slot_stride)
+                     size_t slot_stride, float *averages)
 {
     const int src = ps_rank_of(s, p);
     if (!block) {
@@ -381,16 +402,19 @@ int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *pa
     }
     const place_plan *pl = s->plan;
     const size_t n = pl->ps_floats[p];
-    float *buf = pst_aligned_alloc(sizeof(float) * (size_t)(1 + s->nslots) * (n ? n : 1));
+    const size_t nsnap = n * (size_t)(1 + s->nslots + s->navg);
+    float *buf = pst_aligned_alloc(sizeof(float) * (nsnap ? nsnap : 1));
     MPI_OK(MPI_Recv(version, 1, MPI_INT64_T, src, TAG_SNAP_VERSION, s->comm, MPI_STATUS_IGNORE));
-    dist_recv(buf, n * (size_t)(1 + s->nslots), MPI_FLOAT, sizeof(float), src, TAG_SNAP_DATA,
-              s->comm);
+    dist_recv(buf, nsnap, MPI_FLOAT, sizeof(float), src, TAG_SNAP_DATA, s->comm);
     for (int r = pl->ps_first[p]; r < pl->ps_first[p] + pl->ps_nranges[p]; r++) {
         const place_range *q = &pl->ranges[r];
         memcpy(params + q->offset, buf + q->ps_offset, sizeof(float) * q->count);
         for (int k = 0; k < s->nslots; k++)
             memcpy(slots + (size_t)k * slot_stride + q->offset,
                    buf + n + (size_t)k * n + q->ps_offset, sizeof(float) * q->count);
+        if (s->navg)
+            memcpy(averages + q->offset, buf + n * (size_t)(1 + s->nslots) + q->ps_offset,
+                   sizeof(float) * q->count);
     }
     free(buf);
     return 1;
@@ -428,13 +452,15 @@ static int ps_rank(const ps_shard *s, int p)
     return s->ps_ranks[p];
 }
 
-static void get_ranges(ps_shard *s, int p, float *params)
+/* PS p's ranges of the full slab `out` from its window at byte `base`
+ * (params_off: the parameters; avg_off: the moving averages). */
+static void get_ranges(ps_shard *s, int p, float *out, MPI_Aint base)
 {
     const place_plan *pl = s->plan;
     for (int r = pl->ps_first[p]; r < pl->ps_first[p] + pl->ps_nranges[p]; r++) {
         const place_range *q = &pl->ranges[r];
-        dist_get(params + q->offset, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, p),
-                 s->params_off + (MPI_Aint)(q->ps_offset * sizeof(float)), s->win);
+        dist_get(out + q->offset, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, p),
+                 base + (MPI_Aint)(q->ps_offset * sizeof(float)), s->win);
     }
 }
 
@@ -447,11 +473,11 @@ static void get_ctl(ps_shard *s, int p, int64_t ctl[2])
     MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
 }
 
-void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions)
+static void pull_from(ps_shard *s, float *out, bool avg, bool consistent, int64_t *versions)
 {
     const int P = s->plan->nps;
     if (!consistent) {
-        for (int p = 0; p < P; p++) get_ranges(s, p, params);
+        for (int p = 0; p < P; p++) get_ranges(s, p, out, avg ? avg_off(s, p) : s->params_off);
         MPI_OK(MPI_Win_flush_all(s->win));
         return;
     }
@@ -465,7 +491,7 @@ void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions)
                 dist_backoff_wait(&bo);
                 continue;
             }
-            get_ranges(s, p, params);
+            get_ranges(s, p, out, avg ? avg_off(s, p) : s->params_off);
             MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
             get_ctl(s, p, b);
             if (a[CTL_LOCKSEQ] == b[CTL_LOCKSEQ]) {
@@ -474,6 +500,17 @@ void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions)
             }
         }
     }
+}
+
+void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions)
+{
+    pull_from(s, params, false, consistent, versions);
+}
+
+void ps_pull_averages(ps_shard *s, float *averages, bool consistent)
+{
+    if (!s->navg) dist_fatal("ps_pull_averages: this run keeps no moving averages");
+    pull_from(s, averages, true, consistent, NULL);
 }
 
 bool ps_wait_newer(ps_shard *s, const int64_t *after, int64_t *now, double *wait)

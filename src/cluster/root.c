@@ -109,9 +109,10 @@ static ckpt_meta run_meta(const root_ctx *c, int64_t step, int64_t next_batch)
 }
 
 int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const float *params,
-                         const float *slots, pst_err *e)
+                         const float *slots, const float *averages, pst_err *e)
 {
     ckpt_meta cm = run_meta(c, step, next_batch);
+    cm.averages = averages;
     if (ckpt_save(c->cfg->checkpoint_dir, c->cfg->keep_checkpoints, &cm, c->vars, c->nvars, params,
                   c->nslots ? slots : NULL, c->nparam, c->res->last_checkpoint,
                   sizeof c->res->last_checkpoint, e) < 0)
@@ -171,7 +172,8 @@ static int root_poll(void *vctx, pst_err *e)
         for (int p = 0; p < c->P; p++) {
             int64_t v;
             if (!c->ck_got[p] && !c->final_got[p] &&
-                ps_snapshot_recv(c->sh, p, false, &v, c->ck_params, c->ck_slots, c->nparam)) {
+                ps_snapshot_recv(c->sh, p, false, &v, c->ck_params, c->ck_slots, c->nparam,
+                                 c->ck_avg)) {
                 did = 1;
                 if (v < 0) { /* this PS is done: its final state, kept for the end */
                     c->final_got[p] = 1;
@@ -192,12 +194,15 @@ static int root_poll(void *vctx, pst_err *e)
                                  ((cfg->checkpoint_every > 0 && v % cfg->checkpoint_every == 0) ||
                                   (c->ck_requested && v == c->ck_req_version));
             if (is_ckpt) {
-                if (root_save_checkpoint(c, v, next, c->ck_params, c->ck_slots, e) < 0) return -1;
+                if (root_save_checkpoint(c, v, next, c->ck_params, c->ck_slots, c->ck_avg, e) < 0)
+                    return -1;
                 c->ck_requested = false;
                 c->t_ckpt = pst_now();
             }
             if (v == c->eval_version) {
-                memcpy(nn_model_params(c->m), c->ck_params, sizeof(float) * c->nparam);
+                /* the moving averages when the run keeps them (README) */
+                memcpy(nn_model_params(c->m), c->ck_avg ? c->ck_avg : c->ck_params,
+                       sizeof(float) * c->nparam);
                 if (root_eval(c, v, c->next_eval_epoch, e) < 0) return -1;
                 c->eval_version = -1;
                 c->next_eval_epoch += cfg->eval_every;
@@ -226,7 +231,10 @@ static int root_poll(void *vctx, pst_err *e)
         /* async / backup workers: once the ring has cycled past the epoch's
          * last batch, evaluate the variables as they are, at about the step
          * the workers report */
-        ps_pull(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC, NULL);
+        if (c->ck_avg)
+            ps_pull_averages(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC);
+        else
+            ps_pull(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC, NULL);
         double step = 0;
         for (int w = 0; w < c->W; w++)
             step = PST_MAX(step, feed_report_of(c->f, c->worker_ranks[w])[WR_LAST_STEP] + 1);
@@ -291,7 +299,11 @@ static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char 
                       "mean different things (global step, learning-rate schedule, optimizer "
                       "slots); resume with --mode %s, or start a new run",
                       path, cm.mode, mode_name(cfg->mode), cm.mode);
-    else if (cm.workers != W && !cfg->quiet)
+    else if (cm.has_averages && !(cfg->ema_decay > 0) && !cfg->quiet)
+        pst_warn("%s has moving averages; this run has no --moving-average-decay and does not "
+                 "keep them",
+                 path);
+    if (rc > 0 && cm.workers != W && !cfg->quiet)
         /* the data cursor counts batches and a version starts wherever the
          * checkpoint's ended, so another worker count continues the run
          * (deterministically in lockstep, from here on in groups of W) */
@@ -453,6 +465,9 @@ void root_run(dist_run *r, pst_err *e)
     if (r->info.resumed)
         metrics_note(r->mx, "resumed from %s at step %lld (batch %lld)", r->ckpt_file,
                      (long long)r->info.first_version, (long long)r->info.first_ticket);
+    if (r->averages_from_vars)
+        metrics_note(r->mx, "%s has no moving averages: they start from its variables",
+                     r->ckpt_file);
     r->rctx->vars = r->vars, r->rctx->nvars = r->nv, r->rctx->ds = &r->ds;
     r->mtext = NULL;
     {
@@ -468,6 +483,7 @@ void root_run(dist_run *r, pst_err *e)
     r->rctx->ck_params = pst_aligned_alloc(sizeof(float) * (nparam ? nparam : 1));
     r->rctx->ck_slots =
         pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * (nparam ? nparam : 1));
+    if (r->averages) r->rctx->ck_avg = pst_aligned_alloc(sizeof(float) * (nparam ? nparam : 1));
     r->rctx->ck_got = pst_calloc((size_t)P, sizeof *r->rctx->ck_got);
     r->rctx->final_got = pst_calloc((size_t)P, sizeof *r->rctx->final_got);
     r->rctx->t_ckpt = pst_now();
@@ -494,6 +510,7 @@ void root_run(dist_run *r, pst_err *e)
 void root_ctx_free(root_ctx *c)
 {
     if (!c) return;
-    free(c->ck_params), free(c->ck_slots), free(c->ck_got), free(c->final_got), free(c->prev);
+    free(c->ck_params), free(c->ck_slots), free(c->ck_avg), free(c->ck_got), free(c->final_got),
+        free(c->prev);
     free(c);
 }

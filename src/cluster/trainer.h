@@ -110,6 +110,7 @@ typedef struct root_ctx {
     size_t nparam;
     int nslots;
     float *ck_params, *ck_slots; /* a snapshot being assembled */
+    float *ck_avg;               /* its moving averages (--moving-average-decay), else NULL */
     int *ck_got;
     int *final_got; /* PS whose final state arrived (in ck_params/ck_slots) */
     int64_t ck_version;
@@ -164,6 +165,8 @@ typedef struct dist_run {
     size_t nparam;
     int nslots;
     float *slots;
+    float *averages;         /* --moving-average-decay: the full slab (root: final), else NULL */
+    bool averages_from_vars; /* resumed from a checkpoint without averages */
     feed *f;
     ps_shard *sh;
     int nring;
@@ -191,7 +194,7 @@ void root_tick(void *vctx);
  * the gathered final records, so that the last line is the final step. */
 void root_report(root_ctx *c, const double *const *wrec, const ps_timing *pt);
 int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const float *params,
-                         const float *slots, pst_err *e);
+                         const float *slots, const float *averages, pst_err *e);
 void root_ctx_free(root_ctx *c);
 
 /* worker.c: the worker loop of worker r->worker_id. */

@@ -31,7 +31,8 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
     float *params = nn_model_params(a->m), *grads = nn_model_grads(a->m);
     const size_t nparam = nn_model_size(a->m);
     const bool sync = cfg->mode == TRAIN_SYNC;
-    const bool accumulate = !sync && cfg->opt.kind == OPT_SGD;
+    /* (with moving averages the PS applies every update: dist.c) */
+    const bool accumulate = !sync && cfg->opt.kind == OPT_SGD && !(cfg->ema_decay > 0);
     const bool lockstep = sync && a->R == a->W;
     float *scratch = accumulate ? pst_aligned_alloc(sizeof(float) * nparam) : NULL;
     int64_t *versions = pst_calloc((size_t)a->P, sizeof *versions);

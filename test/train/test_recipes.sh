@@ -96,12 +96,14 @@ for r in steps:
     want = base * (0.1 + 0.9 * s / n) if s < n else base
     if abs(r["lr"] - want) > 2e-6 * want:
         errs.append("step %d: lr %r, expected %r" % (r["step"], r["lr"], want))
-if len(steps) < total // 2:
-    errs.append("only %d step records" % len(steps))
-if not steps or steps[0]["step"] != 1 or abs(steps[0]["lr"] - base / 10) > 1e-6 * base:
+# one process logs every step with --log-every 0; the root under mpirun
+# about every second (whichever steps those are, their lr must fit)
+if not steps or (sys.argv[5] == "single" and len(steps) != total):
+    errs.append("%d step records" % len(steps))
+if sys.argv[5] == "single" and (steps[0]["step"] != 1 or abs(steps[0]["lr"] - base / 10) > 1e-6 * base):
     errs.append("the first step does not run at lr/10: %r" % steps[:1])
 print("\n".join(errs[:5]))
-sys.exit(1 if errs else 0)' "$a.jsonl" "$base" $spe $total
+sys.exit(1 if errs else 0)' "$a.jsonl" "$base" $spe $total "$mode"
 
 say "$mode: evaluations use the averages"
 "$PSTRAIN" eval --data "$tmp/d.h5" --checkpoint "$a" --summary-json "$tmp/ev.json" \

@@ -13,7 +13,8 @@
 #   - bad values are one-line usage errors (exit 2).
 #
 #   test_recipes.sh ... single   # one process
-#   test_recipes.sh ... dist     # mpirun: sync, 2 PS and 2 workers (and 1 PS)
+#   test_recipes.sh ... dist     # mpirun: sync, 2 PS and 2 workers resumed; 1 PS;
+#                                # 1 worker against one process
 . "$(dirname "$0")/lib.sh"
 mode=${4:-single}
 CKPT_CMP=${CKPT_CMP:?CKPT_CMP must name the ckpt_cmp tool}
@@ -132,6 +133,14 @@ if [ "$mode" = dist ]; then
     run "$tmp/p1.log" train "${R[@]}" --ps 1 --steps $total --checkpoint-dir "$tmp/p1" --quiet ||
         bad "1-PS run failed"
     cmp_ckpt "$a/ckpt-$total.h5" "$tmp/p1/ckpt-$total.h5" || bad "1 PS and 2 PS differ"
+    say "dist: 1 worker gives bitwise the run of one process, averages included"
+    launch=(timeout -k 5 120 mpirun -np 3 "$PSTRAIN")
+    run "$tmp/w1.log" train "${R[@]}" --ps 1 --steps 30 --checkpoint-dir "$tmp/w1" --quiet ||
+        bad "1-worker run failed"
+    launch=(timeout -k 5 120 "$PSTRAIN")
+    run "$tmp/one.log" train "${R[@]}" --steps 30 --checkpoint-dir "$tmp/one" --quiet ||
+        bad "one-process run failed"
+    cmp_ckpt "$tmp/one/ckpt-30.h5" "$tmp/w1/ckpt-30.h5" || bad "1 worker and one process differ"
     finish
 fi
 

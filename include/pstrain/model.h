@@ -129,10 +129,10 @@ typedef struct nn_memory {
     size_t scratch_bytes;   /* scratch shared by the layers (convolution im2col) */
 } nn_memory;
 void nn_model_memory(const nn_model *m, nn_memory *out);
-/* Prints the parameter memory (parameters, gradients, opt_slots optimizer
- * slots) and the activation memory, planned and unplanned, in bytes with
- * units, as lines indented by two spaces (--dry-run, `pstrain plan`). */
-void nn_model_print_memory(const nn_model *m, int opt_slots, FILE *out);
+/* Prints the parameter memory (parameters, gradients, opt_slots slots of
+ * optimizer `opt`) and the activation memory, planned and unplanned, in
+ * bytes with units, as an indented table (--dry-run, `pstrain plan`). */
+void nn_model_print_memory(const nn_model *m, int opt_slots, const char *opt, FILE *out);
 
 /* Per-layer timing of train_step for benchmarks (off by default; costs two
  * clock reads per layer when on). The report prints the calling thread's

@@ -299,6 +299,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     if (cfg->dry_run) {
         if (is_root) {
             nn_model_describe(r->m, stdout);
+            nn_model_print_memory(r->m, opt_nslots(cfg->opt.kind), opt_name(cfg->opt.kind), stdout);
             place_plan_print(r->plan, stdout);
         }
         rc = 0;

@@ -268,12 +268,13 @@ int nn_add_concat(nn_model *m, const char *name, const int *ins, int nin);
 
 /* ---- activation planning (plan.c) -------------------------------------------------- */
 
-/* Plans both steps for m's layout and max_batch, allocates the arena with
- * m->scratch_floats of scratch after it, binds the training plan. -1 with
- * m->err on failure (a layer whose output nothing uses). */
+/* Plans both steps for m's layout and max_batch and sizes the arena (with
+ * m->scratch_floats of scratch after it), which the first bind allocates.
+ * -1 with m->err on failure (a layer whose output nothing uses). */
 int nn_plan_model(nn_model *m);
 /* Points every layer's y, dy and state where plan p puts them (no-op when
- * p is already bound); poison layout: fills the whole arena with NaN. */
+ * p is already bound), allocating the arena on first use; poison layout:
+ * fills the whole arena with NaN. */
 void nn_plan_bind(nn_model *m, const nn_plan *p);
 /* Poison layout only (no-op otherwise): after the call at time t of the
  * bound plan, fills the buffers that died at t with NaN. */

@@ -193,6 +193,14 @@ static void fill_nan(float *p, size_t n)
 
 void nn_plan_bind(nn_model *m, const nn_plan *p)
 {
+    if (!m->arena) {
+        /* on the first step: a model built for --dry-run or `pstrain plan`
+         * never allocates its activations */
+        size_t all = m->arena_floats + m->scratch_floats;
+        m->arena = pst_aligned_alloc(sizeof(float) * all);
+        memset(m->arena, 0, sizeof(float) * all);
+        m->scratch = m->arena + m->arena_floats;
+    }
     if (m->layout == NN_LAYOUT_POISON) fill_nan(m->arena, m->arena_floats);
     if (m->bound == p) return;
     for (int i = 0; i < m->nlayers; i++) m->layers[i].y = m->layers[i].dy = NULL;
@@ -218,8 +226,8 @@ void nn_plan_after(nn_model *m, int t)
         if (p->bufs[i].end == t) fill_nan(m->arena + p->bufs[i].offset, p->bufs[i].floats);
 }
 
-/* Plans both steps and (re)allocates the arena with m->scratch_floats of
- * scratch after it. */
+/* Plans both steps and sizes the arena, m->scratch_floats of scratch after
+ * it; the first nn_plan_bind allocates it. */
 static int plan_all(nn_model *m)
 {
     nn_plan_free(&m->plan_train);
@@ -231,12 +239,8 @@ static int plan_all(nn_model *m)
     pack(&m->plan_infer, share);
     m->arena_floats = PST_MAX(m->plan_train.floats, m->plan_infer.floats);
     free(m->arena);
-    size_t all = m->arena_floats + m->scratch_floats;
-    m->arena = pst_aligned_alloc(sizeof(float) * all);
-    memset(m->arena, 0, sizeof(float) * all);
-    m->scratch = m->arena + m->arena_floats;
+    m->arena = m->scratch = NULL;
     m->bound = NULL;
-    nn_plan_bind(m, &m->plan_train);
     return 0;
 }
 
@@ -267,42 +271,52 @@ void nn_model_memory(const nn_model *m, nn_memory *out)
     out->scratch_bytes = sizeof(float) * m->scratch_floats;
 }
 
-/* "97.5 MiB (102,228,128 bytes)" */
-static const char *bytes_text(char *buf, size_t len, size_t n)
+/* "97.5 MiB" and "102,228,128" */
+static void bytes_text(char *unit, char *exact, size_t len, size_t n)
 {
     static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)n;
     int u = 0;
     while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
-    char digits[32], grouped[48];
+    if (u == 0)
+        snprintf(unit, len, "%zu bytes", n);
+    else
+        snprintf(unit, len, "%.1f %s", v, units[u]);
+    char digits[32];
     snprintf(digits, sizeof digits, "%zu", n);
     size_t nd = strlen(digits), o = 0;
-    for (size_t i = 0; i < nd; i++) {
-        if (i && (nd - i) % 3 == 0) grouped[o++] = ',';
-        grouped[o++] = digits[i];
+    for (size_t i = 0; i < nd && o + 2 < len; i++) {
+        if (i && (nd - i) % 3 == 0) exact[o++] = ',';
+        exact[o++] = digits[i];
     }
-    grouped[o] = 0;
-    if (u == 0)
-        snprintf(buf, len, "%s bytes", grouped);
-    else
-        snprintf(buf, len, "%.1f %s (%s bytes)", v, units[u], grouped);
-    return buf;
+    exact[o] = 0;
 }
 
-void nn_model_print_memory(const nn_model *m, int opt_slots, FILE *out)
+static void memory_line(FILE *out, const char *what, size_t n, const char *note)
+{
+    char unit[32], exact[48];
+    bytes_text(unit, exact, sizeof unit, n);
+    fprintf(out, "    %-24s %10s %18s bytes%s%s\n", what, unit, exact, note[0] ? "  " : "", note);
+}
+
+void nn_model_print_memory(const nn_model *m, int opt_slots, const char *opt, FILE *out)
 {
     nn_memory mm;
     nn_model_memory(m, &mm);
-    char a[64], b[64], c[64], d[64];
+    char note[128], a[32], b[32], x[48];
     size_t slots = mm.param_bytes * (size_t)opt_slots;
-    fprintf(out, "  parameter memory: %s = parameters %s + gradients %s + optimizer slots %s\n",
-            bytes_text(a, sizeof a, 2 * mm.param_bytes + slots),
-            bytes_text(b, sizeof b, mm.param_bytes), bytes_text(c, sizeof c, mm.param_bytes),
-            bytes_text(d, sizeof d, slots));
-    fprintf(out, "  activation memory for a batch of %d: %s planned (unplanned: %s)\n",
-            m->cfg.max_batch, bytes_text(a, sizeof a, mm.arena_bytes),
-            bytes_text(b, sizeof b, mm.unplanned_bytes));
-    fprintf(out, "    training step %s, inference %s; convolution scratch %s\n",
-            bytes_text(a, sizeof a, mm.train_bytes), bytes_text(b, sizeof b, mm.infer_bytes),
-            bytes_text(c, sizeof c, mm.scratch_bytes));
+    fprintf(out, "  memory of one process for a batch of %d:\n", m->cfg.max_batch);
+    memory_line(out, "parameters", mm.param_bytes, "");
+    memory_line(out, "gradients", mm.param_bytes, "");
+    snprintf(note, sizeof note, "%s: %d slot%s", opt, opt_slots, opt_slots == 1 ? "" : "s");
+    memory_line(out, "optimizer slots", slots, note);
+    bytes_text(a, x, sizeof a, mm.train_bytes);
+    bytes_text(b, x, sizeof b, mm.infer_bytes);
+    snprintf(note, sizeof note, "training step %s, inference %s", a, b);
+    memory_line(out, "activations (planned)", mm.arena_bytes, note);
+    memory_line(out, "activations (unplanned)", mm.unplanned_bytes,
+                "a buffer per output, gradient and state");
+    memory_line(out, "layer scratch", mm.scratch_bytes, "convolutions' im2col");
+    memory_line(out, "total", 2 * mm.param_bytes + slots + mm.arena_bytes + mm.scratch_bytes,
+                "parameters to scratch, activations planned");
 }

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "pstrain/h5ds.h"
 #include "pstrain/model.h"
+#include "pstrain/optim.h"
 #include "pstrain/placement.h"
 #include "pstrain/usage.h"
 
@@ -17,13 +18,16 @@ static void plan_usage(FILE *out)
     fprintf(out,
             "usage: pstrain plan --model M --ps P [--placement round-robin|greedy|partition]\n"
             "                    [--partition-bytes N] [--data FILE.h5 | --height H --width W\n"
-            "                    --channels C --classes K]\n"
+            "                    --channels C --classes K] [--batch B] [--optimizer NAME]\n"
             "\n"
             "M: %s\n"
             "\n"
             "Prints every variable (batch-norm moving statistics included) with its shape,\n"
             "bytes, parameter server and offset within that server's shard, then the bytes\n"
-            "per PS, the imbalance ratio (max/mean) and the model's trainable parameters.\n"
+            "per PS, the imbalance ratio (max/mean) and the model's trainable parameters,\n"
+            "then its memory in one process: parameters, gradients and the optimizer's\n"
+            "slots (--optimizer as for train, default momentum), and the activations of a\n"
+            "batch of B (default 64, as train's --batch) as planned and unplanned.\n"
             "The image size comes from --data or the flags (default 28x28x1, 10 classes:\n"
             "Fashion-MNIST).\n",
             nn_model_names_join(names, sizeof names, " | ", " | "));
@@ -32,7 +36,8 @@ static void plan_usage(FILE *out)
 int plan_main(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL;
-    int ps = 0, height = 28, width = 28, channels = 1, classes = 10;
+    int ps = 0, height = 28, width = 28, channels = 1, classes = 10, batch = 64;
+    opt_kind opt = OPT_MOMENTUM;
     int64_t partition_bytes = 256 * 1024;
     place_kind kind = PLACE_ROUND_ROBIN;
     for (int i = 1; i < argc; i++) {
@@ -41,9 +46,10 @@ int plan_main(int argc, char **argv)
             plan_usage(stdout);
             return 0;
         }
-        static const char *const flags[] = {"model",           "data",   "ps",    "placement",
-                                            "partition-bytes", "height", "width", "channels",
-                                            "classes",         "help",   NULL};
+        static const char *const flags[] = {
+            "model",     "data",  "ps",       "placement", "partition-bytes",
+            "height",    "width", "channels", "classes",   "batch",
+            "optimizer", "help",  NULL};
         bool known = false;
         for (const char *const *n = flags; *n && a[0] == '-' && a[1] == '-'; n++)
             known |= !strcmp(a + 2, *n);
@@ -72,6 +78,10 @@ int plan_main(int argc, char **argv)
             bad = pst_parse_int(v, &channels) < 0 || channels < 1;
         else if (!strcmp(a, "--classes"))
             bad = pst_parse_int(v, &classes) < 0 || classes < 2;
+        else if (!strcmp(a, "--batch"))
+            bad = pst_parse_int(v, &batch) < 0 || batch < 1;
+        else if (!strcmp(a, "--optimizer"))
+            bad = opt_parse(v, &opt) < 0;
         else
             return pst_unknown_option(a, flags);
         if (bad) {
@@ -80,6 +90,7 @@ int plan_main(int argc, char **argv)
                     !strcmp(a, "--model") ? nn_model_names_join(names, sizeof names, ", ", " or ")
                     : !strcmp(a, "--placement") ? "round-robin, greedy or partition"
                     : !strcmp(a, "--classes")   ? "an integer >= 2"
+                    : !strcmp(a, "--optimizer") ? "sgd, momentum, rmsprop or adam"
                                                 : "a positive integer");
             return 2;
         }
@@ -103,7 +114,7 @@ int plan_main(int argc, char **argv)
                        .width = width,
                        .channels = channels,
                        .num_classes = classes,
-                       .max_batch = 1,
+                       .max_batch = batch,
                        .seed = 1};
     nn_model *m = NULL;
     if (nn_model_new(&m, &mc, &e) < 0) {
@@ -122,6 +133,7 @@ int plan_main(int argc, char **argv)
         printf("model %s, input %dx%dx%d, %d classes\n", model, height, width, channels, classes);
         place_plan_print(p, stdout);
         printf("trainable parameters: %zu\n", nn_model_trainable_size(m));
+        nn_model_print_memory(m, opt_nslots(opt), opt_name(opt), stdout);
     }
     place_plan_free(p);
     free(vars);

@@ -376,6 +376,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     if (nn_model_new(&m, &mc, e) < 0) goto out;
     if (cfg->dry_run) {
         nn_model_describe(m, stdout);
+        nn_model_print_memory(m, opt_nslots(cfg->opt.kind), opt_name(cfg->opt.kind), stdout);
         rc = 0;
         goto out;
     }

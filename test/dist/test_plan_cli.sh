@@ -15,6 +15,12 @@
 #   counts         the line 'trainable parameters: N' equals the reference
 #                  implementations' count (PyTorch's numel sum over
 #                  torchvision's models and the peer's torch_models.py)
+#   memory         the memory table: parameters and gradients = the slab
+#                  (the placement's total bytes), optimizer slots = their
+#                  count x the slab, planned activations <= unplanned, the
+#                  total adds up; a model whose activations for --batch
+#                  would not fit the address space is still planned (the
+#                  arena is only allocated by a step)
 set -u
 : "${PSTRAIN:?PSTRAIN not set (run through meson test)}"
 export LC_ALL=C
@@ -58,6 +64,8 @@ from functools import reduce
 
 path, strategy, nps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 partition_bytes = int(sys.argv[4]) if len(sys.argv) > 4 else 256 * 1024
+batch = int(sys.argv[5]) if len(sys.argv) > 5 else 64
+opt = sys.argv[6] if len(sys.argv) > 6 else "momentum"
 text = open(path).read()
 print(text, end="")
 lines = text.splitlines()
@@ -70,7 +78,8 @@ assert head, "second line is not the placement header: %r" % lines[1]
 assert head.group(1) == strategy and int(head.group(2)) == nps, "header %r" % lines[1]
 row_re = re.compile(r"^(\S+?)(\[(\d+):(\d+)\])?( \(state\))?\s+(\d+(?:x\d+)*)\s+(\d+)\s+(\d+)\s+(\d+)$")
 ps_re = re.compile(r"^PS (\d+) \(rank (\d+)\): (\d+) ranges, (\d+) bytes$")
-rows, pslines, imb, trainable = [], {}, None, None
+rows, pslines, imb, trainable, mem = [], {}, None, None, {}
+mem_re = re.compile(r"^    (\S.*?)\s+(\d+(?:\.\d)? (?:bytes|KiB|MiB|GiB|TiB))\s+([\d,]+) bytes(?:  (.*))?$")
 for l in lines[3:]:
     m = row_re.match(l)
     if m:
@@ -89,6 +98,15 @@ for l in lines[3:]:
     m = re.match(r"^trainable parameters: (\d+)$", l)
     if m:
         trainable = int(m.group(1))
+        continue
+    m = re.match(r"^  memory of one process for a batch of (\d+):$", l)
+    if m:
+        mem["batch"] = int(m.group(1))
+        continue
+    m = mem_re.match(l)
+    if m:
+        mem[m.group(1)] = int(m.group(3).replace(",", ""))
+        mem[m.group(1) + " note"] = m.group(4) or ""
         continue
     err("unexpected line %r" % l)
 
@@ -128,6 +146,28 @@ if sorted(pslines) != list(range(1, nps + 1)):
 mean = sum(bytes_of[1:]) / nps
 if imb is None or abs(imb - max(bytes_of[1:]) / mean) > 0.0005:
     err("imbalance %r, expected %.3f" % (imb, max(bytes_of[1:]) / mean))
+
+# the memory table
+want_rows = ["parameters", "gradients", "optimizer slots", "activations (planned)",
+             "activations (unplanned)", "layer scratch", "total"]
+missing = [k for k in want_rows if k not in mem]
+if missing or mem.get("batch") != batch:
+    err("memory table: missing %s, batch %r (expected %d)" % (missing, mem.get("batch"), batch))
+else:
+    slots = re.match(r"^(\S+): (\d+) slots?$", mem["optimizer slots note"])
+    if mem["parameters"] != total or mem["gradients"] != total:
+        err("memory: parameters %d, gradients %d bytes; the slab is %d"
+            % (mem["parameters"], mem["gradients"], total))
+    if not slots or slots.group(1) != opt or mem["optimizer slots"] != int(slots.group(2)) * total \
+            or int(slots.group(2)) != {"sgd": 0, "momentum": 1, "rmsprop": 2, "adam": 2}[opt]:
+        err("memory: optimizer slots %d bytes (%r) for %s and a %d-byte slab"
+            % (mem["optimizer slots"], mem["optimizer slots note"], opt, total))
+    if not 0 < mem["activations (planned)"] <= mem["activations (unplanned)"]:
+        err("memory: planned activations %d, unplanned %d"
+            % (mem["activations (planned)"], mem["activations (unplanned)"]))
+    parts = 2 * total + mem["optimizer slots"] + mem["activations (planned)"] + mem["layer scratch"]
+    if mem["total"] != parts:
+        err("memory: total %d, the lines add up to %d" % (mem["total"], parts))
 
 # slices: contiguous rows covering the variable, each on a different PS
 pieces = []  # (name, bytes, slice key) in model order
@@ -220,6 +260,17 @@ counts)
     count 272474 --model resnet-20 --height 32 --width 32 --channels 3 --classes 10
     count 272186 --model resnet-20 --height 28 --width 28 --channels 1 --classes 10
     count 855770 --model resnet-56 --height 32 --width 32 --channels 3 --classes 10
+    ;;
+memory)
+    plan round-robin 1 262144 8 adam -- --model lenet5 --ps 1 --batch 8 --optimizer adam
+    plan round-robin 2 262144 1 sgd -- --model inception-mini --ps 2 --batch 1 --optimizer sgd
+    plan round-robin 1 262144 64 momentum -- --model resnet-20 --ps 1 --height 32 --width 32 --channels 3
+    # resnet-56 on 32x32x3 at batch 8192: tens of GiB of activations, planned
+    # under a 2 GiB address space because nothing allocates them
+    (ulimit -v 2097152 && plan round-robin 1 262144 8192 rmsprop -- --model resnet-56 --ps 1 \
+        --height 32 --width 32 --channels 3 --batch 8192 --optimizer rmsprop && exit $fail) ||
+        bad "resnet-56 at batch 8192 under ulimit -v 2 GiB"
+    grep -F "activations (planned)" "$tmp/out"
     ;;
 bad-ps)
     refused 2 --ps "'0'" -- --model lenet5 --ps 0

@@ -3,7 +3,8 @@
 # batch 32 over 3,200 examples, the loss of the last metrics lines clearly
 # below the first ones and the test accuracy far above chance. Also: the
 # built-in models adapt to the data set's shape (--dry-run on 32x32x3 with
-# 5 classes) and --dry-run reports lenet5's and mlp's parameter counts.
+# 5 classes) and --dry-run reports lenet5's and mlp's parameter counts and
+# the memory table.
 . "$(dirname "$0")/lib.sh"
 need_fm
 
@@ -14,6 +15,7 @@ for m in mlp lenet5 inception-mini; do
         >"$tmp/dry.$m" 2>&1; then
         check "$m --dry-run: header" grep -q "^model $m: input 32x32x3, 5 classes" "$tmp/dry.$m"
         check "$m --dry-run writes no summary" test ! -e "$tmp/x.json"
+        check "$m --dry-run: memory table" grep -q "^    activations (planned) .* bytes  training step" "$tmp/dry.$m"
     else
         bad "$m --dry-run on 32x32x3 failed"
         cat "$tmp/dry.$m"

@@ -5,19 +5,45 @@
 
 #include "graph.h"
 
+/* An add call over elements [lo, hi): elementwise, so the pool's threads
+ * take ranges. */
+typedef struct add_job {
+    const float *ins[NN_MAX_IN];
+    float *dins[NN_MAX_IN];
+    bool acc[NN_MAX_IN];
+    int nin;
+    bool relu;
+    float *y, *dy;
+} add_job;
+
+static void add_fwd_range(void *varg, int lo, int hi)
+{
+    const add_job *j = varg;
+    const float *ins[NN_MAX_IN];
+    for (int k = 0; k < j->nin; k++) ins[k] = j->ins[k] + lo;
+    nn_sum_forward(j->y + lo, ins, j->nin, (size_t)(hi - lo), j->relu);
+}
+
+static void add_bwd_range(void *varg, int lo, int hi)
+{
+    const add_job *j = varg;
+    float *dins[NN_MAX_IN];
+    for (int k = 0; k < j->nin; k++) dins[k] = j->dins[k] ? j->dins[k] + lo : NULL;
+    nn_sum_backward(dins, j->acc, j->nin, j->dy + lo, j->y + lo, (size_t)(hi - lo), j->relu);
+}
+
 static void add_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
-    const float *ins[NN_MAX_IN];
-    for (int j = 0; j < l->nin; j++) ins[j] = nn_in_y(m, l, j);
-    nn_sum_forward(l->y, ins, l->nin, (size_t)n * l->h * l->w * l->c, l->relu);
+    add_job j = {.nin = l->nin, .relu = l->relu, .y = l->y};
+    for (int k = 0; k < l->nin; k++) j.ins[k] = nn_in_y(m, l, k);
+    nn_pool_range(m->pool, n * l->h * l->w * l->c, (size_t)l->nin + 1, add_fwd_range, &j);
 }
 
 static void add_bwd(nn_model *m, nn_layer *l, int n)
 {
-    float *dins[NN_MAX_IN];
-    bool acc[NN_MAX_IN];
-    for (int j = 0; j < l->nin; j++) dins[j] = nn_in_dy(m, l, j, &acc[j]);
-    nn_sum_backward(dins, acc, l->nin, l->dy, l->y, (size_t)n * l->h * l->w * l->c, l->relu);
+    add_job j = {.nin = l->nin, .relu = l->relu, .y = l->y, .dy = l->dy};
+    for (int k = 0; k < l->nin; k++) j.dins[k] = nn_in_dy(m, l, k, &j.acc[k]);
+    nn_pool_range(m->pool, n * l->h * l->w * l->c, (size_t)l->nin + 2, add_bwd_range, &j);
 }
 
 static void add_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)

@@ -19,13 +19,14 @@ static void bn_fwd(nn_model *m, nn_layer *l, int n, bool train)
     const bn_state *s = l->priv;
     int M = n * l->h * l->w;
     if (train)
-        nn_bn_forward_train(l->y, s->mean, s->invstd, nn_grad(m, l, 2), nn_grad(m, l, 3),
-                            nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1),
-                            nn_param(m, l, 2), nn_param(m, l, 3), M, l->c, BN_MOMENTUM, s->eps,
-                            l->relu);
+        nn_bn_forward_train_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), l->y, s->mean,
+                                s->invstd, nn_grad(m, l, 2), nn_grad(m, l, 3), nn_in_y(m, l, 0),
+                                nn_param(m, l, 0), nn_param(m, l, 1), nn_param(m, l, 2),
+                                nn_param(m, l, 3), M, l->c, BN_MOMENTUM, s->eps, l->relu);
     else
-        nn_bn_forward_infer(l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1),
-                            nn_param(m, l, 2), nn_param(m, l, 3), M, l->c, s->eps, l->relu);
+        nn_bn_forward_infer_par(m->pool, l->y, nn_in_y(m, l, 0), nn_param(m, l, 0),
+                                nn_param(m, l, 1), nn_param(m, l, 2), nn_param(m, l, 3), M, l->c,
+                                s->eps, l->relu);
 }
 
 static void bn_bwd(nn_model *m, nn_layer *l, int n)
@@ -33,8 +34,10 @@ static void bn_bwd(nn_model *m, nn_layer *l, int n)
     const bn_state *s = l->priv;
     bool acc;
     float *din = nn_in_dy(m, l, 0, &acc);
-    nn_bn_backward(din, acc, nn_grad(m, l, 0), nn_grad(m, l, 1), l->dy, l->y, nn_in_y(m, l, 0),
-                   nn_param(m, l, 0), s->mean, s->invstd, n * l->h * l->w, l->c, l->relu);
+    int M = n * l->h * l->w;
+    nn_bn_backward_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), din, acc, nn_grad(m, l, 0),
+                       nn_grad(m, l, 1), l->dy, l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), s->mean,
+                       s->invstd, M, l->c, l->relu);
 }
 
 static size_t bn_arena(const nn_layer *l, size_t B)

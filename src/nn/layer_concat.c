@@ -5,29 +5,57 @@
 
 #include "graph.h"
 
+/* A concat call over rows [lo, hi) of the M = n*h*w rows: rows are
+ * independent, so the pool's threads take ranges of rows. */
+typedef struct concat_job {
+    const float *ins[NN_MAX_IN];
+    float *dins[NN_MAX_IN];
+    bool acc[NN_MAX_IN];
+    int cs[NN_MAX_IN], nin, ctot;
+    float *y;
+    const float *dy;
+} concat_job;
+
+static void concat_fwd_range(void *varg, int lo, int hi)
+{
+    const concat_job *j = varg;
+    const float *ins[NN_MAX_IN];
+    for (int k = 0; k < j->nin; k++) ins[k] = j->ins[k] + (size_t)lo * j->cs[k];
+    nn_concat_forward(j->y + (size_t)lo * j->ctot, ins, j->cs, j->nin, hi - lo);
+}
+
+static void concat_bwd_range(void *varg, int lo, int hi)
+{
+    const concat_job *j = varg;
+    float *dins[NN_MAX_IN];
+    for (int k = 0; k < j->nin; k++)
+        dins[k] = j->dins[k] ? j->dins[k] + (size_t)lo * j->cs[k] : NULL;
+    nn_concat_backward(dins, j->acc, j->dy + (size_t)lo * j->ctot, j->cs, j->nin, hi - lo);
+}
+
+static void concat_job_init(nn_model *m, const nn_layer *l, concat_job *j)
+{
+    j->nin = l->nin, j->ctot = l->c;
+    for (int k = 0; k < l->nin; k++) {
+        int h, w;
+        nn_in_shape(m, l->in[k], &h, &w, &j->cs[k]);
+    }
+}
+
 static void concat_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
-    const float *ins[NN_MAX_IN];
-    int cs[NN_MAX_IN];
-    for (int j = 0; j < l->nin; j++) {
-        int h, w;
-        ins[j] = nn_in_y(m, l, j);
-        nn_in_shape(m, l->in[j], &h, &w, &cs[j]);
-    }
-    nn_concat_forward(l->y, ins, cs, l->nin, n * l->h * l->w);
+    concat_job j = {.y = l->y};
+    concat_job_init(m, l, &j);
+    for (int k = 0; k < l->nin; k++) j.ins[k] = nn_in_y(m, l, k);
+    nn_pool_range(m->pool, n * l->h * l->w, 2 * (size_t)l->c, concat_fwd_range, &j);
 }
 
 static void concat_bwd(nn_model *m, nn_layer *l, int n)
 {
-    float *dins[NN_MAX_IN];
-    bool acc[NN_MAX_IN];
-    int cs[NN_MAX_IN];
-    for (int j = 0; j < l->nin; j++) {
-        int h, w;
-        dins[j] = nn_in_dy(m, l, j, &acc[j]);
-        nn_in_shape(m, l->in[j], &h, &w, &cs[j]);
-    }
-    nn_concat_backward(dins, acc, l->dy, cs, l->nin, n * l->h * l->w);
+    concat_job j = {.dy = l->dy};
+    concat_job_init(m, l, &j);
+    for (int k = 0; k < l->nin; k++) j.dins[k] = nn_in_dy(m, l, k, &j.acc[k]);
+    nn_pool_range(m->pool, n * l->h * l->w, 2 * (size_t)l->c, concat_bwd_range, &j);
 }
 
 static void concat_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)

@@ -8,8 +8,8 @@
 static void dense_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
     int I = m->vars[l->var0].shape[0];
-    nn_dense_forward(l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1), n, I, l->c,
-                     l->relu);
+    nn_dense_forward_par(m->pool, l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1), n,
+                         I, l->c, l->relu);
 }
 
 static void dense_bwd(nn_model *m, nn_layer *l, int n)
@@ -17,8 +17,8 @@ static void dense_bwd(nn_model *m, nn_layer *l, int n)
     int I = m->vars[l->var0].shape[0];
     bool acc;
     float *din = nn_in_dy(m, l, 0, &acc);
-    nn_dense_backward(din, acc, nn_grad(m, l, 0), nn_grad(m, l, 1), l->dy, l->y, nn_in_y(m, l, 0),
-                      nn_param(m, l, 0), n, I, l->c, l->relu);
+    nn_dense_backward_par(m->pool, din, acc, nn_grad(m, l, 0), nn_grad(m, l, 1), l->dy, l->y,
+                          nn_in_y(m, l, 0), nn_param(m, l, 0), n, I, l->c, l->relu);
 }
 
 const nn_layer_ops nn_dense_ops = {

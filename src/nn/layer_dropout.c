@@ -12,26 +12,63 @@ typedef struct drop_state {
     float *mask; /* [max_batch][h][w][c] */
 } drop_state;
 
+/* Work of a dropout call, by NN_DROPOUT_BLOCK blocks of elements (the
+ * mask's streams), on the model's pool. */
+typedef struct drop_job {
+    float *y, *din, *mask;
+    const float *x, *dy;
+    size_t n;
+    float rate;
+    uint64_t seed;
+    bool train, acc;
+} drop_job;
+
+static void drop_fwd_range(void *varg, int lo, int hi)
+{
+    const drop_job *j = varg;
+    size_t i0 = (size_t)lo * NN_DROPOUT_BLOCK, i1 = (size_t)hi * NN_DROPOUT_BLOCK;
+    if (i1 > j->n) i1 = j->n;
+    if (!j->train) {
+        memcpy(j->y + i0, j->x + i0, sizeof(float) * (i1 - i0));
+        return;
+    }
+    nn_dropout_mask_range(j->mask, i0, i1, j->rate, j->seed);
+    nn_dropout_forward(j->y + i0, j->x + i0, j->mask + i0, i1 - i0);
+}
+
+static void drop_bwd_range(void *varg, int lo, int hi)
+{
+    const drop_job *j = varg;
+    size_t i0 = (size_t)lo * NN_DROPOUT_BLOCK, i1 = (size_t)hi * NN_DROPOUT_BLOCK;
+    if (i1 > j->n) i1 = j->n;
+    nn_dropout_backward(j->din + i0, j->acc, j->dy + i0, j->mask + i0, i1 - i0);
+}
+
+static int drop_blocks(size_t n)
+{
+    return (int)((n + NN_DROPOUT_BLOCK - 1) / NN_DROPOUT_BLOCK);
+}
+
 static void dropout_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
     const drop_state *s = l->priv;
-    size_t cnt = (size_t)n * l->h * l->w * l->c;
-    if (!train) {
-        memcpy(l->y, nn_in_y(m, l, 0), sizeof(float) * cnt);
-        return;
-    }
+    drop_job j = {.y = l->y,
+                  .mask = s->mask,
+                  .x = nn_in_y(m, l, 0),
+                  .n = (size_t)n * l->h * l->w * l->c,
+                  .rate = s->rate,
+                  .train = train};
     /* the mask depends on (seed, step, layer) only */
-    uint64_t seed = nn_seed_mix(m->cfg.seed, (uint64_t)m->step, (uint64_t)(l - m->layers));
-    nn_dropout_mask(s->mask, cnt, s->rate, seed);
-    nn_dropout_forward(l->y, nn_in_y(m, l, 0), s->mask, cnt);
+    j.seed = nn_seed_mix(m->cfg.seed, (uint64_t)m->step, (uint64_t)(l - m->layers));
+    nn_pool_range(m->pool, drop_blocks(j.n), NN_DROPOUT_BLOCK, drop_fwd_range, &j);
 }
 
 static void dropout_bwd(nn_model *m, nn_layer *l, int n)
 {
     const drop_state *s = l->priv;
-    bool acc;
-    float *din = nn_in_dy(m, l, 0, &acc);
-    if (din) nn_dropout_backward(din, acc, l->dy, s->mask, (size_t)n * l->h * l->w * l->c);
+    drop_job j = {.dy = l->dy, .mask = s->mask, .n = (size_t)n * l->h * l->w * l->c};
+    j.din = nn_in_dy(m, l, 0, &j.acc);
+    if (j.din) nn_pool_range(m->pool, drop_blocks(j.n), NN_DROPOUT_BLOCK, drop_bwd_range, &j);
 }
 
 static size_t dropout_arena(const nn_layer *l, size_t B)

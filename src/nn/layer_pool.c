@@ -12,38 +12,88 @@ typedef struct pool_state {
     int32_t *argmax; /* max pool only: [max_batch][h][w][c] */
 } pool_state;
 
+/* A pooling call over images [lo, hi) of the batch: images are
+ * independent (argmax offsets are within the image), so the pool's threads
+ * take ranges of images. */
+typedef struct pool_job {
+    const pool_state *s;
+    float *y, *din;
+    const float *x, *dy;
+    bool acc;
+} pool_job;
+
+static nn_pool_dims sub_dims(const pool_job *j, int lo, int hi, size_t *in_off, size_t *out_off)
+{
+    nn_pool_dims d = j->s->d;
+    d.N = hi - lo;
+    *in_off = (size_t)lo * d.H * d.W * d.C;
+    *out_off = (size_t)lo * d.OH * d.OW * d.C;
+    return d;
+}
+
+static void maxpool_fwd_range(void *varg, int lo, int hi)
+{
+    const pool_job *j = varg;
+    size_t io, oo;
+    nn_pool_dims d = sub_dims(j, lo, hi, &io, &oo);
+    nn_maxpool_forward(j->y + oo, j->s->argmax + oo, j->x + io, &d);
+}
+
+static void maxpool_bwd_range(void *varg, int lo, int hi)
+{
+    const pool_job *j = varg;
+    size_t io, oo;
+    nn_pool_dims d = sub_dims(j, lo, hi, &io, &oo);
+    nn_maxpool_backward(j->din + io, j->acc, j->dy + oo, j->s->argmax + oo, &d);
+}
+
+static void avgpool_fwd_range(void *varg, int lo, int hi)
+{
+    const pool_job *j = varg;
+    size_t io, oo;
+    nn_pool_dims d = sub_dims(j, lo, hi, &io, &oo);
+    nn_avgpool_forward(j->y + oo, j->x + io, &d);
+}
+
+static void avgpool_bwd_range(void *varg, int lo, int hi)
+{
+    const pool_job *j = varg;
+    size_t io, oo;
+    nn_pool_dims d = sub_dims(j, lo, hi, &io, &oo);
+    nn_avgpool_backward(j->din + io, j->acc, j->dy + oo, &d);
+}
+
+/* floats one image reads and writes */
+static size_t image_work(const nn_layer *l)
+{
+    const nn_pool_dims *d = &((const pool_state *)l->priv)->d;
+    return (size_t)d->H * d->W * d->C + (size_t)d->OH * d->OW * d->C;
+}
+
 static void maxpool_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
-    const pool_state *s = l->priv;
-    nn_pool_dims d = s->d;
-    d.N = n;
-    nn_maxpool_forward(l->y, s->argmax, nn_in_y(m, l, 0), &d);
+    pool_job j = {.s = l->priv, .y = l->y, .x = nn_in_y(m, l, 0)};
+    nn_pool_range(m->pool, n, image_work(l), maxpool_fwd_range, &j);
 }
 
 static void maxpool_bwd(nn_model *m, nn_layer *l, int n)
 {
-    const pool_state *s = l->priv;
-    nn_pool_dims d = s->d;
-    d.N = n;
-    bool acc;
-    float *din = nn_in_dy(m, l, 0, &acc);
-    if (din) nn_maxpool_backward(din, acc, l->dy, s->argmax, &d);
+    pool_job j = {.s = l->priv, .dy = l->dy};
+    j.din = nn_in_dy(m, l, 0, &j.acc);
+    if (j.din) nn_pool_range(m->pool, n, image_work(l), maxpool_bwd_range, &j);
 }
 
 static void avgpool_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
-    nn_pool_dims d = ((const pool_state *)l->priv)->d;
-    d.N = n;
-    nn_avgpool_forward(l->y, nn_in_y(m, l, 0), &d);
+    pool_job j = {.s = l->priv, .y = l->y, .x = nn_in_y(m, l, 0)};
+    nn_pool_range(m->pool, n, image_work(l), avgpool_fwd_range, &j);
 }
 
 static void avgpool_bwd(nn_model *m, nn_layer *l, int n)
 {
-    nn_pool_dims d = ((const pool_state *)l->priv)->d;
-    d.N = n;
-    bool acc;
-    float *din = nn_in_dy(m, l, 0, &acc);
-    if (din) nn_avgpool_backward(din, acc, l->dy, &d);
+    pool_job j = {.s = l->priv, .dy = l->dy};
+    j.din = nn_in_dy(m, l, 0, &j.acc);
+    if (j.din) nn_pool_range(m->pool, n, image_work(l), avgpool_bwd_range, &j);
 }
 
 static size_t maxpool_arena(const nn_layer *l, size_t B)

@@ -3,6 +3,7 @@
  * concat and softmax cross-entropy. Shapes and conventions: layers.h.
  */
 #include "layers.h"
+#include "pool.h"
 #include "pstrain/common.h"
 
 #include <assert.h>
@@ -133,37 +134,144 @@ static bool dense_narrow(int I, int O)
     return (size_t)I * O <= 16384 && nn_narrow_use_simd(-1);
 }
 
-void nn_dense_forward(float *out, const float *inp, const float *w, const float *b, int N, int I,
-                      int O, bool relu)
+/* The parallel dense products split an output dimension into fixed blocks
+ * of whole 16-column groups (nn_pool_nblocks over the groups, about 1M
+ * multiply-adds each): every output element is one BLIS call's dot product
+ * over the full inner dimension, so nothing is summed across tasks. */
+#define DENSE_GROUP 16
+#define DENSE_GRAIN ((size_t)1 << 20)
+#define DENSE_MAX_BLOCKS 32
+
+static int dense_blocks(int n, size_t work_per_item)
 {
-    if (dense_narrow(I, O)) {
+    int groups = (n + DENSE_GROUP - 1) / DENSE_GROUP;
+    return nn_pool_nblocks(groups, DENSE_GROUP * work_per_item, DENSE_GRAIN, DENSE_MAX_BLOCKS);
+}
+
+/* [*lo, *hi) of block b of nb over n items, in whole groups. */
+static void dense_range(int n, int nb, int b, int *lo, int *hi)
+{
+    int groups = (n + DENSE_GROUP - 1) / DENSE_GROUP;
+    nn_pool_block(groups, nb, b, lo, hi);
+    *lo *= DENSE_GROUP;
+    *hi = *hi * DENSE_GROUP < n ? *hi * DENSE_GROUP : n;
+}
+
+typedef struct dense_job {
+    float *out, *dinp, *dw, *db, *dout;
+    const float *inp, *w, *b, *yout;
+    int N, I, O;
+    int nb_fwd, nb_dw, nb_db, nb_dx;
+    bool relu, acc;
+} dense_job;
+
+static void dense_fwd_task(void *varg, int t, int tid)
+{
+    const dense_job *j = varg;
+    int j0, j1;
+    dense_range(j->O, j->nb_fwd, t, &j0, &j1);
+    /* out[N][j0:j1] = inp[N][I] w[I][j0:j1], + b, ReLU */
+    nn_gemm(false, false, j->N, j1 - j0, j->I, 1.0f, j->inp, j->I, j->w + j0, j->O, 0.0f,
+            j->out + j0, j->O);
+    for (int i = 0; i < j->N; i++) {
+        float *restrict o = j->out + (size_t)i * j->O;
+        if (j->b)
+            for (int k = j0; k < j1; k++) o[k] += j->b[k];
+        if (j->relu)
+            for (int k = j0; k < j1; k++) o[k] = o[k] > 0.0f ? o[k] : 0.0f;
+    }
+}
+
+static void dense_bwd_task(void *varg, int t, int tid)
+{
+    const dense_job *j = varg;
+    int lo, hi;
+    if (t < j->nb_dw) {
+        if (j->O <= NN_NARROW_MAX && dense_narrow(j->I, j->O)) {
+            /* dw[I][O] = inp^T dout by the narrow kernel, one task */
+            nn_narrow_tn(j->I, j->O, j->N, j->inp, j->I, j->dout, j->O, j->dw, j->O, false);
+            return;
+        }
+        /* dw[lo:hi][O] = inp[N][lo:hi]^T dout[N][O] */
+        dense_range(j->I, j->nb_dw, t, &lo, &hi);
+        nn_gemm(true, false, hi - lo, j->O, j->N, 1.0f, j->inp + lo, j->I, j->dout, j->O, 0.0f,
+                j->dw + (size_t)lo * j->O, j->O);
+        return;
+    }
+    t -= j->nb_dw;
+    if (t < j->nb_db) {
+        /* db[lo:hi] = column sums, rows in order (as nn_bias_backward) */
+        nn_pool_block(j->O, j->nb_db, t, &lo, &hi);
+        float *restrict db = j->db;
+        for (int k = lo; k < hi; k++) db[k] = 0.0f;
+        for (int i = 0; i < j->N; i++) {
+            const float *restrict d = j->dout + (size_t)i * j->O;
+            for (int k = lo; k < hi; k++) db[k] += d[k];
+        }
+        return;
+    }
+    t -= j->nb_db;
+    /* dinp[N][lo:hi] (+)= dout[N][O] w[lo:hi][O]^T */
+    dense_range(j->I, j->nb_dx, t, &lo, &hi);
+    nn_gemm(false, true, j->N, hi - lo, j->O, 1.0f, j->dout, j->O, j->w + (size_t)lo * j->O, j->O,
+            j->acc ? 1.0f : 0.0f, j->dinp + lo, j->I);
+}
+
+static void dense_mask_range(void *varg, int lo, int hi)
+{
+    const dense_job *j = varg;
+    size_t o = (size_t)lo * j->O;
+    nn_relu_mask(j->dout + o, j->yout + o, (size_t)(hi - lo) * j->O);
+}
+
+void nn_dense_forward_par(nn_pool *pool, float *out, const float *inp, const float *w,
+                          const float *b, int N, int I, int O, bool relu)
+{
+    if (dense_narrow(I, O)) { /* small: on the caller */
         for (int j0 = 0; j0 < O; j0 += NN_NARROW_MAX) {
             int kb = O - j0 < NN_NARROW_MAX ? O - j0 : NN_NARROW_MAX;
             nn_narrow_nn(N, kb, I, inp, I, w + j0, O, b ? b + j0 : NULL, relu, out + j0, O, false);
         }
         return;
     }
-    /* out[N][O] = inp[N][I] w[I][O] */
-    nn_gemm(false, false, N, O, I, 1.0f, inp, I, w, O, 0.0f, out, O);
-    nn_bias_relu(out, b, N, O, relu);
+    dense_job j = {.out = out, .inp = inp, .w = w, .b = b, .N = N, .I = I, .O = O, .relu = relu};
+    j.nb_fwd = dense_blocks(O, (size_t)N * I);
+    nn_pool_for(pool, j.nb_fwd, dense_fwd_task, &j);
+}
+
+void nn_dense_backward_par(nn_pool *pool, float *dinp, bool acc, float *dw, float *db, float *dout,
+                           const float *out, const float *inp, const float *w, int N, int I, int O,
+                           bool relu)
+{
+    dense_job j = {.dinp = dinp,
+                   .dw = dw,
+                   .db = db,
+                   .dout = dout,
+                   .inp = inp,
+                   .w = w,
+                   .yout = out,
+                   .N = N,
+                   .I = I,
+                   .O = O,
+                   .relu = relu,
+                   .acc = acc};
+    if (relu) nn_pool_range(pool, N, (size_t)O, dense_mask_range, &j);
+    j.nb_dw = O <= NN_NARROW_MAX && dense_narrow(I, O) ? 1 : dense_blocks(I, (size_t)N * O);
+    j.nb_db = db ? nn_pool_nblocks(O, (size_t)N, 65536, 8) : 0;
+    j.nb_dx = dinp ? dense_blocks(I, (size_t)N * O) : 0;
+    nn_pool_for(pool, j.nb_dw + j.nb_db + j.nb_dx, dense_bwd_task, &j);
+}
+
+void nn_dense_forward(float *out, const float *inp, const float *w, const float *b, int N, int I,
+                      int O, bool relu)
+{
+    nn_dense_forward_par(NULL, out, inp, w, b, N, I, O, relu);
 }
 
 void nn_dense_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
                        const float *inp, const float *w, int N, int I, int O, bool relu)
 {
-    if (relu) nn_relu_mask(dout, out, (size_t)N * O);
-    /* dw[I][O] = inp^T[I][N] dout[N][O] */
-    if (O <= NN_NARROW_MAX && dense_narrow(I, O)) {
-        for (int j0 = 0; j0 < O; j0 += NN_NARROW_MAX) {
-            int kb = O - j0 < NN_NARROW_MAX ? O - j0 : NN_NARROW_MAX;
-            nn_narrow_tn(I, kb, N, inp, I, dout + j0, O, dw + j0, O, false);
-        }
-    } else {
-        nn_gemm(true, false, I, O, N, 1.0f, inp, I, dout, O, 0.0f, dw, O);
-    }
-    if (db) nn_bias_backward(db, dout, N, O);
-    /* dinp[N][I] = dout[N][O] w^T[O][I] */
-    if (dinp) nn_gemm(false, true, N, I, O, 1.0f, dout, O, w, O, acc ? 1.0f : 0.0f, dinp, I);
+    nn_dense_backward_par(NULL, dinp, acc, dw, db, dout, out, inp, w, N, I, O, relu);
 }
 
 /* ---- pooling --------------------------------------------------------------------- */
@@ -519,21 +627,30 @@ void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool
 
 /* ---- dropout --------------------------------------------------------------------- */
 
+void nn_dropout_mask_range(float *mask, size_t i0, size_t i1, float rate, uint64_t seed)
+{
+    assert(i0 % NN_DROPOUT_BLOCK == 0);
+    float keep = 1.0f - rate, scale = 1.0f / keep;
+    for (size_t b0 = i0; b0 < i1; b0 += NN_DROPOUT_BLOCK) {
+        size_t b1 = b0 + NN_DROPOUT_BLOCK < i1 ? b0 + NN_DROPOUT_BLOCK : i1;
+        nn_rng r;
+        nn_rng_seed(&r, nn_seed_mix(seed, b0 / NN_DROPOUT_BLOCK, 0x64726f70 /* "drop" */));
+        /* 24-bit uniforms, two per 64-bit draw */
+        size_t i = b0;
+        for (; i + 1 < b1; i += 2) {
+            uint64_t v = nn_rng_next(&r);
+            float u0 = (float)(v >> 40) * (1.0f / 16777216.0f);
+            float u1 = (float)((v >> 8) & 0xffffff) * (1.0f / 16777216.0f);
+            mask[i] = u0 < keep ? scale : 0.0f;
+            mask[i + 1] = u1 < keep ? scale : 0.0f;
+        }
+        if (i < b1) mask[i] = nn_rng_uniform(&r) < keep ? scale : 0.0f;
+    }
+}
+
 void nn_dropout_mask(float *mask, size_t n, float rate, uint64_t seed)
 {
-    nn_rng r;
-    nn_rng_seed(&r, seed);
-    float keep = 1.0f - rate, scale = 1.0f / keep;
-    /* 24-bit uniforms, two per 64-bit draw */
-    size_t i = 0;
-    for (; i + 1 < n; i += 2) {
-        uint64_t v = nn_rng_next(&r);
-        float u0 = (float)(v >> 40) * (1.0f / 16777216.0f);
-        float u1 = (float)((v >> 8) & 0xffffff) * (1.0f / 16777216.0f);
-        mask[i] = u0 < keep ? scale : 0.0f;
-        mask[i + 1] = u1 < keep ? scale : 0.0f;
-    }
-    if (i < n) mask[i] = nn_rng_uniform(&r) < keep ? scale : 0.0f;
+    nn_dropout_mask_range(mask, 0, n, rate, seed);
 }
 
 NN_CLONES void nn_dropout_forward(float *out, const float *inp, const float *mask, size_t n)
@@ -622,6 +739,13 @@ void nn_sum_backward(float *const *dins, const bool *acc, int nin, float *dout, 
 double nn_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
                        float smoothing, int *ncorrect, int32_t *pred)
 {
+    double sum = nn_softmax_xent_rows(dlogits, logits, labels, N, K, N, smoothing, ncorrect, pred);
+    return N > 0 ? sum / N : 0.0;
+}
+
+double nn_softmax_xent_rows(float *dlogits, const float *logits, const int32_t *labels, int N,
+                            int K, int Ntot, float smoothing, int *ncorrect, int32_t *pred)
+{
     double loss = 0.0;
     int correct = 0;
     double off = (double)smoothing / K, on = 1.0 - smoothing + off;
@@ -651,12 +775,12 @@ double nn_softmax_xent(float *dlogits, const float *logits, const int32_t *label
             for (int k = 0; k < K; k++) {
                 double p = exp((double)z[k] - zmax) * inv;
                 double q = (k == y) ? on : off;
-                dz[k] = (float)((p - q) / N);
+                dz[k] = (float)((p - q) / Ntot);
             }
         }
         if (best == y) correct++;
         if (pred) pred[i] = best;
     }
     if (ncorrect) *ncorrect = correct;
-    return N > 0 ? loss / N : 0.0;
+    return loss;
 }

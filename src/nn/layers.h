@@ -76,6 +76,16 @@ void nn_dense_forward(float *out, const float *inp, const float *w, const float 
 void nn_dense_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
                        const float *inp, const float *w, int N, int I, int O, bool relu);
 
+/* The same on a thread pool (NULL: the caller), in fixed blocks of output
+ * rows or columns (nothing is summed across blocks): the same bits for
+ * every pool size, and as the entry points above. */
+struct nn_pool;
+void nn_dense_forward_par(struct nn_pool *pool, float *out, const float *inp, const float *w,
+                          const float *b, int N, int I, int O, bool relu);
+void nn_dense_backward_par(struct nn_pool *pool, float *dinp, bool acc, float *dw, float *db,
+                           float *dout, const float *out, const float *inp, const float *w, int N,
+                           int I, int O, bool relu);
+
 /* ---- products with a narrow side (narrow.c) --------------------------------- */
 
 #define NN_NARROW_MAX 32
@@ -217,8 +227,9 @@ void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool
 
 /* ---- batch normalization (per channel over M = N*H*W rows) --------------- */
 
-#define NN_BN_MAX_C 2048 /* channels (ResNet-50's last stage); the kernels keep sums on the stack  \
-                          */
+#define NN_BN_MAX_C                                                                                \
+    2048 /* channels (ResNet-50's last stage); the kernels keep sums on the stack                  \
+          */
 
 /* Training: normalises with the batch statistics, saves mean[C] and
  * invstd[C] = 1/sqrt(var + eps) for backward (var biased, over M), writes
@@ -238,11 +249,35 @@ void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *d
                     const float *out, const float *inp, const float *gamma, const float *mean,
                     const float *invstd, int M, int C, bool relu);
 
+/* The same on a thread pool (NULL: the caller): the per-channel sums go by
+ * nn_bn_blocks(M, C) fixed blocks of rows whose partials are added in block
+ * order, so the results are the same bits for every pool size (and the
+ * same as the entry points above). red: nn_bn_red_doubles(M, C) doubles. */
+int nn_bn_blocks(int M, int C);
+size_t nn_bn_red_doubles(int M, int C);
+void nn_bn_forward_train_par(struct nn_pool *pool, double *red, float *out, float *mean,
+                             float *invstd, float *new_mean, float *new_var, const float *inp,
+                             const float *gamma, const float *beta, const float *moving_mean,
+                             const float *moving_var, int M, int C, float momentum, float eps,
+                             bool relu);
+void nn_bn_forward_infer_par(struct nn_pool *pool, float *out, const float *inp, const float *gamma,
+                             const float *beta, const float *moving_mean, const float *moving_var,
+                             int M, int C, float eps, bool relu);
+void nn_bn_backward_par(struct nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
+                        float *dbeta, float *dout, const float *out, const float *inp,
+                        const float *gamma, const float *mean, const float *invstd, int M, int C,
+                        bool relu);
+
 /* ---- dropout (inverted) ----------------------------------------------------- */
 
 /* mask[i] = 0 with probability rate, else 1/(1-rate), drawn from `seed`;
- * out = inp * mask. */
+ * out = inp * mask. Each block of NN_DROPOUT_BLOCK elements draws from its
+ * own stream (seed, block index), so that blocks can be drawn on any thread
+ * in any order: nn_dropout_mask_range fills [i0, i1), i0 a multiple of
+ * NN_DROPOUT_BLOCK, exactly as nn_dropout_mask fills those elements. */
+#define NN_DROPOUT_BLOCK 4096
 void nn_dropout_mask(float *mask, size_t n, float rate, uint64_t seed);
+void nn_dropout_mask_range(float *mask, size_t i0, size_t i1, float rate, uint64_t seed);
 void nn_dropout_forward(float *out, const float *inp, const float *mask, size_t n);
 void nn_dropout_backward(float *dinp, bool acc, const float *dout, const float *mask, size_t n);
 
@@ -271,5 +306,10 @@ void nn_sum_backward(float *const *dins, const bool *acc, int nin, float *dout, 
  * = (softmax - q)/N. *ncorrect and pred[N] (each may be NULL) from argmax. */
 double nn_softmax_xent(float *dlogits, const float *logits, const int32_t *labels, int N, int K,
                        float smoothing, int *ncorrect, int32_t *pred);
+/* The same over rows [0, N) of a batch of Ntot (dlogits divided by Ntot),
+ * returning the SUM of the rows' losses: a batch cut into row blocks adds
+ * the blocks' sums in block order (the model's step on its pool). */
+double nn_softmax_xent_rows(float *dlogits, const float *logits, const int32_t *labels, int N,
+                            int K, int Ntot, float smoothing, int *ncorrect, int32_t *pred);
 
 #endif

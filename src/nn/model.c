@@ -336,6 +336,93 @@ static void forward(nn_model *m, const float *x, int n, bool train)
     }
 }
 
+/* ---- the loss and weight decay on the pool: fixed blocks, partials added in
+ * block order (pool.h's determinism rule) ---- */
+
+typedef struct xent_job {
+    float *dlogits;
+    const float *logits;
+    const int32_t *labels;
+    int32_t *pred;
+    int n, K, nb;
+    float smoothing;
+    double *red; /* [nb][2]: loss sum, correct */
+} xent_job;
+
+static void xent_task(void *varg, int b, int tid)
+{
+    const xent_job *j = varg;
+    int lo, hi, correct = 0;
+    nn_pool_block(j->n, j->nb, b, &lo, &hi);
+    size_t o = (size_t)lo * j->K;
+    j->red[2 * b] = nn_softmax_xent_rows(j->dlogits ? j->dlogits + o : NULL, j->logits + o,
+                                         j->labels + lo, hi - lo, j->K, j->n, j->smoothing,
+                                         &correct, j->pred ? j->pred + lo : NULL);
+    j->red[2 * b + 1] = correct;
+}
+
+/* nn_softmax_xent of the last layer's output by blocks of rows. */
+static double model_xent(nn_model *m, float *dlogits, const float *logits, const int32_t *labels,
+                         int n, int K, int *ncorrect, int32_t *pred)
+{
+    xent_job j = {dlogits, logits, labels, pred, n, K, 0, m->cfg.label_smoothing, NULL};
+    j.nb = nn_pool_nblocks(n, (size_t)K, 8192, 64);
+    j.red = nn_red(m, 2 * (size_t)j.nb);
+    nn_pool_for(m->pool, j.nb, xent_task, &j);
+    double loss = 0.0, correct = 0.0;
+    for (int b = 0; b < j.nb; b++) loss += j.red[2 * b], correct += j.red[2 * b + 1];
+    if (ncorrect) *ncorrect = (int)correct;
+    return loss / n;
+}
+
+#define DECAY_CHUNK 65536 /* floats of a weight-decay task */
+
+typedef struct decay_job {
+    nn_model *m;
+    float wd;
+    double *red; /* [chunks]: sums of squares */
+} decay_job;
+
+static void decay_task(void *varg, int task, int tid)
+{
+    const decay_job *j = varg;
+    const nn_model *m = j->m;
+    int t = task;
+    for (int i = 0; i < m->nvars; i++) {
+        if (!m->info[i].decay) continue;
+        size_t size = m->vars[i].size;
+        int chunks = (int)((size + DECAY_CHUNK - 1) / DECAY_CHUNK);
+        if (t >= chunks) {
+            t -= chunks;
+            continue;
+        }
+        size_t a = (size_t)t * DECAY_CHUNK, b = a + DECAY_CHUNK < size ? a + DECAY_CHUNK : size;
+        const float *restrict w = m->params + m->vars[i].offset;
+        float *restrict g = m->grads + m->vars[i].offset;
+        double sq = 0.0;
+        for (size_t k = a; k < b; k++) {
+            sq += (double)w[k] * w[k];
+            g[k] += j->wd * w[k];
+        }
+        j->red[task] = sq;
+        return;
+    }
+}
+
+/* L2 weight decay on kernels: grad += wd w; returns wd/2 |w|^2. Chunks of
+ * DECAY_CHUNK floats per variable, their sums added in chunk order. */
+static double model_decay(nn_model *m, float wd)
+{
+    int chunks = 0;
+    for (int i = 0; i < m->nvars; i++)
+        if (m->info[i].decay) chunks += (int)((m->vars[i].size + DECAY_CHUNK - 1) / DECAY_CHUNK);
+    decay_job j = {m, wd, nn_red(m, (size_t)chunks)};
+    nn_pool_for(m->pool, chunks, decay_task, &j);
+    double sq = 0.0;
+    for (int c = 0; c < chunks; c++) sq += j.red[c];
+    return 0.5 * wd * sq;
+}
+
 float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, int n, int64_t step,
                           int *ncorrect)
 {
@@ -344,8 +431,7 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
     nn_plan_bind(m, &m->plan_train);
     forward(m, x, n, true);
     nn_layer *last = &m->layers[m->nlayers - 1];
-    double loss = nn_softmax_xent(last->dy, last->y, labels, n, last->c, m->cfg.label_smoothing,
-                                  ncorrect, NULL);
+    double loss = model_xent(m, last->dy, last->y, labels, n, last->c, ncorrect, NULL);
     nn_plan_after(m, m->nlayers);
     for (int i = 0; i < m->nlayers; i++) m->layers[i].dy_written = false;
     for (int i = m->nlayers - 1; i >= 0; i--) {
@@ -356,20 +442,7 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
         nn_plan_after(m, 2 * m->nlayers - i);
     }
     /* L2 weight decay on kernels: loss += wd/2 |w|^2, grad += wd w */
-    float wd = m->cfg.weight_decay;
-    if (wd > 0.0f) {
-        double sq = 0.0;
-        for (int i = 0; i < m->nvars; i++) {
-            if (!m->info[i].decay) continue;
-            const float *restrict w = m->params + m->vars[i].offset;
-            float *restrict g = m->grads + m->vars[i].offset;
-            for (size_t j = 0; j < m->vars[i].size; j++) {
-                sq += (double)w[j] * w[j];
-                g[j] += wd * w[j];
-            }
-        }
-        loss += 0.5 * wd * sq;
-    }
+    if (m->cfg.weight_decay > 0.0f) loss += model_decay(m, m->cfg.weight_decay);
     if (m->profile) m->profiled_steps++;
     return (float)loss;
 }
@@ -384,8 +457,7 @@ float nn_model_eval(nn_model *m, const float *x, const int32_t *labels, int n, i
     forward(m, x, n, false);
     m->profile = prof;
     nn_layer *last = &m->layers[m->nlayers - 1];
-    return (float)nn_softmax_xent(NULL, last->y, labels, n, last->c, m->cfg.label_smoothing,
-                                  ncorrect, pred);
+    return (float)model_xent(m, NULL, last->y, labels, n, last->c, ncorrect, pred);
 }
 
 void nn_model_apply_state(const nn_model *m, float *params, const float *src, size_t begin,

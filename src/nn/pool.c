@@ -221,3 +221,42 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
     tls_pool = NULL;
     atomic_store_explicit(&p->running, false, memory_order_release);
 }
+
+typedef struct range_arg {
+    void (*fn)(void *arg, int lo, int hi);
+    void *arg;
+    int n, nblocks;
+} range_arg;
+
+static void range_task(void *varg, int task, int tid)
+{
+    const range_arg *r = varg;
+    int lo, hi;
+    nn_pool_block(r->n, r->nblocks, task, &lo, &hi);
+    if (lo < hi) r->fn(r->arg, lo, hi);
+}
+
+void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, int lo, int hi),
+                   void *arg)
+{
+    if (n <= 0) return;
+    int T = nn_pool_threads(p);
+    /* up to 4 ranges per thread, for balance; none under some 16k floats */
+    int nb = T == 1 ? 1 : nn_pool_nblocks(n, item_work, 16384, 4 * T);
+    if (nb == 1) {
+        fn(arg, 0, n);
+        return;
+    }
+    range_arg r = {fn, arg, n, nb};
+    nn_pool_for(p, nb, range_task, &r);
+}
+
+int nn_pool_nblocks(int n, size_t item_work, size_t grain, int max_blocks)
+{
+    if (n <= 1) return 1;
+    size_t work = (size_t)n * (item_work ? item_work : 1);
+    size_t nb = work / (grain ? grain : 1);
+    if (nb > (size_t)max_blocks) nb = (size_t)max_blocks;
+    if (nb > (size_t)n) nb = (size_t)n;
+    return nb < 1 ? 1 : (int)nb;
+}

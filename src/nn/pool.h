@@ -48,6 +48,19 @@ int nn_pool_threads(const nn_pool *p);
  * the caller in order. ntasks <= 0: nothing. */
 void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg);
 
+/* Runs fn(arg, lo, hi) over [0, n) cut into ranges, on the pool: for work
+ * whose result does not depend on how [0, n) is cut (elementwise, or per
+ * image with no sum across images). item_work: floats touched per item,
+ * to keep ranges of at least some 16k floats. A NULL or one-thread pool
+ * makes one call over [0, n). */
+void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, int lo, int hi),
+                   void *arg);
+
+/* Fixed blocks for a reduction over n items of `item_work` floats each:
+ * about `grain` floats per block, at most max_blocks, at most n. Depends on
+ * the shapes only, never on T (the determinism rule above). */
+int nn_pool_nblocks(int n, size_t item_work, size_t grain, int max_blocks);
+
 /* Splits [0, n) into nblocks near-equal blocks; block b is [*lo, *hi). For
  * kernels that cut a dimension into a fixed number of tasks. */
 static inline void nn_pool_block(int n, int nblocks, int b, int *lo, int *hi)

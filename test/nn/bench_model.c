@@ -3,8 +3,11 @@
  * warm-up; then a per-layer forward/backward breakdown. Built with the
  * tests, not registered as one (a benchmark, not a check).
  *
- *   bench_model [--steps N] [--batch B] [--size HxWxC] [model ...]
- * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes. */
+ *   bench_model [--steps N] [--batch B] [--size HxWxC] [--threads T] [model ...]
+ * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
+ * thread. With --threads T > 1 only the wall-time figures mean anything
+ * (CPU time and the per-layer profile count the calling thread only): run
+ * them on an otherwise idle machine. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,9 +28,9 @@ static double cpu_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void bench(const char *name, int batch, int steps, int h, int w, int c)
+static void bench(const char *name, int batch, int steps, int h, int w, int c, int threads)
 {
-    nn_model_cfg cfg = {name, h, w, c, 10, batch, 1234, 0.0f, 0.0f, 1};
+    nn_model_cfg cfg = {name, h, w, c, 10, batch, 1234, 0.0f, 0.0f, threads};
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);
@@ -71,10 +74,11 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c)
     double best = wbest < 1e30 ? wbest / WINDOW : total / steps;
     /* img/s by CPU time is what an idle core would give; wall time also
      * counts other processes on a shared machine */
-    printf("%-15s batch %d  %8.0f img/s (best %d-step window)  %8.0f img/s (cpu time)  %8.0f "
+    printf("%-15s batch %d  threads %d  %8.0f img/s (best %d-step window)  %8.0f img/s (cpu time)  "
+           "%8.0f "
            "img/s (wall)  step %.3f ms best (train_step %.3f, optimizer %.3f wall mean)  loss %.3f"
            "  params %zu  blis %s\n",
-           name, batch, batch / best, WINDOW, (double)steps * batch / cpu,
+           name, batch, threads, batch / best, WINDOW, (double)steps * batch / cpu,
            (double)steps * batch / total, 1e3 * best, 1e3 * tstep / steps, 1e3 * topt / steps, loss,
            nn_model_trainable_size(m), nn_blis_arch());
     /* per-layer breakdown over a second, profiled run */
@@ -93,7 +97,7 @@ int main(int argc, char **argv)
 {
     pst_set_progname("bench_model");
     nn_blis_init();
-    int batch = 64, steps = 300, h = 28, w = 28, c = 1, nmodels = 0;
+    int batch = 64, steps = 300, h = 28, w = 28, c = 1, threads = 1, nmodels = 0;
     const char *models[8];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
@@ -102,12 +106,14 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &batch) < 0 || batch < 1) pst_die("bad --batch");
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             if (sscanf(argv[++i], "%dx%dx%d", &h, &w, &c) != 3) pst_die("bad --size, want HxWxC");
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1) pst_die("bad --threads");
         } else if (nmodels < 8) {
             models[nmodels++] = argv[i];
         }
     }
     if (!nmodels)
         models[0] = "mlp", models[1] = "lenet5", models[2] = "inception-mini", nmodels = 3;
-    for (int i = 0; i < nmodels; i++) bench(models[i], batch, steps, h, w, c);
+    for (int i = 0; i < nmodels; i++) bench(models[i], batch, steps, h, w, c, threads);
     return 0;
 }

@@ -1,0 +1,121 @@
+/* test_threads.c - the determinism rule of the model's thread pool: a model
+ * built with threads T = 2, 3, 4 computes bitwise the same training steps
+ * as T = 1 (loss, correct count, logits, the whole gradient slab including
+ * the batch-norm statistics), with weight decay, label smoothing and a
+ * batch that is no multiple of T, and the same inference logits. Batches
+ * are big enough that the reductions (batch norm, dense, loss, decay) run
+ * in several blocks. Models not built yet are skipped by name. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "graph.h"
+#include "layers.h"
+#include "pstrain/blas.h"
+#include "pstrain/common.h"
+#include "pstrain/model.h"
+
+typedef struct spec {
+    const char *name;
+    int h, w, c, k, n;
+} spec;
+
+static nn_model *make(const spec *s, int threads)
+{
+    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, s->n, 99, 0.01f, 0.1f, threads};
+    nn_model *m = NULL;
+    pst_err e = {{0}};
+    CHECK(nn_model_new(&m, &cfg, &e) == 0 && m, "%s threads %d: %s", s->name, threads, e.msg);
+    return m;
+}
+
+static bool same_bits(const void *a, const void *b, size_t bytes)
+{
+    return memcmp(a, b, bytes) == 0;
+}
+
+static void check_model(const spec *s)
+{
+    size_t per = (size_t)s->h * s->w * s->c;
+    float *x = pst_malloc(sizeof(float) * per * s->n);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
+    nn_rng r;
+    nn_rng_seed(&r, 5);
+    for (size_t i = 0; i < per * s->n; i++) x[i] = (float)nn_rng_normal(&r);
+    for (int i = 0; i < s->n; i++) y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)s->k);
+
+    nn_model *ref = make(s, 1);
+    if (!ref) goto out;
+    size_t size = nn_model_size(ref), nlog = (size_t)s->n * s->k;
+    float *g1 = pst_malloc(sizeof(float) * size), *l1 = pst_malloc(sizeof(float) * nlog);
+    float *e1 = pst_malloc(sizeof(float) * nlog);
+    /* two steps: the second one's parameters moved (plain SGD here) */
+    float loss1[2];
+    int corr1[2];
+    for (int st = 0; st < 2; st++) {
+        loss1[st] = nn_model_train_step(ref, x, y, s->n, st, &corr1[st]);
+        if (st == 0)
+            for (size_t i = 0; i < size; i++)
+                nn_model_params(ref)[i] -= 0.01f * nn_model_grads(ref)[i];
+    }
+    memcpy(g1, nn_model_grads(ref), sizeof(float) * size);
+    memcpy(l1, nn_model_logits(ref), sizeof(float) * nlog);
+    float eloss1 = nn_model_eval(ref, x, y, s->n, NULL, NULL);
+    memcpy(e1, nn_model_logits(ref), sizeof(float) * nlog);
+
+    for (int T = 2; T <= 4; T++) {
+        nn_model *m = make(s, T);
+        if (!m) continue;
+        float loss[2];
+        int corr[2];
+        for (int st = 0; st < 2; st++) {
+            loss[st] = nn_model_train_step(m, x, y, s->n, st, &corr[st]);
+            if (st == 0)
+                for (size_t i = 0; i < size; i++)
+                    nn_model_params(m)[i] -= 0.01f * nn_model_grads(m)[i];
+        }
+        size_t diff = 0;
+        for (size_t i = 0; i < size; i++) diff += !same_bits(&g1[i], &nn_model_grads(m)[i], 4);
+        CHECK(diff == 0, "%s threads %d: %zu of %zu gradient slab floats differ from threads 1",
+              s->name, T, diff, size);
+        CHECK(same_bits(l1, nn_model_logits(m), sizeof(float) * nlog),
+              "%s threads %d: training logits differ", s->name, T);
+        CHECK(same_bits(loss, loss1, sizeof loss) && corr[0] == corr1[0] && corr[1] == corr1[1],
+              "%s threads %d: loss %.9g %.9g, correct %d %d; threads 1: %.9g %.9g, %d %d", s->name,
+              T, loss[0], loss[1], corr[0], corr[1], loss1[0], loss1[1], corr1[0], corr1[1]);
+        float eloss = nn_model_eval(m, x, y, s->n, NULL, NULL);
+        CHECK(same_bits(&eloss, &eloss1, 4) &&
+                  same_bits(e1, nn_model_logits(m), sizeof(float) * nlog),
+              "%s threads %d: inference differs", s->name, T);
+        nn_model_free(m);
+    }
+    free(g1), free(l1), free(e1);
+out:
+    nn_model_free(ref);
+    free(x), free(y);
+}
+
+int main(int argc, char **argv)
+{
+    /* batch sizes that no T divides evenly, images big enough for several
+     * reduction blocks; one model by name: argv[1] */
+    const spec specs[] = {
+        {"mlp", 28, 28, 1, 10, 37},
+        {"lenet5", 28, 28, 1, 10, 61},
+        {"inception-mini", 28, 28, 1, 10, 19},
+        {"resnet-20", 16, 16, 3, 10, 23},
+    };
+    nn_blis_init(); /* one BLIS thread per call, as pstrain runs it */
+    int ran = 0;
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        if (argc > 1 && strcmp(argv[1], specs[i].name) != 0) continue;
+        if (!nn_model_known(specs[i].name)) {
+            fprintf(stderr, "%s: not built yet, skipped\n", specs[i].name);
+            continue;
+        }
+        check_model(&specs[i]);
+        ran++;
+    }
+    CHECK(ran > 0, "no model ran");
+    return check_exit();
+}

@@ -6,7 +6,8 @@
 Builds the reference model in PyTorch (torchvision's resnet50 / inception_v3 for
 resnet-50 / inception-v3; a module tree with pstrain's layout for the others)
 with random weights under a fixed seed, and random batch-norm statistics and
-affine parameters (so identity batch norms cannot hide a wrong one). Then:
+affine parameters (so identity batch norms cannot hide a wrong one; see
+randomise). Then:
   1. a data set of a few random images at the model's size: PNG files and
      pstrain-prep png, so pstrain's own reader and normalisation are used;
   2. a template checkpoint from `pstrain train --steps 1 --lr 0`;
@@ -57,18 +58,31 @@ MODELS = {
 }
 
 
-def randomise(model):
-    """Random batch-norm statistics and affine parameters; everything else
-    keeps the model's own (seeded) initialisation."""
+def randomise(model, C, H, W):
+    """Batch-norm statistics that keep the activations in range, then
+    perturbed, and random affine parameters: the running statistics are the
+    batch statistics of one training-mode forward pass over random images
+    (so the activations of a deep network stay in range whatever its
+    initialisation), the variance then scaled by U[0.75, 1.25), the mean moved
+    by 0.1 N(0, 1) standard deviations; gamma U[0.75, 1.25), beta 0.1 N(0, 1).
+    (Wider draws compound over inception-v3's depth: U[0.5, 1.5) gave logits
+    of 5e4.) Everything else keeps the
+    model's own (seeded) initialisation."""
     g = torch.Generator().manual_seed(SEED + 1)
+    bns = [mod for mod in model.modules() if isinstance(mod, nn.BatchNorm2d)]
+    for mod in bns:
+        mod.reset_running_stats()
+        mod.momentum = None  # a cumulative average: after one batch, its statistics
+    model.train()
     with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, nn.BatchNorm2d):
-                c = mod.num_features
-                mod.weight.copy_(0.5 + torch.rand(c, generator=g))
-                mod.bias.copy_(0.2 * torch.randn(c, generator=g))
-                mod.running_mean.copy_(0.2 * torch.randn(c, generator=g))
-                mod.running_var.copy_(0.5 + torch.rand(c, generator=g))
+        model(torch.randn(4, C, H, W, generator=g))
+        for mod in bns:
+            c = mod.num_features
+            mod.momentum = 0.1
+            mod.running_var.mul_(0.75 + 0.5 * torch.rand(c, generator=g))
+            mod.running_mean.add_(0.1 * mod.running_var.sqrt() * torch.randn(c, generator=g))
+            mod.weight.copy_(0.75 + 0.5 * torch.rand(c, generator=g))
+            mod.bias.copy_(0.1 * torch.randn(c, generator=g))
 
 
 # ---- a data set of random images through pstrain-prep png ----
@@ -121,7 +135,7 @@ def main():
 
     torch.manual_seed(SEED)
     model = build(C, K)
-    randomise(model)
+    randomise(model, C, H, W)
     model.eval()
     imported = os.path.join(work, "imported.h5")
     nvars = torch2ckpt.convert(model.state_dict(), template, imported)

@@ -128,6 +128,7 @@ typedef enum nn_layout { NN_LAYOUT_PLANNED, NN_LAYOUT_PRIVATE, NN_LAYOUT_POISON 
 
 struct nn_model {
     nn_model_cfg cfg;
+    int width_div; /* see nn_model_new_narrow; 1 = the published widths */
     char name[32];
     nn_layer *layers;
     int nlayers, cap_layers;
@@ -286,6 +287,11 @@ void nn_model_set_layout(nn_model *m, nn_layout layout);
  * float. false with the first violation described in why. */
 bool nn_plan_check(const nn_plan *p, const nn_model *m, char *why, size_t len);
 void nn_plan_free(nn_plan *p);
+
+/* nn_model_new with resnet-50's and inception-v3's channel counts divided
+ * by width_div (rounded up; the other models ignore it): narrow versions
+ * of the large models whose gradients the tests check quickly. */
+int nn_model_new_narrow(nn_model **out, const nn_model_cfg *cfg, int width_div, pst_err *e);
 
 /* Builds the named model into m (models.c); -1 with m->err on failure. */
 int nn_build_named(nn_model *m);

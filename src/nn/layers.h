@@ -227,9 +227,8 @@ void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool
 
 /* ---- batch normalization (per channel over M = N*H*W rows) --------------- */
 
-#define NN_BN_MAX_C                                                                                \
-    2048 /* channels (ResNet-50's last stage); the kernels keep sums on the stack                  \
-          */
+/* Channels (ResNet-50's last stage); the kernels keep sums on the stack. */
+#define NN_BN_MAX_C 2048
 
 /* Training: normalises with the batch statistics, saves mean[C] and
  * invstd[C] = 1/sqrt(var + eps) for backward (var biased, over M), writes

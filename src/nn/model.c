@@ -185,6 +185,11 @@ static int alloc_arena(nn_model *m)
 
 int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
 {
+    return nn_model_new_narrow(out, cfg, 1, e);
+}
+
+int nn_model_new_narrow(nn_model **out, const nn_model_cfg *cfg, int width_div, pst_err *e)
+{
     *out = NULL;
     const char *name = cfg->name ? cfg->name : "(null)";
     if (cfg->height <= 0 || cfg->width <= 0 || cfg->channels <= 0)
@@ -202,6 +207,7 @@ int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
                         name, cfg->weight_decay, cfg->label_smoothing);
     nn_model *m = pst_calloc(1, sizeof *m);
     m->cfg = *cfg;
+    m->width_div = width_div > 1 ? width_div : 1;
     snprintf(m->name, sizeof m->name, "%s", name);
     m->cfg.name = m->name;
     m->err = e;

@@ -151,6 +151,217 @@ static int build_resnet56(nn_model *m)
     return build_resnet_cifar(m, 9);
 }
 
+/* A published channel count divided by m->width_div, rounded up (tests'
+ * narrow models, see nn_model_new_narrow). */
+static int width(const nn_model *m, int c)
+{
+    return (c + m->width_div - 1) / m->width_div;
+}
+
+/* ---- torchvision resnet50 ------------------------------------------------------
+ *
+ * torchvision.models.resnet50 (ResNet v1.5: the stride on the 3x3 conv of a
+ * bottleneck), variables named after its module paths: conv1 (7x7/2 pad 3,
+ * C -> 64), bn1 + ReLU, maxpool 3x3/2 pad 1; layer1..layer4 of [3, 4, 6, 3]
+ * bottlenecks of width 64/128/256/512 and 4x as many output channels
+ * (layerS/B/conv1 1x1, bn1, ReLU; conv2 3x3/stride pad 1, bn2, ReLU; conv3
+ * 1x1, bn3; the shortcut downsample/0 1x1/stride + downsample/1 batch norm
+ * in the first block of each stage, the identity elsewhere; add, ReLU);
+ * avgpool (global), fc. Batch norm eps 1e-5. Any image size fits (stride
+ * 32 in all, every window padded). */
+
+#define RESNET_BN_EPS 1e-5f
+
+static int bottleneck(nn_model *m, const char *blk, int in, int cin, int planes, int stride)
+{
+    char c[2 * NN_LAYER_NAME_LEN], b[2 * NN_LAYER_NAME_LEN]; /* nn_new_layer refuses long ones */
+    int w = width(m, planes), out = width(m, 4 * planes);
+    snprintf(c, sizeof c, "%s/conv1", blk), snprintf(b, sizeof b, "%s/bn1", blk);
+    int y = nn_add_conv_bn_named(m, c, b, in, w, 1, 1, 1, 0, 0, RESNET_BN_EPS, true);
+    snprintf(c, sizeof c, "%s/conv2", blk), snprintf(b, sizeof b, "%s/bn2", blk);
+    y = nn_add_conv_bn_named(m, c, b, y, w, 3, 3, stride, 1, 1, RESNET_BN_EPS, true);
+    snprintf(c, sizeof c, "%s/conv3", blk), snprintf(b, sizeof b, "%s/bn3", blk);
+    y = nn_add_conv_bn_named(m, c, b, y, out, 1, 1, 1, 0, 0, RESNET_BN_EPS, false);
+    int sc = in;
+    if (stride != 1 || cin != out) {
+        snprintf(c, sizeof c, "%s/downsample/0", blk),
+            snprintf(b, sizeof b, "%s/downsample/1", blk);
+        sc = nn_add_conv_bn_named(m, c, b, in, out, 1, 1, stride, 0, 0, RESNET_BN_EPS, false);
+    }
+    snprintf(c, sizeof c, "%s/add", blk);
+    return nn_add_sum(m, c, (int[]){y, sc}, 2, true);
+}
+
+static int build_resnet50(nn_model *m)
+{
+    int x = nn_add_conv_bn_named(m, "conv1", "bn1", NN_INPUT, width(m, 64), 7, 7, 2, 3, 3,
+                                 RESNET_BN_EPS, true);
+    x = nn_add_pool(m, "maxpool", x, true, 3, 3, 2, 1);
+    static const int blocks[4] = {3, 4, 6, 3}, planes[4] = {64, 128, 256, 512};
+    int c = width(m, 64);
+    for (int s = 0; s < 4; s++)
+        for (int j = 0; j < blocks[s]; j++) {
+            char blk[NN_LAYER_NAME_LEN];
+            snprintf(blk, sizeof blk, "layer%d/%d", s + 1, j);
+            x = bottleneck(m, blk, x, c, planes[s], s > 0 && j == 0 ? 2 : 1);
+            c = width(m, 4 * planes[s]);
+        }
+    x = nn_add_pool(m, "avgpool", x, false, 0, 0, 0, 0);
+    return nn_add_dense(m, "fc", x, m->cfg.num_classes, false);
+}
+
+/* ---- torchvision inception_v3 --------------------------------------------------
+ *
+ * torchvision.models.inception_v3 without the auxiliary logits (and without
+ * transform_input), variables named after its module paths: every
+ * convolution is a BasicConv2d, conv (no bias) + bn (eps 1e-3) + ReLU,
+ * named <path>/conv and <path>/bn. Stem Conv2d_1a_3x3 (3x3/2) ..
+ * Conv2d_4a_3x3 with two 3x3/2 max pools; Mixed_5b..5d (InceptionA),
+ * Mixed_6a (B, grid reduction), Mixed_6b..6e (C, factorised 1x7/7x1),
+ * Mixed_7a (D, reduction), Mixed_7b, 7c (E, split 1x3/3x1 towers); global
+ * average pool, dropout 0.5, fc. Tower pools are avg_pool2d(3, 1, 1) with
+ * the padding counted, reductions max_pool2d(3, 2) unpadded. The first
+ * convolution takes the data set's C channels. */
+
+#define INCEPTION_BN_EPS 1e-3f
+/* The stem and the two unpadded reductions take 75x75 to 1x1 (torchvision
+ * documents the same minimum). */
+#define INCEPTION_V3_MIN_SIZE 75
+
+/* BasicConv2d <mod>/<br>: conv KHxKW, stride, padding (PH, PW), K channels
+ * (published width). */
+static int basic(nn_model *m, const char *mod, const char *br, int in, int K, int KH, int KW,
+                 int stride, int PH, int PW)
+{
+    char c[2 * NN_LAYER_NAME_LEN], b[2 * NN_LAYER_NAME_LEN]; /* nn_new_layer refuses long ones */
+    snprintf(c, sizeof c, "%s%s%s/conv", mod, *mod ? "/" : "", br);
+    snprintf(b, sizeof b, "%s%s%s/bn", mod, *mod ? "/" : "", br);
+    return nn_add_conv_bn_named(m, c, b, in, width(m, K), KH, KW, stride, PH, PW, INCEPTION_BN_EPS,
+                                true);
+}
+
+static int tower_pool(nn_model *m, const char *mod, int in)
+{
+    char n[2 * NN_LAYER_NAME_LEN];
+    snprintf(n, sizeof n, "%s/avg_pool", mod);
+    return nn_add_avgpool_count_pad(m, n, in, 3, 3, 1, 1);
+}
+
+static int reduce_pool(nn_model *m, const char *mod, int in)
+{
+    char n[2 * NN_LAYER_NAME_LEN];
+    snprintf(n, sizeof n, "%s/max_pool", mod);
+    return nn_add_pool(m, n, in, true, 3, 3, 2, 0);
+}
+
+static int concat(nn_model *m, const char *mod, const int *t, int n)
+{
+    char name[2 * NN_LAYER_NAME_LEN];
+    snprintf(name, sizeof name, "%s/concat", mod);
+    return nn_add_concat(m, name, t, n);
+}
+
+static int inception_a(nn_model *m, const char *mod, int in, int pool_features)
+{
+    int t[4];
+    t[0] = basic(m, mod, "branch1x1", in, 64, 1, 1, 1, 0, 0);
+    t[1] = basic(m, mod, "branch5x5_1", in, 48, 1, 1, 1, 0, 0);
+    t[1] = basic(m, mod, "branch5x5_2", t[1], 64, 5, 5, 1, 2, 2);
+    t[2] = basic(m, mod, "branch3x3dbl_1", in, 64, 1, 1, 1, 0, 0);
+    t[2] = basic(m, mod, "branch3x3dbl_2", t[2], 96, 3, 3, 1, 1, 1);
+    t[2] = basic(m, mod, "branch3x3dbl_3", t[2], 96, 3, 3, 1, 1, 1);
+    t[3] = basic(m, mod, "branch_pool", tower_pool(m, mod, in), pool_features, 1, 1, 1, 0, 0);
+    return concat(m, mod, t, 4);
+}
+
+static int inception_b(nn_model *m, const char *mod, int in)
+{
+    int t[3];
+    t[0] = basic(m, mod, "branch3x3", in, 384, 3, 3, 2, 0, 0);
+    t[1] = basic(m, mod, "branch3x3dbl_1", in, 64, 1, 1, 1, 0, 0);
+    t[1] = basic(m, mod, "branch3x3dbl_2", t[1], 96, 3, 3, 1, 1, 1);
+    t[1] = basic(m, mod, "branch3x3dbl_3", t[1], 96, 3, 3, 2, 0, 0);
+    t[2] = reduce_pool(m, mod, in);
+    return concat(m, mod, t, 3);
+}
+
+static int inception_c(nn_model *m, const char *mod, int in, int c7)
+{
+    int t[4];
+    t[0] = basic(m, mod, "branch1x1", in, 192, 1, 1, 1, 0, 0);
+    t[1] = basic(m, mod, "branch7x7_1", in, c7, 1, 1, 1, 0, 0);
+    t[1] = basic(m, mod, "branch7x7_2", t[1], c7, 1, 7, 1, 0, 3);
+    t[1] = basic(m, mod, "branch7x7_3", t[1], 192, 7, 1, 1, 3, 0);
+    t[2] = basic(m, mod, "branch7x7dbl_1", in, c7, 1, 1, 1, 0, 0);
+    t[2] = basic(m, mod, "branch7x7dbl_2", t[2], c7, 7, 1, 1, 3, 0);
+    t[2] = basic(m, mod, "branch7x7dbl_3", t[2], c7, 1, 7, 1, 0, 3);
+    t[2] = basic(m, mod, "branch7x7dbl_4", t[2], c7, 7, 1, 1, 3, 0);
+    t[2] = basic(m, mod, "branch7x7dbl_5", t[2], 192, 1, 7, 1, 0, 3);
+    t[3] = basic(m, mod, "branch_pool", tower_pool(m, mod, in), 192, 1, 1, 1, 0, 0);
+    return concat(m, mod, t, 4);
+}
+
+static int inception_d(nn_model *m, const char *mod, int in)
+{
+    int t[3];
+    t[0] = basic(m, mod, "branch3x3_1", in, 192, 1, 1, 1, 0, 0);
+    t[0] = basic(m, mod, "branch3x3_2", t[0], 320, 3, 3, 2, 0, 0);
+    t[1] = basic(m, mod, "branch7x7x3_1", in, 192, 1, 1, 1, 0, 0);
+    t[1] = basic(m, mod, "branch7x7x3_2", t[1], 192, 1, 7, 1, 0, 3);
+    t[1] = basic(m, mod, "branch7x7x3_3", t[1], 192, 7, 1, 1, 3, 0);
+    t[1] = basic(m, mod, "branch7x7x3_4", t[1], 192, 3, 3, 2, 0, 0);
+    t[2] = reduce_pool(m, mod, in);
+    return concat(m, mod, t, 3);
+}
+
+/* The two split towers are concatenated in torchvision's order: 1x1,
+ * 3x3_2a, 3x3_2b, 3x3dbl_3a, 3x3dbl_3b, pool (one concat of six, the same
+ * channels as its nested torch.cat). */
+static int inception_e(nn_model *m, const char *mod, int in)
+{
+    int t[6];
+    t[0] = basic(m, mod, "branch1x1", in, 320, 1, 1, 1, 0, 0);
+    int b3 = basic(m, mod, "branch3x3_1", in, 384, 1, 1, 1, 0, 0);
+    t[1] = basic(m, mod, "branch3x3_2a", b3, 384, 1, 3, 1, 0, 1);
+    t[2] = basic(m, mod, "branch3x3_2b", b3, 384, 3, 1, 1, 1, 0);
+    int d = basic(m, mod, "branch3x3dbl_1", in, 448, 1, 1, 1, 0, 0);
+    d = basic(m, mod, "branch3x3dbl_2", d, 384, 3, 3, 1, 1, 1);
+    t[3] = basic(m, mod, "branch3x3dbl_3a", d, 384, 1, 3, 1, 0, 1);
+    t[4] = basic(m, mod, "branch3x3dbl_3b", d, 384, 3, 1, 1, 1, 0);
+    t[5] = basic(m, mod, "branch_pool", tower_pool(m, mod, in), 192, 1, 1, 1, 0, 0);
+    return concat(m, mod, t, 6);
+}
+
+static int build_inception_v3(nn_model *m)
+{
+    if (m->cfg.height < INCEPTION_V3_MIN_SIZE || m->cfg.width < INCEPTION_V3_MIN_SIZE)
+        return pst_fail(m->err, "model %s does not fit a %dx%dx%d image: expected at least %dx%d",
+                        m->name, m->cfg.height, m->cfg.width, m->cfg.channels,
+                        INCEPTION_V3_MIN_SIZE, INCEPTION_V3_MIN_SIZE),
+               NN_FAILED;
+    int x = basic(m, "", "Conv2d_1a_3x3", NN_INPUT, 32, 3, 3, 2, 0, 0);
+    x = basic(m, "", "Conv2d_2a_3x3", x, 32, 3, 3, 1, 0, 0);
+    x = basic(m, "", "Conv2d_2b_3x3", x, 64, 3, 3, 1, 1, 1);
+    x = nn_add_pool(m, "maxpool1", x, true, 3, 3, 2, 0);
+    x = basic(m, "", "Conv2d_3b_1x1", x, 80, 1, 1, 1, 0, 0);
+    x = basic(m, "", "Conv2d_4a_3x3", x, 192, 3, 3, 1, 0, 0);
+    x = nn_add_pool(m, "maxpool2", x, true, 3, 3, 2, 0);
+    x = inception_a(m, "Mixed_5b", x, 32);
+    x = inception_a(m, "Mixed_5c", x, 64);
+    x = inception_a(m, "Mixed_5d", x, 64);
+    x = inception_b(m, "Mixed_6a", x);
+    x = inception_c(m, "Mixed_6b", x, 128);
+    x = inception_c(m, "Mixed_6c", x, 160);
+    x = inception_c(m, "Mixed_6d", x, 160);
+    x = inception_c(m, "Mixed_6e", x, 192);
+    x = inception_d(m, "Mixed_7a", x);
+    x = inception_e(m, "Mixed_7b", x);
+    x = inception_e(m, "Mixed_7c", x);
+    x = nn_add_pool(m, "avgpool", x, false, 0, 0, 0, 0);
+    x = nn_add_dropout(m, "dropout", x, 0.5f);
+    return nn_add_dense(m, "fc", x, m->cfg.num_classes, false);
+}
+
 /* The table of models: the one list of their names. --help, the errors
  * naming the choices and `pstrain plan` derive theirs from it
  * (nn_model_names, nn_model_names_join). A new model is one row here. */
@@ -163,6 +374,8 @@ static const struct {
     {"inception-mini", build_inception_mini},
     {"resnet-20", build_resnet20},
     {"resnet-56", build_resnet56},
+    {"resnet-50", build_resnet50},
+    {"inception-v3", build_inception_v3},
 };
 
 const char *const *nn_model_names(void)

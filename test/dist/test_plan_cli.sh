@@ -260,6 +260,11 @@ counts)
     count 272474 --model resnet-20 --height 32 --width 32 --channels 3 --classes 10
     count 272186 --model resnet-20 --height 28 --width 28 --channels 1 --classes 10
     count 855770 --model resnet-56 --height 32 --width 32 --channels 3 --classes 10
+    count 25557032 --model resnet-50 --height 224 --width 224 --channels 3 --classes 1000
+    count 23522250 --model resnet-50 --height 64 --width 64 --channels 1 --classes 10
+    count 23834568 --model inception-v3 --height 299 --width 299 --channels 3 --classes 1000
+    count 21806058 --model inception-v3 --height 75 --width 75 --channels 3 --classes 10
+    refused 1 inception-v3 74x80x3 75x75 -- --model inception-v3 --ps 1 --height 74 --width 80 --channels 3
     ;;
 memory)
     plan round-robin 1 262144 8 adam -- --model lenet5 --ps 1 --batch 8 --optimizer adam

@@ -77,8 +77,9 @@ def mapping(state_dict, renames=()):
             raise ImportError_("%s: no rule for a %dD '%s' (expected conv, linear or batch-norm "
                                "parameters)" % (key, a.ndim, leaf))
         path = _apply_renames(module, renames).replace(".", "/")
+        # a copy: the arrays of a live model share its tensors' memory
         out.append((key, (path + "/" if path else "") + name,
-                    np.ascontiguousarray(value, dtype=np.float32)))
+                    np.array(value, dtype=np.float32, order="C", copy=True)))
     return out
 
 

@@ -60,6 +60,13 @@ def main():
           rows["block/bn/moving_variance"][0] == "block.bn.running_var")
     check("float32 and contiguous", all(v.dtype == np.float32 and v.flags.c_contiguous
                                         for _, v in rows.values()))
+    live = {n: v for _, n, v in torch2ckpt.mapping(m.state_dict())}
+    with torch.no_grad():
+        m.block.bn.running_mean.add_(1.0)
+        m.fc.bias.add_(1.0)
+    check("mapping returns copies, not views of the live model's tensors",
+          not live["block/bn/moving_mean"].any() and
+          np.array_equal(live["fc/bias"], rows["fc/bias"][1]))
     ren = {n for _, n, _ in torch2ckpt.mapping(sd, [("block", "tower/0")])}
     check("--rename block=tower/0", "tower/0/conv/kernel" in ren and "fc/bias" in ren)
     try:

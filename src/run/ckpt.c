@@ -743,10 +743,12 @@ static void *sink_realloc(void *ptr, size_t size, H5FD_file_image_op_t op, void 
 static herr_t sink_free(void *ptr, H5FD_file_image_op_t op, void *udata)
 {
     (void)udata;
-    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && g_sink.capture && !g_sink.buf)
-        g_sink.buf = ptr; /* the finished file */
-    else
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && g_sink.capture) {
+        free(g_sink.buf); /* the last file closed is ours */
+        g_sink.buf = ptr;
+    } else {
         free(ptr);
+    }
     return 0;
 }
 
@@ -804,7 +806,11 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
         H5Pset_fapl_core(fapl, (size_t)1 << 20, 0) < 0 ||
         H5Pset_file_image_callbacks(fapl, &cb) < 0)
         goto fail;
-    f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl); /* in memory: path is only a name */
+    /* In memory, under a name no file can have: H5Fcreate first opens an
+     * existing file of its name to see whether it is already open, and the
+     * in-memory driver would load it (a stale ckpt-N.h5 under the target's
+     * name became the "new" checkpoint) or block on a FIFO there. */
+    f = H5Fcreate("/dev/null/pstrain-checkpoint-image", H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) goto fail;
     step = "write attributes";
     if (write_meta(f, meta) < 0) goto fail;

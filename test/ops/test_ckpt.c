@@ -751,6 +751,59 @@ static void test_averages(const char *root)
     free(params), free(avg), free(p2), free(a2);
 }
 
+/* Writing a checkpoint over an existing file of the same name gives the new
+ * contents. (ckpt_write built the file with HDF5's in-memory driver under
+ * the target's name: HDF5 first opened the existing file on disk to see
+ * whether it was already open, which loaded it, and the image captured at
+ * close was that old file. So a run resumed past a damaged ckpt-N.h5, or a
+ * new run in a directory of an older one, that wrote step N again left the
+ * old, damaged or foreign, file in place and reported success.) A FIFO
+ * under the name must not block the writer either. */
+static void test_overwrite(const char *root)
+{
+    char dir[1024], p[4096];
+    snprintf(dir, sizeof dir, "%s/overwrite", root);
+    mkdir(dir, 0755);
+    ckpt_path(p, sizeof p, dir, 5);
+    float *a = malloc(g_total * sizeof(float)), *b = malloc(g_total * sizeof(float));
+    float *got = malloc(g_total * sizeof(float));
+    ops_fill(a, g_total, 71);
+    ops_fill(b, g_total, 72);
+    ckpt_meta m = make_meta(OPT_SGD, 5);
+    pst_err e = {{0}};
+    ckpt_expect x = make_expect(OPT_SGD);
+    CHECK(ckpt_write(p, &m, g_vars, g_nvars, a, NULL, 0, &e) == 0, "first write: %s", e.msg);
+    CHECK(ckpt_write(p, &m, g_vars, g_nvars, b, NULL, 0, &e) == 0, "second write: %s", e.msg);
+    CHECK(ckpt_read(p, &x, got, NULL, 0, NULL, &e) == 0, "read: %s", e.msg);
+    CHECK(!memcmp(got, b, g_total * sizeof(float)), "the second write left the first's variables");
+    /* over a damaged file (as --resume DIR skips it, then writes its step) */
+    {
+        FILE *f = fopen(p, "r+b");
+        fseek(f, 200, SEEK_SET);
+        fputc(0x5a, f);
+        fclose(f);
+    }
+    CHECK(ckpt_write(p, &m, g_vars, g_nvars, a, NULL, 0, &e) == 0, "write over damage: %s", e.msg);
+    CHECK(ckpt_verify(p, &e) == 0, "the damaged file is still there: %s", e.msg);
+    CHECK(ckpt_read(p, &x, got, NULL, 0, NULL, &e) == 0 && !memcmp(got, a, g_total * sizeof(float)),
+          "write over a damaged file: %s", e.msg);
+    /* a FIFO under the name: replaced, never opened (it would block) */
+    unlink(p);
+    CHECK(mkfifo(p, 0644) == 0, "mkfifo");
+    pid_t child = fork();
+    if (child == 0) {
+        alarm(20); /* a blocked open fails the test instead of hanging it */
+        _exit(ckpt_write(p, &m, g_vars, g_nvars, b, NULL, 0, &e) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "write over a FIFO: status %d", st);
+    CHECK(ckpt_read(p, &x, got, NULL, 0, NULL, &e) == 0 && !memcmp(got, b, g_total * sizeof(float)),
+          "write over a FIFO: %s", e.msg);
+    ops_rmdir(dir);
+    free(a), free(b), free(got);
+}
+
 /* Rewrites string attribute `name` of `f` as a variable-length string (the
  * version 1 layout). */
 static void to_vlen_attr(hid_t f, const char *name)
@@ -992,6 +1045,7 @@ int main(void)
     test_latest_and_prune(d);
     test_bad_attributes(d);
     test_averages(d);
+    test_overwrite(d);
     test_version1(d);
     test_planted_symlinks(d);
     test_dir_lock(d);

@@ -13,8 +13,8 @@
 #   - bad values are one-line usage errors (exit 2).
 #
 #   test_recipes.sh ... single   # one process
-#   test_recipes.sh ... dist     # mpirun: sync, 2 PS and 2 workers resumed; 1 PS;
-#                                # 1 worker against one process
+#   test_recipes.sh ... dist     # mpirun: sync, 2 PS and 2 workers resumed (also
+#                                # with 1 PS); 1 worker against one process
 . "$(dirname "$0")/lib.sh"
 mode=${4:-single}
 CKPT_CMP=${CKPT_CMP:?CKPT_CMP must name the ckpt_cmp tool}
@@ -128,10 +128,11 @@ print("\n".join(errs))
 sys.exit(1 if errs else 0)' "$a.json" "$tmp/ev.json" "$tmp/raw.json"
 
 if [ "$mode" = dist ]; then
-    say "dist: 1 PS gives bitwise the run of 2 PS, averages included"
+    say "dist: resumed with 1 PS from the 2-PS checkpoint: bitwise the 2-PS run, averages included"
+    # (the checkpoint gathers the averages of both shards; one PS takes them all)
     launch=(timeout -k 5 120 mpirun -np 4 "$PSTRAIN")
-    run "$tmp/p1.log" train "${R[@]}" --ps 1 --steps $total --checkpoint-dir "$tmp/p1" --quiet ||
-        bad "1-PS run failed"
+    run "$tmp/p1.log" train "${R[@]}" --ps 1 --steps $total --checkpoint-dir "$tmp/p1" \
+        --resume "$b/ckpt-$stop.h5" --quiet || bad "1-PS resumed run failed"
     cmp_ckpt "$a/ckpt-$total.h5" "$tmp/p1/ckpt-$total.h5" || bad "1 PS and 2 PS differ"
     say "dist: 1 worker gives bitwise the run of one process, averages included"
     launch=(timeout -k 5 120 mpirun -np 3 "$PSTRAIN")
@@ -154,6 +155,48 @@ run "$n.3.log" train "${B[@]}" --steps 30 --checkpoint-dir "$n" --resume ||
     bad "resume without averages from a checkpoint with failed"
 check "dropped averages said" grep -q "has moving averages; this run has no --moving-average-decay" "$n.3.log"
 check "a checkpoint without averages has no /averages" sh -c "! h5ls '$n/ckpt-30.h5/averages' >/dev/null 2>&1"
+
+say "single: damaged averages are refused, naming the file and the dataset"
+if /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+    src=$a/ckpt-$total.h5
+    # mis-shaped: /averages/stem/kernel replaced by 3 floats (checksums intact)
+    cp "$src" "$tmp/shape.h5"
+    /usr/bin/python3 -c 'import h5py, sys
+f = h5py.File(sys.argv[1], "r+")
+del f["/averages/stem/kernel"]
+f.create_dataset("/averages/stem/kernel", data=[1.0, 2.0, 3.0], dtype="f4")' "$tmp/shape.h5"
+    # corrupt: one flipped bit in the data of /averages/stem/kernel
+    cp "$src" "$tmp/flip.h5"
+    off=$(/usr/bin/python3 -c 'import h5py, sys
+print(h5py.File(sys.argv[1], "r")["/averages/stem/kernel"].id.get_chunk_info(0).byte_offset + 40)' "$tmp/flip.h5")
+    /usr/bin/python3 -c 'import sys
+f = open(sys.argv[1], "r+b"); f.seek(int(sys.argv[2])); b = f.read(1); f.seek(int(sys.argv[2]))
+f.write(bytes([b[0] ^ 0x10]))' "$tmp/flip.h5" "$off"
+    for f in shape flip; do
+        "$PSTRAIN" eval --data "$tmp/d.h5" --checkpoint "$tmp/$f.h5" --quiet >"$tmp/$f.log" 2>&1
+        rc=$?
+        check "eval of $f.h5: exit $rc, expected 1" test $rc = 1
+        check "eval of $f.h5: one line naming the file and /averages/stem/kernel, got: $(head -3 "$tmp/$f.log")" \
+            sh -c "test \$(wc -l <'$tmp/$f.log') = 1 && grep -q '$tmp/$f.h5.*/averages/stem/kernel' '$tmp/$f.log'"
+        "$PSTRAIN" train "${R[@]}" --steps $((total + 5)) --checkpoint-dir "$tmp/$f.d" \
+            --resume "$tmp/$f.h5" >"$tmp/$f.r.log" 2>&1
+        rc=$?
+        check "--resume $f.h5: exit $rc, expected 1" test $rc = 1
+        check "--resume $f.h5 names /averages/stem/kernel" grep -q "/averages/stem/kernel" "$tmp/$f.r.log"
+    done
+    # --resume DIR falls back past a damaged newest checkpoint to the older good one
+    mkdir -p "$tmp/fall"
+    cp "$b/ckpt-$stop.h5" "$tmp/fall/"
+    cp "$tmp/flip.h5" "$tmp/fall/ckpt-$total.h5"
+    echo "ckpt-$total.h5" >"$tmp/fall/latest"
+    run "$tmp/fall.log" train "${R[@]}" --steps $total --checkpoint-dir "$tmp/fall" --resume ||
+        bad "--resume of a directory with a damaged newest checkpoint failed"
+    check "fell back to ckpt-$stop.h5 with a warning" grep -q \
+        "skipping damaged checkpoint $tmp/fall/ckpt-$total.h5: .*/averages/stem/kernel" "$tmp/fall.log"
+    cmp_ckpt "$a/ckpt-$total.h5" "$tmp/fall/ckpt-$total.h5" || bad "fallback resume differs"
+else
+    echo "  (skipped: /usr/bin/python3 has no h5py; Debian's python3-h5py; the unit test ckpt covers the library)"
+fi
 
 say "single: bad values"
 for args in "--moving-average-decay 1.5" "--moving-average-decay 1" "--moving-average-decay 0" \

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "layers.h"
+#include "pool.h"
 #include "pstrain/blas.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -131,15 +132,17 @@ static nn_conv_dims dgrad_dims(const nn_conv_dims *d)
 #define CONV_GROUP_PIXELS 256        /* output pixels per fast call, at least */
 #define CONV_GROUP_FLOATS (1u << 20) /* padded images per fast call: at most 4 MB */
 #define CONV_PART_FLOATS (1u << 19)  /* weight-gradient partials: at most 2 MB */
+#define CONV_SLICE_PIXELS 2048       /* output pixels per weight-gradient slice, at least */
 #define CONV_WG_ROWS 384             /* kernel rows per weight-gradient task */
 #define CONV_ROWS 1024               /* rows per task of a pointwise product */
 #define CONV_HDR 16                  /* floats before each thread's scratch: a tag */
 
 /* dw through the fast kernel: K > 16 output channels (narrower ones have
- * the narrow kernels), AVX-512. */
+ * the narrow kernels) and window rows of 16 floats or more (a 3x3 kernel
+ * over one channel would leave its register tiles nearly empty), AVX-512. */
 static bool fast_dw_ok(const nn_conv_dims *d)
 {
-    return CONV_X86 && d->K > 16 && nn_narrow_use_simd(-1);
+    return CONV_X86 && d->K > 16 && d->KW * d->C >= 16 && nn_narrow_use_simd(-1);
 }
 
 static size_t img_floats(const nn_conv_dims *d)
@@ -172,8 +175,7 @@ static size_t fast_pad_floats(const nn_conv_dims *d)
 }
 static size_t fast_floats(const nn_conv_dims *d)
 {
-    if (!fast_dw_ok(d)) return 0;
-    if (!nn_cf_ok(d)) return fast_pad_floats(d);
+    if (!nn_cf_ok(d)) return fast_dw_ok(d) ? fast_pad_floats(d) : 0;
     const int R = d->KH * d->KW * d->C;
     size_t wp = nn_cf_packed_floats(R, d->K), wpt = nn_cf_packed_floats(d->KH * d->KW * d->K, d->C);
     return fast_pad_floats(d) + align16(wp > wpt ? wp : wpt);
@@ -189,10 +191,13 @@ static size_t front_floats(const nn_conv_dims *d)
     return align16(g > f ? g : f);
 }
 /* Slices of the batch whose weight gradients are summed separately (then
- * in slice order): as many as CONV_PART_FLOATS of partials allow, at most N. */
+ * in slice order): as many as CONV_PART_FLOATS of partials allow, with at
+ * least CONV_SLICE_PIXELS output pixels each, at most N. */
 static int wgrad_slices(const nn_conv_dims *d)
 {
     size_t RK = (size_t)d->KH * d->KW * d->C * d->K, S = CONV_PART_FLOATS / (RK ? RK : 1);
+    size_t by_work = (size_t)d->N * d->OH * d->OW / CONV_SLICE_PIXELS;
+    if (S > by_work) S = by_work;
     if (S > (size_t)d->N) S = (size_t)d->N;
     return S < 1 ? 1 : (int)S;
 }
@@ -548,23 +553,19 @@ static void backward_gemm(float *dinp, bool acc, float *dw, float *db, float *do
 
 /* ---- the drivers: tasks on the pool ------------------------------------ */
 
-/* Until the model's pool exists: tasks in order on the caller. */
 static int conv_threads(nn_pool *pool)
 {
-    (void)pool;
-    return 1;
+    return nn_pool_threads(pool);
 }
 static void conv_for(nn_pool *pool, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
-    (void)pool;
-    for (int t = 0; t < ntasks; t++) fn(arg, t, 0);
+    nn_pool_for(pool, ntasks, fn, arg);
 }
 
 /* Block b of [0, n) cut into nb near-equal blocks. */
 static void block_of(int n, int nb, int b, int *lo, int *hi)
 {
-    *lo = (int)((long long)n * b / nb);
-    *hi = (int)((long long)n * (b + 1) / nb);
+    nn_pool_block(n, nb, b, lo, hi);
 }
 
 typedef struct conv_job {

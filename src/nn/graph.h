@@ -62,6 +62,9 @@ typedef struct nn_layer_ops {
     size_t (*scratch_floats)(const nn_layer *l, size_t B);
     /* The "detail" column of nn_model_describe ("3x3/1 pad 1 relu"). */
     void (*describe)(const nn_model *m, const nn_layer *l, char *buf, size_t len);
+    /* Floating-point operations of one forward (bwd false) or backward call
+     * on n examples, for the profile's GFLOP/s; NULL: not counted. */
+    double (*flops)(const nn_layer *l, int n, bool bwd);
 } nn_layer_ops;
 
 struct nn_layer {
@@ -76,6 +79,7 @@ struct nn_layer {
     bool dy_written;        /* during backward: first consumer writes, later ones add */
     void *priv;             /* the kind's struct, ops->priv_size bytes, zeroed; owned */
     double t_fwd, t_bwd;    /* profiling: seconds summed over calls */
+    double f_fwd, f_bwd;    /* profiling: flops summed over calls (ops->flops) */
 };
 
 /* Every layer kind, NULL-terminated: one row per layer_<kind>.c. */

@@ -1,8 +1,9 @@
 /* layer_conv.c - 2-D convolution (NHWC, kernel [KH][KW][C][K], square
  * stride, padding PH rows top and bottom and PW columns left and right,
  * optional bias and fused ReLU). Kernels:
- * nn_conv2d_forward/backward (conv.c), which share one im2col scratch
- * buffer across all convolutions of a model. */
+ * nn_conv2d_forward/backward (conv.c), run as tasks on the model's pool;
+ * each thread has its own scratch (nn_scratch), shared by all
+ * convolutions of the model. */
 #include "graph.h"
 
 static void conv_fwd(nn_model *m, nn_layer *l, int n, bool train)
@@ -10,7 +11,8 @@ static void conv_fwd(nn_model *m, nn_layer *l, int n, bool train)
     nn_conv_dims d = *(const nn_conv_dims *)l->priv;
     d.N = n;
     nn_conv2d_forward(l->y, nn_in_y(m, l, 0), nn_param(m, l, 0),
-                      l->nvar > 1 ? nn_param(m, l, 1) : NULL, &d, l->relu, NULL, m->scratch, 0);
+                      l->nvar > 1 ? nn_param(m, l, 1) : NULL, &d, l->relu, m->pool, m->scratch,
+                      m->scratch_stride);
 }
 
 static void conv_bwd(nn_model *m, nn_layer *l, int n)
@@ -20,7 +22,8 @@ static void conv_bwd(nn_model *m, nn_layer *l, int n)
     bool acc;
     float *din = nn_in_dy(m, l, 0, &acc);
     nn_conv2d_backward(din, acc, nn_grad(m, l, 0), l->nvar > 1 ? nn_grad(m, l, 1) : NULL, l->dy,
-                       l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), &d, l->relu, NULL, m->scratch, 0);
+                       l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), &d, l->relu, m->pool, m->scratch,
+                       m->scratch_stride);
 }
 
 static size_t conv_scratch(const nn_layer *l, size_t B)
@@ -42,6 +45,15 @@ static void conv_describe(const nn_model *m, const nn_layer *l, char *buf, size_
              l->relu ? " relu" : "");
 }
 
+/* 2*N*OH*OW*K*KH*KW*C per product: one forward; the weight gradient and,
+ * unless the layer reads the model's input, the input gradient. */
+static double conv_flops(const nn_layer *l, int n, bool bwd)
+{
+    const nn_conv_dims *d = l->priv;
+    double f = 2.0 * n * d->OH * d->OW * (double)d->K * d->KH * d->KW * d->C;
+    return bwd ? f * (l->in[0] == NN_INPUT ? 1 : 2) : f;
+}
+
 const nn_layer_ops nn_conv_ops = {
     .kind = "conv2d",
     .forward = conv_fwd,
@@ -50,6 +62,7 @@ const nn_layer_ops nn_conv_ops = {
     .priv_size = sizeof(nn_conv_dims), /* N is set per call */
     .scratch_floats = conv_scratch,
     .describe = conv_describe,
+    .flops = conv_flops,
 };
 
 int nn_add_conv(nn_model *m, const char *name, int in, int K, int KH, int KW, int stride, int pad,

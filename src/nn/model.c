@@ -337,7 +337,10 @@ static void forward(nn_model *m, const float *x, int n, bool train)
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;
         l->ops->forward(m, l, n, train);
-        if (m->profile) l->t_fwd += cpu_now() - t0;
+        if (m->profile) {
+            l->t_fwd += cpu_now() - t0;
+            if (l->ops->flops) l->f_fwd += l->ops->flops(l, n, false);
+        }
         nn_plan_after(m, i);
     }
 }
@@ -444,7 +447,10 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;
         l->ops->backward(m, l, n);
-        if (m->profile) l->t_bwd += cpu_now() - t0;
+        if (m->profile) {
+            l->t_bwd += cpu_now() - t0;
+            if (l->ops->flops) l->f_bwd += l->ops->flops(l, n, true);
+        }
         nn_plan_after(m, 2 * m->nlayers - i);
     }
     /* L2 weight decay on kernels: loss += wd/2 |w|^2, grad += wd w */
@@ -519,14 +525,18 @@ void nn_model_profile_report(nn_model *m, FILE *out)
     for (int i = 0; i < m->nlayers; i++) tf += m->layers[i].t_fwd, tb += m->layers[i].t_bwd;
     int64_t steps = m->profiled_steps > 0 ? m->profiled_steps : 1;
     double tot = tf + tb > 0 ? tf + tb : 1;
-    fprintf(out, "  %-28s %-10s %10s %10s %7s\n", "layer", "kind", "fwd cpu us", "bwd cpu us",
-            "share");
+    fprintf(out, "  %-28s %-10s %10s %10s %7s %9s %9s\n", "layer", "kind", "fwd cpu us",
+            "bwd cpu us", "share", "fwd GF/s", "bwd GF/s");
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *l = &m->layers[i];
-        fprintf(out, "  %-28s %-10s %10.1f %10.1f %6.1f%%\n", l->name, l->ops->kind,
-                1e6 * l->t_fwd / steps, 1e6 * l->t_bwd / steps,
-                100.0 * (l->t_fwd + l->t_bwd) / tot);
-        l->t_fwd = l->t_bwd = 0;
+        char gf[2][16] = {"", ""};
+        /* GFLOP/s of the layers that count their flops (convolutions) */
+        if (l->f_fwd > 0 && l->t_fwd > 0) snprintf(gf[0], 16, "%.1f", 1e-9 * l->f_fwd / l->t_fwd);
+        if (l->f_bwd > 0 && l->t_bwd > 0) snprintf(gf[1], 16, "%.1f", 1e-9 * l->f_bwd / l->t_bwd);
+        fprintf(out, "  %-28s %-10s %10.1f %10.1f %6.1f%% %9s %9s\n", l->name, l->ops->kind,
+                1e6 * l->t_fwd / steps, 1e6 * l->t_bwd / steps, 100.0 * (l->t_fwd + l->t_bwd) / tot,
+                gf[0], gf[1]);
+        l->t_fwd = l->t_bwd = l->f_fwd = l->f_bwd = 0;
     }
     fprintf(out, "  %-28s %-10s %10.1f %10.1f (per step, %lld steps)\n", "total", "",
             1e6 * tf / steps, 1e6 * tb / steps, (long long)steps);

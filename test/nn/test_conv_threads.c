@@ -1,0 +1,83 @@
+/* test_conv_threads.c - convolutions on the model's pool give the same
+ * bits for every thread count: forward, input, weight and bias gradients
+ * on pools of 1, 2 and 3 threads against no pool, on every path (the
+ * AVX-512 implicit-GEMM kernels, narrow, one-channel, GEMM, pointwise,
+ * strided), AVX-512 and portable. Also run under ThreadSanitizer
+ * (jobs/test.sh): the tasks share the packed kernel and the partials. */
+#include <string.h>
+
+#include "check.h"
+#include "layers.h"
+#include "pool.h"
+#include "pstrain/blas.h"
+#include "pstrain/common.h"
+
+static nn_rng rng;
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = pst_malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = (2.0f * nn_rng_uniform(&rng) - 1.0f) * scale;
+    return v;
+}
+
+/* Forward, input, weight and bias gradients on pools of 1, 2 and 3 threads
+ * (and no pool) are bitwise equal: the work is cut by the shapes only. */
+static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW, int SH, int SW,
+                              int PH, int PW, bool relu)
+{
+    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K};
+    nn_conv_dims_finish(&d);
+    size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K,
+           ny = (size_t)N * d.OH * d.OW * K, stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
+    float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *b = rand_vec(K, 0.5f),
+          *R = rand_vec(ny, 1), *dy = rand_vec(ny, 0);
+    float *y[4], *dx[4], *dw[4], *db[4];
+    for (int t = 0; t < 4; t++) { /* t = 0: no pool */
+        nn_pool *pool = NULL;
+        pst_err e;
+        if (t > 0 && nn_pool_new(&pool, t, &e) < 0) pst_die("%s", e.msg);
+        float *scratch = pst_aligned_alloc(sizeof(float) * stride * (t ? t : 1));
+        y[t] = rand_vec(ny, 1), dx[t] = rand_vec(nx, 1), dw[t] = rand_vec(nw, 1);
+        db[t] = rand_vec(K, 1);
+        nn_conv2d_forward(y[t], x, w, b, &d, relu, pool, scratch, stride);
+        memcpy(dy, R, sizeof(float) * ny);
+        nn_conv2d_backward(dx[t], false, dw[t], db[t], dy, y[t], x, w, &d, relu, pool, scratch,
+                           stride);
+        free(scratch);
+        nn_pool_free(pool);
+    }
+    for (int t = 1; t < 4; t++) {
+        bool same =
+            !memcmp(y[0], y[t], sizeof(float) * ny) && !memcmp(dx[0], dx[t], sizeof(float) * nx) &&
+            !memcmp(dw[0], dw[t], sizeof(float) * nw) && !memcmp(db[0], db[t], sizeof(float) * K);
+        CHECK(same, "conv N%d %dx%dx%d->%d k%dx%d s%d p%d,%d: %d threads differ from none", N, H, W,
+              C, K, KH, KW, SH, PH, PW, t);
+    }
+    for (int t = 0; t < 4; t++) free(y[t]), free(dx[t]), free(dw[t]), free(db[t]);
+    free(x), free(w), free(b), free(R), free(dy);
+}
+
+int main(void)
+{
+    nn_blis_init();
+    nn_rng_seed(&rng, 4321);
+    bool simd = nn_narrow_use_simd(-1);
+    /* the same cut for every thread count, on every path (fast, narrow,
+     * one-channel, GEMM, pointwise), AVX-512 and portable */
+    for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
+        nn_narrow_use_simd(mode);
+        /*                N   H   W   C    K KH KW SH SW PH PW relu */
+        test_conv_threads(7, 9, 9, 16, 72, 3, 3, 1, 1, 1, 1, true);
+        test_conv_threads(5, 6, 7, 24, 40, 1, 1, 1, 1, 0, 0, false);
+        test_conv_threads(5, 9, 9, 24, 80, 1, 1, 2, 2, 0, 0, false);
+        test_conv_threads(6, 8, 8, 8, 48, 1, 7, 1, 1, 0, 3, false);
+        test_conv_threads(5, 9, 8, 5, 33, 3, 3, 2, 2, 1, 1, true);
+        test_conv_threads(4, 5, 5, 64, 1024, 3, 3, 1, 1, 1, 1, false);
+        test_conv_threads(6, 10, 10, 3, 24, 3, 3, 1, 1, 1, 1, true);
+        test_conv_threads(6, 10, 10, 4, 16, 5, 5, 1, 1, 2, 2, false);
+        test_conv_threads(9, 12, 12, 1, 6, 5, 5, 1, 1, 2, 2, true);
+    }
+
+    return check_exit();
+}

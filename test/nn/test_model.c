@@ -323,6 +323,31 @@ static void test_names(void)
     }
 }
 
+/* A layer or variable name too long for its array fails the build with a
+ * message instead of being cut short (two variables could then share a
+ * name, and a checkpoint would not map to torchvision's keys). */
+static void test_long_names(void)
+{
+    for (int var = 0; var < 2; var++) {
+        nn_model *m = pst_calloc(1, sizeof *m);
+        pst_err e = {{0}};
+        m->cfg = (nn_model_cfg){"mlp", 4, 4, 2, 3, 1, 1, 0, 0, 1};
+        snprintf(m->name, sizeof m->name, "mlp");
+        m->width_div = 1;
+        m->err = &e;
+        /* a layer name one too long; a layer name that fits, whose batch
+         * norm variable "<name>/moving_variance" does not */
+        char name[NN_LAYER_NAME_LEN + 1];
+        memset(name, 'a', sizeof name);
+        name[var ? NN_LAYER_NAME_LEN - 1 : NN_LAYER_NAME_LEN] = 0;
+        int x = nn_add_bn(m, name, NN_INPUT, false);
+        CHECK(m->failed && strstr(e.msg, var ? "variable name" : "layer name") &&
+                  strstr(e.msg, "longer than"),
+              "a %zu-character layer name: %s (layer %d)", strlen(name), e.msg, x);
+        nn_model_free(m);
+    }
+}
+
 static void test_determinism_and_state(void)
 {
     spec s = {"inception-mini", 12, 12, 3, 5, 6};
@@ -470,6 +495,7 @@ int main(void)
     test_model_directional(&(spec){"resnet-50", 64, 64, 2, 3, 4}, 16);
     test_model_directional(&(spec){"inception-v3", 107, 107, 2, 3, 4}, 16);
     test_names();
+    test_long_names();
     test_shapes_and_describe();
     test_layer_kinds();
     test_determinism_and_state();

@@ -173,9 +173,14 @@ int main(void)
      * small partition threshold splits every large variable over distinct PS */
     for (const char *const *name = nn_model_names(); *name; name++) {
         int is_inc = !strcmp(*name, "inception-mini");
+        int v3 = !strcmp(*name, "inception-v3"); /* at least 75x75 */
         nn_model_cfg mc = {.name = *name,
-                           .height = is_inc ? 32 : 28,
-                           .width = is_inc ? 32 : 28,
+                           .height = v3       ? 75
+                                     : is_inc ? 32
+                                              : 28,
+                           .width = v3       ? 75
+                                    : is_inc ? 32
+                                             : 28,
                            .channels = is_inc ? 3 : 1,
                            .num_classes = 10,
                            .max_batch = 1,

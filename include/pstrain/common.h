@@ -69,6 +69,11 @@ void pst_set_thread_die_handler(void (*fn)(void *ctx, const char *msg), void *ct
 
 /* Seconds on a monotonic clock. */
 double pst_now(void);
+/* CPUs in this process's affinity mask (sched_getaffinity; what mpirun
+ * --bind-to gives a rank), at least 1. */
+int pst_cpu_count(void);
+/* A --threads value: 0 means pst_cpu_count(), anything else itself. */
+int pst_threads_resolve(int threads);
 
 /* Parses a whole string as a number; -1 on junk, overflow or empty. */
 int pst_parse_i64(const char *s, int64_t *out);

@@ -40,6 +40,8 @@ typedef struct nn_var {
     bool trainable; /* false: batch-norm moving statistics */
 } nn_var;
 
+#define NN_MAX_THREADS 1024 /* nn_model_cfg.threads */
+
 typedef struct nn_model_cfg {
     const char *name; /* a name of nn_model_names() */
     int height, width, channels, num_classes;
@@ -47,7 +49,8 @@ typedef struct nn_model_cfg {
     uint64_t seed;         /* initialization and dropout */
     float weight_decay;    /* L2 coefficient, 0 = none */
     float label_smoothing; /* 0 = none */
-    int threads;           /* compute threads of train/eval steps; <= 1: the caller only */
+    int threads; /* compute threads (at most NN_MAX_THREADS) of train/eval steps; <= 1: the caller
+                    only */
 } nn_model_cfg;
 
 typedef struct nn_model nn_model;

@@ -117,6 +117,7 @@ typedef struct ps_serve_cfg {
     int64_t total_tickets; /* lockstep: batches published (T); the PS stops
                               after ceil(T/W) versions */
     int64_t ckpt_every;    /* lockstep: snapshot to the root every N versions */
+    int threads;           /* optimizer threads over the shard (<= 1: this one) */
     /* Called about every report_secs with the PR_N words of the PS report
      * record (below); may be NULL. */
     void (*report)(void *ctx, const double *vals, int n);

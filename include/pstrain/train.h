@@ -37,6 +37,10 @@ typedef struct train_cfg {
     bool lr_scale_linear;
     uint64_t seed;
     pipe_cfg pipe; /* prep threads, queue, augmentation, limit */
+    /* --threads: compute threads of the model (one process, every worker,
+     * eval); --ps-threads: a parameter server's optimizer threads. 0: the
+     * CPUs of the rank's affinity mask (pst_threads_resolve). */
+    int threads, ps_threads;
 
     /* distributed */
     int ps; /* parameter-server ranks */

@@ -159,7 +159,8 @@ static void ps_role(dist_run *r, pst_err *e)
                        .ckpt_every = cfg->checkpoint_dir ? cfg->checkpoint_every : 0,
                        .report = ps_report,
                        .report_ctx = &rc_ctx,
-                       .report_secs = 0.25};
+                       .report_secs = 0.25,
+                       .threads = pst_threads_resolve(cfg->ps_threads)};
     ps_serve_stats pst;
     if (ps_serve(r->sh, &sc, &pst, e) < 0) dist_fatal("%s", e->msg);
     double *q = r->my_rec;
@@ -247,7 +248,9 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                        .max_batch = is_ps ? 1 : cfg->batch,
                        .seed = cfg->seed,
                        .weight_decay = cfg->weight_decay,
-                       .label_smoothing = cfg->label_smoothing};
+                       .label_smoothing = cfg->label_smoothing,
+                       /* only workers compute steps (the root evaluates between them) */
+                       .threads = is_ps || is_root ? 1 : pst_threads_resolve(cfg->threads)};
     int ok = nn_model_new(&r->m, &mc, e) == 0;
     if (ok) {
         r->nv = nn_model_nvars(r->m);

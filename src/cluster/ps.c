@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "dist_internal.h"
+#include "src/nn/pool.h"
 
 enum { CTL_LOCKSEQ = 0, CTL_DONE = 1, CTL_STOP_T = 2, CTL_CKPT_AT = 3, CTL_EVAL_AT = 4 };
 enum { TAG_SNAP_VERSION = 7101, TAG_SNAP_DATA = 7102 };
@@ -187,27 +188,52 @@ static int cmp_ticket(const void *a, const void *b)
 
 /* Optimizer on the trainable ranges, copy on the non-trainable ones; then
  * the moving averages of every range, for global step ema_t (the step this
- * update makes). */
-static void apply_shard(ps_shard *s, const ps_serve_cfg *c, float lr, int64_t t, int64_t ema_t,
-                        float *params, const float *g, float *slots, size_t n)
+ * update makes). The shard goes by blocks of PS_BLOCK floats on the PS's
+ * pool (--ps-threads): every update is elementwise, so the blocks give the
+ * same bits on any number of threads. */
+#define PS_BLOCK 16384
+
+typedef struct apply_job {
+    const ps_shard *s;
+    const ps_serve_cfg *c;
+    float lr, d;
+    int64_t t;
+    float *params, *slots, *avg;
+    const float *g;
+    size_t n;
+} apply_job;
+
+static void apply_block(void *varg, int b, int tid)
 {
-    const place_plan *pl = s->plan;
-    float *avg = (float *)(s->base + avg_off(s, s->me));
-    const float d = s->navg ? ema_decay_at(s->lay.ema_decay, ema_t) : 0;
-    for (int r = pl->ps_first[s->me]; r < pl->ps_first[s->me] + pl->ps_nranges[s->me]; r++) {
+    const apply_job *j = varg;
+    const place_plan *pl = j->s->plan;
+    const int me = j->s->me;
+    const size_t lo = (size_t)b * PS_BLOCK, hi = PST_MIN(lo + PS_BLOCK, j->n);
+    for (int r = pl->ps_first[me]; r < pl->ps_first[me] + pl->ps_nranges[me]; r++) {
         const place_range *q = &pl->ranges[r];
-        size_t o = q->ps_offset;
+        size_t a = PST_MAX(q->ps_offset, lo), e = PST_MIN(q->ps_offset + q->count, hi);
+        if (a >= e) continue;
         if (q->trainable)
-            opt_apply(&c->opt, lr, t, params + o, g + o, slots + o, n, q->count);
+            opt_apply(&j->c->opt, j->lr, j->t, j->params + a, j->g + a, j->slots + a, j->n, e - a);
         else
-            memcpy(params + o, g + o, sizeof(float) * q->count);
-        if (s->navg) ema_apply(d, avg + o, params + o, q->count);
+            memcpy(j->params + a, j->g + a, sizeof(float) * (e - a));
+        if (j->s->navg) ema_apply(j->d, j->avg + a, j->params + a, e - a);
     }
+}
+
+static void apply_shard(ps_shard *s, nn_pool *pool, const ps_serve_cfg *c, float lr, int64_t t,
+                        int64_t ema_t, float *params, const float *g, float *slots, size_t n)
+{
+    apply_job j = {s, c,      lr,    s->navg ? ema_decay_at(s->lay.ema_decay, ema_t) : 0,
+                   t, params, slots, (float *)(s->base + avg_off(s, s->me)),
+                   g, n};
+    nn_pool_for(pool, (int)((n + PS_BLOCK - 1) / PS_BLOCK), apply_block, &j);
 }
 
 int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
 {
-    (void)e;
+    nn_pool *pool = NULL; /* --ps-threads */
+    if (c->threads > 1 && nn_pool_new(&pool, c->threads, e) < 0) return -1;
     const int W = s->lay.nworkers;
     const int R = c->replicas > 0 ? PST_MIN(c->replicas, W) : W;
     const size_t n = s->plan->ps_floats[s->me];
@@ -278,7 +304,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             const float *g = (const float *)(s->base + grads_off(s, s->me, w));
             float lr = lr_at(&c->sched, stp[ST_STEP]);
             st->applied++;
-            apply_shard(s, c, lr, st->applied, stp[ST_STEP] + 1, params, g, slots, n);
+            apply_shard(s, pool, c, lr, st->applied, stp[ST_STEP] + 1, params, g, slots, n);
             MPI_OK(MPI_Win_sync(s->win));
             dist_store64(&stp[ST_ACK], seq);
             MPI_OK(MPI_Win_sync(s->win));
@@ -305,8 +331,8 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
             }
             dist_store64(&ctl[CTL_LOCKSEQ], 2 * version + 1);
             MPI_OK(MPI_Win_sync(s->win));
-            apply_shard(s, c, lr_at(&c->sched, version), version + 1, version + 1, params, acc,
-                        slots, n);
+            apply_shard(s, pool, c, lr_at(&c->sched, version), version + 1, version + 1, params,
+                        acc, slots, n);
             version++;
             st->applied += take;
             for (int w = 0; w < W; w++) have[w] = false;
@@ -364,6 +390,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     }
     MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
     free(acc), free(seen), free(ended), free(have), free(order);
+    nn_pool_free(pool);
     return 0;
 }
 

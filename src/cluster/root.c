@@ -447,6 +447,11 @@ void root_run(dist_run *r, pst_err *e)
     /* the set-up, as log lines with their time like what follows */
     metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
                  cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
+    char wt[16] = "its cores", pt[16] = "its cores"; /* --threads 0: each rank's mask */
+    if (cfg->threads) snprintf(wt, sizeof wt, "%d", cfg->threads);
+    if (cfg->ps_threads) snprintf(pt, sizeof pt, "%d", cfg->ps_threads);
+    metrics_note(r->mx, "threads: root %d prep, each worker %s compute, each PS %s optimizer",
+                 cfg->pipe.prep_threads, wt, pt);
     train_recipe_note(r->mx, cfg, W, r->sched.steps_per_epoch);
     if (cfg->verbose && !cfg->quiet) {
         place_plan_print(r->plan, stderr);

@@ -30,8 +30,9 @@
 #define PSTRAIN_NN_POOL_H
 
 #include "pstrain/common.h"
+#include "pstrain/model.h"
 
-#define NN_POOL_MAX_THREADS 1024
+#define NN_POOL_MAX_THREADS NN_MAX_THREADS
 
 typedef struct nn_pool nn_pool;
 

@@ -40,6 +40,12 @@ static const char train_usage[] =
     "\n"
     "input pipeline:\n"
     "  --prep-threads T        preprocessing threads (default 2)\n"
+    "\n"
+    "threads per rank (results do not depend on them: bitwise):\n"
+    "  --threads T             compute threads of the model: one process, every worker\n"
+    "                          rank (default 1; 0 = the CPUs of the rank's affinity mask)\n"
+    "  --ps-threads T          optimizer threads of each parameter server (default 1; 0 as\n"
+    "                          above)\n"
     "  --queue-capacity C      shuffle buffer size in examples (default: what fits in\n"
     "                          64 MiB, at most an epoch: a full shuffle for small sets)\n"
     "  --min-after-dequeue M   examples kept in the buffer (default: capacity - 1)\n"
@@ -109,6 +115,8 @@ enum {
     O_LS,
     O_SEED,
     O_PREP,
+    O_THREADS,
+    O_PS_THREADS,
     O_QCAP,
     O_MAD,
     O_AUG,
@@ -160,6 +168,8 @@ static const struct option train_opts[] = {
     {"label-smoothing", required_argument, 0, O_LS},
     {"seed", required_argument, 0, O_SEED},
     {"prep-threads", required_argument, 0, O_PREP},
+    {"threads", required_argument, 0, O_THREADS},
+    {"ps-threads", required_argument, 0, O_PS_THREADS},
     {"queue-capacity", required_argument, 0, O_QCAP},
     {"min-after-dequeue", required_argument, 0, O_MAD},
     {"augment", required_argument, 0, O_AUG},
@@ -334,6 +344,14 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
             break;
         case O_PREP:
             cfg->pipe.prep_threads = (int)arg_i64(&c, optarg, 1, 256, "1..256 threads");
+            break;
+        case O_THREADS:
+            cfg->threads = (int)arg_i64(&c, optarg, 0, NN_MAX_THREADS,
+                                        "0..1024 threads (0: the CPUs of the affinity mask)");
+            break;
+        case O_PS_THREADS:
+            cfg->ps_threads = (int)arg_i64(&c, optarg, 0, NN_MAX_THREADS,
+                                           "0..1024 threads (0: the CPUs of the affinity mask)");
             break;
         case O_QCAP:
             cfg->pipe.queue_capacity = (int)arg_i64(&c, optarg, 1, 1 << 28, "a positive capacity");

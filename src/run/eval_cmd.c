@@ -19,14 +19,16 @@
 static const char eval_usage[] =
     "usage: pstrain eval --data FILE.h5 --checkpoint CKPT [--split test|val|train]\n"
     "                    [--batch B] [--summary-json FILE.json] [--logits FILE.npy]\n"
-    "                    [--no-averages] [--quiet] [-h|--help]\n"
+    "                    [--threads T] [--no-averages] [--quiet] [-h|--help]\n"
     "\n"
     "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
     "A checkpoint with moving averages (--moving-average-decay) is evaluated with the\n"
     "averages in place of the variables; --no-averages uses the raw variables.\n"
     "Prints accuracy, loss, per-class accuracy and the confusion matrix (rows: true class).\n"
     "--logits writes every example's logits (before the softmax), in the split's order, as a\n"
-    "NumPy .npy array of float32 [examples][classes].\n";
+    "NumPy .npy array of float32 [examples][classes].\n"
+    "--threads T: compute threads (default 1; 0 = the CPUs of the affinity mask); the\n"
+    "results do not depend on T.\n";
 
 /* ---- --logits: a NumPy .npy file (format 1.0), streamed batch by batch ---- */
 
@@ -147,12 +149,13 @@ int eval_main(int argc, char **argv)
         {"logits", required_argument, 0, 'l'},
         {"quiet", no_argument, 0, 'q'},
         {"no-averages", no_argument, 0, 'A'},
+        {"threads", required_argument, 0, 't'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *data = NULL, *ckarg = NULL, *split = "test", *summary = NULL;
     logits_out lo = {0};
-    int batch = 256;
+    int batch = 256, threads = 1;
     bool quiet = false, no_averages = false;
     int o;
     optind = 1;
@@ -171,6 +174,14 @@ int eval_main(int argc, char **argv)
         case 'b':
             if (pst_parse_int(optarg, &batch) < 0 || batch < 1) {
                 pst_error("--batch: expected a positive integer, got '%s'", optarg);
+                return PST_EXIT_USAGE;
+            }
+            break;
+        case 't':
+            if (pst_parse_int(optarg, &threads) < 0 || threads < 0 || threads > NN_MAX_THREADS) {
+                pst_error("--threads: expected 0..%d threads (0: the CPUs of the affinity mask), "
+                          "got '%s'",
+                          NN_MAX_THREADS, optarg);
                 return PST_EXIT_USAGE;
             }
             break;
@@ -243,7 +254,8 @@ int eval_main(int argc, char **argv)
                        .channels = ds.channels,
                        .num_classes = ds.num_classes,
                        .max_batch = batch,
-                       .seed = meta.seed};
+                       .seed = meta.seed,
+                       .threads = pst_threads_resolve(threads)};
     if (nn_model_new(&m, &mc, &e) < 0) goto fail;
     ckpt_expect want = ckpt_expect_model(m, NULL);
     const bool use_avg = meta.has_averages && !no_averages;

@@ -40,6 +40,8 @@ train_cfg train_cfg_defaults(void)
     c.mode = TRAIN_SYNC;
     c.log_every = 1.0;
     c.keep_checkpoints = 3;
+    c.threads = 1;
+    c.ps_threads = 1;
     return c;
 }
 
@@ -372,7 +374,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                        .max_batch = max_batch,
                        .seed = cfg->seed,
                        .weight_decay = cfg->weight_decay,
-                       .label_smoothing = cfg->label_smoothing};
+                       .label_smoothing = cfg->label_smoothing,
+                       .threads = pst_threads_resolve(cfg->threads)};
     if (nn_model_new(&m, &mc, e) < 0) goto out;
     if (cfg->dry_run) {
         nn_model_describe(m, stdout);
@@ -481,6 +484,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
                      (long long)step, start_epoch + 1, (long long)skip_batches);
     if (averages_from_vars)
         metrics_note(mx, "%s has no moving averages: they start from its variables", resumed_from);
+    metrics_note(mx, "threads: %d compute, %d prep", mc.threads, cfg->pipe.prep_threads);
     train_recipe_note(mx, cfg, 1, steps_per_epoch);
     /* --trace-examples: the format of the distributed trace (dist.c), worker 0 */
     if (cfg->trace_path && !(trace = fopen(cfg->trace_path, "w"))) {

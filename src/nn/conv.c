@@ -145,6 +145,16 @@ static bool fast_dw_ok(const nn_conv_dims *d)
     return CONV_X86 && d->K > 16 && d->KW * d->C >= 16 && nn_narrow_use_simd(-1);
 }
 
+/* The input gradient through the fast kernel (a convolution of dy, or dy
+ * w^T for 1x1): K > 32, or K > 16 with 32 or more input channels (the
+ * narrow kernels' scatter-add is slower there), AVX-512. */
+static bool strided_pointwise(const nn_conv_dims *d);
+static bool fast_dgrad_ok(const nn_conv_dims *d)
+{
+    bool shape = conv_is_pointwise(d) || dgrad_as_conv(d) || strided_pointwise(d);
+    return shape && (nn_cf_ok(d) || (fast_dw_ok(d) && d->C >= 32));
+}
+
 static size_t img_floats(const nn_conv_dims *d)
 {
     return (size_t)pad_h(d) * pad_w(d) * d->C;
@@ -153,7 +163,7 @@ static size_t img_floats(const nn_conv_dims *d)
 static size_t fast_img_floats(const nn_conv_dims *d)
 {
     size_t n = img_floats(d);
-    if (nn_cf_ok(d) && dgrad_as_conv(d)) {
+    if (fast_dgrad_ok(d) && dgrad_as_conv(d)) {
         nn_conv_dims g = dgrad_dims(d);
         if (img_floats(&g) > n) n = img_floats(&g);
     }
@@ -175,7 +185,7 @@ static size_t fast_pad_floats(const nn_conv_dims *d)
 }
 static size_t fast_floats(const nn_conv_dims *d)
 {
-    if (!nn_cf_ok(d)) return fast_dw_ok(d) ? fast_pad_floats(d) : 0;
+    if (!nn_cf_ok(d) && !fast_dgrad_ok(d)) return fast_dw_ok(d) ? fast_pad_floats(d) : 0;
     const int R = d->KH * d->KW * d->C;
     size_t wp = nn_cf_packed_floats(R, d->K), wpt = nn_cf_packed_floats(d->KH * d->KW * d->K, d->C);
     return fast_pad_floats(d) + align16(wp > wpt ? wp : wpt);
@@ -871,7 +881,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     }
     if (j.S > 1) conv_for(pool, (int)((RK + CONV_RED - 1) / CONV_RED), wgrad_reduce_task, &j);
     if (!dinp) return;
-    if (nn_cf_ok(d) && (conv_is_pointwise(d) || dgrad_as_conv(d) || strided_pointwise(d))) {
+    if (fast_dgrad_ok(d)) {
         float *wp = job_front(&j, 0) + fast_pad_floats(d);
         nn_cf_pack_flip(wp, w, d->KH, d->KW, d->C, K);
         j.wp = wp;

@@ -75,6 +75,7 @@ int main(void)
         test_conv_threads(5, 9, 8, 5, 33, 3, 3, 2, 2, 1, 1, true);
         test_conv_threads(4, 5, 5, 64, 1024, 3, 3, 1, 1, 1, 1, false);
         test_conv_threads(6, 10, 10, 3, 24, 3, 3, 1, 1, 1, 1, true);
+        test_conv_threads(5, 10, 9, 32, 32, 3, 3, 1, 1, 0, 0, false);
         test_conv_threads(6, 10, 10, 4, 16, 5, 5, 1, 1, 2, 2, false);
         test_conv_threads(9, 12, 12, 1, 6, 5, 5, 1, 1, 2, 2, true);
     }

@@ -806,6 +806,7 @@ int main(void)
         test_conv(1, 2, 2, 64, 1024, 3, 3, 1, 1, 1, 1, false, false); /* dw in one slice */
         test_conv(2, 5, 4, 7, 50, 2, 2, 1, 1, 1, 1, false, false);    /* PH = KH-1 */
         test_conv(2, 4, 5, 6, 34, 1, 3, 1, 1, 1, 1, false, false);    /* PH > KH-1: GEMM dgrad */
+        test_conv(2, 6, 5, 32, 24, 3, 3, 1, 1, 0, 0, true, false);    /* K <= 32, C >= 32 */
 
         test_pool(true, 2, 6, 6, 3, 2, 2, 2, 0, false);
         test_pool(true, 1, 7, 7, 2, 3, 3, 2, 1, false);
@@ -833,6 +834,7 @@ int main(void)
         test_conv_paths(2, 19, 19, 3, 64, 7, 7, 2, 2, 3, 3);
         test_conv_paths(9, 7, 7, 96, 80, 3, 3, 1, 1, 1, 1);
         test_conv_paths(2, 11, 11, 16, 24, 3, 3, 1, 1, 0, 0);
+        test_conv_paths(2, 11, 11, 32, 32, 3, 3, 1, 1, 0, 0);
         nn_narrow_use_simd(simd);
     }
 

@@ -218,8 +218,8 @@ AVX512 static void cf_forward_simd(float *out, const float *pad, const nn_cf_geo
 /* dW rows [r, r + n) (n <= MR, within one segment) x NV vectors (+)= the
  * pixels [p0, p0 + np) of one image; base[] holds their window starts. */
 AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n, int seg, int WpC,
-                                  const float *pad, const size_t *base, const float *dy, int np,
-                                  const __mmask16 *mk, bool load)
+                                  const float *pad, const size_t *base, const float *dy, int ldd,
+                                  int np, const __mmask16 *mk, bool load)
 {
     __m512 c[12][4];
 #pragma GCC unroll 12
@@ -235,7 +235,7 @@ AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n
         __m512 d[4];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
-            d[v] = _mm512_maskz_loadu_ps(mk[v], dy + (size_t)q * K + 16 * v);
+            d[v] = _mm512_maskz_loadu_ps(mk[v], dy + (size_t)q * ldd + 16 * v);
         const float *a = a0 + base[q];
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
@@ -258,22 +258,22 @@ AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n
  * window is read past its segment. */
 AVX512 static INLINE void dw_rows(int MR, int NV, float *dw, int K, int r0, int r1, int seg,
                                   int WpC, const float *pad, const size_t *base, const float *dy,
-                                  int np, const __mmask16 *mk, bool load)
+                                  int ldd, int np, const __mmask16 *mk, bool load)
 {
     for (int r = r0; r < r1;) {
         int j = r % seg, n = seg - j;
         if (n > r1 - r) n = r1 - r;
         if (n >= MR) {
-            dw_tile(MR, NV, dw, K, r, MR, seg, WpC, pad, base, dy, np, mk, load);
+            dw_tile(MR, NV, dw, K, r, MR, seg, WpC, pad, base, dy, ldd, np, mk, load);
             r += MR;
         } else if (n >= 4) {
-            dw_tile(4, NV, dw, K, r, 4, seg, WpC, pad, base, dy, np, mk, load);
+            dw_tile(4, NV, dw, K, r, 4, seg, WpC, pad, base, dy, ldd, np, mk, load);
             r += 4;
         } else if (n >= 2) {
-            dw_tile(2, NV, dw, K, r, 2, seg, WpC, pad, base, dy, np, mk, load);
+            dw_tile(2, NV, dw, K, r, 2, seg, WpC, pad, base, dy, ldd, np, mk, load);
             r += 2;
         } else {
-            dw_tile(1, NV, dw, K, r, 1, seg, WpC, pad, base, dy, np, mk, load);
+            dw_tile(1, NV, dw, K, r, 1, seg, WpC, pad, base, dy, ldd, np, mk, load);
             r += 1;
         }
     }
@@ -290,21 +290,32 @@ AVX512 static void cf_dw_simd(float *dw, const float *pad, const nn_cf_geom *g, 
     }
     const int P = g->nimg * g->OH * g->OW;
     size_t base[CF_PB];
+    static _Thread_local float dpk[CF_PB * CF_NB] __attribute__((aligned(64)));
     for (int p0 = 0; p0 < P; p0 += CF_PB) {
         int np = P - p0 < CF_PB ? P - p0 : CF_PB;
         cf_bases(base, p0, np, g);
         const float *d = dy + (size_t)p0 * K + k0;
+        int ldd = K;
+        if (K > CF_NB) {
+            /* this block's 64 channels of dy, contiguous: rows K floats
+             * apart (8 KB for K = 2048) would share a few cache sets */
+            for (int q = 0; q < np; q++)
+                for (int v = 0; v < NV; v++)
+                    _mm512_store_ps(dpk + (size_t)q * CF_NB + 16 * v,
+                                    _mm512_maskz_loadu_ps(mk[v], d + (size_t)q * K + 16 * v));
+            d = dpk, ldd = CF_NB;
+        }
         bool load = acc || p0 > 0;
         float *w = dw + k0;
         switch (NV) {
         case 4:
-            dw_rows(6, 4, w, K, r0, r1, g->seg, g->WpC, pad, base, d, np, mk, load);
+            dw_rows(6, 4, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load);
             break;
         case 3:
-            dw_rows(8, 3, w, K, r0, r1, g->seg, g->WpC, pad, base, d, np, mk, load);
+            dw_rows(8, 3, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load);
             break;
         default:
-            dw_rows(12, 2, w, K, r0, r1, g->seg, g->WpC, pad, base, d, np, mk, load);
+            dw_rows(12, 2, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load);
         }
     }
 }

@@ -38,7 +38,7 @@ int main(int argc, char **argv)
 {
     pst_set_progname("bench_memory");
     const char *model = "inception-mini", *optname = "momentum";
-    int h = 28, w = 28, c = 1, classes = 10, batch = 32, steps = 1;
+    int h = 28, w = 28, c = 1, classes = 10, batch = 32, steps = 1, threads = 1;
     bool unplanned = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -58,12 +58,15 @@ int main(int argc, char **argv)
             if (pst_parse_int(v, &batch) < 0 || batch < 1) pst_die("--batch %s", v);
         } else if (!strcmp(a, "--steps")) {
             if (pst_parse_int(v, &steps) < 0 || steps < 1) pst_die("--steps %s", v);
+        } else if (!strcmp(a, "--threads")) {
+            if (pst_parse_int(v, &threads) < 0 || threads < 1) pst_die("--threads %s", v);
         } else if (!strcmp(a, "--optimizer"))
             optname = v;
         else
-            pst_die("unknown option %s (--model --size --classes --batch --steps --optimizer "
-                    "--unplanned)",
-                    a);
+            pst_die(
+                "unknown option %s (--model --size --classes --batch --steps --threads --optimizer "
+                "--unplanned)",
+                a);
     }
     opt_kind kind;
     if (opt_parse(optname, &kind) < 0)
@@ -75,6 +78,7 @@ int main(int argc, char **argv)
                         .channels = c,
                         .num_classes = classes,
                         .max_batch = batch,
+                        .threads = threads,
                         .seed = 1};
     nn_model *m = NULL;
     pst_err e;
@@ -102,14 +106,15 @@ int main(int argc, char **argv)
     nn_memory mm;
     nn_model_memory(m, &mm);
     printf("{\"model\": \"%s\", \"size\": \"%dx%dx%d\", \"classes\": %d, \"batch\": %d, "
-           "\"steps\": %d, \"layout\": \"%s\", \"optimizer\": \"%s\", \"loss\": %.4f, "
+           "\"steps\": %d, \"threads\": %d, \"layout\": \"%s\", \"optimizer\": \"%s\", \"loss\": "
+           "%.4f, "
            "\"params_mb\": %.1f, \"slots_mb\": %.1f, \"activations_mb\": %.1f, "
            "\"activations_unplanned_mb\": %.1f, \"scratch_mb\": %.1f, \"input_mb\": %.1f, "
            "\"rss_before_step_mb\": %.1f, \"max_rss_mb\": %.1f}\n",
-           model, h, w, c, classes, batch, steps, unplanned ? "unplanned" : "planned", optname,
-           loss, mib(mm.param_bytes), mib(mm.param_bytes * (size_t)nslots), mib(mm.arena_bytes),
-           mib(mm.unplanned_bytes), mib(mm.scratch_bytes), mib(sizeof(float) * per * (size_t)batch),
-           before, peak_mib());
+           model, h, w, c, classes, batch, steps, threads, unplanned ? "unplanned" : "planned",
+           optname, loss, mib(mm.param_bytes), mib(mm.param_bytes * (size_t)nslots),
+           mib(mm.arena_bytes), mib(mm.unplanned_bytes), mib(mm.scratch_bytes),
+           mib(sizeof(float) * per * (size_t)batch), before, peak_mib());
     free(x);
     free(y);
     free(slots);

@@ -4,11 +4,13 @@
  * thread CPU time (CLOCK_THREAD_CPUTIME_ID: on a shared machine wall time
  * also counts other processes). Built with the tests, not registered as one.
  *
- *   bench_conv [--batch B]... [--min-time S] [--threads T] [filter ...]
+ *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [filter ...]
  * Default: batch 8 and 32, every layer; a filter keeps the layers whose name
  * contains it. Each pass counts 2*N*OH*OW*K*KH*KW*C flops; the best of the
  * repetitions (at least 2, until --min-time CPU seconds) is reported, with %
- * of the 166 GFLOP/s single-core peak (docs/mpi-facts.md). wgrad is
+ * of this core's fp32 peak, measured first with a loop of independent
+ * fused multiply-adds at the widest vector width the CPU has (--peak G
+ * gives a figure instead, e.g. a data-sheet number). wgrad is
  * nn_conv2d_backward without an input gradient; dgrad is the whole backward
  * minus that (the two run as separate passes over the data). */
 #include <stdlib.h>
@@ -18,8 +20,6 @@
 #include "layers.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
-
-#define PEAK_GFLOPS 166.0
 
 typedef struct layer {
     const char *name;
@@ -62,6 +62,49 @@ static double cpu_now(void)
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double peak_gflops;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* 12 independent accumulator chains: enough to keep two FMA pipes with a
+ * latency of 4-5 cycles busy. */
+#define FMA_LOOP(NAME, TARGET, LANES)                                                              \
+    __attribute__((target(TARGET), noinline)) static double NAME(long iters)                       \
+    {                                                                                              \
+        typedef float v __attribute__((vector_size(4 * LANES)));                                   \
+        v a, b, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11;                                  \
+        for (int i = 0; i < LANES; i++) a[i] = 1.0f - 1e-7f, b[i] = 1e-7f;                         \
+        c0 = b, c1 = c0 + b, c2 = c1 + b, c3 = c2 + b, c4 = c3 + b, c5 = c4 + b;                   \
+        c6 = c5 + b, c7 = c6 + b, c8 = c7 + b, c9 = c8 + b, c10 = c9 + b, c11 = c10 + b;           \
+        double t0 = cpu_now();                                                                     \
+        for (long k = 0; k < iters; k++) {                                                         \
+            c0 = c0 * a + b, c1 = c1 * a + b, c2 = c2 * a + b, c3 = c3 * a + b;                    \
+            c4 = c4 * a + b, c5 = c5 * a + b, c6 = c6 * a + b, c7 = c7 * a + b;                    \
+            c8 = c8 * a + b, c9 = c9 * a + b, c10 = c10 * a + b, c11 = c11 * a + b;                \
+        }                                                                                          \
+        double t = cpu_now() - t0;                                                                 \
+        v sum = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11;                       \
+        __asm__ volatile("" : : "x"(sum[0]));                                                      \
+        return 2.0 * 12 * LANES * (double)iters / t * 1e-9;                                        \
+    }
+FMA_LOOP(fma_avx512, "avx512f,fma", 16)
+FMA_LOOP(fma_avx2, "avx2,fma", 8)
+#endif
+
+/* GFLOP/s of one core's fused multiply-adds: the best of 5 runs. */
+static double measure_peak(void)
+{
+    double best = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    bool avx512 = __builtin_cpu_supports("avx512f"), fma = __builtin_cpu_supports("fma");
+    for (int r = 0; r < 5 && (avx512 || fma); r++) {
+        double g = avx512 ? fma_avx512(100000000) : fma_avx2(100000000);
+        if (g > best) best = g;
+    }
+#endif
+    return best;
 }
 
 static float *rand_buf(size_t n, nn_rng *r)
@@ -132,8 +175,8 @@ static void bench_layer(const layer *L, int N, double min_time)
     double gf = flops / tf * 1e-9, gw = flops / tw * 1e-9, gd = flops / td * 1e-9;
     printf("%-32s N%-3d %6.2f GF | fwd %7.2f ms %6.1f GF/s %3.0f%% | dgrad %7.2f ms %6.1f GF/s "
            "%3.0f%% | wgrad %7.2f ms %6.1f GF/s %3.0f%%\n",
-           L->name, N, flops * 1e-9, 1e3 * tf, gf, 100 * gf / PEAK_GFLOPS, 1e3 * td, gd,
-           100 * gd / PEAK_GFLOPS, 1e3 * tw, gw, 100 * gw / PEAK_GFLOPS);
+           L->name, N, flops * 1e-9, 1e3 * tf, gf, 100 * gf / peak_gflops, 1e3 * td, gd,
+           100 * gd / peak_gflops, 1e3 * tw, gw, 100 * gw / peak_gflops);
     fflush(stdout);
     free(r.x), free(r.w), free(r.y), free(r.dy), free(r.dx), free(r.dw), free(r.scratch);
 }
@@ -150,6 +193,9 @@ int main(int argc, char **argv)
             if (nb == 8 || pst_parse_int(argv[++i], &batches[nb]) < 0 || batches[nb] < 1)
                 pst_die("bad --batch");
             nb++;
+        } else if (strcmp(argv[i], "--peak") == 0 && i + 1 < argc) {
+            peak_gflops = atof(argv[++i]);
+            if (!(peak_gflops > 0)) pst_die("bad --peak, want GFLOP/s > 0");
         } else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {
             min_time = atof(argv[++i]);
         } else if (nfilter < 16) {
@@ -157,8 +203,11 @@ int main(int argc, char **argv)
         }
     }
     if (!nb) batches[0] = 8, batches[1] = 32, nb = 2;
-    printf("conv kernels: %s, blis %s; thread CPU time, best repetition; peak %.0f GFLOP/s\n",
-           nn_narrow_use_simd(-1) ? "AVX-512" : "portable", nn_blis_arch(), PEAK_GFLOPS);
+    const char *peak_from = "given";
+    if (!peak_gflops) peak_gflops = measure_peak(), peak_from = "measured";
+    if (!peak_gflops) peak_gflops = 1, peak_from = "unknown: % columns are GFLOP/s";
+    printf("conv kernels: %s, blis %s; thread CPU time, best repetition; peak %.0f GFLOP/s (%s)\n",
+           nn_narrow_use_simd(-1) ? "AVX-512" : "portable", nn_blis_arch(), peak_gflops, peak_from);
     for (int b = 0; b < nb; b++)
         for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
             bool keep = nfilter == 0;

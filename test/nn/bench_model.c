@@ -3,7 +3,8 @@
  * warm-up; then a per-layer forward/backward breakdown. Built with the
  * tests, not registered as one (a benchmark, not a check).
  *
- *   bench_model [--steps N] [--batch B] [--size HxWxC] [--threads T] [model ...]
+ *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
+ *               [--threads T] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 only the wall-time figures mean anything
  * (CPU time and the per-layer profile count the calling thread only): run
@@ -18,7 +19,7 @@
 #include "pstrain/model.h"
 #include "pstrain/optim.h"
 
-#define WARMUP 20
+static int warmup = 20, classes = 10; /* --warmup, --classes */
 #define WINDOW 20
 
 static double cpu_now(void)
@@ -30,7 +31,7 @@ static double cpu_now(void)
 
 static void bench(const char *name, int batch, int steps, int h, int w, int c, int threads)
 {
-    nn_model_cfg cfg = {name, h, w, c, 10, batch, 1234, 0.0f, 0.0f, threads};
+    nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, threads};
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);
@@ -41,7 +42,8 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
     nn_rng r;
     nn_rng_seed(&r, 99);
     for (size_t i = 0; i < (size_t)nbatches * batch * per; i++) x[i] = (float)nn_rng_normal(&r);
-    for (int i = 0; i < nbatches * batch; i++) y[i] = (int32_t)(nn_rng_next(&r) % 10);
+    for (int i = 0; i < nbatches * batch; i++)
+        y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)classes);
     opt_cfg oc = opt_defaults(OPT_MOMENTUM);
     float *slots = pst_aligned_alloc(sizeof(float) * size);
     opt_init_slots(&oc, slots, size, size);
@@ -49,13 +51,13 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
 
     double t0 = 0, c0 = 0, tstep = 0, topt = 0, wbest = 1e30, wstart = 0;
     float loss = 0;
-    for (int s = 0; s < WARMUP + steps; s++) {
-        if (s == WARMUP) t0 = pst_now(), c0 = cpu_now(), tstep = topt = 0;
+    for (int s = 0; s < warmup + steps; s++) {
+        if (s == warmup) t0 = pst_now(), c0 = cpu_now(), tstep = topt = 0;
         /* windows of WINDOW steps: the fastest one is what the code does
          * when nothing else disturbs the core (caches, frequency) */
-        if (s >= WARMUP && (s - WARMUP) % WINDOW == 0) {
+        if (s >= warmup && (s - warmup) % WINDOW == 0) {
             double now = pst_now();
-            if (s > WARMUP && now - wstart < wbest) wbest = now - wstart;
+            if (s > warmup && now - wstart < wbest) wbest = now - wstart;
             wstart = now;
         }
         int b = s % nbatches;
@@ -106,6 +108,10 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &batch) < 0 || batch < 1) pst_die("bad --batch");
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             if (sscanf(argv[++i], "%dx%dx%d", &h, &w, &c) != 3) pst_die("bad --size, want HxWxC");
+        } else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &warmup) < 0 || warmup < 0) pst_die("bad --warmup");
+        } else if (strcmp(argv[i], "--classes") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &classes) < 0 || classes < 2) pst_die("bad --classes");
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1) pst_die("bad --threads");
         } else if (nmodels < 8) {

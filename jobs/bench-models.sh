@@ -1,20 +1,26 @@
-#!/bin/bash
-# bench_vs_torch.sh - images/s of one training step, pstrain's bench_model
+#!/usr/bin/env bash
+# bench-models.sh - images/s of one training step, pstrain's bench_model
 # beside PyTorch's peer (torch_models.py: forward, loss, backward, SGD with
-# momentum on random data), run alternately so both see the same machine.
+# momentum on random data; not part of this repository: PEER=path), run
+# alternately so both see the same machine.
 #
-#   PEER=/path/to/torch_models.py test/nn/bench_vs_torch.sh BUILD_DIR [ROUNDS]
+#   PEER=/path/to/torch_models.py bash jobs/bench-models.sh [ROUNDS]   (default 2)
+#   CONFIGS="resnet-50 224x224x3 1000 32 2 3" PEER=... bash jobs/bench-models.sh
 #
 # Each line of CONFIGS below is "model HxWxC classes batch threads steps".
 # PyTorch runs with OpenBLAS when Debian's libopenblas0-pthread is present
 # (its strongest configuration here: oneDNN convolutions plus OpenBLAS).
 # Prints one line per run and, per configuration, the best of the rounds.
 set -euo pipefail
-build=${1:?usage: PEER=torch_models.py $0 BUILD_DIR [ROUNDS]}
-rounds=${2:-2}
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+rounds=${1:-2}
 peer=${PEER:?set PEER to the path of torch_models.py}
+build=${BUILD_DIR:-build}
+export BLIS_NUM_THREADS=1 OMP_NUM_THREADS=1
+[ -f "$build/build.ninja" ] || meson setup "$build" -Dbuildtype=release >/dev/null
+ninja -C "$build" test/nn/bench_model >/dev/null
 bench=$build/test/nn/bench_model
-[ -x "$bench" ] || { echo "$0: $bench: not built (ninja -C $build)" >&2; exit 1; }
 openblas=/usr/lib/x86_64-linux-gnu/openblas-pthread
 CONFIGS=${CONFIGS:-"inception-mini 28x28x1 10 64 1 40
 resnet-20 28x28x1 10 64 1 20
@@ -25,7 +31,7 @@ while read -r model size classes batch threads steps; do
     [ -n "$model" ] || continue
     best_p=0 best_t=0
     for ((r = 0; r < rounds; r++)); do
-        p=$(OMP_NUM_THREADS=1 "$bench" --steps "$steps" --warmup 2 --batch "$batch" \
+        p=$("$bench" --steps "$steps" --warmup 2 --batch "$batch" \
             --size "$size" --classes "$classes" --threads "$threads" "$model" |
             sed -n "s/^$model .* \([0-9]*\) img\/s (wall).*/\1/p" | head -1)
         t=$(LD_LIBRARY_PATH=$openblas OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$peer" \

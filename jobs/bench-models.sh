@@ -33,7 +33,8 @@ while read -r model size classes batch threads steps; do
     for ((r = 0; r < rounds; r++)); do
         p=$("$bench" --steps "$steps" --warmup 2 --batch "$batch" \
             --size "$size" --classes "$classes" --threads "$threads" "$model" |
-            sed -n "s/^$model .* \([0-9]*\) img\/s (wall).*/\1/p" | head -1)
+            sed -n "s/^$model .* step \([0-9.]*\) ms best.*/\1/p" | head -1 |
+            awk -v b="$batch" '{ printf "%.2f", b / ($1 / 1000) }')
         t=$(LD_LIBRARY_PATH=$openblas OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$peer" \
             --model "$model" --size "$size" --classes "$classes" --batch "$batch" \
             --threads "$threads" --steps "$steps" |

@@ -75,6 +75,20 @@ train() {
     return $rc
 }
 
+# run LOG ARGS...: "${launch[@]}" ARGS (the caller's launcher array: pstrain
+# itself, or mpirun ... pstrain), output to LOG, tail on failure
+run() {
+    local log=$1 rc
+    shift
+    nice "${launch[@]}" "$@" >"$log" 2>&1
+    rc=$?
+    if [ $rc != 0 ]; then
+        echo "pstrain $* exited $rc:"
+        tail -5 "$log" | sed 's/^/    /'
+    fi
+    return $rc
+}
+
 # same_vars A.h5 B.h5: /variables and /slots (when either has optimizer
 # slots) of two checkpoints are bitwise equal (h5diff without tolerance: 0
 # differences). Prints h5diff's report when they are not.

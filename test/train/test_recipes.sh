@@ -36,18 +36,6 @@ else
     extra=()
     workers=1 total=50 stop=27 spe=20
 fi
-# run LOG ARGS...: pstrain with the launcher, output to LOG, tail on failure
-run() {
-    local log=$1 rc
-    shift
-    nice "${launch[@]}" "$@" >"$log" 2>&1
-    rc=$?
-    if [ $rc != 0 ]; then
-        echo "pstrain $* exited $rc:"
-        tail -5 "$log" | sed 's/^/    /'
-    fi
-    return $rc
-}
 # cmp_ckpt A B: ckpt_cmp says equal
 cmp_ckpt() {
     local out

@@ -23,18 +23,6 @@ B0=(--data "$tmp/d.h5" --batch 24 --lr 0.02 --weight-decay 0.0005 --label-smooth
     --log-every 0)
 B=("${B0[@]}" --quiet)
 
-# run LOG ARGS...: pstrain with $launch, output to LOG, tail on failure
-run() {
-    local log=$1 rc
-    shift
-    nice "${launch[@]}" "$@" >"$log" 2>&1
-    rc=$?
-    if [ $rc != 0 ]; then
-        echo "pstrain $* exited $rc:"
-        tail -5 "$log" | sed 's/^/    /'
-    fi
-    return $rc
-}
 # same_dump A B: the parameter dumps are equal byte for byte
 same_dump() { cmp "$1" "$2" >/dev/null 2>&1 || { cmp "$1" "$2" 2>&1 | sed 's/^/    /'; return 1; }; }
 

@@ -1225,6 +1225,23 @@ static int dataset_dims(hid_t f, const char *name, hsize_t *dims)
     return nd;
 }
 
+/* Whether dataset `name` (a slot or an average, `what` in the message) has
+ * the shape of its variable `vname`; fails naming both shapes if not. */
+static int same_shape_as_variable(hid_t f, const char *path, const char *what, const char *name,
+                                  const char *vname, pst_err *e)
+{
+    hsize_t d[H5S_MAX_RANK], vd[H5S_MAX_RANK];
+    int n = dataset_dims(f, name, d), nv = dataset_dims(f, vname, vd);
+    bool same = n >= 0 && n == nv;
+    for (int i = 0; same && i < n; i++) same = d[i] == vd[i];
+    if (same) return 0;
+    char a[96], b[96];
+    shape_str(a, sizeof a, n < 0 ? 0 : n, d);
+    shape_str(b, sizeof b, nv < 0 ? 0 : nv, vd);
+    return pst_fail(e, "%s: %s %s has shape %s but its variable %s %s", path, what, name, a, vname,
+                    nv < 0 ? "is missing" : b);
+}
+
 /* Damage the checksums cannot see: every slot is one of the optimizer's
  * and belongs to a variable of the same shape (a resume would otherwise
  * fail on it, or load state into the wrong place, instead of falling back
@@ -1233,7 +1250,6 @@ static int verify_slots(hid_t f, const char *path, const ckpt_meta *m, pst_err *
 {
     name_list l = {0};
     char sname[PATH_LEN], vname[PATH_LEN];
-    hsize_t sd[H5S_MAX_RANK], vd[H5S_MAX_RANK];
     int rc = -1;
     if (collect(f, "/slots", &l) < 0) {
         pst_fail(e, "%s: cannot list /slots", path);
@@ -1252,17 +1268,7 @@ static int verify_slots(hid_t f, const char *path, const ckpt_meta *m, pst_err *
         }
         snprintf(sname, sizeof sname, "/slots/%s", l.names[k]);
         snprintf(vname, sizeof vname, "/variables/%.*s", (int)(slash - l.names[k]), l.names[k]);
-        int ns = dataset_dims(f, sname, sd), nv = dataset_dims(f, vname, vd);
-        bool same = ns >= 0 && ns == nv;
-        for (int i = 0; same && i < ns; i++) same = sd[i] == vd[i];
-        if (!same) {
-            char a[96], b[96];
-            shape_str(a, sizeof a, ns < 0 ? 0 : ns, sd);
-            shape_str(b, sizeof b, nv < 0 ? 0 : nv, vd);
-            pst_fail(e, "%s: slot %s has shape %s but its variable %s %s", path, sname, a, vname,
-                     nv < 0 ? "is missing" : b);
-            goto done;
-        }
+        if (same_shape_as_variable(f, path, "slot", sname, vname, e) < 0) goto done;
     }
     rc = 0;
 done:
@@ -1277,7 +1283,6 @@ static int verify_averages(hid_t f, const char *path, pst_err *e)
 {
     name_list la = {0}, lv = {0};
     char aname[PATH_LEN], vname[PATH_LEN];
-    hsize_t ad[H5S_MAX_RANK], vd[H5S_MAX_RANK];
     int rc = -1;
     if (collect(f, "/averages", &la) < 0 || collect(f, "/variables", &lv) < 0) {
         pst_fail(e, "%s: cannot list /averages and /variables", path);
@@ -1286,17 +1291,7 @@ static int verify_averages(hid_t f, const char *path, pst_err *e)
     for (int k = 0; k < la.n; k++) {
         snprintf(aname, sizeof aname, "/averages/%s", la.names[k]);
         snprintf(vname, sizeof vname, "/variables/%s", la.names[k]);
-        int na = dataset_dims(f, aname, ad), nv = dataset_dims(f, vname, vd);
-        bool same = na >= 0 && na == nv;
-        for (int i = 0; same && i < na; i++) same = ad[i] == vd[i];
-        if (!same) {
-            char a[96], b[96];
-            shape_str(a, sizeof a, na < 0 ? 0 : na, ad);
-            shape_str(b, sizeof b, nv < 0 ? 0 : nv, vd);
-            pst_fail(e, "%s: dataset %s has shape %s but its variable %s %s", path, aname, a, vname,
-                     nv < 0 ? "is missing" : b);
-            goto done;
-        }
+        if (same_shape_as_variable(f, path, "dataset", aname, vname, e) < 0) goto done;
     }
     if (la.n != lv.n) { /* every average has its variable: some variable has none */
         for (int k = 0; k < lv.n; k++) {

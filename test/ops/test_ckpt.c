@@ -293,6 +293,26 @@ static long file_size(const char *p)
     return stat(p, &st) == 0 ? (long)st.st_size : -1;
 }
 
+/* Flips one bit of the first copy of the 4 floats at `needle` in file p
+ * (stored data, found by content); false when they are not in the file. */
+static bool flip_bit_at(const char *p, const float *needle)
+{
+    FILE *f = fopen(p, "r+b");
+    long n = file_size(p), at = -1;
+    unsigned char *buf = malloc((size_t)n);
+    if (f && buf && fread(buf, 1, (size_t)n, f) == (size_t)n)
+        for (long i = 0; i + 4 * (long)sizeof(float) <= n && at < 0; i++)
+            if (!memcmp(buf + i, needle, 4 * sizeof(float))) at = i;
+    if (at >= 0) {
+        unsigned char b = buf[at] ^ 0x10;
+        fseek(f, at, SEEK_SET);
+        fwrite(&b, 1, 1, f);
+    }
+    if (f) fclose(f);
+    free(buf);
+    return at >= 0;
+}
+
 static void read_file(const char *p, char *out, size_t n)
 {
     out[0] = '\0';
@@ -522,24 +542,8 @@ static void test_latest_and_prune(const char *root)
     {
         /* find the data of fc1/kernel: rewrite it with known content and
          * look for its first bytes */
-        FILE *f = fopen(p, "r+b");
-        long n = file_size(p);
-        unsigned char *buf = malloc((size_t)n);
-        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", p);
-        float needle[4];
         ops_fill(params, g_total, 40);
-        memcpy(needle, params + g_vars[4].offset + 100, sizeof needle);
-        long at = -1;
-        for (long i = 0; i + (long)sizeof needle <= n && at < 0; i++)
-            if (!memcmp(buf + i, needle, sizeof needle)) at = i;
-        CHECK(at >= 0, "variable data not found in %s", p);
-        if (at >= 0) {
-            fseek(f, at, SEEK_SET);
-            unsigned char b = buf[at] ^ 0x10;
-            fwrite(&b, 1, 1, f);
-        }
-        fclose(f);
-        free(buf);
+        CHECK(flip_bit_at(p, params + g_vars[4].offset + 100), "variable data not found in %s", p);
         CHECK(ckpt_verify(p, &e) < 0 && strstr(e.msg, "fc1/kernel"), "flipped bit not detected: %s",
               e.msg);
     }
@@ -712,23 +716,7 @@ static void test_averages(const char *root)
     /* a flipped bit in an average's data: the checksum names it */
     truncated_copy(good, bad, file_size(good));
     {
-        FILE *f = fopen(bad, "r+b");
-        long n = file_size(bad);
-        unsigned char *buf = malloc((size_t)n);
-        CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, "read %s", bad);
-        float needle[4];
-        memcpy(needle, avg + g_vars[4].offset + 100, sizeof needle);
-        long at = -1;
-        for (long i = 0; i + (long)sizeof needle <= n && at < 0; i++)
-            if (!memcmp(buf + i, needle, sizeof needle)) at = i;
-        CHECK(at >= 0, "average data not found in %s", bad);
-        if (at >= 0) {
-            fseek(f, at, SEEK_SET);
-            unsigned char b = buf[at] ^ 0x10;
-            fwrite(&b, 1, 1, f);
-        }
-        fclose(f);
-        free(buf);
+        CHECK(flip_bit_at(bad, avg + g_vars[4].offset + 100), "average data not found in %s", bad);
         CHECK(ckpt_verify(bad, &e) < 0 && strstr(e.msg, bad) &&
                   strstr(e.msg, "/averages/fc1/kernel"),
               "flipped bit in an average: '%s'", e.msg);

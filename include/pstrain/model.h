@@ -142,6 +142,11 @@ void nn_model_print_memory(const nn_model *m, int opt_slots, const char *opt, FI
  * CPU microseconds per step, forward and backward, per layer, and resets
  * the counters. */
 void nn_model_set_profiling(nn_model *m, bool on);
+/* With profiling on, a single-threaded model also times each task of its
+ * parallel loops and predicts, per layer, the time on `threads` threads
+ * (pool.h's nn_pool_prof: serial parts plus list-scheduled tasks); the
+ * report adds the parallel share and the predicted speedup. 0: off. */
+void nn_model_set_profile_threads(nn_model *m, int threads);
 void nn_model_profile_report(nn_model *m, FILE *out);
 
 #endif

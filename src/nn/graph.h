@@ -80,6 +80,8 @@ struct nn_layer {
     void *priv;             /* the kind's struct, ops->priv_size bytes, zeroed; owned */
     double t_fwd, t_bwd;    /* profiling: seconds summed over calls */
     double f_fwd, f_bwd;    /* profiling: flops summed over calls (ops->flops) */
+    double w_fwd, w_bwd;    /* profiling: task CPU time of its parallel loops */
+    double s_fwd, s_bwd;    /* profiling: those tasks on profile_threads threads */
 };
 
 /* Every layer kind, NULL-terminated: one row per layer_<kind>.c. */
@@ -155,6 +157,7 @@ struct nn_model {
     const float *x; /* the batch being processed */
     int64_t step;
     bool profile;
+    int profile_threads; /* predict this many threads (0: no prediction) */
     int64_t profiled_steps;
     bool failed; /* a builder failed; err holds why */
     pst_err *err;

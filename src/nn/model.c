@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "graph.h"
+#include "pool.h"
 
 /* Every layer kind, one row per src/nn/layer_<kind>.c (see graph.h). A
  * builder may only create layers of a kind listed here. */
@@ -336,9 +337,12 @@ static void forward(nn_model *m, const float *x, int n, bool train)
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;
+        nn_pool_prof p0 = nn_pool_prof_read();
         l->ops->forward(m, l, n, train);
         if (m->profile) {
             l->t_fwd += cpu_now() - t0;
+            nn_pool_prof p1 = nn_pool_prof_read();
+            l->w_fwd += p1.work - p0.work, l->s_fwd += p1.span - p0.span;
             if (l->ops->flops) l->f_fwd += l->ops->flops(l, n, false);
         }
         nn_plan_after(m, i);
@@ -446,9 +450,12 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
     for (int i = m->nlayers - 1; i >= 0; i--) {
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;
+        nn_pool_prof p0 = nn_pool_prof_read();
         l->ops->backward(m, l, n);
         if (m->profile) {
             l->t_bwd += cpu_now() - t0;
+            nn_pool_prof p1 = nn_pool_prof_read();
+            l->w_bwd += p1.work - p0.work, l->s_bwd += p1.span - p0.span;
             if (l->ops->flops) l->f_bwd += l->ops->flops(l, n, true);
         }
         nn_plan_after(m, 2 * m->nlayers - i);
@@ -514,31 +521,78 @@ void nn_model_describe(const nn_model *m, FILE *out)
             tr, m->size - tr, m->nvars, m->size);
 }
 
+static void profile_pool(const nn_model *m)
+{
+    nn_pool_prof_set(m->profile && !m->pool ? m->profile_threads : 0);
+}
+
 void nn_model_set_profiling(nn_model *m, bool on)
 {
     m->profile = on;
+    profile_pool(m);
+}
+
+void nn_model_set_profile_threads(nn_model *m, int threads)
+{
+    m->profile_threads = threads;
+    profile_pool(m);
+}
+
+/* Predicted time on the profile's threads: the serial part (CPU time
+ * outside the loops) plus the loops' list-scheduled span. */
+static double predicted(double t, double work, double span)
+{
+    return t - work + span;
 }
 
 void nn_model_profile_report(nn_model *m, FILE *out)
 {
-    double tf = 0, tb = 0;
-    for (int i = 0; i < m->nlayers; i++) tf += m->layers[i].t_fwd, tb += m->layers[i].t_bwd;
+    double tf = 0, tb = 0, pf = 0, pb = 0;
+    bool pred = m->profile_threads > 1 && !m->pool;
+    for (int i = 0; i < m->nlayers; i++) {
+        const nn_layer *l = &m->layers[i];
+        tf += l->t_fwd, tb += l->t_bwd;
+        pf += predicted(l->t_fwd, l->w_fwd, l->s_fwd);
+        pb += predicted(l->t_bwd, l->w_bwd, l->s_bwd);
+    }
     int64_t steps = m->profiled_steps > 0 ? m->profiled_steps : 1;
     double tot = tf + tb > 0 ? tf + tb : 1;
-    fprintf(out, "  %-28s %-10s %10s %10s %7s %9s %9s\n", "layer", "kind", "fwd cpu us",
-            "bwd cpu us", "share", "fwd GF/s", "bwd GF/s");
+    fprintf(out, "  %-28s %-10s %10s %10s %7s %9s %9s", "layer", "kind", "fwd cpu us", "bwd cpu us",
+            "share", "fwd GF/s", "bwd GF/s");
+    if (pred)
+        fprintf(out, " %6s %6s %7s %7s  (on %d threads: parallel share, predicted speedup)",
+                "fwd %", "bwd %", "fwd x", "bwd x", m->profile_threads);
+    fprintf(out, "\n");
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *l = &m->layers[i];
         char gf[2][16] = {"", ""};
         /* GFLOP/s of the layers that count their flops (convolutions) */
         if (l->f_fwd > 0 && l->t_fwd > 0) snprintf(gf[0], 16, "%.1f", 1e-9 * l->f_fwd / l->t_fwd);
         if (l->f_bwd > 0 && l->t_bwd > 0) snprintf(gf[1], 16, "%.1f", 1e-9 * l->f_bwd / l->t_bwd);
-        fprintf(out, "  %-28s %-10s %10.1f %10.1f %6.1f%% %9s %9s\n", l->name, l->ops->kind,
+        fprintf(out, "  %-28s %-10s %10.1f %10.1f %6.1f%% %9s %9s", l->name, l->ops->kind,
                 1e6 * l->t_fwd / steps, 1e6 * l->t_bwd / steps, 100.0 * (l->t_fwd + l->t_bwd) / tot,
                 gf[0], gf[1]);
+        if (pred) {
+            double qf = predicted(l->t_fwd, l->w_fwd, l->s_fwd);
+            double qb = predicted(l->t_bwd, l->w_bwd, l->s_bwd);
+            fprintf(out, " %5.1f%% %5.1f%% %7.2f %7.2f", 100.0 * l->w_fwd / (l->t_fwd + 1e-12),
+                    100.0 * l->w_bwd / (l->t_bwd + 1e-12), l->t_fwd / (qf + 1e-12),
+                    l->t_bwd / (qb + 1e-12));
+        }
+        fprintf(out, "\n");
         l->t_fwd = l->t_bwd = l->f_fwd = l->f_bwd = 0;
+        l->w_fwd = l->w_bwd = l->s_fwd = l->s_bwd = 0;
     }
     fprintf(out, "  %-28s %-10s %10.1f %10.1f (per step, %lld steps)\n", "total", "",
             1e6 * tf / steps, 1e6 * tb / steps, (long long)steps);
+    if (pred) {
+        nn_pool_prof p = nn_pool_prof_read();
+        fprintf(out,
+                "  predicted on %d threads (serial parts + list-scheduled tasks, thread CPU "
+                "time): fwd %.1f us, bwd %.1f us per step, speedup %.2fx (layers only); "
+                "%.0f parallel loops, %.0f tasks per step\n",
+                m->profile_threads, 1e6 * pf / steps, 1e6 * pb / steps, (tf + tb) / (pf + pb),
+                (double)p.loops / steps, (double)p.tasks / steps);
+    }
     m->profiled_steps = 0;
 }

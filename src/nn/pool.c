@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -200,9 +201,66 @@ int nn_pool_threads(const nn_pool *p)
     return p ? p->T : 1;
 }
 
+/* ---- profiling: see pool.h ---- */
+
+static int prof_threads; /* 0: off */
+static int prof_depth;   /* loops in progress on the profiled caller */
+static nn_pool_prof prof;
+
+void nn_pool_prof_set(int threads)
+{
+    prof_threads = threads < 0 ? 0 : threads > NN_POOL_MAX_THREADS ? NN_POOL_MAX_THREADS : threads;
+    memset(&prof, 0, sizeof prof);
+}
+
+nn_pool_prof nn_pool_prof_read(void)
+{
+    return prof;
+}
+
+static double prof_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The tasks on the caller, each timed; the schedule simulated. */
+static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
+{
+    double free_at[NN_POOL_MAX_THREADS] = {0};
+    prof_depth++;
+    for (int t = 0; t < ntasks; t++) {
+        double t0 = prof_now();
+        fn(arg, t, 0);
+        double d = prof_now() - t0;
+        int first = 0;
+        for (int i = 1; i < prof_threads; i++)
+            if (free_at[i] < free_at[first]) first = i;
+        free_at[first] += d;
+        prof.work += d;
+    }
+    prof_depth--;
+    double span = 0;
+    for (int i = 0; i < prof_threads; i++)
+        if (free_at[i] > span) span = free_at[i];
+    prof.span += span;
+    prof.loops++;
+    prof.tasks += ntasks;
+}
+
+static bool prof_on(const nn_pool *p)
+{
+    return prof_threads > 0 && prof_depth == 0 && (!p || p->started == 0);
+}
+
 void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
     if (ntasks <= 0) return;
+    if (prof_on(p)) {
+        prof_loop(ntasks, fn, arg);
+        return;
+    }
     /* On the caller alone: no pool, one thread, one task, or a nested call
      * from inside a task of this pool (with that thread's tid). */
     if (!p || p->started == 0 || ntasks == 1 || tls_pool == p) {
@@ -241,6 +299,7 @@ void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, in
 {
     if (n <= 0) return;
     int T = nn_pool_threads(p);
+    if (prof_on(p)) T = prof_threads; /* cut as the simulated pool would */
     /* up to 4 ranges per thread, for balance; none under some 16k floats */
     int nb = T == 1 ? 1 : nn_pool_nblocks(n, item_work, 16384, 4 * T);
     if (nb == 1) {

@@ -57,6 +57,21 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
 void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, int lo, int hi),
                    void *arg);
 
+/* Profiling (bench_model): while on, the loops of a single-threaded
+ * caller (no pool, or T = 1) time each task in thread CPU time and add up
+ * their work and the time the same tasks, handed out in order, would take
+ * on `threads` threads (a list schedule: each task to the thread that
+ * frees first), with nn_pool_range cut as for that many threads. What a
+ * step does outside the loops is serial. For one profiled model on one
+ * thread at a time; nested loops count in their outer task. */
+typedef struct nn_pool_prof {
+    double work; /* seconds of task CPU time */
+    double span; /* seconds on `threads` threads, list-scheduled */
+    long loops, tasks;
+} nn_pool_prof;
+void nn_pool_prof_set(int threads); /* 0: off */
+nn_pool_prof nn_pool_prof_read(void);
+
 /* Fixed blocks for a reduction over n items of `item_work` floats each:
  * about `grain` floats per block, at most max_blocks, at most n. Depends on
  * the shapes only, never on T (the determinism rule above). */

@@ -4,11 +4,15 @@
  * tests, not registered as one (a benchmark, not a check).
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
- *               [--threads T] [model ...]
+ *               [--threads T] [--predict P] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 only the wall-time figures mean anything
  * (CPU time and the per-layer profile count the calling thread only): run
- * them on an otherwise idle machine. */
+ * them on an otherwise idle machine. With one thread the profile also
+ * predicts the speedup on P threads (default 2; 0: off) from the thread
+ * CPU time of every task of the parallel loops, list-scheduled as the pool
+ * hands them out, plus what runs outside the loops (serial): a measure of
+ * how well each layer is split that a loaded machine does not disturb. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,7 +23,7 @@
 #include "pstrain/model.h"
 #include "pstrain/optim.h"
 
-static int warmup = 20, classes = 10; /* --warmup, --classes */
+static int warmup = 20, classes = 10, predict = 2; /* --warmup, --classes, --predict */
 #define WINDOW 20
 
 static double cpu_now(void)
@@ -85,11 +89,13 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
            nn_model_trainable_size(m), nn_blis_arch());
     /* per-layer breakdown over a second, profiled run */
     nn_model_set_profiling(m, true);
+    nn_model_set_profile_threads(m, predict);
     int psteps = steps < 50 ? steps : 50;
     for (int s = 0; s < psteps; s++)
         nn_model_train_step(m, x + (size_t)(s % nbatches) * batch * per,
                             y + (size_t)(s % nbatches) * batch, batch, s, NULL);
     nn_model_profile_report(m, stdout);
+    nn_model_set_profiling(m, false);
     fflush(stdout);
     free(x), free(y), free(slots);
     nn_model_free(m);
@@ -112,6 +118,8 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &warmup) < 0 || warmup < 0) pst_die("bad --warmup");
         } else if (strcmp(argv[i], "--classes") == 0 && i + 1 < argc) {
             if (pst_parse_int(argv[++i], &classes) < 0 || classes < 2) pst_die("bad --classes");
+        } else if (strcmp(argv[i], "--predict") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &predict) < 0 || predict < 0) pst_die("bad --predict");
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1) pst_die("bad --threads");
         } else if (nmodels < 8) {

@@ -1,0 +1,646 @@
+/*
+ * augment.c - the preprocessing recipes of pstrain/augment.h.
+ *
+ * One image goes through three stages, each a plain loop over float rows:
+ *   plan       the recipe's geometry (crop box, resize, centre crop, flip)
+ *              and colour parameters, drawn from the hash h;
+ *   resample   a separable resize from the source pixels (the decoded
+ *              image, or the DCT-scaled region of a JPEG) to out_h x out_w
+ *              floats in [0, 1]: per axis a table of taps (first input
+ *              index and ntap weights per output index), built once per
+ *              image, then a horizontal pass over the input rows the
+ *              vertical taps touch and a vertical pass (axpy over whole
+ *              rows);
+ *   finish     AUG_INCEPTION's colour distortion (brightness, then
+ *              saturation and hue fused into one HSV round trip per pixel,
+ *              contrast about the channel means) and the quantisation to
+ *              uint8.
+ * Coordinates: "edge" coordinates put pixel i at [i, i+1) (centre i + 0.5);
+ * TF's legacy resize samples "index" positions (pixel i at i).
+ */
+#include "pstrain/augment.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { STREAM_CROP = 1, STREAM_FLIP = 2, STREAM_COLOR = 3 };
+enum { RS_TF = 0, RS_PIL = 1 }; /* resize conventions (header) */
+
+/* ---- random streams ------------------------------------------------------------ */
+
+/* The state of sub-stream `tag` of hash h: well separated from the other
+ * tags' states (a splitmix64 step of h mixed with the tag), so no stream is
+ * a shifted copy of another. */
+static uint64_t stream_state(uint64_t h, uint64_t tag)
+{
+    uint64_t s = h ^ (tag * 0xD6E8FEB86659FD93ull);
+    return pst_splitmix64(&s);
+}
+
+/* Uniform float in [0, 1) with 24 random bits (TF's RandFloat has 23). */
+static float rnd_float(uint64_t *s)
+{
+    return (float)(pst_splitmix64(s) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Uniform double in [0, 1) with 53 random bits. */
+static double rnd_double(uint64_t *s)
+{
+    return (double)(pst_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Uniform integer in [0, n), n >= 1 (multiply-shift: bias below n/2^32). */
+static int rnd_below(uint64_t *s, int n)
+{
+    return (int)(((pst_splitmix64(s) >> 32) * (uint64_t)n) >> 32);
+}
+
+/* ---- crop boxes ---------------------------------------------------------------- */
+
+/* TF's GenerateRandomCrop (sample_distorted_bounding_box_op.cc), in the same
+ * float arithmetic: a crop of aspect ratio ar whose height is uniform
+ * between the heights of the smallest and the largest allowed area. */
+static bool tf_generate_crop(int W, int H, float min_rel, float max_rel, float ar, uint64_t *rs,
+                             aug_box *b)
+{
+    const float min_area = min_rel * (float)W * (float)H;
+    const float max_area = max_rel * (float)W * (float)H;
+    int height = (int)lrintf(sqrtf(min_area / ar));
+    int max_height = (int)lrintf(sqrtf(max_area / ar));
+    if (lrintf((float)max_height * ar) > W) {
+        const float eps = 0.0000001f;
+        max_height = (int)(((double)W + 0.5 - (double)eps) / (double)ar);
+        if (lrintf((float)max_height * ar) > W) max_height -= 1;
+    }
+    if (max_height > H) max_height = H;
+    if (height >= max_height) height = max_height;
+    if (height < max_height) height += rnd_below(rs, max_height - height + 1);
+    int width = (int)lrintf((float)height * ar);
+    float area = (float)width * (float)height;
+    if (area < min_area) {
+        height += 1;
+        width = (int)lrintf((float)height * ar);
+        area = (float)width * (float)height;
+    }
+    if (area > max_area) {
+        height -= 1;
+        width = (int)lrintf((float)height * ar);
+        area = (float)width * (float)height;
+    }
+    if (area < min_area || area > max_area || width > W || height > H || width <= 0 || height <= 0)
+        return false;
+    /* TF draws Uniform(H - height): the last offset is never chosen */
+    b->y = height < H ? rnd_below(rs, H - height) : 0;
+    b->x = width < W ? rnd_below(rs, W - width) : 0;
+    b->w = width;
+    b->h = height;
+    return true;
+}
+
+/* sample_distorted_bounding_box(image, whole image as the box,
+ * min_object_covered 0.1, aspect [0.75, 1.33], area [0.05, 1], 100 attempts,
+ * fallback: the whole image). */
+static aug_box inception_box(uint64_t *rs, int W, int H)
+{
+    const float min_cover = 0.1f, ar_lo = 0.75f, ar_hi = 1.33f;
+    const float image_area = (float)((int64_t)W * H);
+    for (int i = 0; i < 100; i++) {
+        const float ar = rnd_float(rs) * (ar_hi - ar_lo) + ar_lo;
+        aug_box b;
+        if (!tf_generate_crop(W, H, 0.05f, 1.0f, ar, rs, &b)) continue;
+        /* SatisfiesOverlapConstraints: the crop lies inside the image, so
+         * the covered fraction of the whole-image box is its area ratio */
+        const float crop_area = (float)b.w * (float)b.h;
+        if (crop_area >= 1.0f && crop_area / image_area >= min_cover) return b;
+    }
+    return (aug_box){0, 0, W, H};
+}
+
+/* torchvision 0.14 RandomResizedCrop.get_params(scale (0.08, 1), ratio
+ * (3/4, 4/3)); round() is Python's (half to even: nearbyint). */
+static aug_box resnet_box(uint64_t *rs, int W, int H)
+{
+    const double area = (double)H * (double)W;
+    const double lr0 = log(3.0 / 4.0), lr1 = log(4.0 / 3.0);
+    for (int i = 0; i < 10; i++) {
+        const double target = area * (0.08 + rnd_double(rs) * (1.0 - 0.08));
+        const double ar = exp(lr0 + rnd_double(rs) * (lr1 - lr0));
+        const double wd = nearbyint(sqrt(target * ar)), hd = nearbyint(sqrt(target / ar));
+        if (wd > 0 && wd <= W && hd > 0 && hd <= H) {
+            const int w = (int)wd, h = (int)hd;
+            const int y = rnd_below(rs, H - h + 1);
+            const int x = rnd_below(rs, W - w + 1);
+            return (aug_box){x, y, w, h};
+        }
+    }
+    const double in_ratio = (double)W / (double)H;
+    int w = W, h = H;
+    if (in_ratio < 3.0 / 4.0)
+        h = (int)nearbyint(w / (3.0 / 4.0));
+    else if (in_ratio > 4.0 / 3.0)
+        w = (int)nearbyint(h * (4.0 / 3.0));
+    return (aug_box){(W - w) / 2, (H - h) / 2, w, h};
+}
+
+aug_box aug_train_box(int recipe, uint64_t h, int W, int H)
+{
+    uint64_t rs = stream_state(h, STREAM_CROP);
+    switch (recipe) {
+    case AUG_INCEPTION:
+        return inception_box(&rs, W, H);
+    case AUG_RESNET:
+        return resnet_box(&rs, W, H);
+    default:
+        return (aug_box){0, 0, W, H};
+    }
+}
+
+/* tf.image.central_crop: start = int((n - n * f) / 2) in double, size = n - 2 start. */
+static void central_1d(int n, int *start, int *size)
+{
+    *start = (int)(((double)n - (double)n * 0.875) / 2.0);
+    *size = n - 2 * *start;
+}
+
+aug_box aug_central_crop(int W, int H)
+{
+    aug_box b;
+    central_1d(W, &b.x, &b.w);
+    central_1d(H, &b.y, &b.h);
+    return b;
+}
+
+aug_color aug_train_color(int recipe, uint64_t h)
+{
+    aug_color c = {.flip = false, .order = 0, .saturation = 1, .contrast = 1};
+    uint64_t fs = stream_state(h, STREAM_FLIP);
+    c.flip = rnd_float(&fs) < 0.5f;
+    if (recipe != AUG_INCEPTION) return c;
+    uint64_t cs = stream_state(h, STREAM_COLOR);
+    c.order = rnd_float(&cs) < 0.5f ? 0 : 1;
+    c.brightness = (rnd_float(&cs) * 2.0f - 1.0f) * (32.0f / 255.0f);
+    c.saturation = 0.5f + rnd_float(&cs);
+    c.hue = (rnd_float(&cs) * 2.0f - 1.0f) * 0.2f;
+    c.contrast = 0.5f + rnd_float(&cs);
+    return c;
+}
+
+/* ---- colour ops (TF semantics) ------------------------------------------------ */
+
+void aug_adjust_brightness(float *px, size_t n, int C, float delta)
+{
+    const size_t m = n * (size_t)C;
+    for (size_t i = 0; i < m; i++) px[i] += delta;
+}
+
+/* Per-channel means in double (TF's adjust_contrastv2 takes the mean over
+ * height and width). */
+static void channel_means(const float *px, size_t n, int C, double *mean)
+{
+    for (int c = 0; c < C; c++) mean[c] = 0;
+    if (C == 3) {
+        double s0 = 0, s1 = 0, s2 = 0;
+        for (size_t i = 0; i < n; i++) {
+            s0 += px[3 * i];
+            s1 += px[3 * i + 1];
+            s2 += px[3 * i + 2];
+        }
+        mean[0] = s0, mean[1] = s1, mean[2] = s2;
+    } else {
+        for (size_t i = 0; i < n; i++) mean[0] += px[i];
+    }
+    for (int c = 0; c < C; c++) mean[c] /= (double)(n ? n : 1);
+}
+
+void aug_adjust_contrast(float *px, size_t n, int C, float factor)
+{
+    double mean[3];
+    channel_means(px, n, C, mean);
+    for (size_t i = 0; i < n; i++)
+        for (int c = 0; c < C; c++) {
+            const float m = (float)mean[c];
+            px[i * C + c] = (px[i * C + c] - m) * factor + m;
+        }
+}
+
+/* Saturation as TF's rgb_to_hsv / s' = clip(s * f, 0, 1) / hsv_to_rgb, in
+ * closed form: with v = max, range = max - min, every channel x becomes
+ * v - (v - x) k where k = s' v / range = min(f, v / range); v <= 0 gives
+ * s = 0, a grey pixel of value v. */
+static inline void sat_pixel(float *p, float f)
+{
+    const float v = fmaxf(p[0], fmaxf(p[1], p[2]));
+    const float mn = fminf(p[0], fminf(p[1], p[2]));
+    const float range = v - mn;
+    if (v <= 0) {
+        p[0] = p[1] = p[2] = v;
+        return;
+    }
+    if (range <= 0) return;
+    const float k = f * range > v ? v / range : f;
+    for (int c = 0; c < 3; c++) p[c] = v - (v - p[c]) * k;
+}
+
+void aug_adjust_saturation(float *px, size_t n, int C, float factor)
+{
+    if (C != 3) return;
+    for (size_t i = 0; i < n; i++) sat_pixel(px + 3 * i, factor);
+}
+
+/* TF's adjust_hue: the pixel as (hue in [0, 6), v_min, v_max), the hue moved
+ * by 6 delta and wrapped, back to RGB; min and max are kept, the middle
+ * channel is interpolated. Category c: 0 r>=g>=b, 1 g>=r>=b, 2 g>=b>=r,
+ * 3 b>=g>=r, 4 b>=r>=g, 5 r>=b>=g (the channel order of max, mid, min). */
+static const uint8_t hue_max[6] = {0, 1, 1, 2, 2, 0};
+static const uint8_t hue_mid[6] = {1, 0, 2, 1, 0, 2};
+static const uint8_t hue_min[6] = {2, 2, 0, 0, 1, 1};
+
+/* The hue of p in [0, 6) as TF's rgb_to_hv_range, and its min and max. */
+static inline float hue_of(const float *p, float *vmin, float *vmax)
+{
+    const float r = p[0], g = p[1], b = p[2];
+    int cat;
+    float hi, mid, lo;
+    if (r < g) {
+        if (b < r)
+            cat = 1, hi = g, mid = r, lo = b;
+        else if (b > g)
+            cat = 3, hi = b, mid = g, lo = r;
+        else
+            cat = 2, hi = g, mid = b, lo = r;
+    } else {
+        if (b < g)
+            cat = 0, hi = r, mid = g, lo = b;
+        else if (b > r)
+            cat = 4, hi = b, mid = r, lo = g;
+        else
+            cat = 5, hi = r, mid = b, lo = g;
+    }
+    *vmin = lo;
+    *vmax = hi;
+    if (hi == lo) return 0;
+    const float ratio = (mid - lo) / (hi - lo);
+    return (float)cat + ((cat & 1) == 0 ? ratio : 1 - ratio);
+}
+
+/* TF's hv_range_to_rgb. */
+static inline void hue_to_rgb(float h, float vmin, float vmax, float *p)
+{
+    int cat = (int)h;
+    if (cat > 5) cat = 5;
+    float ratio = h - (float)cat;
+    if (cat & 1) ratio = 1 - ratio;
+    p[hue_max[cat]] = vmax;
+    p[hue_mid[cat]] = vmin + ratio * (vmax - vmin);
+    p[hue_min[cat]] = vmin;
+}
+
+static inline float hue_wrap(float h)
+{
+    while (h < 0) h += 6;
+    while (h >= 6) h -= 6;
+    return h;
+}
+
+void aug_adjust_hue(float *px, size_t n, int C, float delta)
+{
+    if (C != 3) return;
+    for (size_t i = 0; i < n; i++) {
+        float *p = px + 3 * i, lo, hi;
+        const float h = hue_wrap(hue_of(p, &lo, &hi) + delta * 6);
+        hue_to_rgb(h, lo, hi, p);
+    }
+}
+
+/* Saturation then hue in one round trip: saturation keeps the channel order
+ * and the max and scales every distance to the max by k, so the hue ratio
+ * (mid - min) / (max - min) is unchanged and only the min moves. */
+static inline void sat_hue_pixel(float *p, float f, float dh6)
+{
+    float lo, hi;
+    const float h0 = hue_of(p, &lo, &hi);
+    if (hi <= 0) { /* saturation made it grey: hue has nothing to rotate */
+        p[0] = p[1] = p[2] = hi;
+        return;
+    }
+    const float range = hi - lo;
+    if (range <= 0) return;
+    const float k = f * range > hi ? hi / range : f;
+    hue_to_rgb(hue_wrap(h0 + dh6), hi - range * k, hi, p);
+}
+
+/* ---- scratch ------------------------------------------------------------------- */
+
+typedef struct axis {
+    int n, ntap;
+    int *lo;          /* [n] first input index of each output's window */
+    float *w;         /* [n * ntap] weights of inputs lo .. lo+ntap-1 */
+    int in_lo, in_hi; /* inputs any window touches: [in_lo, in_hi) */
+    size_t cap_n, cap_w;
+} axis;
+
+struct aug_scratch {
+    axis ax, ay;
+    float *tmp; /* horizontal pass: (ay.in_hi - ay.in_lo) rows of n_x * C */
+    size_t tmp_cap;
+    float *img; /* out_h x out_w x C in [0, 1] */
+    size_t img_cap;
+    float *pos; /* per-output tap list while building an axis */
+    size_t pos_cap;
+};
+
+aug_scratch *aug_scratch_new(void)
+{
+    return pst_calloc(1, sizeof(aug_scratch));
+}
+
+void aug_scratch_free(aug_scratch *s)
+{
+    if (!s) return;
+    free(s->ax.lo), free(s->ax.w), free(s->ay.lo), free(s->ay.w);
+    free(s->tmp), free(s->img), free(s->pos);
+    free(s);
+}
+
+static void *grow(void *p, size_t *cap, size_t need)
+{
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    *cap = c;
+    return pst_realloc(p, c);
+}
+
+/* ---- resize plans ---------------------------------------------------------------- */
+
+/* One axis of the geometry, in source pixels: output index j shows pixel
+ * (j + off) of the source span [src_lo, src_lo + src_len) resized to virt
+ * pixels (virt = n and off = 0 except for resnet's eval centre crop). */
+typedef struct axis_geom {
+    int src_lo, src_len, virt, off, n;
+    bool flip;
+} axis_geom;
+
+typedef struct plan {
+    int mode; /* RS_TF or RS_PIL */
+    axis_geom gx, gy;
+    bool color;
+    aug_color col;
+} plan;
+
+static axis_geom geom(int lo, int len, int n)
+{
+    return (axis_geom){.src_lo = lo, .src_len = len, .virt = n, .off = 0, .n = n};
+}
+
+/* torchvision's Resize(S) + CenterCrop(n) along one axis whose resized
+ * length is `rn`. */
+static axis_geom geom_center(int len, int rn, int n)
+{
+    axis_geom g = {.src_lo = 0, .src_len = len, .virt = rn, .n = n};
+    g.off = (int)nearbyint((rn - n) / 2.0);
+    return g;
+}
+
+static plan make_plan(int recipe, bool train, uint64_t h, int W, int H, int out_h, int out_w)
+{
+    plan p = {.mode = recipe == AUG_INCEPTION ? RS_TF : RS_PIL};
+    if (train && recipe != AUG_RESIZE) {
+        const aug_box b = aug_train_box(recipe, h, W, H);
+        p.gx = geom(b.x, b.w, out_w);
+        p.gy = geom(b.y, b.h, out_h);
+        p.col = aug_train_color(recipe, h);
+        p.gx.flip = p.col.flip;
+        p.color = recipe == AUG_INCEPTION;
+    } else if (recipe == AUG_INCEPTION) {
+        const aug_box b = aug_central_crop(W, H);
+        p.gx = geom(b.x, b.w, out_w);
+        p.gy = geom(b.y, b.h, out_h);
+    } else if (recipe == AUG_RESNET) {
+        /* the shorter side to S, the longer to int(S * long / short) */
+        const int S = (int)nearbyint(256.0 / 224.0 * PST_MAX(out_h, out_w));
+        int rw, rh;
+        if (W <= H)
+            rw = S, rh = (int)((double)S * H / W);
+        else
+            rh = S, rw = (int)((double)S * W / H);
+        p.gx = geom_center(W, rw, out_w);
+        p.gy = geom_center(H, rh, out_h);
+    } else {
+        p.gx = geom(0, W, out_w);
+        p.gy = geom(0, H, out_h);
+    }
+    return p;
+}
+
+/* Places output j's taps, inputs [first, first + cnt) with weights w[], into
+ * its window of a->ntap inputs that lies inside [0, bufn). */
+static void place_taps(axis *a, int j, int first, int cnt, const float *w, int bufn)
+{
+    int lo = first;
+    if (lo + a->ntap > bufn) lo = bufn - a->ntap;
+    if (lo < 0) lo = 0;
+    float *dst = a->w + (size_t)j * a->ntap;
+    for (int k = 0; k < a->ntap; k++) dst[k] = 0;
+    for (int k = 0; k < cnt; k++) {
+        assert(first + k - lo >= 0 && first + k - lo < a->ntap);
+        dst[first + k - lo] += w[k];
+    }
+    a->lo[j] = lo;
+    a->in_lo = PST_MIN(a->in_lo, lo);
+    a->in_hi = PST_MAX(a->in_hi, lo + a->ntap);
+}
+
+/* Builds the taps of one axis for a buffer of bufn pixels that holds the
+ * source scaled by f (= scale_num / 8) from scaled coordinate `shift` on:
+ * buffer pixel k is scaled pixel k + shift. `gain` multiplies every weight
+ * (1/255 on the vertical axis). */
+static void build_axis(aug_scratch *s, axis *a, int mode, const axis_geom *g, double f, int shift,
+                       int bufn, float gain)
+{
+    const int n = g->n;
+    /* the crop's pixels in the buffer: [plo, phi) */
+    const double b0 = g->src_lo * f - shift, b1 = (g->src_lo + g->src_len) * f - shift;
+    const int plo = PST_MAX(0, (int)floor(b0 + 1e-9));
+    const int phi = PST_MIN(bufn, PST_MAX(plo + 1, (int)ceil(b1 - 1e-9)));
+    const double scale = (b1 - b0) / g->virt; /* buffer pixels per output pixel */
+    const double fs = scale > 1 ? scale : 1;  /* PIL's filter scale */
+    int ntap = mode == RS_TF ? 2 : (int)ceil(2 * fs) + 2;
+    ntap = PST_MIN(ntap, bufn);
+    a->n = n;
+    a->ntap = ntap;
+    a->lo = grow(a->lo, &a->cap_n, (size_t)n * sizeof(int));
+    a->w = grow(a->w, &a->cap_w, (size_t)n * ntap * sizeof(float));
+    s->pos = grow(s->pos, &s->pos_cap, (size_t)(ntap + 8) * sizeof(float));
+    a->in_lo = bufn;
+    a->in_hi = 0;
+    const float tf_scale = (float)g->src_len / (float)g->virt; /* TF: in / out in float */
+    for (int j = 0; j < n; j++) {
+        const int jj = (g->flip ? n - 1 - j : j) + g->off;
+        float *w = s->pos;
+        if (mode == RS_TF) {
+            /* legacy resize_bilinear: index position jj * in/out of the
+             * crop, 2 taps, clamped to the crop */
+            const float in = (float)jj * tf_scale;
+            const float in_f = floorf(in);
+            int i0;
+            float frac;
+            if (f == 1.0) {
+                i0 = (int)in_f + g->src_lo - shift;
+                frac = in - in_f;
+            } else {
+                const double q = ((double)g->src_lo + in + 0.5) * f - 0.5 - shift;
+                i0 = (int)floor(q);
+                frac = (float)(q - floor(q));
+            }
+            if (i0 < plo) i0 = plo, frac = 0;
+            if (i0 >= phi - 1) i0 = phi - 1, frac = 0;
+            w[0] = 1 - frac;
+            w[1] = frac;
+            place_taps(a, j, i0, frac > 0 ? 2 : 1, w, bufn);
+        } else {
+            /* PIL's precompute_coeffs on the cropped image: triangle
+             * filter of radius fs around the output's centre */
+            const double centre = b0 + (jj + 0.5) * scale, support = fs;
+            int k0 = (int)floor(centre - support), k1 = (int)ceil(centre + support);
+            k0 = PST_MAX(k0, plo);
+            k1 = PST_MIN(k1, phi);
+            double sum = 0;
+            int cnt = 0;
+            for (int k = k0; k < k1; k++) {
+                const double t = fabs((k + 0.5 - centre) / fs);
+                const double wt = t < 1 ? 1 - t : 0;
+                w[cnt++] = (float)wt;
+                sum += wt;
+            }
+            if (sum <= 0) { /* the centre's own pixel */
+                k0 = PST_MIN(PST_MAX((int)floor(centre), plo), phi - 1);
+                w[0] = 1, cnt = 1, sum = 1;
+            }
+            assert(cnt <= ntap);
+            for (int k = 0; k < cnt; k++) w[k] = (float)(w[k] / sum);
+            place_taps(a, j, k0, cnt, w, bufn);
+        }
+        float *aw = a->w + (size_t)j * ntap;
+        for (int k = 0; k < ntap; k++) aw[k] *= gain;
+    }
+}
+
+/* Resizes buffer px (bw x bh x C, the source scaled by f from (sx, sy))
+ * to s->img (n_y x n_x x C floats in [0, 1]) as plan p says. */
+static void resample(aug_scratch *s, const plan *p, const uint8_t *px, int bw, int bh, int C,
+                     double f, int sx, int sy)
+{
+    build_axis(s, &s->ax, p->mode, &p->gx, f, sx, bw, 1.0f);
+    build_axis(s, &s->ay, p->mode, &p->gy, f, sy, bh, 1.0f / 255.0f);
+    const axis *ax = &s->ax, *ay = &s->ay;
+    const int nx = ax->n, ny = ay->n, rows = ay->in_hi - ay->in_lo;
+    const size_t orow = (size_t)nx * C;
+    s->tmp = grow(s->tmp, &s->tmp_cap, (size_t)rows * orow * sizeof(float));
+    s->img = grow(s->img, &s->img_cap, (size_t)ny * orow * sizeof(float));
+    /* horizontal: tmp[r][j][c] = sum_k wx[j][k] px[r][lo[j]+k][c] */
+    const int tx = ax->ntap;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *restrict in = px + (size_t)(ay->in_lo + r) * bw * C;
+        float *restrict o = s->tmp + (size_t)r * orow;
+        if (C == 3) {
+            for (int j = 0; j < nx; j++) {
+                const uint8_t *q = in + (size_t)ax->lo[j] * 3;
+                const float *w = ax->w + (size_t)j * tx;
+                float a0 = 0, a1 = 0, a2 = 0;
+                for (int k = 0; k < tx; k++) {
+                    a0 += w[k] * q[3 * k];
+                    a1 += w[k] * q[3 * k + 1];
+                    a2 += w[k] * q[3 * k + 2];
+                }
+                o[3 * j] = a0, o[3 * j + 1] = a1, o[3 * j + 2] = a2;
+            }
+        } else {
+            for (int j = 0; j < nx; j++) {
+                const uint8_t *q = in + ax->lo[j];
+                const float *w = ax->w + (size_t)j * tx;
+                float a0 = 0;
+                for (int k = 0; k < tx; k++) a0 += w[k] * q[k];
+                o[j] = a0;
+            }
+        }
+    }
+    /* vertical: img[y] = sum_k wy[y][k] tmp[lo[y]+k - in_lo] */
+    const int ty = ay->ntap;
+    for (int y = 0; y < ny; y++) {
+        float *restrict o = s->img + (size_t)y * orow;
+        const float *w = ay->w + (size_t)y * ty;
+        const float *t0 = s->tmp + (size_t)(ay->lo[y] - ay->in_lo) * orow;
+        for (size_t i = 0; i < orow; i++) o[i] = w[0] * t0[i];
+        for (int k = 1; k < ty; k++) {
+            if (w[k] == 0) continue;
+            const float wk = w[k];
+            const float *restrict t = t0 + (size_t)k * orow;
+            for (size_t i = 0; i < orow; i++) o[i] += wk * t[i];
+        }
+    }
+}
+
+/* ---- colour distortion and quantisation ------------------------------------------ */
+
+static inline uint8_t quant(float v)
+{
+    v = fminf(fmaxf(v, 0.0f), 1.0f);
+    return (uint8_t)(v * 255.0f + 0.5f);
+}
+
+void aug_distort_color(float *img, size_t n, int C, const aug_color *c, uint8_t *out)
+{
+    const float db = c->brightness, fs = c->saturation, dh6 = c->hue * 6, fc = c->contrast;
+    double mean[3];
+    if (c->order == 0) {
+        /* brightness, saturation + hue; contrast about the new means */
+        for (size_t i = 0; i < n; i++) {
+            float *q = img + i * C;
+            for (int k = 0; k < C; k++) q[k] += db;
+            if (C == 3) sat_hue_pixel(q, fs, dh6);
+        }
+        channel_means(img, n, C, mean);
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < C; k++) {
+                const float mk = (float)mean[k];
+                out[i * C + k] = quant((img[i * C + k] - mk) * fc + mk);
+            }
+    } else {
+        /* brightness, contrast (means of the brightened image = means +
+         * db), saturation + hue */
+        channel_means(img, n, C, mean);
+        float mk[3];
+        for (int k = 0; k < C; k++) mk[k] = (float)mean[k] + db;
+        for (size_t i = 0; i < n; i++) {
+            float *q = img + i * C;
+            for (int k = 0; k < C; k++) q[k] = (q[k] + db - mk[k]) * fc + mk[k];
+            if (C == 3) sat_hue_pixel(q, fs, dh6);
+            for (int k = 0; k < C; k++) out[i * C + k] = quant(q[k]);
+        }
+    }
+}
+
+/* The colour distortion when the plan has one, else clip and quantise. */
+static void finish(float *img, size_t n, int C, const plan *p, uint8_t *out)
+{
+    if (p->color) {
+        aug_distort_color(img, n, C, &p->col, out);
+        return;
+    }
+    const size_t m = n * (size_t)C;
+    for (size_t i = 0; i < m; i++) out[i] = quant(img[i]);
+}
+
+/* ---- entry points ----------------------------------------------------------------- */
+
+void aug_from_pixels(int recipe, bool train, uint64_t h, const uint8_t *px, int H, int W, int C,
+                     int out_h, int out_w, uint8_t *out, aug_scratch *s)
+{
+    assert(H >= 1 && W >= 1 && out_h >= 1 && out_w >= 1 && (C == 1 || C == 3));
+    const plan p = make_plan(recipe, train, h, W, H, out_h, out_w);
+    resample(s, &p, px, W, H, C, 1.0, 0, 0);
+    finish(s->img, (size_t)out_h * out_w, C, &p, out);
+}

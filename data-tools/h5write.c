@@ -10,6 +10,13 @@
  * compress2, and a chunk that does not shrink is stored raw with deflate
  * marked skipped in its filter mask, as HDF5 does for the optional filter.
  *
+ * Encoded splits (H5DS_STORE_ENCODED) need none of that: JPEG bytes do not
+ * compress, so they are gathered into one chunk-sized buffer and written with
+ * H5Dwrite into the 1-D /<split>/encoded dataset, which grows by one chunk at
+ * a time (HDF5 adds the Fletcher-32 checksum); offsets, heights, widths and
+ * labels are gathered in blocks of H5W_LABEL_CHUNK entries. Memory stays at
+ * one chunk plus one block whatever the split's size.
+ *
  * Mean/std of the train split are exact: per-channel sums of pixel values
  * and of their squares are integers (uint64 holds them for any realistic
  * data set: 255^2 * 2^44 pixels), and the variance is formed from them in
@@ -37,6 +44,9 @@
 
 #define H5W_CHUNK_TARGET ((size_t)512 << 10) /* default chunk: about 512 KiB of images */
 #define H5W_LABEL_CHUNK ((hsize_t)1 << 16)
+#define H5W_ENCODED_CHUNK ((int64_t)1 << 20)         /* default chunk of /<split>/encoded */
+#define H5W_MAX_CHUNK_BYTES (((int64_t)4 << 30) - 1) /* HDF5's chunk size limit */
+#define H5W_MAX_SIDE 65535                           /* the largest JPEG side */
 #define H5W_MAX_THREADS 16
 #define H5W_RING_BYTES ((size_t)256 << 20) /* at most this much in slots */
 #define H5W_DEFLATE_SKIPPED (1u << 1)      /* filter mask: filter 1 (deflate) not applied */
@@ -80,6 +90,15 @@ struct h5w {
     bool quit;
     pthread_mutex_t mu;
     pthread_cond_t work, finished; /* a slot to deflate, a slot deflated */
+    /* encoded splits: the chunk of bytes being filled and the block of
+     * per-image entries being filled (examples [bfirst, bfirst + bfill)) */
+    hid_t encoded, offsets, heights, widths;
+    uint8_t *ebuf;
+    size_t efill, echunk;
+    int64_t etotal, eflushed; /* bytes appended, bytes written to the file */
+    int64_t *obuf;            /* start offsets of the block (+1: the end) */
+    int32_t *hbuf, *wbuf;     /* heights, widths of the block (labels: lbuf) */
+    int64_t bfirst, bfill;
     /* train statistics */
     uint64_t sum[H5DS_MAX_CHANNELS], sumsq[H5DS_MAX_CHANNELS];
     uint64_t npix; /* pixels per channel */
@@ -300,7 +319,20 @@ static int publish(const char *tmp, const char *path, bool force)
 
 static int check_opts(const h5w_opts *o, const char *path, pst_err *e)
 {
-    if (o->height < 1 || o->width < 1 || o->height > (1 << 16) || o->width > (1 << 16))
+    if (o->storage != H5DS_STORE_PIXELS && o->storage != H5DS_STORE_ENCODED)
+        return pst_fail(e, "%s: storage mode %d, expected pixels (%d) or encoded (%d)", path,
+                        o->storage, H5DS_STORE_PIXELS, H5DS_STORE_ENCODED);
+    if (o->storage == H5DS_STORE_ENCODED) {
+        if (o->channels != 1 && o->channels != 3)
+            return pst_fail(e, "%s: %d channels, expected 1 or 3 for encoded storage", path,
+                            o->channels);
+        if (o->encoded_chunk_bytes < 0 || o->encoded_chunk_bytes > H5W_MAX_CHUNK_BYTES)
+            return pst_fail(e,
+                            "%s: %lld bytes per encoded chunk, expected 1 to %lld (or 0 for "
+                            "the default)",
+                            path, (long long)o->encoded_chunk_bytes,
+                            (long long)H5W_MAX_CHUNK_BYTES);
+    } else if (o->height < 1 || o->width < 1 || o->height > (1 << 16) || o->width > (1 << 16))
         return pst_fail(e, "%s: image size %dx%d, expected 1..65536 on each side", path, o->height,
                         o->width);
     if (o->channels < 1 || o->channels > H5DS_MAX_CHANNELS)
@@ -344,12 +376,17 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
     h5w *w = pst_calloc(1, sizeof *w);
     w->o = *o;
     w->file = w->images = w->labels = -1;
+    w->encoded = w->offsets = w->heights = w->widths = -1;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->work, NULL);
     pthread_cond_init(&w->finished, NULL);
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld", path, (long)getpid());
-    w->image_bytes = (size_t)o->height * (size_t)o->width * (size_t)o->channels;
+    if (o->storage == H5DS_STORE_ENCODED) {
+        w->o.height = w->o.width = 0; /* images vary */
+        w->echunk = (size_t)(o->encoded_chunk_bytes ? o->encoded_chunk_bytes : H5W_ENCODED_CHUNK);
+    }
+    w->image_bytes = (size_t)w->o.height * (size_t)w->o.width * (size_t)o->channels;
 
     guard_tmp(w->tmp);
     /* the 1.10 file format: checksummed superblock, object headers and chunk
@@ -372,7 +409,7 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
         pst_fail(e, "%s: writing /classes failed (%s)", w->tmp, h5u_reason(why));
         goto fail;
     }
-    if (o->compression > 0 && start_threads(w, e) < 0) goto fail;
+    if (o->compression > 0 && o->storage == H5DS_STORE_PIXELS && start_threads(w, e) < 0) goto fail;
     *out = w;
     return 0;
 fail:
@@ -401,6 +438,54 @@ done:
     return d;
 }
 
+/* /<split>/encoded: uint8, empty, growing by whole chunks, Fletcher-32, no
+ * deflate (JPEG does not compress). */
+static hid_t make_encoded(h5w *w, hid_t g)
+{
+    hsize_t dim = 0, maxdim = H5S_UNLIMITED, chunk = (hsize_t)w->echunk;
+    hid_t s = H5Screate_simple(1, &dim, &maxdim), dcpl = H5Pcreate(H5P_DATASET_CREATE), d = -1;
+    if (s < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &chunk) < 0 || H5Pset_fletcher32(dcpl) < 0)
+        goto done;
+    d = H5Dcreate2(g, "encoded", H5T_STD_U8LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+done:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (s >= 0) H5Sclose(s);
+    return d;
+}
+
+static int begin_encoded(h5w *w, const char *name, int64_t n, pst_err *e)
+{
+    char why[256];
+    hid_t g = H5Gcreate2(w->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) return pst_fail(e, "%s: creating /%s failed (%s)", w->tmp, name, h5u_reason(why));
+    hsize_t nd = (hsize_t)n, nchunk = PST_MIN(nd, H5W_LABEL_CHUNK);
+    hsize_t od = nd + 1, ochunk = PST_MIN(od, H5W_LABEL_CHUNK);
+    w->encoded = make_encoded(w, g);
+    if (w->encoded >= 0)
+        w->offsets = make_dataset(w, g, "offsets", H5T_STD_I64LE, 1, &od, &ochunk, true);
+    if (w->offsets >= 0)
+        w->heights = make_dataset(w, g, "heights", H5T_STD_I32LE, 1, &nd, &nchunk, true);
+    if (w->heights >= 0)
+        w->widths = make_dataset(w, g, "widths", H5T_STD_I32LE, 1, &nd, &nchunk, true);
+    if (w->widths >= 0)
+        w->labels = make_dataset(w, g, "labels", H5T_STD_I32LE, 1, &nd, &nchunk, true);
+    H5Gclose(g);
+    if (w->labels < 0)
+        return pst_fail(e, "%s: creating /%s datasets failed (%s)", w->tmp, name, h5u_reason(why));
+    snprintf(w->split, sizeof w->split, "%s", name);
+    w->n = n;
+    w->written = 0;
+    w->ebuf = pst_malloc(w->echunk);
+    w->efill = 0;
+    w->etotal = w->eflushed = 0;
+    w->obuf = pst_malloc((H5W_LABEL_CHUNK + 1) * sizeof *w->obuf);
+    w->hbuf = pst_malloc(H5W_LABEL_CHUNK * sizeof *w->hbuf);
+    w->wbuf = pst_malloc(H5W_LABEL_CHUNK * sizeof *w->wbuf);
+    w->lbuf = pst_malloc(H5W_LABEL_CHUNK * sizeof *w->lbuf);
+    w->bfirst = w->bfill = 0;
+    return 0;
+}
+
 int h5w_split_begin(h5w *w, const char *name, int64_t n, pst_err *e)
 {
     char why[256];
@@ -413,6 +498,7 @@ int h5w_split_begin(h5w *w, const char *name, int64_t n, pst_err *e)
         if (!strcmp(w->done[i], name))
             return pst_fail(e, "%s: split '%s' written twice", w->path, name);
     if (n < 1) return pst_fail(e, "%s: split '%s' has no examples", w->path, name);
+    if (w->o.storage == H5DS_STORE_ENCODED) return begin_encoded(w, name, n, e);
 
     int64_t chunk = w->o.chunk_images;
     if (chunk == 0) chunk = PST_MAX((int64_t)1, (int64_t)(H5W_CHUNK_TARGET / w->image_bytes));
@@ -530,12 +616,12 @@ static int submit_chunk(h5w *w, pst_err *e)
     return 0;
 }
 
-/* Adds `count` images to the per-channel integer sums. */
-static void accumulate_stats(h5w *w, const uint8_t *img, int64_t count)
+/* Adds `count` images of `npix` pixels each to the per-channel integer sums. */
+static void accumulate_stats(h5w *w, const uint8_t *img, int64_t count, size_t npix)
 {
     const int c = w->o.channels;
-    const size_t npix = w->image_bytes / (size_t)c; /* pixels per image */
-    for (int64_t i = 0; i < count; i++, img += w->image_bytes) {
+    const size_t image_bytes = npix * (size_t)c;
+    for (int64_t i = 0; i < count; i++, img += image_bytes) {
         if (c == 1) { /* the common grayscale case, in a loop the compiler vectorizes */
             uint64_t s = 0, sq = 0;
             for (size_t j = 0; j < npix; j++) {
@@ -567,6 +653,11 @@ int h5w_split_append(h5w *w, const uint8_t *images, const int32_t *labels, int64
                      pst_err *e)
 {
     if (!w->split[0]) return pst_fail(e, "%s: append without an open split", w->path);
+    if (w->o.storage != H5DS_STORE_PIXELS)
+        return pst_fail(e,
+                        "%s: /%s: pixels appended to an encoded data set "
+                        "(use h5w_split_append_encoded)",
+                        w->path, w->split);
     if (count < 0 || count > w->n - w->written)
         return pst_fail(e, "%s: /%s: appending %lld examples after %lld exceeds the %lld declared",
                         w->path, w->split, (long long)count, (long long)w->written,
@@ -583,7 +674,7 @@ int h5w_split_append(h5w *w, const uint8_t *images, const int32_t *labels, int64
         int64_t take = PST_MIN(count, w->chunk - w->cfill);
         memcpy(raw + (size_t)w->cfill * w->image_bytes, images, (size_t)take * w->image_bytes);
         memcpy(w->lbuf + w->cfill, labels, (size_t)take * sizeof *labels);
-        if (train) accumulate_stats(w, images, take);
+        if (train) accumulate_stats(w, images, take, w->image_bytes / (size_t)w->o.channels);
         w->cfill += take;
         w->written += take;
         images += (size_t)take * w->image_bytes;
@@ -594,13 +685,132 @@ int h5w_split_append(h5w *w, const uint8_t *images, const int32_t *labels, int64
     return 0;
 }
 
+/* Writes `count` values of `type` from buf at [first, first+count) of 1-D dataset d. */
+static int write_range(hid_t d, hid_t type, int64_t first, int64_t count, const void *buf)
+{
+    hsize_t start = (hsize_t)first, cnt = (hsize_t)count;
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &cnt, NULL);
+    int rc = -1;
+    if (fs >= 0 && ms >= 0 &&
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &cnt, NULL) >= 0 &&
+        H5Dwrite(d, type, ms, fs, H5P_DEFAULT, buf) >= 0)
+        rc = 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return rc;
+}
+
+/* Writes the bytes gathered in ebuf (a whole chunk, or the split's last part
+ * of one) at the end of /<split>/encoded. */
+static int flush_bytes(h5w *w, pst_err *e)
+{
+    char why[256];
+    if (w->efill == 0) return 0;
+    hsize_t size = (hsize_t)(w->eflushed + (int64_t)w->efill);
+    if (H5Dset_extent(w->encoded, &size) < 0 ||
+        write_range(w->encoded, H5T_NATIVE_UINT8, w->eflushed, (int64_t)w->efill, w->ebuf) < 0)
+        return pst_fail(e, "%s: writing /%s/encoded bytes [%lld, %lld) failed (%s)", w->tmp,
+                        w->split, (long long)w->eflushed, (long long)size, h5u_reason(why));
+    w->eflushed = (int64_t)size;
+    w->efill = 0;
+    return 0;
+}
+
+/* Writes the block of per-image entries; `last` adds offsets[N], the end. */
+static int flush_block(h5w *w, bool last, pst_err *e)
+{
+    char why[256];
+    int64_t first = w->bfirst, cnt = w->bfill;
+    w->obuf[cnt] = w->etotal;
+    const char *bad = NULL;
+    if (cnt + last > 0 && write_range(w->offsets, H5T_NATIVE_INT64, first, cnt + last, w->obuf) < 0)
+        bad = "offsets";
+    else if (cnt > 0 && write_range(w->heights, H5T_NATIVE_INT32, first, cnt, w->hbuf) < 0)
+        bad = "heights";
+    else if (cnt > 0 && write_range(w->widths, H5T_NATIVE_INT32, first, cnt, w->wbuf) < 0)
+        bad = "widths";
+    else if (cnt > 0 && write_range(w->labels, H5T_NATIVE_INT32, first, cnt, w->lbuf) < 0)
+        bad = "labels";
+    if (bad)
+        return pst_fail(e, "%s: writing /%s/%s [%lld, %lld) failed (%s)", w->tmp, w->split, bad,
+                        (long long)first, (long long)(first + cnt), h5u_reason(why));
+    w->bfirst += cnt;
+    w->bfill = 0;
+    return 0;
+}
+
+int h5w_split_append_encoded(h5w *w, const uint8_t *jpeg, size_t n, int height, int width,
+                             int32_t label, const uint8_t *px, int64_t npx, pst_err *e)
+{
+    if (!w->split[0]) return pst_fail(e, "%s: append without an open split", w->path);
+    if (w->o.storage != H5DS_STORE_ENCODED)
+        return pst_fail(e,
+                        "%s: /%s: encoded bytes appended to a pixels data set "
+                        "(use h5w_split_append)",
+                        w->path, w->split);
+    const long long ex = (long long)w->written;
+    if (w->written >= w->n)
+        return pst_fail(e, "%s: /%s: appending example %lld exceeds the %lld declared", w->path,
+                        w->split, ex, (long long)w->n);
+    if (!jpeg || n == 0)
+        return pst_fail(e, "%s: /%s: example %lld has no bytes, expected a JPEG", w->path, w->split,
+                        ex);
+    if ((uint64_t)n > (uint64_t)INT64_MAX - (uint64_t)w->etotal)
+        return pst_fail(e, "%s: /%s: example %lld: the split's bytes overflow int64", w->path,
+                        w->split, ex);
+    if (height < 1 || width < 1 || height > H5W_MAX_SIDE || width > H5W_MAX_SIDE)
+        return pst_fail(e, "%s: /%s: example %lld is %dx%d, expected 1..%d on each side", w->path,
+                        w->split, ex, height, width, H5W_MAX_SIDE);
+    if (label < 0 || label >= w->o.num_classes)
+        return pst_fail(e, "%s: /%s: label %d of example %lld outside [0, %d)", w->path, w->split,
+                        label, ex, w->o.num_classes);
+    bool train = !strcmp(w->split, "train");
+    if (train && (!px || npx < 1))
+        return pst_fail(e,
+                        "%s: /train: example %lld has no decoded pixels (the train split's "
+                        "mean/std need them)",
+                        w->path, ex);
+    /* the bytes, through the chunk buffer */
+    size_t at = 0;
+    while (at < n) {
+        size_t take = PST_MIN(n - at, w->echunk - w->efill);
+        memcpy(w->ebuf + w->efill, jpeg + at, take);
+        w->efill += take;
+        at += take;
+        if (w->efill == w->echunk && flush_bytes(w, e) < 0) return -1;
+    }
+    /* the per-image entries */
+    w->obuf[w->bfill] = w->etotal;
+    w->hbuf[w->bfill] = height;
+    w->wbuf[w->bfill] = width;
+    w->lbuf[w->bfill] = label;
+    w->bfill++;
+    w->etotal += (int64_t)n;
+    w->written++;
+    if (train && px) accumulate_stats(w, px, 1, (size_t)npx);
+    if (w->bfill == (int64_t)H5W_LABEL_CHUNK && flush_block(w, false, e) < 0) return -1;
+    return 0;
+}
+
 /* Closes the split's datasets and frees its slots; the deflate threads must
  * be idle (all chunks written) or stopped. */
 static void close_split(h5w *w)
 {
     if (w->images >= 0) H5Dclose(w->images);
     if (w->labels >= 0) H5Dclose(w->labels);
+    if (w->encoded >= 0) H5Dclose(w->encoded);
+    if (w->offsets >= 0) H5Dclose(w->offsets);
+    if (w->heights >= 0) H5Dclose(w->heights);
+    if (w->widths >= 0) H5Dclose(w->widths);
     w->images = w->labels = -1;
+    w->encoded = w->offsets = w->heights = w->widths = -1;
+    free(w->ebuf);
+    free(w->obuf);
+    free(w->hbuf);
+    free(w->wbuf);
+    w->ebuf = NULL;
+    w->obuf = NULL;
+    w->hbuf = w->wbuf = NULL;
     for (int i = 0; i < w->nslots; i++) {
         free(w->slots[i].raw);
         free(w->slots[i].z);
@@ -619,9 +829,13 @@ int h5w_split_end(h5w *w, pst_err *e)
     if (w->written != w->n)
         return pst_fail(e, "%s: /%s: %lld examples written, %lld declared", w->path, w->split,
                         (long long)w->written, (long long)w->n);
-    if (submit_chunk(w, e) < 0) return -1;
-    while (w->nwrit < w->nsub)
-        if (write_oldest(w, e) < 0) return -1;
+    if (w->o.storage == H5DS_STORE_ENCODED) {
+        if (flush_bytes(w, e) < 0 || flush_block(w, true, e) < 0) return -1;
+    } else {
+        if (submit_chunk(w, e) < 0) return -1;
+        while (w->nwrit < w->nsub)
+            if (write_oldest(w, e) < 0) return -1;
+    }
     if (!strcmp(w->split, "train")) w->have_train = true;
     snprintf(w->done[w->nsplits_done++], sizeof w->done[0], "%s", w->split);
     close_split(w);
@@ -667,8 +881,11 @@ int h5w_commit(h5w *w, pst_err *e)
     gmtime_r(&now, &tm);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
     hid_t f = w->file;
+    const bool enc = w->o.storage == H5DS_STORE_ENCODED;
     if (write_attr_str(f, "format", H5DS_FORMAT) < 0 ||
-        write_attr_int(f, "format_version", H5DS_FORMAT_VERSION) < 0 ||
+        write_attr_int(f, "format_version",
+                       enc ? H5DS_FORMAT_VERSION_ENCODED : H5DS_FORMAT_VERSION) < 0 ||
+        write_attr_str(f, "storage", enc ? "encoded" : "pixels") < 0 ||
         write_attr_int(f, "height", w->o.height) < 0 ||
         write_attr_int(f, "width", w->o.width) < 0 || write_attr_int(f, "channels", c) < 0 ||
         write_attr_int(f, "num_classes", w->o.num_classes) < 0 ||

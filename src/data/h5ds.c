@@ -529,7 +529,7 @@ done:
 /* Checks /<name>/labels: int32 [n] (n = -1 when the images were bad), all
  * in [0, k) (k = -1 when num_classes was bad). Returns the open dataset or
  * -1 after reporting. */
-static hid_t check_labels(vctx *v, hid_t g, const char *name, int64_t n, int64_t k)
+static hid_t check_labels(vctx *v, hid_t g, const char *name, int64_t n, int64_t k, const char *per)
 {
     char tbuf[32], why[256], shape[96];
     hid_t d = -1, t = -1, s = -1, ms = -1;
@@ -563,8 +563,8 @@ static hid_t check_labels(vctx *v, hid_t g, const char *name, int64_t n, int64_t
         goto done;
     }
     if (n >= 0 && (int64_t)dims[0] != n) {
-        problem(v, "/%s/labels: %llu labels, expected %lld (one per image of /%s/images)", name,
-                (unsigned long long)dims[0], (long long)n, name);
+        problem(v, "/%s/labels: %llu labels, expected %lld (one per image of /%s/%s)", name,
+                (unsigned long long)dims[0], (long long)n, name, per);
         goto done;
     }
     if (k < 0) goto done;
@@ -610,6 +610,209 @@ done:
     return d;
 }
 
+/* ---- encoded splits ----------------------------------------------------------- */
+
+/* Opens 1-D dataset /<split>/<dset> of integer type (`size` bytes, signed
+ * or not; `tname` for messages), stored in this file, and sets *len. The
+ * open dataset, or -1 after reporting. */
+static hid_t open_1d(vctx *v, hid_t g, const char *split, const char *dset, size_t size,
+                     bool is_signed, const char *tname, const char *shape_expect, hid_t dapl,
+                     int64_t *len)
+{
+    char tbuf[32], why[256], shape[96];
+    hid_t d = -1, t = -1, s = -1;
+    bool ok = false;
+    if (H5Lexists(g, dset, H5P_DEFAULT) <= 0) {
+        problem(v, "/%s/%s: missing (expected %s %s)", split, dset, tname, shape_expect);
+        return -1;
+    }
+    d = H5Dopen2(g, dset, dapl >= 0 ? dapl : H5P_DEFAULT);
+    if (d < 0) {
+        problem(v, "/%s/%s: not a dataset (%s)", split, dset, h5u_reason(why));
+        return -1;
+    }
+    t = H5Dget_type(d);
+    s = H5Dget_space(d);
+    if (t < 0 || s < 0) {
+        problem(v, "/%s/%s: cannot be inspected (%s)", split, dset, h5u_reason(why));
+        goto done;
+    }
+    if (!is_int_type(t, size, is_signed)) {
+        problem(v, "/%s/%s: dtype %s, expected %s", split, dset, type_desc(t, tbuf), tname);
+        goto done;
+    }
+    if (check_storage(v, d, split, dset) < 0) goto done;
+    hsize_t dims[H5S_MAX_RANK];
+    int rank = H5Sget_simple_extent_dims(s, dims, NULL);
+    if (rank != 1) {
+        problem(v, "/%s/%s: shape %s, expected %s (1 dimension)", split, dset,
+                shape_desc(rank, dims, shape, sizeof shape), shape_expect);
+        goto done;
+    }
+    *len = (int64_t)dims[0];
+    ok = true;
+done:
+    if (s >= 0) H5Sclose(s);
+    if (t >= 0) H5Tclose(t);
+    if (!ok && d >= 0) {
+        H5Dclose(d);
+        d = -1;
+    }
+    return d;
+}
+
+/* Reads values [at, at+cnt) of 1-D dataset d as `mtype` into buf. */
+static int read_1d(hid_t d, hid_t mtype, int64_t at, int64_t cnt, void *buf)
+{
+    hsize_t start = (hsize_t)at, n = (hsize_t)cnt;
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, &n, NULL);
+    int rc = -1;
+    if (fs >= 0 && ms >= 0 &&
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &n, NULL) >= 0 &&
+        H5Dread(d, mtype, ms, fs, H5P_DEFAULT, buf) >= 0)
+        rc = 0;
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return rc;
+}
+
+/* /<split>/offsets [n+1]: 0 first, strictly increasing, the last = total
+ * (the length of /<split>/encoded). 0, or -1 after reporting. */
+static int check_offsets(vctx *v, hid_t d, const char *name, int64_t n, int64_t total)
+{
+    char why[256];
+    int64_t block = PST_MIN(n + 1, H5DS_LABEL_BLOCK), prev = 0;
+    int64_t *buf = pst_malloc((size_t)block * sizeof *buf);
+    int rc = -1;
+    for (int64_t at = 0; at <= n; at += block) {
+        int64_t cnt = PST_MIN(block, n + 1 - at);
+        if (read_1d(d, H5T_NATIVE_INT64, at, cnt, buf) < 0) {
+            problem(v, "/%s/offsets: cannot be read (%s)", name, h5u_reason(why));
+            goto done;
+        }
+        for (int64_t i = 0; i < cnt; i++) {
+            int64_t x = buf[i], j = at + i;
+            if (j == 0 && x != 0) {
+                problem(v, "/%s/offsets[0] = %lld, expected 0", name, (long long)x);
+                goto done;
+            }
+            if (j > 0 && x <= prev) {
+                problem(v,
+                        "/%s/offsets[%lld] = %lld after offsets[%lld] = %lld, expected strictly "
+                        "increasing offsets (every image at least one byte)",
+                        name, (long long)j, (long long)x, (long long)(j - 1), (long long)prev);
+                goto done;
+            }
+            prev = x;
+        }
+    }
+    if (prev != total) {
+        problem(v,
+                "/%s/offsets[%lld] = %lld, expected %lld (the last offset is the size of "
+                "/%s/encoded)",
+                name, (long long)n, (long long)prev, (long long)total, name);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(buf);
+    return rc;
+}
+
+/* /<split>/heights or widths [n]: every value in [1, 65535] (a JPEG's side). */
+static int check_sides(vctx *v, hid_t d, const char *name, const char *dset, int64_t n)
+{
+    char why[256];
+    int64_t block = PST_MIN(n, H5DS_LABEL_BLOCK), nbad = 0, first_bad = -1;
+    int32_t first_val = 0;
+    int32_t *buf = pst_malloc((size_t)block * sizeof *buf);
+    int rc = -1;
+    for (int64_t at = 0; at < n; at += block) {
+        int64_t cnt = PST_MIN(block, n - at);
+        if (read_1d(d, H5T_NATIVE_INT32, at, cnt, buf) < 0) {
+            problem(v, "/%s/%s: cannot be read (%s)", name, dset, h5u_reason(why));
+            goto done;
+        }
+        for (int64_t i = 0; i < cnt; i++)
+            if (buf[i] < 1 || buf[i] > 65535) {
+                if (!nbad++) {
+                    first_bad = at + i;
+                    first_val = buf[i];
+                }
+            }
+    }
+    if (nbad) {
+        problem(v, "/%s/%s: %lld value%s outside [1, 65535] (an image's side), first [%lld] = %d",
+                name, dset, (long long)nbad, nbad == 1 ? "" : "s", (long long)first_bad, first_val);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(buf);
+    return rc;
+}
+
+/* Checks the datasets of encoded split `name` (not labels) and fills sp's
+ * encoded fields and ids; sp->count = N, or -1 when it cannot be known.
+ * Returns 0 when sound, -1 after reporting. */
+static int check_encoded_split(vctx *v, hid_t g, const char *name, h5ds_split *sp)
+{
+    char why[256];
+    int64_t total = -1, noff = -1, nh = -1, nw = -1;
+    hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS), dcpl = -1;
+    int bad = 0;
+    sp->count = -1;
+    if (dapl >= 0) H5Pset_chunk_cache(dapl, H5DS_CACHE_SLOTS, H5DS_CACHE_BYTES, 1.0);
+    sp->encoded_id =
+        open_1d(v, g, name, "encoded", 1, false, "uint8", "[total_bytes]", dapl, &total);
+    H5Pclose(dapl);
+    sp->offsets_id = open_1d(v, g, name, "offsets", 8, true, "int64", "[N+1]", -1, &noff);
+    sp->heights_id = open_1d(v, g, name, "heights", 4, true, "int32", "[N]", -1, &nh);
+    sp->widths_id = open_1d(v, g, name, "widths", 4, true, "int32", "[N]", -1, &nw);
+    if (sp->encoded_id < 0 || sp->offsets_id < 0 || sp->heights_id < 0 || sp->widths_id < 0)
+        return -1;
+    if (noff < 2) {
+        problem(v, "/%s/offsets: %lld values, expected N+1 >= 2 (at least one image)", name,
+                (long long)noff);
+        return -1;
+    }
+    int64_t n = noff - 1;
+    sp->count = n;
+    if (nh != n) {
+        problem(v, "/%s/heights: %lld values, expected %lld (one per image of /%s/offsets)", name,
+                (long long)nh, (long long)n, name);
+        bad++;
+    }
+    if (nw != n) {
+        problem(v, "/%s/widths: %lld values, expected %lld (one per image of /%s/offsets)", name,
+                (long long)nw, (long long)n, name);
+        bad++;
+    }
+    if (check_offsets(v, sp->offsets_id, name, n, total) < 0) bad++;
+    if (nh == n && check_sides(v, sp->heights_id, name, "heights", n) < 0) bad++;
+    if (nw == n && check_sides(v, sp->widths_id, name, "widths", n) < 0) bad++;
+    if (bad) return -1;
+    /* a probe that the bytes are readable at both ends (two chunks, their checksums) */
+    uint8_t b;
+    if (read_1d(sp->encoded_id, H5T_NATIVE_UINT8, 0, 1, &b) < 0 ||
+        read_1d(sp->encoded_id, H5T_NATIVE_UINT8, total - 1, 1, &b) < 0) {
+        problem(v, "/%s/encoded: cannot be read (%s)", name, h5u_reason(why));
+        return -1;
+    }
+    sp->encoded_bytes = total;
+    sp->encoded_chunk_bytes = (int64_t)1 << 20;
+    dcpl = H5Dget_create_plist(sp->encoded_id);
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t cd;
+        if (H5Pget_chunk(dcpl, 1, &cd) == 1) sp->encoded_chunk_bytes = (int64_t)cd;
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    /* images per chunk, on average */
+    double per = (double)n * (double)sp->encoded_chunk_bytes / (double)total;
+    sp->chunk_images = PST_MAX((int64_t)1, PST_MIN(n, (int64_t)per));
+    return 0;
+}
+
 /* ---- the one check ------------------------------------------------------------ */
 
 static void free_names(char **names, int k)
@@ -619,13 +822,19 @@ static void free_names(char **names, int k)
     free(names);
 }
 
+static void close_split_ids(h5ds_split *sp)
+{
+    int64_t *ids[] = {&sp->images_id,  &sp->labels_id,  &sp->encoded_id,
+                      &sp->offsets_id, &sp->heights_id, &sp->widths_id};
+    for (size_t j = 0; j < PST_ARRAY_LEN(ids); j++) {
+        if (*ids[j] > 0) H5Dclose(*ids[j]);
+        *ids[j] = -1;
+    }
+}
+
 static void close_ids(h5ds *ds)
 {
-    for (int i = 0; i < ds->nsplits; i++) {
-        if (ds->splits[i].images_id > 0) H5Dclose(ds->splits[i].images_id);
-        if (ds->splits[i].labels_id > 0) H5Dclose(ds->splits[i].labels_id);
-        ds->splits[i].images_id = ds->splits[i].labels_id = -1;
-    }
+    for (int i = 0; i < ds->nsplits; i++) close_split_ids(&ds->splits[i]);
     if (ds->file > 0) H5Fclose(ds->file);
     ds->file = -1;
 }
@@ -662,8 +871,11 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
     memset(&tmp, 0, sizeof tmp);
     tmp.file = file;
     snprintf(tmp.path, sizeof tmp.path, "%s", path);
-    for (int i = 0; i < H5DS_MAX_SPLITS; i++)
-        tmp.splits[i].images_id = tmp.splits[i].labels_id = -1;
+    for (int i = 0; i < H5DS_MAX_SPLITS; i++) {
+        h5ds_split *sp = &tmp.splits[i];
+        sp->images_id = sp->labels_id = sp->encoded_id = -1;
+        sp->offsets_id = sp->heights_id = sp->widths_id = -1;
+    }
 
     char format[64] = "";
     int64_t version = 0;
@@ -671,16 +883,61 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
             0 &&
         strcmp(format, H5DS_FORMAT) != 0)
         problem(&v, "root attribute 'format' = '%s', expected '%s'", format, H5DS_FORMAT);
-    if (check_attr_int(&v, file, "format_version", 1, INT32_MAX, &version) == 0 &&
-        (version < H5DS_FORMAT_VERSION_MIN || version > H5DS_FORMAT_VERSION))
-        problem(&v,
-                "root attribute 'format_version' = %lld, expected %d to %d (the versions this "
-                "pstrain reads)",
-                (long long)version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION);
+    bool version_ok = false;
+    if (check_attr_int(&v, file, "format_version", 1, INT32_MAX, &version) == 0) {
+        if (version < H5DS_FORMAT_VERSION_MIN || version > H5DS_FORMAT_VERSION_MAX)
+            problem(&v,
+                    "root attribute 'format_version' = %lld, expected %d to %d (the versions "
+                    "this pstrain reads)",
+                    (long long)version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION_MAX);
+        else
+            version_ok = true;
+    }
+    /* storage: "pixels" (or missing: older files) or "encoded"; -1 when bad */
+    int storage = H5DS_STORE_PIXELS;
+    htri_t has_storage = H5Aexists(file, "storage");
+    if (has_storage > 0) {
+        char st_name[64] = "";
+        if (check_attr_str(&v, file, "storage", "the string 'pixels' or 'encoded'", st_name,
+                           sizeof st_name) < 0) {
+            storage = -1;
+        } else if (!strcmp(st_name, "encoded")) {
+            storage = H5DS_STORE_ENCODED;
+        } else if (strcmp(st_name, "pixels") != 0) {
+            problem(&v, "root attribute 'storage' = '%s', expected 'pixels' or 'encoded'", st_name);
+            storage = -1;
+        }
+    } else if (has_storage < 0) {
+        problem(&v, "root attribute 'storage': cannot be checked (%s)", h5u_reason(why));
+        storage = -1;
+    }
+    if (version_ok && storage == H5DS_STORE_ENCODED && version != H5DS_FORMAT_VERSION_ENCODED)
+        problem(&v, "root attribute 'format_version' = %lld, expected %d (storage 'encoded')",
+                (long long)version, H5DS_FORMAT_VERSION_ENCODED);
+    if (version_ok && storage == H5DS_STORE_PIXELS && version == H5DS_FORMAT_VERSION_ENCODED) {
+        if (has_storage > 0)
+            problem(&v,
+                    "root attribute 'format_version' = %lld, expected %d to %d (storage "
+                    "'pixels'; version %d is encoded storage)",
+                    (long long)version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION,
+                    H5DS_FORMAT_VERSION_ENCODED);
+        else
+            problem(&v,
+                    "root attribute 'storage': missing (expected 'encoded': format_version %d "
+                    "is encoded storage)",
+                    H5DS_FORMAT_VERSION_ENCODED);
+    }
+    const bool enc = storage == H5DS_STORE_ENCODED;
     shape_attrs sa = {-1, -1, -1, -1};
-    if (check_attr_int(&v, file, "height", 1, 1 << 16, &sa.h) < 0) sa.h = -1;
-    if (check_attr_int(&v, file, "width", 1, 1 << 16, &sa.w) < 0) sa.w = -1;
-    if (check_attr_int(&v, file, "channels", 1, H5DS_MAX_CHANNELS, &sa.c) < 0) sa.c = -1;
+    /* encoded: images vary in size (the training pipeline's --image-size decides) */
+    if (check_attr_int(&v, file, "height", enc ? 0 : 1, enc ? 0 : 1 << 16, &sa.h) < 0) sa.h = -1;
+    if (check_attr_int(&v, file, "width", enc ? 0 : 1, enc ? 0 : 1 << 16, &sa.w) < 0) sa.w = -1;
+    if (check_attr_int(&v, file, "channels", 1, H5DS_MAX_CHANNELS, &sa.c) < 0) {
+        sa.c = -1;
+    } else if (enc && sa.c != 1 && sa.c != 3) {
+        problem(&v, "root attribute 'channels' = %lld, expected 1 or 3 (storage 'encoded')",
+                (long long)sa.c);
+    }
     if (check_attr_int(&v, file, "num_classes", 1, INT32_MAX, &sa.k) < 0) sa.k = -1;
     if (sa.c > 0) {
         check_attr_floats(&v, file, "mean", (int)sa.c, 0.0, 1.0, tmp.mean);
@@ -704,16 +961,23 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
             problem(&v, "/%s: not a group (%s)", name, h5u_reason(why));
             continue;
         }
-        int64_t n = -1, chunk = 0;
-        hid_t di = check_images(&v, g, name, &sa, &n, &chunk);
-        hid_t dl = check_labels(&v, g, name, n, sa.k);
-        H5Gclose(g);
         h5ds_split *sp = &tmp.splits[tmp.nsplits++];
         snprintf(sp->name, sizeof sp->name, "%s", name);
-        sp->count = n;
-        sp->chunk_images = chunk;
-        sp->images_id = di;
-        sp->labels_id = dl;
+        if (storage < 0) { /* already reported; what the split should hold is unknown */
+            H5Gclose(g);
+            continue;
+        }
+        if (enc) {
+            check_encoded_split(&v, g, name, sp);
+            sp->labels_id = check_labels(&v, g, name, sp->count, sa.k, "offsets");
+        } else {
+            int64_t n = -1, chunk = 0;
+            sp->images_id = check_images(&v, g, name, &sa, &n, &chunk);
+            sp->labels_id = check_labels(&v, g, name, n, sa.k, "images");
+            sp->count = n;
+            sp->chunk_images = chunk;
+        }
+        H5Gclose(g);
     }
 
     if (ds && v.count == 0) {
@@ -722,6 +986,7 @@ static int check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_e
         tmp.channels = (int)sa.c;
         tmp.num_classes = (int)sa.k;
         tmp.format_version = (int)version;
+        tmp.storage = storage;
         *ds = tmp;
     } else {
         close_ids(&tmp);
@@ -831,6 +1096,11 @@ static int read_unlocked(h5ds *ds, const char *split, int64_t first, int64_t cou
         return pst_fail(e, "%s: /%s: examples [%lld, %lld) requested, the split has [0, %lld)",
                         ds->path, split, (long long)first, (long long)(first + count),
                         (long long)sp->count);
+    if (images && ds->storage == H5DS_STORE_ENCODED)
+        return pst_fail(e,
+                        "%s: /%s holds encoded images (storage 'encoded'), not pixels: read it "
+                        "with h5ds_read_encoded",
+                        ds->path, split);
     if (count == 0) return 0;
     if (images && read_rows(sp->images_id, H5T_NATIVE_UINT8, first, count, images) < 0)
         return pst_fail(e, "%s: /%s/images: reading examples [%lld, %lld) failed (%s)", ds->path,
@@ -846,6 +1116,96 @@ int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t
 {
     h5u_lock();
     int rc = read_unlocked(ds, split, first, count, images, labels, e);
+    h5u_unlock();
+    return rc;
+}
+
+/* h5ds_read_encoded without the lock. */
+static int read_encoded_unlocked(h5ds *ds, const char *split, int64_t first, int64_t count,
+                                 int64_t *offsets, uint8_t *bytes, size_t bytes_cap,
+                                 int32_t *labels, int32_t *heights, int32_t *widths, pst_err *e)
+{
+    char why[256];
+    h5_quiet();
+    const h5ds_split *sp = h5ds_find_split(ds, split);
+    if (!sp) return h5ds_no_split(ds, split, e);
+    if (ds->storage != H5DS_STORE_ENCODED)
+        return pst_fail(e,
+                        "%s: /%s holds pixels (storage 'pixels'), not encoded images: read it "
+                        "with h5ds_read",
+                        ds->path, split);
+    if (first < 0 || count < 0 || first > sp->count || count > sp->count - first)
+        return pst_fail(e, "%s: /%s: examples [%lld, %lld) requested, the split has [0, %lld)",
+                        ds->path, split, (long long)first, (long long)(first + count),
+                        (long long)sp->count);
+    const long long lo = (long long)first, hi = (long long)(first + count);
+    int64_t *off = offsets, two[2];
+    if (!off && bytes) off = count == 0 ? two : pst_malloc((size_t)(count + 1) * sizeof *off);
+    int rc = -1;
+    if (off) {
+        if (read_1d(sp->offsets_id, H5T_NATIVE_INT64, first, count + 1, off) < 0) {
+            pst_fail(e, "%s: /%s/offsets: reading [%lld, %lld] failed (%s)", ds->path, split, lo,
+                     hi, h5u_reason(why));
+            goto done;
+        }
+        /* h5ds_open checked them; a file changed since must not make us overrun */
+        const int64_t base = off[0];
+        for (int64_t i = 0; i <= count; i++) {
+            if (off[i] < base || off[i] > sp->encoded_bytes || (i && off[i] <= off[i - 1] + base)) {
+                pst_fail(e,
+                         "%s: /%s/offsets[%lld] = %lld, expected increasing offsets within "
+                         "[0, %lld] (the file changed after it was opened?)",
+                         ds->path, split, (long long)(first + i), (long long)off[i],
+                         (long long)sp->encoded_bytes);
+                goto done;
+            }
+            off[i] -= base;
+        }
+        int64_t need = off[count];
+        if (bytes && count > 0) {
+            if ((uint64_t)need > (uint64_t)bytes_cap) {
+                pst_fail(e,
+                         "%s: /%s/encoded: examples [%lld, %lld) need a buffer of %lld bytes, "
+                         "got %zu",
+                         ds->path, split, lo, hi, (long long)need, bytes_cap);
+                goto done;
+            }
+            if (read_1d(sp->encoded_id, H5T_NATIVE_UINT8, base, need, bytes) < 0) {
+                pst_fail(e, "%s: /%s/encoded: reading examples [%lld, %lld) failed (%s)", ds->path,
+                         split, lo, hi, h5u_reason(why));
+                goto done;
+            }
+        }
+    }
+    if (count > 0) {
+        const struct {
+            hid_t d;
+            int32_t *buf;
+            const char *name;
+        } ints[] = {{sp->labels_id, labels, "labels"},
+                    {sp->heights_id, heights, "heights"},
+                    {sp->widths_id, widths, "widths"}};
+        for (size_t j = 0; j < PST_ARRAY_LEN(ints); j++)
+            if (ints[j].buf &&
+                read_1d(ints[j].d, H5T_NATIVE_INT32, first, count, ints[j].buf) < 0) {
+                pst_fail(e, "%s: /%s/%s: reading examples [%lld, %lld) failed (%s)", ds->path,
+                         split, ints[j].name, lo, hi, h5u_reason(why));
+                goto done;
+            }
+    }
+    rc = 0;
+done:
+    if (off != offsets && off != two) free(off);
+    return rc;
+}
+
+int h5ds_read_encoded(h5ds *ds, const char *split, int64_t first, int64_t count, int64_t *offsets,
+                      uint8_t *bytes, size_t bytes_cap, int32_t *labels, int32_t *heights,
+                      int32_t *widths, pst_err *e)
+{
+    h5u_lock();
+    int rc = read_encoded_unlocked(ds, split, first, count, offsets, bytes, bytes_cap, labels,
+                                   heights, widths, e);
     h5u_unlock();
     return rc;
 }

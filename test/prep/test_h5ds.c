@@ -37,6 +37,7 @@ typedef enum defect {
     MISSING_FORMAT,
     WRONG_FORMAT,
     FORMAT_VERSION_3,
+    FORMAT_VERSION_4,
     NAN_MEAN,
     INF_STD,
     MEAN_WRONG_LENGTH,
@@ -62,7 +63,9 @@ static const char *const expect[NUM_DEFECTS] = {
     [LABELS_FLOAT] = "/train/labels: dtype float32, expected int32",
     [MISSING_FORMAT] = "root attribute 'format': missing",
     [WRONG_FORMAT] = "root attribute 'format' = 'something-else', expected 'pstrain-dataset'",
-    [FORMAT_VERSION_3] = "root attribute 'format_version' = 3, expected 1 to 2",
+    [FORMAT_VERSION_3] = "root attribute 'storage': missing (expected 'encoded': format_version 3 "
+                         "is encoded storage)",
+    [FORMAT_VERSION_4] = "root attribute 'format_version' = 4, expected 1 to 3",
     [NAN_MEAN] = "root attribute 'mean'[1] = nan",
     [INF_STD] = "root attribute 'std'[0] = inf",
     [MEAN_WRONG_LENGTH] = "root attribute 'mean': has 1 values, expected 2",
@@ -190,7 +193,7 @@ static void build(const char *path, defect d)
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (d != MISSING_FORMAT)
         attr_str(f, "format", d == WRONG_FORMAT ? "something-else" : "pstrain-dataset");
-    attr_int(f, "format_version", d == FORMAT_VERSION_3 ? 3 : 1);
+    attr_int(f, "format_version", d == FORMAT_VERSION_3 ? 3 : d == FORMAT_VERSION_4 ? 4 : 1);
     attr_int(f, "height", H);
     attr_int(f, "width", W);
     attr_int(f, "channels", C);

@@ -3,10 +3,13 @@
  * current layout (format_version 2) gives a clean error or the original
  * contents, never a crash, a hang or different data.
  *
- * A small data set (written by pstrain-prep's writer) and a small checkpoint
- * are copied with one byte changed at every k-th offset (the changed bit
+ * A small data set (written by pstrain-prep's writer), the same with encoded
+ * storage (format_version 3: flipped payload bytes must fail their chunk's
+ * Fletcher-32 checksum, never read back as other JPEG bytes) and a small
+ * checkpoint are copied with one byte changed at every k-th offset (the changed bit
  * varies, every other offset all bits); each copy is checked: h5ds_verify +
- * h5ds_open + reading every split, or ckpt_verify + ckpt_read, which must
+ * h5ds_open + reading every split (h5ds_read_encoded for the encoded one:
+ * bytes, offsets, labels, heights, widths), or ckpt_verify + ckpt_read, which must
  * give an error or exactly the original contents. A crash (SIGSEGV, ASan's
  * abort) or a hang (the alarm) ends the test with the offset printed. In
  * process, not forked per copy: a fork per copy made it 30 times slower.
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "encoded_fixture.h"
 #include "h5write.h"
 #include "pstrain/ckpt.h"
 #include "pstrain/h5ds.h"
@@ -129,6 +133,56 @@ static int check_dataset_copy(const char *path, const ds_ref *ref)
     }
     free(px);
     free(lab);
+    h5ds_close(&ds);
+    return rc;
+}
+
+/* ---- the encoded data set (encoded_fixture.h) ------------------------------ */
+
+enum { ENC_NT = 30, ENC_NV = 8 };
+
+/* Child: 0 = clean error or the original contents, 3 = different contents. */
+static int check_encoded_copy(const char *path, const ds_ref *unused)
+{
+    (void)unused;
+    pst_err e;
+    h5ds_verify(path, NULL, NULL, &e);
+    h5ds ds;
+    if (h5ds_open(&ds, path, &e) < 0) return 0;
+    int rc = 0;
+    if (ds.format_version != 3 || ds.storage != H5DS_STORE_ENCODED || ds.height != 0 ||
+        ds.width != 0 || ds.channels != ENC_C || ds.num_classes != ENC_K || ds.nsplits != 2 ||
+        strcmp(ds.source, "encoded fixture"))
+        rc = 3;
+    for (int k = 0; rc == 0 && k < ENC_K; k++)
+        if (strcmp(ds.class_names[k], enc_classes[k])) rc = 3;
+    static const char *const names[2] = {"train", "val"};
+    const int64_t counts[2] = {ENC_NT, ENC_NV};
+    int64_t off[ENC_NT + 1];
+    int32_t lab[ENC_NT], hh[ENC_NT], ww[ENC_NT];
+    size_t cap = 16 * ENC_CHUNK * ENC_NT;
+    uint8_t *bytes = malloc(cap);
+    for (int s = 0; rc == 0 && s < 2; s++) {
+        const h5ds_split *sp = h5ds_find_split(&ds, names[s]);
+        if (!sp || sp->count != counts[s]) {
+            rc = 3;
+            break;
+        }
+        if (h5ds_read_encoded(&ds, names[s], 0, sp->count, off, bytes, cap, lab, hh, ww, &e) < 0)
+            break; /* clean */
+        int64_t at = 0;
+        for (int64_t i = 0; rc == 0 && i < sp->count; i++) {
+            size_t n = enc_len(s, i);
+            if (off[i] != at || lab[i] != i % ENC_K || hh[i] != enc_height(i) ||
+                ww[i] != enc_width(i))
+                rc = 3;
+            for (size_t j = 0; rc == 0 && j < n; j++)
+                if (bytes[at + (int64_t)j] != enc_byte(s, i, j)) rc = 3;
+            at += (int64_t)n;
+        }
+        if (off[sp->count] != at) rc = 3;
+    }
+    free(bytes);
     h5ds_close(&ds);
     return rc;
 }
@@ -278,11 +332,14 @@ static int flip_all(const char *what, const char *orig, const char *copy, check_
 int main(void)
 {
     char dir[] = "/tmp/pst-flip-XXXXXX", ds_path[256], ds_copy[256], ck_path[256], ck_copy[256];
+    char enc_path[256], enc_copy[256];
     if (!mkdtemp(dir)) CHECK_SKIP("cannot create a temporary directory");
     snprintf(ds_path, sizeof ds_path, "%s/ds.h5", dir);
     snprintf(ds_copy, sizeof ds_copy, "%s/flipped.h5", dir);
     snprintf(ck_path, sizeof ck_path, "%s/ckpt.h5", dir);
     snprintf(ck_copy, sizeof ck_copy, "%s/flipped-ckpt.h5", dir);
+    snprintf(enc_path, sizeof enc_path, "%s/enc.h5", dir);
+    snprintf(enc_copy, sizeof enc_copy, "%s/flipped-enc.h5", dir);
 
     signal(SIGSEGV, on_fatal);
     signal(SIGBUS, on_fatal);
@@ -293,6 +350,9 @@ int main(void)
     memset(&ref, 0, sizeof ref);
     CHECK(write_dataset(ds_path, &ref) == 0, "writing %s", ds_path);
     CHECK(check_dataset_copy(ds_path, &ref) == 0, "the undamaged data set reads back wrong");
+    pst_err ee = {""};
+    CHECK(enc_write(enc_path, ENC_NT, ENC_NV, &ee) == 0, "writing %s: %s", enc_path, ee.msg);
+    CHECK(check_encoded_copy(enc_path, NULL) == 0, "the undamaged encoded set reads back wrong");
 
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
@@ -315,6 +375,8 @@ int main(void)
     if (check_failures_ == 0) {
         CHECK(flip_all("data set", ds_path, ds_copy, check_dataset_copy, &ref) == 0,
               "data set: damaged copies crashed or read back wrong (see above)");
+        CHECK(flip_all("encoded data set", enc_path, enc_copy, check_encoded_copy, NULL) == 0,
+              "encoded data set: damaged copies crashed or read back wrong (see above)");
         CHECK(flip_all("checkpoint", ck_path, ck_copy, ckpt_check_adapter, NULL) == 0,
               "checkpoint: damaged copies crashed or read back wrong (see above)");
     }
@@ -326,6 +388,8 @@ int main(void)
     unlink(ds_copy);
     unlink(ck_path);
     unlink(ck_copy);
+    unlink(enc_path);
+    unlink(enc_copy);
     rmdir(dir);
     return check_exit();
 }

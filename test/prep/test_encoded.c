@@ -541,6 +541,50 @@ static void test_damage(void)
     free(bytes);
 }
 
+/* A flipped byte inside a middle chunk of /train/encoded: the file still
+ * opens (h5ds_open decodes nothing and probes only the first and last
+ * chunk), but reading the images of that chunk fails on its Fletcher-32
+ * checksum with a one-line message; the other chunks still read. */
+static void test_payload_flip(void)
+{
+    const char *path = scratch_path("flip.h5");
+    pst_err e = {""};
+    CHECK(enc_write(path, NT, NV, &e) == 0, "write: %s", e.msg);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT),
+          d = H5Dopen2(f, "/train/encoded", H5P_DEFAULT);
+    hsize_t coord = 3 * ENC_CHUNK, size = 0;
+    haddr_t addr = 0;
+    unsigned mask = 0;
+    herr_t got = H5Dget_chunk_info_by_coord(d, &coord, &mask, &addr, &size);
+    H5Dclose(d);
+    H5Fclose(f);
+    CHECK(got >= 0 && size == ENC_CHUNK + 4, "chunk 3: %llu bytes at %llu",
+          (unsigned long long)size, (unsigned long long)addr);
+    if (got < 0) return;
+    FILE *io = fopen(path, "r+b");
+    fseek(io, (long)addr + 17, SEEK_SET);
+    int c = fgetc(io);
+    fseek(io, (long)addr + 17, SEEK_SET);
+    fputc(c ^ 0x10, io);
+    fclose(io);
+    h5ds ds;
+    int rc = h5ds_open(&ds, path, &e);
+    CHECK(rc == 0, "open with a damaged middle chunk: %s", e.msg);
+    if (rc) return;
+    /* the example holding byte 3*ENC_CHUNK + 17 */
+    int64_t at = 0, hit = 0;
+    while (at + (int64_t)enc_len(0, hit) <= 3 * ENC_CHUNK + 17) at += (int64_t)enc_len(0, hit++);
+    uint8_t buf[8 * ENC_CHUNK];
+    int64_t off[2];
+    CHECK(h5ds_read_encoded(&ds, "train", hit, 1, off, buf, sizeof buf, NULL, NULL, NULL, &e) < 0 &&
+              strstr(e.msg, "/train/encoded: reading examples") && !strchr(e.msg, '\n'),
+          "damaged chunk read: %s", e.msg);
+    CHECK(h5ds_read_encoded(&ds, "train", 0, 1, off, buf, sizeof buf, NULL, NULL, NULL, &e) == 0 &&
+              buf[0] == enc_byte(0, 0, 0),
+          "an undamaged chunk still reads: %s", e.msg);
+    h5ds_close(&ds);
+}
+
 int main(void)
 {
     scratch_dir();
@@ -548,6 +592,7 @@ int main(void)
     test_pixels_files();
     test_writer_refusals();
     test_damage();
+    test_payload_flip();
     scratch_cleanup();
     return check_exit();
 }

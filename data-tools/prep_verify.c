@@ -16,8 +16,12 @@ static void usage(FILE *out)
                  "\n"
                  "Checks that FILE.h5 is a sound pstrain data set: format attributes, shapes,\n"
                  "dtypes and counts of images and labels, labels within [0, num_classes),\n"
-                 "mean/std present and finite, class names. Prints each problem on its own\n"
-                 "line (FILE: problem) and exits 1, or prints 'FILE: ok ...' and exits 0.\n");
+                 "mean/std present and finite, class names; for encoded storage the\n"
+                 "format_version/storage pair, the offsets into the JPEG byte stream (0 first,\n"
+                 "increasing, the last one its size) and image heights/widths >= 1 (no image\n"
+                 "is decoded; every chunk carries a Fletcher-32 checksum checked on reading).\n"
+                 "Prints each problem on its own line (FILE: problem) and exits 1, or prints\n"
+                 "'FILE: ok ...' and exits 0.\n");
 }
 
 static void print_problem(void *ctx, const char *problem)
@@ -50,7 +54,15 @@ int prep_cmd_verify(int argc, char **argv)
     printf("%s: ok (", path);
     for (int i = 0; i < ds.nsplits; i++)
         printf("%s%s %lld", i ? ", " : "", ds.splits[i].name, (long long)ds.splits[i].count);
-    printf(" images of %dx%dx%d, %d classes)\n", ds.height, ds.width, ds.channels, ds.num_classes);
+    if (ds.storage == H5DS_STORE_ENCODED) {
+        int64_t bytes = 0;
+        for (int i = 0; i < ds.nsplits; i++) bytes += ds.splits[i].encoded_bytes;
+        printf(" encoded images, %lld bytes of JPEG, %d channel%s, %d classes)\n", (long long)bytes,
+               ds.channels, ds.channels == 1 ? "" : "s", ds.num_classes);
+    } else {
+        printf(" images of %dx%dx%d, %d classes)\n", ds.height, ds.width, ds.channels,
+               ds.num_classes);
+    }
     h5ds_close(&ds);
     return 0;
 }

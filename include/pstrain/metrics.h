@@ -3,8 +3,8 @@
  *
  * One JSON object per line: {"type":"step", step, epoch, loss, accuracy, lr,
  * images_per_sec, elapsed, timing:{...}} every logging interval, and
- * {"type":"eval", step, epoch, split, accuracy, loss, examples} for every
- * evaluation. Lines are flushed as written so a killed job keeps its log.
+ * {"type":"eval", step, epoch, split, accuracy, top5_accuracy, loss,
+ * examples} for every evaluation. Lines are flushed as written so a killed job keeps its log.
  * A NULL path gives a metrics handle that only prints the progress line.
  * Not thread-safe; called by the reporting rank only.
  *
@@ -33,6 +33,13 @@ typedef struct ps_timing {
 
 typedef struct metrics metrics;
 
+/* One evaluation of a split: top-1 and top-5 accuracy (train_topk_correct
+ * says how ties and K < 5 count), mean loss, the examples evaluated. */
+typedef struct eval_stats {
+    double accuracy, top5_accuracy, loss;
+    int64_t examples;
+} eval_stats;
+
 typedef struct metrics_step_rec {
     int64_t step, total_steps; /* total_steps 0 if unknown */
     int64_t start_step;        /* where this run began (a resumed run: > 0), for the ETA */
@@ -57,8 +64,7 @@ void metrics_format_progress(const metrics_step_rec *r, double elapsed, bool tty
 /* A line between progress lines ("checkpoint F (step S)"): ends the
  * terminal's progress line first; in a log it carries the time prefix. */
 void metrics_note(metrics *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double accuracy,
-                  double loss, int64_t examples);
+void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, const eval_stats *ev);
 /* Closes the file at the end of a successful run: -1 with `e` naming the
  * file and the error when any record could not be written (a full disk),
  * so that the run fails instead of leaving a truncated log. NULL-safe. */

@@ -97,10 +97,10 @@ typedef struct train_result {
      * it when that split is "test" */
     bool has_eval;
     char eval_split[8];
-    double eval_accuracy, eval_loss;
+    double eval_accuracy, eval_top5_accuracy, eval_loss;
     int64_t eval_examples;
     bool has_test;
-    double test_accuracy, test_loss;
+    double test_accuracy, test_top5_accuracy, test_loss;
     int64_t test_examples;
     int nepochs_stats;
     epoch_stats *epoch_stats; /* owned */
@@ -129,18 +129,28 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e);
 int dist_train(const train_cfg *cfg, train_result *res, pst_err *e);
 
 /* Evaluates `m` in inference mode on a whole split of `ds` (file order,
- * batches of `batch`). Fills accuracy, mean loss and the example count;
- * `confusion` (may be NULL) receives K*K counts [true][predicted]. */
+ * batches of `batch`). Fills *ev (top-1 and top-5 accuracy, mean loss, the
+ * example count); `confusion` (may be NULL) receives K*K counts
+ * [true][predicted]. */
 struct nn_model;
-int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
-                   double *loss, int64_t *examples, int64_t *confusion, pst_err *e);
+int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, eval_stats *ev,
+                   int64_t *confusion, pst_err *e);
 /* The same, handing the logits of every evaluated batch to `fn` (may be
  * NULL) in split order: logits[n][K] of the next n examples. A non-zero
  * return of fn (with e set) ends the evaluation with -1. */
 typedef int (*train_logits_fn)(void *ctx, const float *logits, int n, int K, pst_err *e);
 int train_evaluate_logits(struct nn_model *m, h5ds *ds, const char *split, int batch,
-                          double *accuracy, double *loss, int64_t *examples, int64_t *confusion,
-                          train_logits_fn fn, void *ctx, pst_err *e);
+                          eval_stats *ev, int64_t *confusion, train_logits_fn fn, void *ctx,
+                          pst_err *e);
+/* How many of the n examples have their label among the k best classes of
+ * their logits[n][K]. The classes are ranked as a stable sort by descending
+ * logit: class j ranks above the label y when logit[j] > logit[y], or when
+ * they are equal and j < y (the lowest index wins a tie, as the top-1
+ * prediction's argmax), so exactly k classes are in the top k, and k = 1
+ * gives the top-1 count. With K <= k every example counts (top-5 accuracy
+ * is 1 for 5 classes or fewer). A NaN logit of the label never counts (a
+ * NaN logit of another class never ranks above it). */
+int64_t train_topk_correct(const float *logits, const int32_t *labels, int n, int K, int k);
 
 /* The split a run evaluates on: --eval-split, or "val" when the data set
  * has one, else "test"; NULL when there is none (with a warning when
@@ -149,8 +159,7 @@ int train_evaluate_logits(struct nn_model *m, h5ds *ds, const char *split, int b
 int train_eval_split(const train_cfg *cfg, const h5ds *ds, bool warn, const char **split,
                      pst_err *e);
 /* Records the final evaluation in r (eval_*, and test_* for "test"). */
-void train_set_eval(train_result *r, const char *split, double accuracy, double loss,
-                    int64_t examples);
+void train_set_eval(train_result *r, const char *split, const eval_stats *ev);
 
 /* Parses `pstrain train` flags (argv[0] is "train") into cfg. Returns 0, or
  * 2 after printing a usage error / 1 for --help (printed) so main can exit. */

@@ -276,15 +276,13 @@ int run_end(dist_run *r, pst_err *e)
             train_dump_params(cfg->dump_params_path, nn_model_params(m), nparam, e) < 0)
             goto out;
         if (r->esplit && !res->stop_signal) {
-            double acc, loss;
-            int64_t n;
+            eval_stats ev;
             /* evaluations use the moving averages (README); the variables
              * are not needed any more */
             if (r->averages) memcpy(nn_model_params(m), r->averages, sizeof(float) * nparam);
-            if (train_evaluate(m, &r->ds, r->esplit, cfg->batch, &acc, &loss, &n, NULL, e) < 0)
-                goto out;
-            train_set_eval(res, r->esplit, acc, loss, n);
-            metrics_eval(r->mx, res->steps, res->epoch, r->esplit, acc, loss, n);
+            if (train_evaluate(m, &r->ds, r->esplit, cfg->batch, &ev, NULL, e) < 0) goto out;
+            train_set_eval(res, r->esplit, &ev);
+            metrics_eval(r->mx, res->steps, res->epoch, r->esplit, &ev);
         }
         if (metrics_finish(r->mx, e) < 0) goto out; /* a write error (a full disk) fails the run */
     }

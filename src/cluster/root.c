@@ -129,11 +129,9 @@ int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const fl
 static int root_eval(root_ctx *c, int64_t step, int epoch, pst_err *e)
 {
     if (!c->eval_split) return 0;
-    double acc, loss;
-    int64_t n;
-    int r = train_evaluate(c->m, c->ds_rw, c->eval_split, c->cfg->batch, &acc, &loss, &n, NULL, e);
-    if (r < 0) return -1;
-    metrics_eval(c->mx, step, epoch, c->eval_split, acc, loss, n);
+    eval_stats ev;
+    if (train_evaluate(c->m, c->ds_rw, c->eval_split, c->cfg->batch, &ev, NULL, e) < 0) return -1;
+    metrics_eval(c->mx, step, epoch, c->eval_split, &ev);
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /*
  * eval_cmd.c - `pstrain eval`: a checkpoint on a split of a data set:
- * accuracy, loss, per-class accuracy and the confusion matrix.
+ * top-1 and top-5 accuracy, loss, per-class accuracy and the confusion matrix.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -24,7 +24,11 @@ static const char eval_usage[] =
     "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
     "A checkpoint with moving averages (--moving-average-decay) is evaluated with the\n"
     "averages in place of the variables; --no-averages uses the raw variables.\n"
-    "Prints accuracy, loss, per-class accuracy and the confusion matrix (rows: true class).\n"
+    "Prints top-1 and top-5 accuracy (a class is in the top 5 when fewer than 5 classes\n"
+    "rank above it: a higher logit, or an equal one at a lower index; with 5 classes or\n"
+    "fewer top-5 is 1), loss, per-class accuracy and the confusion matrix (rows: true\n"
+    "class); with more than 100 classes only the 10 best and 10 worst classes by accuracy\n"
+    "(--summary-json has them all).\n"
     "--logits writes every example's logits (before the softmax), in the split's order, as a\n"
     "NumPy .npy array of float32 [examples][classes].\n"
     "--threads T: compute threads (default 1; 0 = the CPUs of the affinity mask); the\n"
@@ -99,8 +103,7 @@ static int logits_close(logits_out *o, bool ok, pst_err *e)
 }
 
 static int write_json(const char *path, const char *ckpt, const char *split, bool averages,
-                      const h5ds *ds, double acc, double loss, int64_t n, const int64_t *conf,
-                      pst_err *e)
+                      const h5ds *ds, const eval_stats *ev, const int64_t *conf, pst_err *e)
 {
     char tmp[4200];
     int renamed; /* 0: a device, in place */
@@ -112,8 +115,10 @@ static int write_json(const char *path, const char *ckpt, const char *split, boo
     fprintf(f, ",\n  \"split\": ");
     pst_json_str(f, split);
     fprintf(f, ",\n  \"averages\": %s,\n", averages ? "true" : "false");
-    fprintf(f, "  \"accuracy\": %.8g,\n  \"loss\": %.8g,\n  \"examples\": %lld,\n", acc, loss,
-            (long long)n);
+    fprintf(f,
+            "  \"accuracy\": %.8g,\n  \"top5_accuracy\": %.8g,\n  \"loss\": %.8g,\n"
+            "  \"examples\": %lld,\n",
+            ev->accuracy, ev->top5_accuracy, ev->loss, (long long)ev->examples);
     fprintf(f, "  \"per_class_accuracy\": [");
     for (int k = 0; k < K; k++) {
         int64_t row = 0;
@@ -136,6 +141,95 @@ static int write_json(const char *path, const char *ckpt, const char *split, boo
         return pst_fail(e, "%s: cannot write summary: %s", path, strerror(err));
     }
     return 0;
+}
+
+/* ---- the per-class report ---- */
+
+/* Up to this many classes eval prints the per-class table and the confusion
+ * matrix; above it (ImageNet's 1000) the best and worst classes. */
+#define EVAL_TABLE_MAX_CLASSES 100
+#define EVAL_SUMMARY_CLASSES 10
+
+static int64_t class_count(const int64_t *conf, int K, int k)
+{
+    int64_t row = 0;
+    for (int j = 0; j < K; j++) row += conf[(int64_t)k * K + j];
+    return row;
+}
+
+static void print_class_line(const h5ds *ds, const int64_t *conf, int k)
+{
+    const int K = ds->num_classes;
+    int64_t row = class_count(conf, K, k), hit = conf[(int64_t)k * K + k];
+    printf("  %2d %-20s %.4f  (%lld", k, ds->class_names[k], row ? (double)hit / (double)row : 0.0,
+           (long long)row);
+    if (K > EVAL_TABLE_MAX_CLASSES) printf(", %lld correct", (long long)hit);
+    printf(")\n");
+}
+
+static void print_class_table(const h5ds *ds, const int64_t *conf)
+{
+    const int K = ds->num_classes;
+    printf("\nper-class accuracy:\n");
+    for (int k = 0; k < K; k++) print_class_line(ds, conf, k);
+    printf("\nconfusion matrix (rows: true class, columns: predicted):\n     ");
+    for (int j = 0; j < K; j++) printf(" %5d", j);
+    printf("\n");
+    for (int k = 0; k < K; k++) {
+        printf("  %2d ", k);
+        for (int j = 0; j < K; j++) printf(" %5lld", (long long)conf[k * K + j]);
+        printf("\n");
+    }
+}
+
+/* A class's accuracy for the ranking (hit/row as a double: equal fractions
+ * give equal doubles, the division being correctly rounded). */
+typedef struct class_rank {
+    int k;
+    double acc;
+} class_rank;
+
+/* best first; equal accuracies by class index */
+static int cmp_best(const void *pa, const void *pb)
+{
+    const class_rank *a = pa, *b = pb;
+    if (a->acc != b->acc) return a->acc > b->acc ? -1 : 1;
+    return (a->k > b->k) - (a->k < b->k);
+}
+
+/* worst first; equal accuracies by class index */
+static int cmp_worst(const void *pa, const void *pb)
+{
+    const class_rank *a = pa, *b = pb;
+    if (a->acc != b->acc) return a->acc < b->acc ? -1 : 1;
+    return (a->k > b->k) - (a->k < b->k);
+}
+
+/* More classes than a table can show: the best and worst by accuracy among
+ * the classes with examples in the split (a class with none has no
+ * accuracy), and how many had none. */
+static void print_class_summary(const h5ds *ds, const int64_t *conf, const char *json)
+{
+    const int K = ds->num_classes;
+    class_rank *r = pst_malloc(sizeof *r * (size_t)K);
+    int n = 0;
+    for (int k = 0; k < K; k++) {
+        int64_t row = class_count(conf, K, k);
+        if (row) r[n++] = (class_rank){k, (double)conf[(int64_t)k * K + k] / (double)row};
+    }
+    const int show = PST_MIN(n, EVAL_SUMMARY_CLASSES);
+    printf("\nper-class accuracy of %d classes (%d without examples in the split); the %d best:\n",
+           K, K - n, show);
+    qsort(r, (size_t)n, sizeof *r, cmp_best);
+    for (int i = 0; i < show; i++) print_class_line(ds, conf, r[i].k);
+    printf("the %d worst:\n", show);
+    qsort(r, (size_t)n, sizeof *r, cmp_worst);
+    for (int i = 0; i < show; i++) print_class_line(ds, conf, r[i].k);
+    printf("(more than %d classes: no per-class table or confusion matrix; %s)\n",
+           EVAL_TABLE_MAX_CLASSES,
+           json ? "the --summary-json file has every class's accuracy and the confusion matrix"
+                : "--summary-json FILE writes every class's accuracy and the confusion matrix");
+    free(r);
 }
 
 int eval_main(int argc, char **argv)
@@ -268,11 +362,10 @@ int eval_main(int argc, char **argv)
 
     const int K = ds.num_classes;
     conf = pst_calloc((size_t)K * (size_t)K, sizeof *conf);
-    double acc, loss;
-    int64_t n;
+    eval_stats ev;
     if (lo.path && logits_open(&lo, sp->count, K, &e) < 0) goto fail;
-    if (train_evaluate_logits(m, &ds, split, batch, &acc, &loss, &n, conf,
-                              lo.path ? logits_batch : NULL, &lo, &e) < 0)
+    if (train_evaluate_logits(m, &ds, split, batch, &ev, conf, lo.path ? logits_batch : NULL, &lo,
+                              &e) < 0)
         goto fail;
 
     printf("checkpoint %s (%s, step %lld, %s)\n", path, meta.model_name,
@@ -280,27 +373,14 @@ int eval_main(int argc, char **argv)
            use_avg             ? "moving averages"
            : meta.has_averages ? "raw variables, --no-averages"
                                : "variables");
-    printf("%s split of %s: accuracy %.4f, loss %.4f, %lld examples\n", split, data, acc, loss,
-           (long long)n);
-    if (!quiet) {
-        printf("\nper-class accuracy:\n");
-        for (int k = 0; k < K; k++) {
-            int64_t row = 0;
-            for (int j = 0; j < K; j++) row += conf[k * K + j];
-            printf("  %2d %-20s %.4f  (%lld)\n", k, ds.class_names[k],
-                   row ? (double)conf[k * K + k] / (double)row : 0.0, (long long)row);
-        }
-        printf("\nconfusion matrix (rows: true class, columns: predicted):\n     ");
-        for (int j = 0; j < K; j++) printf(" %5d", j);
-        printf("\n");
-        for (int k = 0; k < K; k++) {
-            printf("  %2d ", k);
-            for (int j = 0; j < K; j++) printf(" %5lld", (long long)conf[k * K + j]);
-            printf("\n");
-        }
+    printf("%s split of %s: accuracy %.4f, top-5 %.4f, loss %.4f, %lld examples\n", split, data,
+           ev.accuracy, ev.top5_accuracy, ev.loss, (long long)ev.examples);
+    if (!quiet && K <= EVAL_TABLE_MAX_CLASSES) {
+        print_class_table(&ds, conf);
+    } else if (!quiet) {
+        print_class_summary(&ds, conf, summary);
     }
-    if (summary && write_json(summary, path, split, use_avg, &ds, acc, loss, n, conf, &e) < 0)
-        goto fail;
+    if (summary && write_json(summary, path, split, use_avg, &ds, &ev, conf, &e) < 0) goto fail;
     if (logits_close(&lo, true, &e) < 0) goto fail;
     rc = 0;
     goto out;

@@ -59,8 +59,8 @@ static void print_final_line(const train_cfg *cfg, const train_result *r)
         printf(", %lld examples in %.1f s, %.0f images/s", (long long)r->examples, r->train_seconds,
                r->images_per_sec);
     if (r->has_eval)
-        printf(", %s accuracy %.4f (loss %.4f, %lld examples)", r->eval_split, r->eval_accuracy,
-               r->eval_loss, (long long)r->eval_examples);
+        printf(", %s accuracy %.4f, top-5 %.4f (loss %.4f, %lld examples)", r->eval_split,
+               r->eval_accuracy, r->eval_top5_accuracy, r->eval_loss, (long long)r->eval_examples);
     printf("\n");
 }
 

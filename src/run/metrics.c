@@ -171,22 +171,24 @@ void metrics_note(metrics *m, const char *fmt, ...)
     m->line_open = false;
 }
 
-void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, double accuracy,
-                  double loss, int64_t examples)
+void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, const eval_stats *ev)
 {
     if (m->f) {
         fprintf(m->f, "{\"type\":\"eval\",\"step\":%lld,\"epoch\":%d,\"split\":\"%s\",",
                 (long long)step, epoch, split);
-        jnum(m->f, "accuracy", accuracy, true);
-        jnum(m->f, "loss", loss, true);
-        fprintf(m->f, "\"examples\":%lld}\n", (long long)examples);
+        jnum(m->f, "accuracy", ev->accuracy, true);
+        jnum(m->f, "top5_accuracy", ev->top5_accuracy, true);
+        jnum(m->f, "loss", ev->loss, true);
+        fprintf(m->f, "\"examples\":%lld}\n", (long long)ev->examples);
         flush_record(m);
     }
     /* the progress line stays above it on a terminal */
     if (m->progress && m->line_open) fputc('\n', stderr);
     m->line_open = false;
-    metrics_note(m, "eval %s: step %lld, epoch %d: accuracy %.4f, loss %.4f, %lld examples", split,
-                 (long long)step, epoch, accuracy, loss, (long long)examples);
+    metrics_note(
+        m, "eval %s: step %lld, epoch %d: accuracy %.4f, top-5 %.4f, loss %.4f, %lld examples",
+        split, (long long)step, epoch, ev->accuracy, ev->top5_accuracy, ev->loss,
+        (long long)ev->examples);
 }
 
 int metrics_finish(metrics *m, pst_err *e)

@@ -55,6 +55,8 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
         pst_json_str(f, r->eval_split);
         fprintf(f, ",\n  \"eval_accuracy\": ");
         jnum(f, r->eval_accuracy);
+        fprintf(f, ",\n  \"eval_top5_accuracy\": ");
+        jnum(f, r->eval_top5_accuracy);
         fprintf(f, ",\n  \"eval_loss\": ");
         jnum(f, r->eval_loss);
         fprintf(f, ",\n  \"eval_examples\": %lld", (long long)r->eval_examples);
@@ -62,6 +64,8 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     if (r->has_test) {
         fprintf(f, ",\n  \"test_accuracy\": ");
         jnum(f, r->test_accuracy);
+        fprintf(f, ",\n  \"test_top5_accuracy\": ");
+        jnum(f, r->test_top5_accuracy);
         fprintf(f, ",\n  \"test_loss\": ");
         jnum(f, r->test_loss);
         fprintf(f, ",\n  \"test_examples\": %lld", (long long)r->test_examples);

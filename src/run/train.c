@@ -45,16 +45,29 @@ train_cfg train_cfg_defaults(void)
     return c;
 }
 
-int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
-                   double *loss, int64_t *examples, int64_t *confusion, pst_err *e)
+int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, eval_stats *ev,
+                   int64_t *confusion, pst_err *e)
 {
-    return train_evaluate_logits(m, ds, split, batch, accuracy, loss, examples, confusion, NULL,
-                                 NULL, e);
+    return train_evaluate_logits(m, ds, split, batch, ev, confusion, NULL, NULL, e);
 }
 
-int train_evaluate_logits(nn_model *m, h5ds *ds, const char *split, int batch, double *accuracy,
-                          double *loss, int64_t *examples, int64_t *confusion, train_logits_fn fn,
-                          void *ctx, pst_err *e)
+int64_t train_topk_correct(const float *logits, const int32_t *labels, int n, int K, int k)
+{
+    int64_t hits = 0;
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * (size_t)K;
+        const int y = labels[i];
+        const float zy = z[y];
+        if (isnan(zy)) continue;
+        int above = 0; /* classes ranked above y */
+        for (int j = 0; j < K && above < k; j++) above += z[j] > zy || (z[j] == zy && j < y);
+        hits += above < k;
+    }
+    return hits;
+}
+
+int train_evaluate_logits(nn_model *m, h5ds *ds, const char *split, int batch, eval_stats *ev,
+                          int64_t *confusion, train_logits_fn fn, void *ctx, pst_err *e)
 {
     const h5ds_split *sp = h5ds_find_split(ds, split);
     if (!sp) return h5ds_no_split(ds, split, e);
@@ -68,7 +81,7 @@ int train_evaluate_logits(nn_model *m, h5ds *ds, const char *split, int batch, d
     int32_t *pred = pst_malloc(sizeof(int32_t) * (size_t)batch);
     float *x = pst_aligned_alloc(sizeof(float) * (size_t)(batch * px));
     double loss_sum = 0;
-    int64_t correct = 0;
+    int64_t correct = 0, correct5 = 0;
     int rc = 0;
     for (int64_t first = 0; first < n; first += block) {
         int64_t cnt = PST_MIN(block, n - first);
@@ -84,6 +97,7 @@ int train_evaluate_logits(nn_model *m, h5ds *ds, const char *split, int batch, d
             float l = nn_model_eval(m, x, lab + b, nb, &nc, pred);
             loss_sum += (double)l * nb;
             correct += nc;
+            correct5 += train_topk_correct(nn_model_logits(m), lab + b, nb, ds->num_classes, 5);
             if (confusion)
                 for (int i = 0; i < nb; i++)
                     confusion[(int64_t)lab[b + i] * ds->num_classes + pred[i]]++;
@@ -96,9 +110,10 @@ int train_evaluate_logits(nn_model *m, h5ds *ds, const char *split, int batch, d
     }
     free(img), free(lab), free(pred), free(x);
     if (rc < 0) return rc;
-    *accuracy = n ? (double)correct / (double)n : 0;
-    *loss = n ? loss_sum / (double)n : 0;
-    *examples = n;
+    ev->accuracy = n ? (double)correct / (double)n : 0;
+    ev->top5_accuracy = n ? (double)correct5 / (double)n : 0;
+    ev->loss = n ? loss_sum / (double)n : 0;
+    ev->examples = n;
     return 0;
 }
 
@@ -124,15 +139,16 @@ int train_eval_split(const train_cfg *cfg, const h5ds *ds, bool warn, const char
     return 0;
 }
 
-void train_set_eval(train_result *r, const char *split, double accuracy, double loss,
-                    int64_t examples)
+void train_set_eval(train_result *r, const char *split, const eval_stats *ev)
 {
     r->has_eval = true;
     snprintf(r->eval_split, sizeof r->eval_split, "%s", split);
-    r->eval_accuracy = accuracy, r->eval_loss = loss, r->eval_examples = examples;
+    r->eval_accuracy = ev->accuracy, r->eval_top5_accuracy = ev->top5_accuracy;
+    r->eval_loss = ev->loss, r->eval_examples = ev->examples;
     if (!strcmp(split, "test")) {
         r->has_test = true;
-        r->test_accuracy = accuracy, r->test_loss = loss, r->test_examples = examples;
+        r->test_accuracy = ev->accuracy, r->test_top5_accuracy = ev->top5_accuracy;
+        r->test_loss = ev->loss, r->test_examples = ev->examples;
     }
 }
 
@@ -181,7 +197,7 @@ int train_check_outputs(const train_cfg *cfg, pst_err *e)
  * `averages` is not NULL (as the Inception example's evaluation restores
  * them), the variables restored afterwards. */
 static int evaluate_with(nn_model *m, const float *averages, h5ds *ds, const char *split, int batch,
-                         double *accuracy, double *loss, int64_t *examples, pst_err *e)
+                         eval_stats *ev, pst_err *e)
 {
     float *params = nn_model_params(m), *keep = NULL;
     const size_t n = nn_model_size(m);
@@ -190,7 +206,7 @@ static int evaluate_with(nn_model *m, const float *averages, h5ds *ds, const cha
         memcpy(keep, params, sizeof(float) * n);
         memcpy(params, averages, sizeof(float) * n);
     }
-    int rc = train_evaluate(m, ds, split, batch, accuracy, loss, examples, NULL, e);
+    int rc = train_evaluate(m, ds, split, batch, ev, NULL, e);
     if (keep) {
         memcpy(params, keep, sizeof(float) * n);
         free(keep);
@@ -533,12 +549,11 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
             memset(seen, 0, (size_t)per_epoch);
             if (cfg->eval_every > 0 && esplit && b.epoch % cfg->eval_every == 0) {
-                double acc, loss;
-                int64_t n;
+                eval_stats ev;
                 /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
-                int er = evaluate_with(m, averages, &ds, esplit, max_batch, &acc, &loss, &n, e);
+                int er = evaluate_with(m, averages, &ds, esplit, max_batch, &ev, e);
                 if (er < 0) goto out;
-                metrics_eval(mx, step, b.epoch, esplit, acc, loss, n);
+                metrics_eval(mx, step, b.epoch, esplit, &ev);
             }
             epoch = b.epoch;
             epoch_batch = 0;
@@ -657,12 +672,11 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->wtiming = pst_malloc(sizeof *res->wtiming);
     res->wtiming[0] = tm;
     if (esplit) {
-        double acc, loss;
-        int64_t n;
-        int er = evaluate_with(m, averages, &ds, esplit, max_batch, &acc, &loss, &n, e);
+        eval_stats ev;
+        int er = evaluate_with(m, averages, &ds, esplit, max_batch, &ev, e);
         if (er < 0) goto out;
-        train_set_eval(res, esplit, acc, loss, n);
-        metrics_eval(mx, step, res->epoch, esplit, acc, loss, n);
+        train_set_eval(res, esplit, &ev);
+        metrics_eval(mx, step, res->epoch, esplit, &ev);
     }
     if (metrics_finish(mx, e) < 0) goto out;
     rc = 0;

@@ -37,7 +37,7 @@ import json, math, sys
 errs = []
 steps, evals = [], []
 step_keys = {"type", "step", "epoch", "loss", "accuracy", "lr", "images_per_sec", "elapsed", "timing"}
-eval_keys = {"type", "step", "epoch", "split", "accuracy", "loss", "examples"}
+eval_keys = {"type", "step", "epoch", "split", "accuracy", "top5_accuracy", "loss", "examples"}
 for n, line in enumerate(open(sys.argv[1]), 1):
     try:
         r = json.loads(line)

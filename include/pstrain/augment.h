@@ -46,7 +46,8 @@
  * resize on PIL images), computed in float: PIL rounds to uint8 after its
  * horizontal pass and we do not, so bytes differ from PIL's by at most 1
  * (rarely 2). aug_from_jpeg first decodes the crop with libjpeg-turbo's DCT
- * scaling by the smallest s/8 that keeps it at least out_h x out_w, then
+ * scaling by the smallest s/8 (s = 1, 2, 4 or 8: jpg_decode_region) that
+ * keeps it at least out_h x out_w, then
  * resizes from those pixels, mapping the crop with pixel centres (source
  * (u + 0.5) = scaled (u' + 0.5) * 8/s); at s = 8 it is byte-identical to
  * aug_from_pixels on the fully decoded image, at s < 8 it is the same

@@ -110,9 +110,12 @@ typedef struct jpg_region {
 
 /* Decodes only the source rectangle [x, x+cw) x [y, y+ch) (which must lie in
  * the image, cw, ch >= 1), DCT-scaled by s/8 = scale_num/8 where s is the
- * smallest of 1..8 with cw*s >= 8*min_w and ch*s >= 8*min_h, i.e. the scaled
- * rectangle is still at least min_w x min_h (s = 8 when none is: the
- * rectangle is smaller than that already).
+ * smallest of 1, 2, 4, 8 with cw*s >= 8*min_w and ch*s >= 8*min_h, i.e. the
+ * scaled rectangle is still at least min_w x min_h (s = 8 when none is: the
+ * rectangle is smaller than that already). Only these four: libjpeg-turbo
+ * has SIMD inverse DCTs for 8x8, 4x4, 2x2 and 1x1 blocks only, and decodes
+ * at 3/8, 5/8, 6/8 and 7/8 (scalar code) slower than at 8/8, 7/8 by about
+ * 2.5 times (test/jpeg/bench_jpeg).
  *
  * The scaled image is the image libjpeg decodes with scale_num = s,
  * scale_denom = 8: ceil(width*s/8) x ceil(height*s/8) pixels, source pixel

@@ -105,6 +105,24 @@ int main(int argc, char **argv)
     } while ((t = cpu_now() - t0) < secs);
     printf("%-34s %8.1f images/s  %7.1f MP/s per core (source MP), scale %d/8\n",
            "jpg_decode_region (87.5%, 112)", iters / t, iters * mp / t, r.scale_num);
+
+    /* each DCT scale on the whole image (a 8-aligned rectangle: min sizes of
+     * exactly s/8 of it select s) */
+    int aw = W / 8 * 8, ah = H / 8 * 8;
+    for (int s = 1; s <= 8 && aw && ah; s++) {
+        iters = 0;
+        t0 = cpu_now();
+        do {
+            if (jpg_decode_region(jpg, n, 3, 0, 0, aw, ah, aw * s / 8, ah * s / 8, 0, &r, &e) < 0) {
+                fprintf(stderr, "%s\n", e.msg);
+                return 1;
+            }
+            iters++;
+        } while ((t = cpu_now() - t0) < secs / 4);
+        printf("whole image at scale %d/8 (%4dx%-4d) %8.1f images/s  %7.1f MP/s per core (source "
+               "MP)\n",
+               r.scale_num, r.w, r.h, iters / t, iters * mp / t);
+    }
     jpg_region_free(&r);
     free(jpg);
     return 0;

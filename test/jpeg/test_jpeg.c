@@ -7,6 +7,7 @@
  *                           jpg_decode's pixels as DIR/NAME.c3 / NAME.c1
  *                           (raw bytes, for pil_xcheck.py) */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -361,6 +362,107 @@ static void test_limits(void)
     free(jpg);
 }
 
+/* A valid progressive file with 704 scans (every AC coefficient in its own
+ * scan, each refined bit by bit): libjpeg decodes it, jpg_decode refuses it
+ * (such files cost a pass over all coefficients per scan). */
+static void test_scan_limit(void)
+{
+    enum { NSCANS = 11 + 63 * 11 };
+    static jpeg_scan_info scans[NSCANS];
+    int k = 0;
+    for (int al = 10; al >= 0; al--)
+        scans[k++] = (jpeg_scan_info){1, {0}, 0, 0, al == 10 ? 0 : al + 1, al};
+    for (int ss = 1; ss <= 63; ss++)
+        for (int al = 10; al >= 0; al--)
+            scans[k++] = (jpeg_scan_info){1, {0}, ss, ss, al == 10 ? 0 : al + 1, al};
+    struct jpeg_compress_struct c;
+    jf_err err;
+    c.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = jf_error_exit;
+    if (setjmp(err.jb)) {
+        CHECK(0, "writing the 704-scan file: %s", err.msg);
+        jpeg_destroy_compress(&c);
+        return;
+    }
+    jpeg_create_compress(&c);
+    unsigned char *out = NULL;
+    unsigned long n = 0;
+    jpeg_mem_dest(&c, &out, &n);
+    c.image_width = 16, c.image_height = 16, c.input_components = 1;
+    c.in_color_space = JCS_GRAYSCALE;
+    jpeg_set_defaults(&c);
+    c.scan_info = scans;
+    c.num_scans = NSCANS;
+    uint8_t *img = jf_image(16, 16, 1, 3);
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < 16) {
+        JSAMPROW row = img + c.next_scanline * 16;
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    int w, h;
+    uint8_t *ref = jf_decode(out, n, 1, 8, &w, &h);
+    CHECK(ref && w == 16, "libjpeg decodes the 704-scan file");
+    pst_err e;
+    uint8_t *px = NULL;
+    CHECK(jpg_decode(out, n, 1, 0, &px, &w, &h, &e) < 0 && px == NULL &&
+              strstr(e.msg, "more than 500 progressive scans"),
+          "704 scans: %s", e.msg);
+    free(ref);
+    free(img);
+    free(out);
+}
+
+/* Decodes on several threads at once give the single-threaded bytes. */
+typedef struct thread_arg {
+    const uint8_t *jpg[JF_NSPECS];
+    size_t n[JF_NSPECS];
+    uint8_t *want[JF_NSPECS];
+    int mismatches, seed;
+} thread_arg;
+
+static void *decode_thread(void *p)
+{
+    thread_arg *a = p;
+    jpg_region r = {0};
+    uint32_t s = (uint32_t)a->seed * 747796405u + 1;
+    for (int it = 0; it < 20; it++)
+        for (size_t f = 0; f < JF_NSPECS; f++) {
+            s = s * 1664525u + 1013904223u;
+            const jf_spec *sp = &jf_specs[f];
+            pst_err e;
+            if (jpg_decode_region(a->jpg[f], a->n[f], 3, 0, 0, sp->w, sp->h, sp->w, sp->h, 0, &r,
+                                  &e) < 0 ||
+                memcmp(r.px, a->want[f], (size_t)sp->w * sp->h * 3) != 0)
+                __atomic_add_fetch(&a->mismatches, 1, __ATOMIC_RELAXED);
+            int x = (int)(s >> 20) % sp->w;
+            (void)jpg_decode_region(a->jpg[f], a->n[f], 1, x, 0, sp->w - x, sp->h, 1, 1, 0, &r, &e);
+        }
+    jpg_region_free(&r);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    static thread_arg a;
+    for (size_t f = 0; f < JF_NSPECS; f++) {
+        a.jpg[f] = jf_write(&jf_specs[f], &a.n[f]);
+        int w, h;
+        pst_err e;
+        CHECK(jpg_decode(a.jpg[f], a.n[f], 3, 0, &a.want[f], &w, &h, &e) == 0, "%s", e.msg);
+    }
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_create(&t[i], NULL, decode_thread, &a) == 0, "thread");
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    CHECK(a.mismatches == 0, "%d decodes on 4 threads differ", a.mismatches);
+    for (size_t f = 0; f < JF_NSPECS; f++) {
+        free((void *)a.jpg[f]);
+        free(a.want[f]);
+    }
+}
+
 /* The encoder: what libjpeg reads back is close to the input, baseline
  * 4:2:0 for RGB, and bad arguments are refused. */
 static void test_encode(void)
@@ -454,6 +556,8 @@ int main(int argc, char **argv)
     test_corrupt_warnings();
     test_fuzz();
     test_limits();
+    test_scan_limit();
+    test_threads();
     test_encode();
     return check_exit();
 }

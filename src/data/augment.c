@@ -25,6 +25,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* GCC if-converts (and so vectorises) the select-heavy colour loop only
+ * without -ftrapping-math, its default; that flag matters only to code that
+ * reads floating-point exception flags, none here. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define AUG_NO_TRAPS __attribute__((optimize("no-trapping-math")))
+#else
+#define AUG_NO_TRAPS
+#endif
+
 enum { STREAM_CROP = 1, STREAM_FLIP = 2, STREAM_COLOR = 3 };
 enum { RS_TF = 0, RS_PIL = 1 }; /* resize conventions (header) */
 
@@ -314,21 +323,55 @@ void aug_adjust_hue(float *px, size_t n, int C, float delta)
     }
 }
 
-/* Saturation then hue in one round trip: saturation keeps the channel order
- * and the max and scales every distance to the max by k, so the hue ratio
- * (mid - min) / (max - min) is unchanged and only the min moves. */
-static inline void sat_hue_pixel(float *p, float f, float dh6)
+/* min and max as selects, which compile to minss/maxss (fminf/fmaxf's NaN
+ * rules make them longer sequences without -ffast-math); in a loop GCC
+ * if-converts and vectorises them when every comparison is unconditional */
+#define MINF(a, b) ((a) < (b) ? (a) : (b))
+#define MAXF(a, b) ((a) > (b) ? (a) : (b))
+
+/* Saturation then hue in one round trip (the hot loop of AUG_INCEPTION),
+ * on n pixels held as planes r, g, b, written without branches so that the
+ * compiler vectorises it: saturation keeps the max and the channel order
+ * and moves the min to hi - min(f range, hi) (a grey hi when hi <= 0: TF's
+ * s = 0); the hue h in [0, 6) (TF's h_category + ratio) moves by dh6 and the
+ * channels are rebuilt by the closed form of hv_range_to_rgb: channel n in
+ * {r: 5, g: 3, b: 1} is hi - (hi - lo') clamp(min(k, 4 - k), 0, 1) with
+ * k = (n + h) mod 6. Equal to aug_adjust_saturation then aug_adjust_hue up
+ * to float rounding. */
+__attribute__((noinline)) AUG_NO_TRAPS static void
+sat_hue_planes(float *restrict R, float *restrict G, float *restrict B, int n, float f, float dh6)
 {
-    float lo, hi;
-    const float h0 = hue_of(p, &lo, &hi);
-    if (hi <= 0) { /* saturation made it grey: hue has nothing to rotate */
-        p[0] = p[1] = p[2] = hi;
-        return;
+    /* every comparison is evaluated unconditionally (one select each), so
+     * that GCC if-converts the loop even with -ftrapping-math */
+    for (int i = 0; i < n; i++) {
+        const float r = R[i], g = G[i], b = B[i];
+        const float gb_max = MAXF(g, b), gb_min = MINF(g, b);
+        const float hi = MAXF(r, gb_max), lo = MINF(r, gb_min);
+        const float range = hi - lo;
+        const float safe = range > 0 ? range : 1.0f;
+        const float inv = 1.0f / safe;
+        const float hr = (g - b) * inv, hg = 2.0f + (b - r) * inv, hb = 4.0f + (r - g) * inv;
+        const float hgb = hi == g ? hg : hb;
+        float h = hi == r ? hr : hgb;
+        h += dh6;
+        h += h < 0 ? 6.0f : 0.0f;
+        h += h < 0 ? 6.0f : 0.0f;
+        h -= h >= 6.0f ? 6.0f : 0.0f;
+        const float cut = MINF(f * range, hi);
+        const float span = hi > 0 ? cut : 0.0f;
+        float k[3] = {5.0f + h, 3.0f + h, 1.0f + h};
+        float o[3];
+        for (int c = 0; c < 3; c++) {
+            const float kc = k[c] - (k[c] >= 6.0f ? 6.0f : 0.0f);
+            const float t0 = MINF(kc, 4.0f - kc);
+            const float t1 = MAXF(t0, 0.0f);
+            const float t2 = MINF(t1, 1.0f);
+            o[c] = hi - span * t2;
+        }
+        R[i] = o[0];
+        G[i] = o[1];
+        B[i] = o[2];
     }
-    const float range = hi - lo;
-    if (range <= 0) return;
-    const float k = f * range > hi ? hi / range : f;
-    hue_to_rgb(hue_wrap(h0 + dh6), hi - range * k, hi, p);
 }
 
 /* ---- scratch ------------------------------------------------------------------- */
@@ -585,42 +628,66 @@ static void resample(aug_scratch *s, const plan *p, const uint8_t *px, int bw, i
 
 /* ---- colour distortion and quantisation ------------------------------------------ */
 
-static inline uint8_t quant(float v)
+/* Clip to [0, 1] and quantise: floor(255 v + 0.5). */
+__attribute__((noinline)) AUG_NO_TRAPS static void quant_row(const float *restrict v, size_t m,
+                                                             uint8_t *restrict out)
 {
-    v = fminf(fmaxf(v, 0.0f), 1.0f);
-    return (uint8_t)(v * 255.0f + 0.5f);
+    for (size_t i = 0; i < m; i++) {
+        const float x0 = MAXF(v[i], 0.0f);
+        const float x = MINF(x0, 1.0f);
+        out[i] = (uint8_t)(int)(x * 255.0f + 0.5f);
+    }
 }
+
+enum { BLK = 256 }; /* pixels per block of planes in aug_distort_color */
 
 void aug_distort_color(float *img, size_t n, int C, const aug_color *c, uint8_t *out)
 {
     const float db = c->brightness, fs = c->saturation, dh6 = c->hue * 6, fc = c->contrast;
     double mean[3];
-    if (c->order == 0) {
-        /* brightness, saturation + hue; contrast about the new means */
-        for (size_t i = 0; i < n; i++) {
-            float *q = img + i * C;
-            for (int k = 0; k < C; k++) q[k] += db;
-            if (C == 3) sat_hue_pixel(q, fs, dh6);
-        }
-        channel_means(img, n, C, mean);
-        for (size_t i = 0; i < n; i++)
-            for (int k = 0; k < C; k++) {
-                const float mk = (float)mean[k];
-                out[i * C + k] = quant((img[i * C + k] - mk) * fc + mk);
+    float mk[3] = {0, 0, 0};
+    if (C != 3) { /* saturation and hue are the identity */
+        channel_means(img, n, 1, mean);
+        mk[0] = (float)mean[0] + db; /* the mean after brightness */
+        for (size_t i = 0; i < n; i++) img[i] = (img[i] + db - mk[0]) * fc + mk[0];
+        quant_row(img, n, out);
+        return;
+    }
+    if (c->order == 1) { /* contrast first: about the means + db */
+        channel_means(img, n, 3, mean);
+        for (int k = 0; k < 3; k++) mk[k] = (float)mean[k] + db;
+    }
+    float R[BLK], G[BLK], B[BLK];
+    for (size_t i0 = 0; i0 < n; i0 += BLK) {
+        const int m = (int)PST_MIN((size_t)BLK, n - i0);
+        float *q = img + 3 * i0;
+        if (c->order == 1) {
+            for (int i = 0; i < m; i++) {
+                R[i] = (q[3 * i] + db - mk[0]) * fc + mk[0];
+                G[i] = (q[3 * i + 1] + db - mk[1]) * fc + mk[1];
+                B[i] = (q[3 * i + 2] + db - mk[2]) * fc + mk[2];
             }
-    } else {
-        /* brightness, contrast (means of the brightened image = means +
-         * db), saturation + hue */
-        channel_means(img, n, C, mean);
-        float mk[3];
-        for (int k = 0; k < C; k++) mk[k] = (float)mean[k] + db;
-        for (size_t i = 0; i < n; i++) {
-            float *q = img + i * C;
-            for (int k = 0; k < C; k++) q[k] = (q[k] + db - mk[k]) * fc + mk[k];
-            if (C == 3) sat_hue_pixel(q, fs, dh6);
-            for (int k = 0; k < C; k++) out[i * C + k] = quant(q[k]);
+        } else {
+            for (int i = 0; i < m; i++) {
+                R[i] = q[3 * i] + db;
+                G[i] = q[3 * i + 1] + db;
+                B[i] = q[3 * i + 2] + db;
+            }
+        }
+        sat_hue_planes(R, G, B, m, fs, dh6);
+        for (int i = 0; i < m; i++) {
+            q[3 * i] = R[i];
+            q[3 * i + 1] = G[i];
+            q[3 * i + 2] = B[i];
         }
     }
+    if (c->order == 0) { /* contrast last, about the means after hue */
+        channel_means(img, n, 3, mean);
+        for (int k = 0; k < 3; k++) mk[k] = (float)mean[k];
+        for (size_t i = 0; i < n; i++)
+            for (int k = 0; k < 3; k++) img[3 * i + k] = (img[3 * i + k] - mk[k]) * fc + mk[k];
+    }
+    quant_row(img, 3 * n, out);
 }
 
 /* The colour distortion when the plan has one, else clip and quantise. */
@@ -630,8 +697,7 @@ static void finish(float *img, size_t n, int C, const plan *p, uint8_t *out)
         aug_distort_color(img, n, C, &p->col, out);
         return;
     }
-    const size_t m = n * (size_t)C;
-    for (size_t i = 0; i < m; i++) out[i] = quant(img[i]);
+    quant_row(img, n * (size_t)C, out);
 }
 
 /* ---- entry points ----------------------------------------------------------------- */

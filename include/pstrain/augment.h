@@ -137,4 +137,16 @@ void aug_distort_color(float *img, size_t n, int C, const aug_color *c, uint8_t 
 void aug_from_pixels(int recipe, bool train, uint64_t h, const uint8_t *px, int H, int W, int C,
                      int out_h, int out_w, uint8_t *out, aug_scratch *s);
 
+/* The same from a JPEG file's bytes buf[0..n) (any JPEG jpg_decode reads;
+ * channels 1 or 3 as jpg_decode converts): the crop is drawn from the
+ * header's size, then only the rectangle the output needs is decoded
+ * (jpg_decode_region: rows above skipped, columns cropped to iMCUs, DCT
+ * scaling by the smallest s/8 that keeps it at least the output's size;
+ * truncated files as JPG_ALLOW_TRUNCATED decodes them) into s's region
+ * buffer and resized from there. At s = 8 the bytes equal aug_from_pixels
+ * on jpg_decode's image. Returns 0, or -1 with the decoder's reason in e
+ * (out is then undefined). */
+int aug_from_jpeg(int recipe, bool train, uint64_t h, const uint8_t *buf, size_t n, int channels,
+                  int out_h, int out_w, uint8_t *out, aug_scratch *s, pst_err *e);
+
 #endif

@@ -19,6 +19,7 @@
  * TF's legacy resize samples "index" positions (pixel i at i).
  */
 #include "pstrain/augment.h"
+#include "pstrain/jpeg.h"
 
 #include <assert.h>
 #include <math.h>
@@ -392,6 +393,7 @@ struct aug_scratch {
     size_t img_cap;
     float *pos; /* per-output tap list while building an axis */
     size_t pos_cap;
+    jpg_region reg; /* aug_from_jpeg's decoded region */
 };
 
 aug_scratch *aug_scratch_new(void)
@@ -404,6 +406,7 @@ void aug_scratch_free(aug_scratch *s)
     if (!s) return;
     free(s->ax.lo), free(s->ax.w), free(s->ay.lo), free(s->ay.w);
     free(s->tmp), free(s->img), free(s->pos);
+    jpg_region_free(&s->reg);
     free(s);
 }
 
@@ -709,4 +712,52 @@ void aug_from_pixels(int recipe, bool train, uint64_t h, const uint8_t *px, int 
     const plan p = make_plan(recipe, train, h, W, H, out_h, out_w);
     resample(s, &p, px, W, H, C, 1.0, 0, 0);
     finish(s->img, (size_t)out_h * out_w, C, &p, out);
+}
+
+/* The source pixels [*lo, *lo + *len) that axis g's outputs draw on: the
+ * crop, or for resnet's eval centre crop the part of the image under it
+ * (with the filter's support and a pixel to spare). */
+static void need_range(const axis_geom *g, int *lo, int *len)
+{
+    if (g->off == 0 && g->virt == g->n) {
+        *lo = g->src_lo;
+        *len = g->src_len;
+        return;
+    }
+    const double sc = (double)g->src_len / g->virt, support = sc > 1 ? sc : 1;
+    const double e0 = g->src_lo + g->off * sc - support - 1;
+    const double e1 = g->src_lo + (g->off + g->n) * sc + support + 1;
+    const int a = PST_MAX(g->src_lo, (int)floor(e0));
+    const int b = PST_MIN(g->src_lo + g->src_len, (int)ceil(e1));
+    *lo = a;
+    *len = PST_MAX(1, b - a);
+}
+
+/* The scaled size the decode must keep along an axis: the region of len
+ * source pixels at the resize's density, at least the outputs it covers. */
+static int min_scaled(const axis_geom *g, int len)
+{
+    const double v = ceil((double)len * g->virt / g->src_len - 1e-9);
+    return (int)PST_MAX(1.0, v);
+}
+
+int aug_from_jpeg(int recipe, bool train, uint64_t h, const uint8_t *buf, size_t n, int channels,
+                  int out_h, int out_w, uint8_t *out, aug_scratch *s, pst_err *e)
+{
+    assert(out_h >= 1 && out_w >= 1 && (channels == 1 || channels == 3));
+    jpg_info info;
+    if (jpg_read_info(buf, n, &info, e) < 0) return -1;
+    const plan p = make_plan(recipe, train, h, info.width, info.height, out_h, out_w);
+    int x, y, cw, ch;
+    need_range(&p.gx, &x, &cw);
+    need_range(&p.gy, &y, &ch);
+    /* truncated files are accepted as libjpeg fills them: a data set holds
+     * one only when pstrain-prep was told --allow-truncated */
+    if (jpg_decode_region(buf, n, channels, x, y, cw, ch, min_scaled(&p.gx, cw),
+                          min_scaled(&p.gy, ch), JPG_ALLOW_TRUNCATED, &s->reg, e) < 0)
+        return -1;
+    const jpg_region *r = &s->reg;
+    resample(s, &p, r->px, r->w, r->h, channels, r->scale_num / 8.0, r->sx, r->sy);
+    finish(s->img, (size_t)out_h * out_w, channels, &p, out);
+    return 0;
 }

@@ -5,7 +5,9 @@
  * pixels against TF's formulas (a double-precision reference of TF's
  * rgb_to_hsv/hsv_to_rgb kernels); the fused colour distortion against the
  * separate ops; brightness clipping and the quantisation rule; PIL's
- * antialiased bilinear against a double reference; determinism per hash. */
+ * antialiased bilinear against a double reference; determinism per hash;
+ * aug_from_jpeg against aug_from_pixels on the whole decoded image: equal
+ * bytes when the region is decoded at full scale, close when DCT-scaled. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 
 #include "check.h"
 #include "pstrain/augment.h"
+#include "pstrain/jpeg.h"
 
 static uint8_t pix(int y, int x, int c)
 {
@@ -483,6 +486,86 @@ static void test_gray(aug_scratch *s)
     free(g);
 }
 
+/* A smooth photo-like image (gradients and a soft disc), so that DCT
+ * scaling changes it little. */
+static uint8_t *smooth_image(int H, int W, int C)
+{
+    uint8_t *px = malloc((size_t)H * W * C);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            const double dx = x - 0.6 * W, dy = y - 0.4 * H;
+            const double disc = exp(-(dx * dx + dy * dy) / (0.05 * W * H));
+            for (int c = 0; c < C; c++) {
+                const double v = 40 + 120.0 * x / W * (c == 0) + 100.0 * y / H * (c != 1) +
+                                 90 * disc * (c == 1 || C == 1);
+                px[((size_t)y * W + x) * C + c] = (uint8_t)fmin(255, v);
+            }
+        }
+    return px;
+}
+
+typedef struct jpeg_case {
+    int W, H, C, out_h, out_w;
+    bool full_scale; /* every crop decoded at 8/8 (the output is larger) */
+} jpeg_case;
+
+static void test_jpeg(aug_scratch *s)
+{
+    const jpeg_case cases[] = {
+        {64, 48, 3, 64, 64, true},    {45, 61, 3, 70, 50, true},    {64, 48, 1, 64, 64, true},
+        {400, 300, 3, 60, 60, false}, {300, 400, 1, 48, 40, false},
+    };
+    pst_err e;
+    for (size_t t = 0; t < PST_ARRAY_LEN(cases); t++) {
+        const jpeg_case *k = &cases[t];
+        uint8_t *src = smooth_image(k->H, k->W, k->C), *jpg = NULL, *dec = NULL;
+        size_t n = 0;
+        if (jpg_encode(src, k->W, k->H, k->C, 90, &jpg, &n, &e) < 0) {
+            CHECK(0, "jpg_encode: %s", e.msg);
+            free(src);
+            continue;
+        }
+        int dw = 0, dh = 0;
+        if (jpg_decode(jpg, n, k->C, 0, &dec, &dw, &dh, &e) < 0) {
+            CHECK(0, "jpg_decode: %s", e.msg);
+            free(src), free(jpg);
+            continue;
+        }
+        const size_t sz = (size_t)k->out_h * k->out_w * k->C;
+        uint8_t *a = malloc(sz), *b = malloc(sz);
+        for (int recipe = AUG_RESIZE; recipe <= AUG_RESNET; recipe++)
+            for (int i = 0; i < 12; i++) {
+                const bool train = i < 10;
+                const uint64_t h = hash_of(2000 + i);
+                int rc =
+                    aug_from_jpeg(recipe, train, h, jpg, n, k->C, k->out_h, k->out_w, a, s, &e);
+                CHECK(rc == 0, "aug_from_jpeg: %s", e.msg);
+                aug_from_pixels(recipe, train, h, dec, dh, dw, k->C, k->out_h, k->out_w, b, s);
+                int maxd = 0;
+                double sum = 0;
+                for (size_t j = 0; j < sz; j++) {
+                    const int d = abs(a[j] - b[j]);
+                    maxd = d > maxd ? d : maxd;
+                    sum += d;
+                }
+                if (k->full_scale) /* the same pixels, the same taps, the same float sums */
+                    CHECK(maxd == 0, "%dx%dx%d recipe %d %s %d: max diff %d at full scale", k->W,
+                          k->H, k->C, recipe, train ? "train" : "eval", i, maxd);
+                else /* a DCT-downscaled source: close, not equal */
+                    CHECK(sum / sz < 1.0 && maxd < 12, "%dx%dx%d recipe %d %d: mean diff %g max %d",
+                          k->W, k->H, k->C, recipe, i, sum / sz, maxd);
+            }
+        free(a), free(b), free(src), free(jpg), free(dec);
+    }
+    /* not a JPEG: an error naming the decoder's reason, no crash */
+    const uint8_t junk[] = "this is not a JPEG file at all";
+    uint8_t o[16 * 16 * 3];
+    e.msg[0] = 0;
+    CHECK(aug_from_jpeg(AUG_INCEPTION, true, 1, junk, sizeof junk, 3, 16, 16, o, s, &e) < 0 &&
+              e.msg[0],
+          "junk accepted");
+}
+
 int main(void)
 {
     aug_scratch *s = aug_scratch_new();
@@ -495,6 +578,7 @@ int main(void)
     test_pil_resize(s);
     test_determinism();
     test_gray(s);
+    test_jpeg(s);
     aug_scratch_free(s);
     return check_exit();
 }

@@ -40,21 +40,23 @@
  * pixel j samples input position j * in/out, 2 taps, no antialiasing), which
  * is what tf.image.resize_images and resize_bilinear did for the example; on
  * pixels (and on a JPEG decoded at full scale) the result equals TF's float
- * result to float rounding (|diff| < 1e-5 before quantisation). AUG_RESNET
- * and AUG_RESIZE use PIL's bilinear resample (half-pixel centres, a triangle
+ * result to float rounding (the same taps and weights, TF's lerps written
+ * as weighted sums; not checked against TF itself, which is not installed).
+ * AUG_RESNET and AUG_RESIZE use PIL's bilinear resample (half-pixel centres, a triangle
  * filter widened by the scale when shrinking: antialiased, torchvision's
  * resize on PIL images), computed in float: PIL rounds to uint8 after its
  * horizontal pass and we do not, so bytes differ from PIL's by at most 1
- * (rarely 2). aug_from_jpeg first decodes the crop with libjpeg-turbo's DCT
- * scaling by the smallest s/8 (s = 1, 2, 4 or 8: jpg_decode_region) that
- * keeps it at least out_h x out_w, then
- * resizes from those pixels, mapping the crop with pixel centres (source
- * (u + 0.5) = scaled (u' + 0.5) * 8/s); at s = 8 it is byte-identical to
+ * (16 photos of 500x375 to 224x224: max 1, mean 0.15; torchvision's
+ * Resize(256) + CenterCrop(224): max 1, mean 0.16). aug_from_jpeg first
+ * decodes the crop with libjpeg-turbo's DCT scaling by the smallest s/8
+ * (s = 1, 2, 4 or 8: jpg_decode_region) that keeps it at least out_h x
+ * out_w, then resizes from those pixels, mapping the crop with pixel
+ * centres (source (u + 0.5) = scaled (u' + 0.5) * 8/s); at s = 8 it is byte-identical to
  * aug_from_pixels on the fully decoded image, at s < 8 it is the same
  * transform of a slightly blurred (DCT-downscaled) image.
  *
  * Output quantisation: every recipe computes in float and returns uint8
- * (the pipeline keeps uint8 to halve the feed's RMA bytes against float):
+ * (the pipeline keeps uint8: a quarter of the feed's RMA bytes of float):
  * out = floor(255 * clip(v, 0, 1) + 0.5), v in [0, 1] units (v = pixel/255
  * as tf.image.convert_image_dtype gives), i.e. round half up to the nearest
  * of 256 levels: at most 1/510 from TF's float value. The pipeline's
@@ -141,8 +143,9 @@ void aug_from_pixels(int recipe, bool train, uint64_t h, const uint8_t *px, int 
  * channels 1 or 3 as jpg_decode converts): the crop is drawn from the
  * header's size, then only the rectangle the output needs is decoded
  * (jpg_decode_region: rows above skipped, columns cropped to iMCUs, DCT
- * scaling by the smallest s/8 that keeps it at least the output's size;
- * truncated files as JPG_ALLOW_TRUNCATED decodes them) into s's region
+ * scaling by the smallest s/8 of 1/8, 2/8, 4/8, 8/8 that keeps it at least
+ * the output's size; truncated files as JPG_ALLOW_TRUNCATED decodes them)
+ * into s's region
  * buffer and resized from there. At s = 8 the bytes equal aug_from_pixels
  * on jpg_decode's image. Returns 0, or -1 with the decoder's reason in e
  * (out is then undefined). */

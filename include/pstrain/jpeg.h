@@ -28,13 +28,16 @@
  *         L = (R * 19595 + G * 38470 + B * 7471 + 0x8000) >> 16
  *     (not libjpeg's Y channel: the round trip through RGB differs from Y by
  *     a unit here and there, and PIL's numbers are the reference).
- * test/jpeg/test_jpeg.c checks every case against a decode it does with
- * libjpeg itself; test/jpeg/pil_xcheck.py against PIL.
+ * Neither the EXIF orientation nor an ICC profile is applied (PIL's
+ * Image.open applies neither). test/jpeg/test_jpeg.c checks every case
+ * against a decode it does with libjpeg itself; test/jpeg/pil_xcheck.py
+ * against PIL.
  *
  * Broken files. Every failure is a return value -1 with a one-line message
- * in `e` giving libjpeg's reason ("Premature end of JPEG file", "Not a JPEG
- * file: starts with 0x89 0x50", ...); the caller adds the file name. Nothing
- * is printed, nothing exits, and libjpeg's state is always released. Of
+ * in `e` giving the reason, libjpeg's where it has one ("Premature end of
+ * JPEG file", "not a JPEG file: starts with 0x89 0x50 0x4e, expected 0xff
+ * 0xd8 0xff", "empty file (0 bytes)", ...); the caller adds the file name.
+ * Nothing is printed, nothing exits, and libjpeg's state is released. Of
  * libjpeg's warnings (the file is damaged but it can go on):
  *   - "Premature end of JPEG file" (truncated) is an error, unless `flags`
  *     has JPG_ALLOW_TRUNCATED: then the rows past the end come back as

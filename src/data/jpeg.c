@@ -178,10 +178,11 @@ static int check_input(const uint8_t *buf, size_t n, pst_err *e)
 {
     if (n == 0) return pst_fail(e, "empty file (0 bytes), expected a JPEG image");
     if (img_sniff(buf, n) != IMG_JPEG) {
-        if (n >= 2)
-            return pst_fail(e, "not a JPEG file: starts with 0x%02x 0x%02x, expected 0xff 0xd8",
-                            buf[0], buf[1]);
-        return pst_fail(e, "not a JPEG file: only %zu byte", n);
+        if (n < 3) return pst_fail(e, "not a JPEG file: only %zu bytes", n);
+        return pst_fail(e,
+                        "not a JPEG file: starts with 0x%02x 0x%02x 0x%02x, expected 0xff 0xd8 "
+                        "0xff",
+                        buf[0], buf[1], buf[2]);
     }
     return 0;
 }

@@ -286,6 +286,11 @@ static void region_body(dec_job *job)
     int s = job->whole ? 8 : region_scale(job->cw, job->ch, job->min_w, job->min_h);
     c->scale_num = (unsigned)s;
     c->scale_denom = 8;
+    /* libjpeg's defaults, set anyway: PIL decodes with them, and the pixels
+     * depend on them (the fast IDCTs and the merged upsampler differ) */
+    c->dct_method = JDCT_ISLOW;
+    c->do_fancy_upsampling = TRUE;
+    c->do_block_smoothing = TRUE;
 
     /* CMYK (and YCCK, which libjpeg turns into CMYK) is converted by us, as
      * PIL does; gray to RGB and YCbCr to RGB by libjpeg. */

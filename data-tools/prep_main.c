@@ -22,8 +22,8 @@ static void usage(FILE *out)
             "          [--compression 0-9] [--chunk-images N] [--threads N] [--force] -o OUT.h5\n"
             "  info    FILE.h5\n"
             "  verify  FILE.h5          exit 0 only if the file is a sound data set\n"
-            "  preview FILE.h5 [--split train] [--count 64] [--seed S | --first] [--scale N]\n"
-            "          -o GRID.png\n"
+            "  preview FILE.h5 [--split train] [--count 64] [--seed S | --first]\n"
+            "          [--scale N | --tile PX] -o GRID.png\n"
             "\n"
             "  pstrain-prep --version, pstrain-prep COMMAND --help\n");
 }

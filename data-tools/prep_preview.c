@@ -10,6 +10,13 @@
  * (5x7 font, font5x7.h; cut to the tile's width), and a 2 px mid-gray (128)
  * separator runs around and between the cells. Gray data sets give a gray
  * PNG, 3-channel ones an RGB PNG. The output must end in .png.
+ *
+ * Encoded data sets (JPEG bytes, images of any size): each chosen image is
+ * decoded (jpg_decode, pstrain/jpeg.h) and resized (resize_u8: area
+ * averaging when shrinking, bilinear when growing) so that its longer side
+ * is the tile side (--tile, default 128 px), centred on a black tile; the
+ * grid is then laid out as above at scale 1. An image that does not decode
+ * is a warning naming it and the decoder's reason, and its tile stays black.
  */
 #include <math.h>
 #include <strings.h>
@@ -21,7 +28,9 @@
 #include "data-tools/font5x7.h"
 #include "data-tools/pngio.h"
 #include "data-tools/prep.h"
+#include "data-tools/resize.h"
 #include "pstrain/common.h"
+#include "pstrain/jpeg.h"
 #include "pstrain/usage.h"
 #include "pstrain/h5ds.h"
 
@@ -31,6 +40,7 @@
 #define PREVIEW_MAX_AUTO_SCALE 16
 #define PREVIEW_MAX_BYTES ((size_t)256 << 20)
 #define PREVIEW_LABEL_H (FONT_CELL_H + 2) /* the class name's strip under a tile */
+#define PREVIEW_TILE 128                  /* encoded: a thumbnail's longer side */
 
 typedef struct preview_cfg {
     const char *in, *out, *split;
@@ -38,21 +48,23 @@ typedef struct preview_cfg {
     bool first, seeded;
     uint64_t seed;
     int scale; /* 0 = automatic */
+    int tile;  /* encoded: thumbnail side; 0 = PREVIEW_TILE */
 } preview_cfg;
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: pstrain-prep preview FILE.h5 [--split train] [--count 64] [--seed S]\n"
-               "         [--first] [--scale N] -o GRID.png\n"
+               "         [--first] [--scale N | --tile PX] -o GRID.png\n"
                "\n"
                "A grid of --count images of a split chosen at random (--seed S repeats a\n"
                "choice; the seed used is printed), or with --first the first ones, scaled up\n"
                "by nearest neighbour (default: tiles of at least 84 px), each with its class\n"
-               "name underneath.\n");
+               "name underneath. Encoded data sets (JPEG bytes of any size): each image is\n"
+               "decoded and resized so that its longer side is --tile PX (default 128).\n");
 }
 
-static const char *const preview_flags[] = {"help",  "h",     "first", "o",     "output",
-                                            "split", "count", "seed",  "scale", NULL};
+static const char *const preview_flags[] = {"help",  "h",    "first", "o",    "output", "split",
+                                            "count", "seed", "scale", "tile", NULL};
 
 static bool known_flag(const char *a)
 {
@@ -98,6 +110,11 @@ static int parse_args(int argc, char **argv, preview_cfg *c)
                 pst_error("--scale '%s', expected 1-64", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--tile")) {
+            if (pst_parse_int(v, &c->tile) < 0 || c->tile < 8 || c->tile > 1024) {
+                pst_error("--tile '%s', expected 8-1024 (pixels)", v);
+                return 2;
+            }
         } else if (!c->in) {
             c->in = a;
             continue;
@@ -113,6 +130,9 @@ static int parse_args(int argc, char **argv, preview_cfg *c)
     if (n < 5 || strcasecmp(c->out + n - 4, ".png") != 0)
         return pst_usage_error("-o %s: expected a file name ending in .png", c->out);
     if (c->first && c->seeded) return pst_usage_error("--first and --seed exclude each other");
+    if (c->scale && c->tile)
+        return pst_usage_error(
+            "--scale (pixels data sets) and --tile (encoded) exclude each other");
     if (!c->seeded) c->seed = (uint64_t)time(NULL);
     return 0;
 }
@@ -141,6 +161,47 @@ static int64_t *choose(int64_t n, int64_t count, bool random, uint64_t seed)
     return idx;
 }
 
+/* Encoded split: decodes example `i` into a tile x tile x C thumbnail (its
+ * longer side the tile's, centred on black). buf, cap: the JPEG buffer,
+ * reused. 0 (after a warning when the image does not decode: the tile stays
+ * black), or -1 with e set when the data set cannot be read. */
+static int encoded_thumb(h5ds *ds, const char *split, int64_t i, int tile, uint8_t *out,
+                         uint8_t **buf, size_t *cap, int32_t *label, pst_err *e)
+{
+    const int C = ds->channels;
+    int64_t off[2];
+    memset(out, 0, (size_t)tile * (size_t)tile * (size_t)C);
+    if (h5ds_read_encoded(ds, split, i, 1, off, NULL, 0, label, NULL, NULL, e) < 0) return -1;
+    if ((size_t)off[1] > *cap) {
+        free(*buf);
+        *cap = (size_t)off[1];
+        *buf = pst_malloc(*cap);
+    }
+    if (h5ds_read_encoded(ds, split, i, 1, off, *buf, *cap, NULL, NULL, NULL, e) < 0) return -1;
+    uint8_t *px = NULL;
+    int w = 0, h = 0;
+    pst_err de;
+    if (jpg_decode(*buf, (size_t)off[1], C, 0, &px, &w, &h, &de) < 0) {
+        pst_warn("%s: /%s example %lld: %s (tile left black)", ds->path, split, (long long)i,
+                 de.msg);
+        return 0;
+    }
+    int tw = tile, th = tile;
+    if (w >= h)
+        th = PST_MAX(1, (int)(((int64_t)h * tile + w / 2) / w));
+    else
+        tw = PST_MAX(1, (int)(((int64_t)w * tile + h / 2) / h));
+    uint8_t *small = pst_malloc((size_t)tw * (size_t)th * (size_t)C);
+    resize_u8(px, h, w, C, small, th, tw);
+    int oy = (tile - th) / 2, ox = (tile - tw) / 2;
+    for (int y = 0; y < th; y++)
+        memcpy(out + ((size_t)(oy + y) * (size_t)tile + (size_t)ox) * (size_t)C,
+               small + (size_t)y * (size_t)tw * (size_t)C, (size_t)tw * (size_t)C);
+    free(small);
+    free(px);
+    return 0;
+}
+
 int prep_cmd_preview(int argc, char **argv)
 {
     preview_cfg c;
@@ -158,7 +219,22 @@ int prep_cmd_preview(int argc, char **argv)
         h5ds_no_split(&ds, c.split, &e);
         goto fail;
     }
+    const bool enc = ds.storage == H5DS_STORE_ENCODED;
     int H = ds.height, W = ds.width, C = ds.channels;
+    if (enc && c.scale) {
+        pst_fail(&e, "%s: --scale is for pixels data sets; this one is encoded (use --tile PX)",
+                 c.in);
+        goto fail;
+    }
+    if (!enc && c.tile) {
+        pst_fail(&e, "%s: --tile is for encoded data sets; this one stores pixels (use --scale N)",
+                 c.in);
+        goto fail;
+    }
+    if (enc) { /* thumbnails of one size, shown at scale 1 */
+        H = W = c.tile ? c.tile : PREVIEW_TILE;
+        c.scale = 1;
+    }
     if (C != 1 && C != 3) {
         pst_fail(&e, "%s: %d channels; preview writes gray (1) or RGB (3) PNGs only", c.in, C);
         goto fail;
@@ -185,7 +261,16 @@ int prep_cmd_preview(int argc, char **argv)
     images = pst_malloc(image_bytes * (size_t)n);
     labels = pst_malloc(sizeof *labels * (size_t)n);
     idx = choose(sp->count, n, !c.first, c.seed);
-    if (c.first) {
+    if (enc) {
+        uint8_t *buf = NULL;
+        size_t cap = 0;
+        int rc = 0;
+        for (int64_t i = 0; i < n && rc == 0; i++)
+            rc = encoded_thumb(&ds, c.split, idx[i], H, images + (size_t)i * image_bytes, &buf,
+                               &cap, labels + i, &e);
+        free(buf);
+        if (rc < 0) goto fail;
+    } else if (c.first) {
         if (h5ds_read(&ds, c.split, 0, n, images, labels, &e) < 0) goto fail;
     } else {
         for (int64_t i = 0; i < n; i++)

@@ -1,13 +1,15 @@
 /*
- * pstrain/pipeline.h - the input pipeline: HDF5 reader -> preprocessing
+ * pstrain/pipeline.h - the input pipeline: HDF5 readers -> preprocessing
  * threads -> RandomShuffleQueue-style buffer -> batches.
  *
  * Runs in the training process (single-process training) or on the root
  * rank (distributed training, which publishes its batches in an RMA window).
  *
- *   reader: walks the split's HDF5 chunks in a per-epoch shuffled chunk
- *           order (scales past memory; whole chunks, so the chunk cache is
- *           never thrashed), or preloads a small split once;
+ *   readers: walk the split's read units (pixels: the HDF5 chunks; encoded:
+ *           runs of examples of about 1 MiB) in a per-epoch shuffled order
+ *           (scales past memory; whole chunks, so the chunk cache is never
+ *           thrashed), several at once reading ahead, or copy from a split
+ *           preloaded once when it fits the memory budget;
  *   workers (--prep-threads T): decode/augment examples; results re-enter
  *           the stream in reader order, so thread timing never changes them;
  *   shuffle buffer (--queue-capacity C, --min-after-dequeue M): TF
@@ -20,14 +22,30 @@
  *   batches: B examples of one epoch (the last batch of an epoch may be
  *           smaller); every example exactly once per epoch.
  *
- * Augmentation (--augment crop,flip): random crop after zero padding by
- * `crop_pad` pixels and horizontal flip, seeded per (seed, epoch, example
- * id). Pixels stay uint8 until the consumer calls pipe_normalize (4x less
+ * Output images are out_h x out_w x channels uint8 for every storage mode:
+ *   pixels, no recipe change: the stored images, with --augment crop,flip
+ *           (random crop after zero padding by `crop_pad` pixels, horizontal
+ *           flip) when asked; a different out size resizes (AUG_RESIZE);
+ *   pixels, recipe inception/resnet: aug_from_pixels on the stored pixels;
+ *   encoded: aug_from_jpeg (AUG_RESIZE without --augment).
+ * Random choices come from hash4(seed, epoch, TAG_AUG, example id); with
+ * eval_transform the recipe's deterministic evaluation transform is used.
+ * Pixels stay uint8 until the consumer calls pipe_normalize (4x less
  * memory and RMA traffic than float).
  *
+ * Memory (docs/design.md §3.2): everything the pipeline allocates - index,
+ * reader buffers, blocks, shuffle buffer, batches, per-thread scratch, the
+ * HDF5 chunk cache it reads through, and a preloaded split - is planned in
+ * pipe_new within cfg.memory_budget. A split is preloaded only when it fits
+ * (and preload_bytes allows); the automatic shuffle buffer shrinks to fit;
+ * an explicit one that does not fit, or a budget below the streaming
+ * minimum, is an error naming the minimum.
+ *
  * Epoch e's batches depend only on (data, seed, e, batch, capacity, min,
- * augmentation, limit): not on the thread count, on timing, on preload vs
- * streaming, nor on first_epoch (a resumed run sees the same epochs).
+ * augmentation, output size, limit): not on the thread count, on timing, on
+ * preload vs streaming, nor on first_epoch (a resumed run sees the same
+ * epochs). The budget changes them only through an automatic shuffle buffer
+ * it had to shrink.
  */
 #ifndef PSTRAIN_PIPELINE_H
 #define PSTRAIN_PIPELINE_H
@@ -51,12 +69,27 @@ typedef struct pipe_cfg {
                               uniform shuffle of every epoch */
     int min_after_dequeue; /* < queue_capacity; -1 = automatic: capacity - 1 */
     uint64_t seed;
-    bool shuffle; /* false: file order, no buffer shuffling (eval) */
-    bool aug_crop, aug_flip;
-    int crop_pad;          /* default 4 */
-    int64_t limit;         /* use only the first `limit` examples (0 = all) */
-    int64_t preload_bytes; /* preload the split if it fits (default 512 MiB) */
+    bool shuffle;            /* false: file order, no buffer shuffling (eval) */
+    bool aug_crop, aug_flip; /* pixels and AUG_RESIZE only */
+    int crop_pad;            /* default 4 */
+    int recipe;              /* AUG_RESIZE (default), AUG_INCEPTION, AUG_RESNET (augment.h) */
+    bool eval_transform;     /* the recipe's evaluation transform (no randomness, no crop/flip) */
+    int out_h, out_w;        /* output size; 0 = the stored size (required for encoded) */
+    int64_t limit;           /* use only the first `limit` examples (0 = all) */
+    int64_t preload_bytes;   /* preload the split if it fits this and the budget (default
+                              * 512 MiB; 0 = always stream) */
+    int64_t memory_budget;   /* bytes the pipeline may hold; 0 = pipe_default_memory_budget() */
 } pipe_cfg;
+
+/* The default memory budget: PIPE_BUDGET_FRACTION (1/4) of the node's
+ * physical memory (sysconf), at least 256 MiB. */
+int64_t pipe_default_memory_budget(void);
+
+/* Parses "512M", "2G", "65536", "1.5G" (K/M/G/T: powers of 1024, an optional
+ * trailing B or iB) into bytes. 0 on success, -1 when malformed or <= 0. */
+int pipe_parse_size(const char *s, int64_t *out);
+/* "1.5 GiB" into buf (32 bytes); returns buf. */
+const char *pipe_fmt_size(int64_t bytes, char buf[32]);
 
 /* Fills the defaults above (threads 2, automatic queue, pad 4...). */
 pipe_cfg pipe_cfg_defaults(void);
@@ -83,6 +116,17 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e);
  * memory stays valid until the next pipe_next call), 0 after the last
  * epoch, -1 on a read error (message in e). */
 int pipe_next(pipeline *p, pipe_batch *b, pst_err *e);
+/* What pipe_new decided, for the run's log. */
+typedef struct pipe_info {
+    int out_h, out_w, channels; /* the output images */
+    int64_t budget, planned;    /* bytes: the budget, the plan's total within it */
+    bool preloaded;             /* the split was read into memory once */
+    bool direct_chunks;         /* deflated pixels: HDF5 part under the lock, inflate outside */
+    int readers;                /* reader threads */
+    int queue_capacity;         /* shuffle buffer in examples (after the budget) */
+} pipe_info;
+void pipe_get_info(const pipeline *p, pipe_info *out);
+
 /* Number of batches per epoch (ceil(count / B)). */
 int64_t pipe_batches_per_epoch(const pipeline *p);
 int64_t pipe_examples_per_epoch(const pipeline *p);

@@ -10,6 +10,7 @@
 #define PSTRAIN_TEST_H5TEST_H
 
 #include <hdf5.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,14 @@ static inline int h5test_attr_floats(hid_t f, const char *name, const float *v, 
     return rc;
 }
 
+/* Set *h5test_fletcher32() to add a Fletcher-32 filter to the images
+ * (after shuffle and deflate, as HDF5 orders them). */
+static inline bool *h5test_fletcher32(void)
+{
+    static bool on;
+    return &on;
+}
+
 /* One split of n images, chunked by `chunk` images, deflate level 1. */
 static inline int h5test_split(hid_t f, const char *name, int64_t n, int H, int W, int C, int K,
                                int64_t chunk)
@@ -78,6 +87,7 @@ static inline int h5test_split(hid_t f, const char *name, int64_t n, int H, int 
     H5Pset_chunk(dcpl, 4, cd);
     H5Pset_shuffle(dcpl);
     H5Pset_deflate(dcpl, 1);
+    if (*h5test_fletcher32()) H5Pset_fletcher32(dcpl);
     hid_t d = H5Dcreate2(g, "images", H5T_STD_U8LE, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     if (d < 0 || H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, px) < 0) goto out;
     H5Dclose(d);

@@ -112,6 +112,11 @@ typedef struct ckpt_meta {
     float ema_decay;
     const float *averages;
     bool has_averages;
+    /* the input pipeline's recipe (`--augment` as train_augment_name spells
+     * it: "inception", "resnet", "crop,flip", "none", ...); height/width
+     * above are the pipeline's output size, the model's input. Written when
+     * not empty; "" on read of a checkpoint from before it was recorded. */
+    char augment[CKPT_NAME_LEN];
 
     /* filled by ckpt_read/ckpt_read_meta only */
     char pstrain_version[CKPT_NAME_LEN];

@@ -33,6 +33,24 @@ lr_schedule train_schedule(const train_cfg *cfg, int workers, int64_t steps_per_
  * averages), through metrics_note; nothing when none is given. */
 void train_recipe_note(metrics *mx, const train_cfg *cfg, int workers, int64_t steps_per_epoch);
 
+/* --augment's spelling of a pipeline's transform: "inception", "resnet",
+ * "crop,flip", "crop", "flip" or "none" (what checkpoints record). */
+const char *train_augment_name(const pipe_cfg *p);
+/* Parses --augment LIST (inception | resnet | a list of crop, flip | none)
+ * into p->recipe, aug_crop, aug_flip. 0, or -1 when malformed. */
+int train_parse_augment(const char *s, pipe_cfg *p);
+/* Parses --image-size HxW ("299x299"; "299" is square), sides 1..4096.
+ * 0, or -1 when malformed. */
+int train_parse_image_size(const char *s, int *h, int *w);
+/* The size the model sees, the pipeline's output (sets cfg->pipe.out_h,
+ * out_w): --image-size; else the stored size of a pixels data set; else
+ * (encoded images vary in size) the model's natural size, 299x299 for
+ * inception-v3 and 224x224 for resnet-50; other models on encoded data need
+ * --image-size (an error naming the model). */
+int train_resolve_input(train_cfg *cfg, const h5ds *ds, pst_err *e);
+/* The natural input size of a model (0 when it has none). */
+void train_natural_size(const char *model, int *h, int *w);
+
 /* The attributes that describe the run (model, shape, seed, mode, batch,
  * optimizer, schedule, regularisation); the caller fills the step, data
  * cursor, examples, seconds and the worker and PS counts. */

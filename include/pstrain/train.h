@@ -129,19 +129,23 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e);
 int dist_train(const train_cfg *cfg, train_result *res, pst_err *e);
 
 /* Evaluates `m` in inference mode on a whole split of `ds` (file order,
- * batches of `batch`). Fills *ev (top-1 and top-5 accuracy, mean loss, the
+ * batches of `batch`). `input` (may be NULL: the stored pixels) is the
+ * run's pipeline configuration: encoded data, a recipe or an output size
+ * other than the stored one read through an unshuffled pipeline with the
+ * recipe's evaluation transform (its prep threads and memory budget), the
+ * stored pixels otherwise. Fills *ev (top-1 and top-5 accuracy, mean loss, the
  * example count); `confusion` (may be NULL) receives K*K counts
  * [true][predicted]. */
 struct nn_model;
-int train_evaluate(struct nn_model *m, h5ds *ds, const char *split, int batch, eval_stats *ev,
-                   int64_t *confusion, pst_err *e);
+int train_evaluate(struct nn_model *m, h5ds *ds, const pipe_cfg *input, const char *split,
+                   int batch, eval_stats *ev, int64_t *confusion, pst_err *e);
 /* The same, handing the logits of every evaluated batch to `fn` (may be
  * NULL) in split order: logits[n][K] of the next n examples. A non-zero
  * return of fn (with e set) ends the evaluation with -1. */
 typedef int (*train_logits_fn)(void *ctx, const float *logits, int n, int K, pst_err *e);
-int train_evaluate_logits(struct nn_model *m, h5ds *ds, const char *split, int batch,
-                          eval_stats *ev, int64_t *confusion, train_logits_fn fn, void *ctx,
-                          pst_err *e);
+int train_evaluate_logits(struct nn_model *m, h5ds *ds, const pipe_cfg *input, const char *split,
+                          int batch, eval_stats *ev, int64_t *confusion, train_logits_fn fn,
+                          void *ctx, pst_err *e);
 /* How many of the n examples have their label among the k best classes of
  * their logits[n][K]. The classes are ranked as a stable sort by descending
  * logit: class j ranks above the label y when logit[j] > logit[y], or when

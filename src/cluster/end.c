@@ -280,7 +280,8 @@ int run_end(dist_run *r, pst_err *e)
             /* evaluations use the moving averages (README); the variables
              * are not needed any more */
             if (r->averages) memcpy(nn_model_params(m), r->averages, sizeof(float) * nparam);
-            if (train_evaluate(m, &r->ds, r->esplit, cfg->batch, &ev, NULL, e) < 0) goto out;
+            if (train_evaluate(m, &r->ds, &r->input, r->esplit, cfg->batch, &ev, NULL, e) < 0)
+                goto out;
             train_set_eval(res, r->esplit, &ev);
             metrics_eval(r->mx, res->steps, res->epoch, r->esplit, &ev);
         }

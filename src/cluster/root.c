@@ -130,7 +130,8 @@ static int root_eval(root_ctx *c, int64_t step, int epoch, pst_err *e)
 {
     if (!c->eval_split) return 0;
     eval_stats ev;
-    if (train_evaluate(c->m, c->ds_rw, c->eval_split, c->cfg->batch, &ev, NULL, e) < 0) return -1;
+    if (train_evaluate(c->m, c->ds_rw, c->input, c->eval_split, c->cfg->batch, &ev, NULL, e) < 0)
+        return -1;
     metrics_eval(c->mx, step, epoch, c->eval_split, &ev);
     return 0;
 }
@@ -331,6 +332,11 @@ void root_prepare(dist_run *r, pst_err *e)
             r->info.ok = 0;
         } else if (train_eval_split(cfg, &r->ds, !cfg->quiet && !cfg->dry_run, &r->esplit, e) < 0) {
             r->info.ok = 0;
+        } else {
+            /* the size the model sees: the pipeline's output */
+            train_cfg resolved = *cfg;
+            if (train_resolve_input(&resolved, &r->ds, e) < 0) r->info.ok = 0;
+            r->input = resolved.pipe;
         }
     }
     if (r->info.ok && cfg->resume &&
@@ -342,14 +348,14 @@ void root_prepare(dist_run *r, pst_err *e)
         return;
     }
     if (r->info.ok) {
-        r->info.height = r->ds.height, r->info.width = r->ds.width,
+        r->info.height = r->input.out_h, r->info.width = r->input.out_w,
         r->info.channels = r->ds.channels;
         r->info.classes = r->ds.num_classes;
         memcpy(r->info.mean, r->ds.mean, sizeof r->info.mean);
         memcpy(r->info.std, r->ds.std, sizeof r->info.std);
     }
     if (r->info.ok && !cfg->dry_run) {
-        pipe_cfg pc = cfg->pipe;
+        pipe_cfg pc = r->input;
         pc.batch = cfg->batch;
         pc.seed = cfg->seed;
         pc.epochs = cfg->epochs;
@@ -362,7 +368,7 @@ void root_prepare(dist_run *r, pst_err *e)
             /* the pipeline replays epochs exactly: start at the
              * checkpoint's epoch and skip what it had consumed of it */
             pipe_free(r->pl), r->pl = NULL;
-            pipe_cfg pc = cfg->pipe;
+            pipe_cfg pc = r->input;
             pc.batch = cfg->batch;
             pc.seed = cfg->seed;
             pc.epochs = cfg->epochs;
@@ -495,6 +501,7 @@ void root_run(dist_run *r, pst_err *e)
     r->rctx->m = m, r->rctx->ds_rw = &r->ds, r->rctx->nring = r->nring;
     r->rctx->eval_version = -1;
     r->rctx->eval_split = r->esplit;
+    r->rctx->input = &r->input;
     /* the first epoch count to evaluate after: the next multiple */
     if (cfg->eval_every > 0) {
         int done = (int)(r->info.first_ticket / PST_MAX(r->info.bpe, 1));

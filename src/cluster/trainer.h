@@ -128,6 +128,7 @@ typedef struct root_ctx {
     int next_eval_epoch;
     int64_t eval_version;
     const char *eval_split; /* --eval-split or its default; NULL: none */
+    const pipe_cfg *input;  /* dist_run.input */
     train_result *res;
 } root_ctx;
 
@@ -155,6 +156,8 @@ typedef struct dist_run {
     pipeline *pl;
     char ckpt_file[4096];
     const char *esplit; /* the root's evaluation split (NULL: none) */
+    pipe_cfg input;     /* the run's pipeline settings with the output size resolved
+                         * (train_resolve_input): training and evaluation read through it */
     i64vec prior;       /* resumed: the ids the interrupted epoch had consumed */
     int prior_epoch;
     /* everybody: the model, the plan, the windows */

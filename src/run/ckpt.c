@@ -298,6 +298,7 @@ static int write_meta(hid_t f, const ckpt_meta *m)
     rc |= attr_write(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &m->seed, 0);
     rc |= attr_write(f, "rng_state", H5T_STD_U64LE, H5T_NATIVE_UINT64, m->rng_state, 4);
     rc |= attr_f64(f, "train_seconds", m->train_seconds);
+    if (m->augment[0]) rc |= attr_str(f, "augment", m->augment);
     rc |= attr_str(f, "mode", m->mode);
     rc |= attr_i64(f, "workers", m->workers);
     rc |= attr_i64(f, "ps", m->ps);
@@ -613,6 +614,12 @@ static int read_meta(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
     GET_REAL_OPT("lr_warmup_epochs", m->lr.warmup_epochs);
 #undef GET_REAL_OPT
     m->has_averages = H5Lexists(f, "/averages", H5P_DEFAULT) > 0;
+    {
+        /* optional: checkpoints before the recipes were recorded have none */
+        char *aug = attr_read_str(f, "augment");
+        snprintf(m->augment, sizeof m->augment, "%s", aug ? aug : "");
+        free(aug);
+    }
     if (m->has_averages != (m->ema_decay > 0)) {
         if (m->has_averages)
             pst_fail(e, "%s: group /averages is present but attribute moving_average_decay is 0",

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "pstrain/model.h"
+#include "pstrain/run_common.h"
 #include "pstrain/train.h"
 #include "pstrain/usage.h"
 
@@ -40,7 +41,13 @@ static const char train_usage[] =
     "\n"
     "input pipeline:\n"
     "  --prep-threads T        preprocessing threads (default 2)\n"
-    "\n"
+    "  --image-size HxW        the size the model sees (default: the stored size of a pixels\n"
+    "                          data set; for encoded data the model's natural size:\n"
+    "                          inception-v3 299x299, resnet-50 224x224; other models need it)\n"
+    "  --memory-budget SIZE    bytes the input pipeline may hold, K/M/G suffixes (default: a\n"
+    "                          quarter of the node's RAM); a split is preloaded only if it fits\n"
+    "\n";
+static const char train_usage_more[] =
     "threads per rank (results do not depend on them: bitwise):\n"
     "  --threads T             compute threads of the model: one process, every worker\n"
     "                          rank (default 1; 0 = the CPUs of the rank's affinity mask)\n"
@@ -49,7 +56,10 @@ static const char train_usage[] =
     "  --queue-capacity C      shuffle buffer size in examples (default: what fits in\n"
     "                          64 MiB, at most an epoch: a full shuffle for small sets)\n"
     "  --min-after-dequeue M   examples kept in the buffer (default: capacity - 1)\n"
-    "  --augment LIST          crop,flip (random crop after 4-px padding, horizontal flip)\n"
+    "  --augment A             inception | resnet (the recipes: random crop, resize, flip,\n"
+    "                          inception's colour distortion; evaluation their eval transform)\n"
+    "                          | crop,flip (random crop after 4-px padding, horizontal flip)\n"
+    "                          | none (default: the stored images, resized if needed)\n"
     "  --limit N               use only the first N training examples\n"
     "\n"
     "distributed (under mpirun: rank 0 root, 1..P parameter servers, rest workers):\n"
@@ -89,6 +99,7 @@ static void train_help(FILE *out)
     fprintf(out, "  --model NAME            %s (default %s)\n",
             nn_model_names_join(names, sizeof names, " | ", " | "), train_cfg_defaults().model);
     fputs(train_usage, out);
+    fputs(train_usage_more, out);
 }
 
 enum {
@@ -120,6 +131,8 @@ enum {
     O_QCAP,
     O_MAD,
     O_AUG,
+    O_IMAGE_SIZE,
+    O_MEM_BUDGET,
     O_LIMIT,
     O_PS,
     O_PLACE,
@@ -173,6 +186,8 @@ static const struct option train_opts[] = {
     {"queue-capacity", required_argument, 0, O_QCAP},
     {"min-after-dequeue", required_argument, 0, O_MAD},
     {"augment", required_argument, 0, O_AUG},
+    {"image-size", required_argument, 0, O_IMAGE_SIZE},
+    {"memory-budget", required_argument, 0, O_MEM_BUDGET},
     {"limit", required_argument, 0, O_LIMIT},
     {"ps", required_argument, 0, O_PS},
     {"placement", required_argument, 0, O_PLACE},
@@ -360,19 +375,18 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
             cfg->pipe.min_after_dequeue =
                 (int)arg_i64(&c, optarg, 0, 1 << 28, "a non-negative count");
             break;
-        case O_AUG: {
-            char buf[128];
-            snprintf(buf, sizeof buf, "%s", optarg);
-            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                if (!strcmp(t, "crop"))
-                    cfg->pipe.aug_crop = true;
-                else if (!strcmp(t, "flip"))
-                    cfg->pipe.aug_flip = true;
-                else if (strcmp(t, "none") != 0)
-                    bad(&c, "a list of crop, flip", optarg);
-            }
+        case O_AUG:
+            if (train_parse_augment(optarg, &cfg->pipe) < 0)
+                bad(&c, "inception, resnet, a list of crop, flip, or none", optarg);
             break;
-        }
+        case O_IMAGE_SIZE:
+            if (train_parse_image_size(optarg, &cfg->pipe.out_h, &cfg->pipe.out_w) < 0)
+                bad(&c, "HxW with sides 1..4096, e.g. 299x299", optarg);
+            break;
+        case O_MEM_BUDGET:
+            if (pipe_parse_size(optarg, &cfg->pipe.memory_budget) < 0)
+                bad(&c, "a size in bytes with an optional K/M/G suffix, e.g. 2G", optarg);
+            break;
         case O_LIMIT:
             cfg->pipe.limit =
                 arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of examples");

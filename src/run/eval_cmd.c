@@ -14,12 +14,16 @@
 #include "pstrain/model.h"
 #include "commands.h"
 #include "pstrain/train.h"
+#include "pstrain/run_common.h"
+#include "pstrain/augment.h"
 #include "pstrain/usage.h"
 
 static const char eval_usage[] =
     "usage: pstrain eval --data FILE.h5 --checkpoint CKPT [--split test|val|train]\n"
     "                    [--batch B] [--summary-json FILE.json] [--logits FILE.npy]\n"
     "                    [--threads T] [--no-averages] [--quiet] [-h|--help]\n"
+    "                    [--image-size HxW] [--augment A] [--prep-threads T]\n"
+    "                    [--memory-budget SIZE]\n"
     "\n"
     "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
     "A checkpoint with moving averages (--moving-average-decay) is evaluated with the\n"
@@ -32,7 +36,12 @@ static const char eval_usage[] =
     "--logits writes every example's logits (before the softmax), in the split's order, as a\n"
     "NumPy .npy array of float32 [examples][classes].\n"
     "--threads T: compute threads (default 1; 0 = the CPUs of the affinity mask); the\n"
-    "results do not depend on T.\n";
+    "results do not depend on T.\n"
+    "--image-size and --augment default to the checkpoint's (what it was trained with):\n"
+    "encoded data sets, and pixels with --augment inception|resnet, are read through the\n"
+    "recipe's evaluation transform (inception: central 87.5% crop, resize; resnet: shorter\n"
+    "side to 256/224 of the size, centre crop; otherwise a plain resize) on --prep-threads\n"
+    "threads (default 2) within --memory-budget (as pstrain train's).\n";
 
 /* ---- --logits: a NumPy .npy file (format 1.0), streamed batch by batch ---- */
 
@@ -244,6 +253,10 @@ int eval_main(int argc, char **argv)
         {"quiet", no_argument, 0, 'q'},
         {"no-averages", no_argument, 0, 'A'},
         {"threads", required_argument, 0, 't'},
+        {"image-size", required_argument, 0, 'I'},
+        {"augment", required_argument, 0, 'G'},
+        {"prep-threads", required_argument, 0, 'P'},
+        {"memory-budget", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -251,6 +264,8 @@ int eval_main(int argc, char **argv)
     logits_out lo = {0};
     int batch = 256, threads = 1;
     bool quiet = false, no_averages = false;
+    const char *augment = NULL;
+    pipe_cfg input = pipe_cfg_defaults();
     int o;
     optind = 1;
     opterr = 0; /* pst_getopt_error reports, with the nearest flag */
@@ -276,6 +291,37 @@ int eval_main(int argc, char **argv)
                 pst_error("--threads: expected 0..%d threads (0: the CPUs of the affinity mask), "
                           "got '%s'",
                           NN_MAX_THREADS, optarg);
+                return PST_EXIT_USAGE;
+            }
+            break;
+        case 'I':
+            if (train_parse_image_size(optarg, &input.out_h, &input.out_w) < 0) {
+                pst_error("--image-size: expected HxW with sides 1..4096, e.g. 299x299, got '%s'",
+                          optarg);
+                return PST_EXIT_USAGE;
+            }
+            break;
+        case 'G':
+            if (train_parse_augment(optarg, &input) < 0) {
+                pst_error("--augment: expected inception, resnet, a list of crop, flip, or none, "
+                          "got '%s'",
+                          optarg);
+                return PST_EXIT_USAGE;
+            }
+            augment = optarg;
+            break;
+        case 'P':
+            if (pst_parse_int(optarg, &input.prep_threads) < 0 || input.prep_threads < 1 ||
+                input.prep_threads > 256) {
+                pst_error("--prep-threads: expected 1..256 threads, got '%s'", optarg);
+                return PST_EXIT_USAGE;
+            }
+            break;
+        case 'M':
+            if (pipe_parse_size(optarg, &input.memory_budget) < 0) {
+                pst_error("--memory-budget: expected a size in bytes with an optional K/M/G "
+                          "suffix, e.g. 2G, got '%s'",
+                          optarg);
                 return PST_EXIT_USAGE;
             }
             break;
@@ -326,8 +372,16 @@ int eval_main(int argc, char **argv)
         return 1;
     }
     if (ckpt_read_meta(path, &meta, &e) < 0) goto fail;
-    if (meta.height != ds.height || meta.width != ds.width || meta.channels != ds.channels ||
-        meta.num_classes != ds.num_classes) {
+    /* the input: the checkpoint's size and recipe unless given */
+    if (!augment && meta.augment[0] && train_parse_augment(meta.augment, &input) < 0) {
+        pst_fail(&e, "%s: attribute augment is '%s', expected inception, resnet, crop,flip or none",
+                 path, meta.augment);
+        goto fail;
+    }
+    if (!input.out_h) input.out_h = meta.height, input.out_w = meta.width;
+    const bool stored_pixels = ds.storage != H5DS_STORE_ENCODED && input.recipe == AUG_RESIZE;
+    if ((stored_pixels && (meta.height != ds.height || meta.width != ds.width)) ||
+        meta.channels != ds.channels || meta.num_classes != ds.num_classes) {
         pst_fail(&e,
                  "%s: checkpoint is for %dx%dx%d images and %d classes, but %s has %dx%dx%d "
                  "and %d classes",
@@ -343,8 +397,8 @@ int eval_main(int argc, char **argv)
     /* a batch larger than the split would only allocate (and maybe exhaust) memory */
     if (batch > sp->count) batch = (int)PST_MAX(sp->count, (int64_t)1);
     nn_model_cfg mc = {.name = meta.model_name,
-                       .height = ds.height,
-                       .width = ds.width,
+                       .height = input.out_h,
+                       .width = input.out_w,
                        .channels = ds.channels,
                        .num_classes = ds.num_classes,
                        .max_batch = batch,
@@ -364,8 +418,8 @@ int eval_main(int argc, char **argv)
     conf = pst_calloc((size_t)K * (size_t)K, sizeof *conf);
     eval_stats ev;
     if (lo.path && logits_open(&lo, sp->count, K, &e) < 0) goto fail;
-    if (train_evaluate_logits(m, &ds, split, batch, &ev, conf, lo.path ? logits_batch : NULL, &lo,
-                              &e) < 0)
+    if (train_evaluate_logits(m, &ds, &input, split, batch, &ev, conf,
+                              lo.path ? logits_batch : NULL, &lo, &e) < 0)
         goto fail;
 
     printf("checkpoint %s (%s, step %lld, %s)\n", path, meta.model_name,

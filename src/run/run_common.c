@@ -3,7 +3,10 @@
 #include "pstrain/run_common.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "pstrain/augment.h"
 
 #include "pstrain/metrics.h"
 
@@ -32,7 +35,93 @@ int train_check_resume(const char *path, const ckpt_meta *m, const train_cfg *cf
     if (m->seed != cfg->seed)
         return pst_fail(e, "%s: attribute seed is %llu but this run uses --seed %llu", path,
                         (unsigned long long)m->seed, (unsigned long long)cfg->seed);
+    /* the examples a resumed run sees must be those it would have seen */
+    const char *aug = train_augment_name(&cfg->pipe);
+    if (m->augment[0] && strcmp(m->augment, aug) != 0)
+        return pst_fail(e, "%s: attribute augment is '%s' but this run uses --augment %s", path,
+                        m->augment, aug);
     return 0;
+}
+
+const char *train_augment_name(const pipe_cfg *p)
+{
+    if (p->recipe == AUG_INCEPTION) return "inception";
+    if (p->recipe == AUG_RESNET) return "resnet";
+    if (p->aug_crop && p->aug_flip) return "crop,flip";
+    if (p->aug_crop) return "crop";
+    if (p->aug_flip) return "flip";
+    return "none";
+}
+
+int train_parse_augment(const char *s, pipe_cfg *p)
+{
+    p->recipe = AUG_RESIZE;
+    p->aug_crop = p->aug_flip = false;
+    if (!strcmp(s, "inception")) {
+        p->recipe = AUG_INCEPTION;
+        return 0;
+    }
+    if (!strcmp(s, "resnet")) {
+        p->recipe = AUG_RESNET;
+        return 0;
+    }
+    char buf[128];
+    if (!*s || strlen(s) >= sizeof buf) return -1;
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "crop"))
+            p->aug_crop = true;
+        else if (!strcmp(t, "flip"))
+            p->aug_flip = true;
+        else if (strcmp(t, "none") != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int train_parse_image_size(const char *s, int *h, int *w)
+{
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end == s || a < 1 || a > 4096) return -1;
+    if (*end == 'x' || *end == 'X') {
+        const char *t = end + 1;
+        b = strtol(t, &end, 10);
+        if (end == t || b < 1 || b > 4096) return -1;
+    }
+    if (*end) return -1;
+    *h = (int)a;
+    *w = (int)b;
+    return 0;
+}
+
+void train_natural_size(const char *model, int *h, int *w)
+{
+    static const struct {
+        const char *name;
+        int side;
+    } sizes[] = {{"inception-v3", 299}, {"resnet-50", 224}};
+    *h = *w = 0;
+    for (size_t i = 0; i < PST_ARRAY_LEN(sizes); i++)
+        if (model && !strcmp(model, sizes[i].name)) *h = *w = sizes[i].side;
+}
+
+int train_resolve_input(train_cfg *cfg, const h5ds *ds, pst_err *e)
+{
+    pipe_cfg *p = &cfg->pipe;
+    if (p->out_h > 0) return 0;
+    if (ds->storage != H5DS_STORE_ENCODED) {
+        p->out_h = ds->height;
+        p->out_w = ds->width;
+        return 0;
+    }
+    train_natural_size(cfg->model, &p->out_h, &p->out_w);
+    if (p->out_h > 0) return 0;
+    return pst_fail(e,
+                    "%s: encoded images vary in size and --model %s has no natural input size: "
+                    "give --image-size HxW (e.g. --image-size 28x28)",
+                    ds->path, cfg->model);
 }
 
 float train_base_lr(const train_cfg *cfg, int workers)
@@ -88,5 +177,6 @@ ckpt_meta train_ckpt_meta(const train_cfg *cfg, const char *model_text, int heig
     m.weight_decay = cfg->weight_decay;
     m.label_smoothing = cfg->label_smoothing;
     m.ema_decay = cfg->ema_decay;
+    snprintf(m.augment, sizeof m.augment, "%s", train_augment_name(&cfg->pipe));
     return m;
 }

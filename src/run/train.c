@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pstrain/augment.h"
 #include "pstrain/blas.h"
 #include "pstrain/ckpt.h"
 #include "pstrain/signals.h"
@@ -45,10 +46,10 @@ train_cfg train_cfg_defaults(void)
     return c;
 }
 
-int train_evaluate(nn_model *m, h5ds *ds, const char *split, int batch, eval_stats *ev,
-                   int64_t *confusion, pst_err *e)
+int train_evaluate(nn_model *m, h5ds *ds, const pipe_cfg *input, const char *split, int batch,
+                   eval_stats *ev, int64_t *confusion, pst_err *e)
 {
-    return train_evaluate_logits(m, ds, split, batch, ev, confusion, NULL, NULL, e);
+    return train_evaluate_logits(m, ds, input, split, batch, ev, confusion, NULL, NULL, e);
 }
 
 int64_t train_topk_correct(const float *logits, const int32_t *labels, int n, int K, int k)
@@ -66,53 +67,106 @@ int64_t train_topk_correct(const float *logits, const int32_t *labels, int n, in
     return hits;
 }
 
-int train_evaluate_logits(nn_model *m, h5ds *ds, const char *split, int batch, eval_stats *ev,
-                          int64_t *confusion, train_logits_fn fn, void *ctx, pst_err *e)
+/* Accumulates one evaluated batch. */
+typedef struct eval_acc {
+    double loss_sum;
+    int64_t correct, correct5, n;
+} eval_acc;
+
+static int eval_batch(nn_model *m, const h5ds *ds, int C, const uint8_t *img, const int32_t *lab,
+                      int nb, int64_t px, float *x, int32_t *pred, eval_acc *a, int64_t *confusion,
+                      train_logits_fn fn, void *ctx, pst_err *e)
+{
+    pipe_normalize(img, nb * px / C, C, ds->mean, ds->std, x);
+    int nc = 0;
+    float l = nn_model_eval(m, x, lab, nb, &nc, pred);
+    a->loss_sum += (double)l * nb;
+    a->correct += nc;
+    a->correct5 += train_topk_correct(nn_model_logits(m), lab, nb, ds->num_classes, 5);
+    a->n += nb;
+    if (confusion)
+        for (int i = 0; i < nb; i++) confusion[(int64_t)lab[i] * ds->num_classes + pred[i]]++;
+    if (fn && fn(ctx, nn_model_logits(m), nb, ds->num_classes, e) != 0) return -1;
+    return 0;
+}
+
+/* Whether evaluation must read through the pipeline (the recipe's
+ * evaluation transform or a resize) rather than the stored pixels. */
+static bool eval_needs_pipeline(const h5ds *ds, const pipe_cfg *in)
+{
+    if (ds->storage == H5DS_STORE_ENCODED) return true;
+    if (!in) return false;
+    return in->recipe != AUG_RESIZE ||
+           (in->out_h && (in->out_h != ds->height || in->out_w != ds->width));
+}
+
+int train_evaluate_logits(nn_model *m, h5ds *ds, const pipe_cfg *input, const char *split,
+                          int batch, eval_stats *ev, int64_t *confusion, train_logits_fn fn,
+                          void *ctx, pst_err *e)
 {
     const h5ds_split *sp = h5ds_find_split(ds, split);
     if (!sp) return h5ds_no_split(ds, split, e);
-    const int64_t n = sp->count, px = (int64_t)ds->height * ds->width * ds->channels;
-    /* Read in whole chunks (the fast path of h5ds_read), evaluate in batches. */
-    int64_t chunk = sp->chunk_images > 0 ? sp->chunk_images : batch;
-    int64_t block = PST_MAX(chunk, (int64_t)batch);
-    block = (block + chunk - 1) / chunk * chunk;
-    uint8_t *img = pst_malloc((size_t)(block * px));
-    int32_t *lab = pst_malloc(sizeof(int32_t) * (size_t)block);
-    int32_t *pred = pst_malloc(sizeof(int32_t) * (size_t)batch);
-    float *x = pst_aligned_alloc(sizeof(float) * (size_t)(batch * px));
-    double loss_sum = 0;
-    int64_t correct = 0, correct5 = 0;
+    eval_acc a = {0};
     int rc = 0;
-    for (int64_t first = 0; first < n; first += block) {
-        int64_t cnt = PST_MIN(block, n - first);
-        if (h5ds_read(ds, split, first, cnt, img, lab, e) < 0) {
-            rc = -1;
-            break;
+    int32_t *pred = pst_malloc(sizeof(int32_t) * (size_t)batch);
+    if (eval_needs_pipeline(ds, input)) {
+        /* the recipe's evaluation transform, in file order, on the
+         * pipeline's prep threads (encoded data: the only way to read it) */
+        if (!input || input->out_h < 1) {
+            free(pred);
+            return pst_fail(e, "%s: evaluating encoded images needs an image size", ds->path);
         }
-        for (int64_t b = 0; b < cnt; b += batch) {
-            int nb = (int)PST_MIN((int64_t)batch, cnt - b);
-            pipe_normalize(img + b * px, nb * px / ds->channels, ds->channels, ds->mean, ds->std,
-                           x);
-            int nc = 0;
-            float l = nn_model_eval(m, x, lab + b, nb, &nc, pred);
-            loss_sum += (double)l * nb;
-            correct += nc;
-            correct5 += train_topk_correct(nn_model_logits(m), lab + b, nb, ds->num_classes, 5);
-            if (confusion)
-                for (int i = 0; i < nb; i++)
-                    confusion[(int64_t)lab[b + i] * ds->num_classes + pred[i]]++;
-            if (fn && fn(ctx, nn_model_logits(m), nb, ds->num_classes, e) != 0) {
+        pipe_cfg pc = *input;
+        pc.split = split;
+        pc.batch = batch;
+        pc.epochs = 1;
+        pc.first_epoch = 0;
+        pc.shuffle = false;
+        pc.eval_transform = true;
+        pc.limit = 0;
+        pc.preload_bytes = 0; /* read once: nothing to gain from a copy */
+        pipeline *p = NULL;
+        const int64_t px = (int64_t)pc.out_h * pc.out_w * ds->channels;
+        float *x = pst_aligned_alloc(sizeof(float) * (size_t)(batch * px));
+        rc = pipe_new(&p, ds, &pc, e);
+        pipe_batch b;
+        int got;
+        while (rc == 0 && (got = pipe_next(p, &b, e)) != 0) {
+            if (got < 0 || eval_batch(m, ds, ds->channels, b.pixels, b.labels, b.count, px, x, pred,
+                                      &a, confusion, fn, ctx, e) < 0)
+                rc = -1;
+        }
+        pipe_free(p);
+        free(x);
+    } else {
+        const int64_t n = sp->count, px = (int64_t)ds->height * ds->width * ds->channels;
+        /* Read in whole chunks (the fast path of h5ds_read), evaluate in batches. */
+        int64_t chunk = sp->chunk_images > 0 ? sp->chunk_images : batch;
+        int64_t block = PST_MAX(chunk, (int64_t)batch);
+        block = (block + chunk - 1) / chunk * chunk;
+        uint8_t *img = pst_malloc((size_t)(block * px));
+        int32_t *lab = pst_malloc(sizeof(int32_t) * (size_t)block);
+        float *x = pst_aligned_alloc(sizeof(float) * (size_t)(batch * px));
+        for (int64_t first = 0; first < n && rc == 0; first += block) {
+            int64_t cnt = PST_MIN(block, n - first);
+            if (h5ds_read(ds, split, first, cnt, img, lab, e) < 0) {
                 rc = -1;
                 break;
             }
+            for (int64_t b = 0; b < cnt && rc == 0; b += batch) {
+                int nb = (int)PST_MIN((int64_t)batch, cnt - b);
+                rc = eval_batch(m, ds, ds->channels, img + b * px, lab + b, nb, px, x, pred, &a,
+                                confusion, fn, ctx, e);
+            }
         }
-        if (rc < 0) break;
+        free(img), free(lab), free(x);
     }
-    free(img), free(lab), free(pred), free(x);
+    free(pred);
     if (rc < 0) return rc;
-    ev->accuracy = n ? (double)correct / (double)n : 0;
-    ev->top5_accuracy = n ? (double)correct5 / (double)n : 0;
-    ev->loss = n ? loss_sum / (double)n : 0;
+    const int64_t n = a.n;
+    ev->accuracy = n ? (double)a.correct / (double)n : 0;
+    ev->top5_accuracy = n ? (double)a.correct5 / (double)n : 0;
+    ev->loss = n ? a.loss_sum / (double)n : 0;
     ev->examples = n;
     return 0;
 }
@@ -196,8 +250,8 @@ int train_check_outputs(const train_cfg *cfg, pst_err *e)
 /* Evaluates with the moving averages in place of the variables when
  * `averages` is not NULL (as the Inception example's evaluation restores
  * them), the variables restored afterwards. */
-static int evaluate_with(nn_model *m, const float *averages, h5ds *ds, const char *split, int batch,
-                         eval_stats *ev, pst_err *e)
+static int evaluate_with(nn_model *m, const float *averages, h5ds *ds, const pipe_cfg *input,
+                         const char *split, int batch, eval_stats *ev, pst_err *e)
 {
     float *params = nn_model_params(m), *keep = NULL;
     const size_t n = nn_model_size(m);
@@ -206,7 +260,7 @@ static int evaluate_with(nn_model *m, const float *averages, h5ds *ds, const cha
         memcpy(keep, params, sizeof(float) * n);
         memcpy(params, averages, sizeof(float) * n);
     }
-    int rc = train_evaluate(m, ds, split, batch, ev, NULL, e);
+    int rc = train_evaluate(m, ds, input, split, batch, ev, NULL, e);
     if (keep) {
         memcpy(params, keep, sizeof(float) * n);
         free(keep);
@@ -277,7 +331,7 @@ static ckpt_meta run_meta(const train_cfg *cfg, const h5ds *ds, const char *mode
                           const float *averages)
 {
     if (epoch_batch >= steps_per_epoch) epoch++, epoch_batch = 0;
-    ckpt_meta m = train_ckpt_meta(cfg, model_text, ds->height, ds->width, ds->channels,
+    ckpt_meta m = train_ckpt_meta(cfg, model_text, cfg->pipe.out_h, cfg->pipe.out_w, ds->channels,
                                   ds->num_classes, sched);
     m.global_step = step;
     m.epoch = epoch;
@@ -350,9 +404,11 @@ static void log_step(metrics *mx, log_window *w, int64_t step, int64_t start_ste
     *w = (log_window){0};
 }
 
-int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
+int train_single(const train_cfg *cfg_in, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);
+    train_cfg cfg_resolved = *cfg_in; /* with the pipeline's output size */
+    train_cfg *cfg = &cfg_resolved;
     if (train_check_cfg(cfg, e) < 0) return -1;
     if (cfg->ps > 0 && !cfg->quiet)
         pst_warn("--ps %d: one process (no mpirun) has no parameter servers; --ps, --placement, "
@@ -371,6 +427,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     FILE *trace = NULL;
     int rc = -1;
     if (h5ds_open(&ds, cfg->data_path, e) < 0) return -1;
+    if (train_resolve_input(cfg, &ds, e) < 0) goto out;
     const h5ds_split *tsp = h5ds_find_split(&ds, cfg->pipe.split ? cfg->pipe.split : "train");
     if (!tsp) {
         pst_fail(e, "%s: no /train split to train on", cfg->data_path);
@@ -383,8 +440,8 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     const int max_batch = (int)PST_MAX((int64_t)1, PST_MIN((int64_t)cfg->batch, epoch_n));
 
     nn_model_cfg mc = {.name = cfg->model,
-                       .height = ds.height,
-                       .width = ds.width,
+                       .height = cfg->pipe.out_h,
+                       .width = cfg->pipe.out_w,
                        .channels = ds.channels,
                        .num_classes = ds.num_classes,
                        .max_batch = max_batch,
@@ -508,7 +565,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
         goto out;
     }
 
-    const int64_t px = (int64_t)ds.height * ds.width * ds.channels;
+    const int64_t px = (int64_t)cfg->pipe.out_h * cfg->pipe.out_w * ds.channels;
     x = pst_aligned_alloc(sizeof(float) * (size_t)(max_batch * px));
     float *params = nn_model_params(m), *grads = nn_model_grads(m);
     worker_timing tm = {0};
@@ -551,7 +608,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
             if (cfg->eval_every > 0 && esplit && b.epoch % cfg->eval_every == 0) {
                 eval_stats ev;
                 /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
-                int er = evaluate_with(m, averages, &ds, esplit, max_batch, &ev, e);
+                int er = evaluate_with(m, averages, &ds, &cfg->pipe, esplit, max_batch, &ev, e);
                 if (er < 0) goto out;
                 metrics_eval(mx, step, b.epoch, esplit, &ev);
             }
@@ -673,7 +730,7 @@ int train_single(const train_cfg *cfg, train_result *res, pst_err *e)
     res->wtiming[0] = tm;
     if (esplit) {
         eval_stats ev;
-        int er = evaluate_with(m, averages, &ds, esplit, max_batch, &ev, e);
+        int er = evaluate_with(m, averages, &ds, &cfg->pipe, esplit, max_batch, &ev, e);
         if (er < 0) goto out;
         train_set_eval(res, esplit, &ev);
         metrics_eval(mx, step, res->epoch, esplit, &ev);

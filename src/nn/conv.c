@@ -212,10 +212,42 @@ static int wgrad_slices(const nn_conv_dims *d)
     return S < 1 ? 1 : (int)S;
 }
 
-size_t nn_conv_scratch(const nn_conv_dims *d)
+/* The whole batch padded once, shared by the weight-gradient tasks, when
+ * the fast kernel pads and the batch is small (small images: few slices,
+ * whose row blocks would each pad them again). The scratch reserves
+ * min(batch, cap) so that it grows with N (a call may have fewer images
+ * than the batch the scratch was sized for). nn_conv_shared_pad(0) turns
+ * it off (tests: both ways give the same bits). */
+#define CONV_SHARED_PAD_FLOATS (1u << 19)
+static int shared_pad_mode = 1;
+
+bool nn_conv_shared_pad(int force)
+{
+    if (force == 0 || force == 1) shared_pad_mode = force;
+    return shared_pad_mode == 1;
+}
+
+static size_t shared_pad_floats(const nn_conv_dims *d)
+{
+    if (!fast_dw_ok(d) || (d->PH == 0 && d->PW == 0)) return 0;
+    size_t n = (size_t)d->N * img_floats(d);
+    return align16((n < CONV_SHARED_PAD_FLOATS ? n : CONV_SHARED_PAD_FLOATS) + CONV_SLACK);
+}
+static bool use_shared_pad(const nn_conv_dims *d)
+{
+    return shared_pad_mode == 1 && shared_pad_floats(d) &&
+           (size_t)d->N * img_floats(d) <= CONV_SHARED_PAD_FLOATS;
+}
+
+static size_t parts_floats(const nn_conv_dims *d)
 {
     size_t RK = (size_t)d->KH * d->KW * d->C * d->K;
-    return CONV_HDR + front_floats(d) + align16((size_t)(wgrad_slices(d) - 1) * RK);
+    return align16((size_t)(wgrad_slices(d) - 1) * RK);
+}
+
+size_t nn_conv_scratch(const nn_conv_dims *d)
+{
+    return CONV_HDR + front_floats(d) + parts_floats(d) + shared_pad_floats(d);
 }
 
 /* dst[0, n) = src[0, n) in blocks of 8 floats (may touch up to 7 more). */
@@ -585,6 +617,7 @@ typedef struct conv_job {
     bool relu, acc;
     const float *wp; /* packed kernel, in thread 0's scratch */
     float *part;     /* weight-gradient partials of slices 1..S-1 */
+    float *shared;   /* the padded batch for the weight gradient, or NULL */
     float *scratch;  /* thread t's: scratch + t*stride */
     size_t stride;
     int G, ngroups, nkb, S, nr, chunk, nrc;
@@ -727,18 +760,46 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
     conv_for(pool, (d->N + j.chunk - 1) / j.chunk, fwd_gemm_task, &j);
 }
 
-/* weight gradient, fast: task = (slice of the batch, block of kernel rows) */
+/* Blocks of kernel rows of the fast weight gradient: at most CONV_WG_ROWS
+ * rows each; when `split` (the images are read in place or padded once for
+ * all tasks), more, down to CONV_WG_MIN_ROWS rows, until the slices, row
+ * blocks and channel blocks make CONV_WG_TASKS tasks: a layer of small
+ * images has one slice, and one task would leave the other threads idle.
+ * No sum changes with the cut (every dw element still sums its slice's
+ * pixels in order), so the cut may depend on how the images are read. */
+#define CONV_WG_TASKS 8
+#define CONV_WG_MIN_ROWS 16
+static int wgrad_row_blocks(const nn_conv_dims *d, int S, bool split)
+{
+    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
+    int nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS, per = S * nkb;
+    if (!split) return nr;
+    int want = (CONV_WG_TASKS + per - 1) / per, most = R / CONV_WG_MIN_ROWS;
+    if (want > most) want = most;
+    return nr > want ? nr : want;
+}
+
+/* weight gradient, fast: task = (slice of the batch, block of kernel rows,
+ * block of 64 output channels) */
 static void wgrad_fast_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    const int R = d->KH * d->KW * d->C, s = task / j->nr, nkb = (d->K + 63) / 64;
+    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
+    const int kb = task % nkb, s = task / nkb / j->nr;
     int a, e, r0, r1;
     block_of(d->N, j->S, s, &a, &e);
-    block_of(R, j->nr, task % j->nr, &r0, &r1);
+    block_of(R, j->nr, task / nkb % j->nr, &r0, &r1);
     float *target = s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K;
     float *pad = job_front(j, tid);
     const size_t img = img_floats(d), out_img = (size_t)d->OH * d->OW * d->K;
+    if (j->shared) {
+        /* the slice's images, padded once by wgrad_pad_task */
+        nn_cf_geom g = fast_geom(d, e - a, img);
+        nn_cf_dw(target, j->shared + (size_t)a * img, &g, j->dout + a * out_img, d->K, kb, r0, r1,
+                 false);
+        return;
+    }
     for (int n0 = a; n0 < e; n0 += j->G) {
         int ng = e - n0 < j->G ? e - n0 : j->G;
         const float *src = j->inp + (size_t)n0 * d->H * d->W * d->C;
@@ -747,9 +808,19 @@ static void wgrad_fast_task(void *arg, int task, int tid)
             pad_group(j, tid, -1, pad, j->inp, d, n0, ng);
             g = fast_geom(d, ng, img), src = pad;
         }
-        for (int kb = 0; kb < nkb; kb++)
-            nn_cf_dw(target, src, &g, j->dout + n0 * out_img, d->K, kb, r0, r1, n0 > a);
+        nn_cf_dw(target, src, &g, j->dout + n0 * out_img, d->K, kb, r0, r1, n0 > a);
     }
+}
+
+/* the shared padded batch: task = image */
+static void wgrad_pad_task(void *arg, int task, int tid)
+{
+    const conv_job *j = arg;
+    const size_t img = img_floats(j->d);
+    float *pad = j->shared + (size_t)task * img;
+    memset(pad, 0, sizeof(float) * img);
+    pad_image(pad, j->inp, j->d, task);
+    (void)tid;
 }
 
 /* weight gradient, other paths: task = slice of the batch */
@@ -873,9 +944,14 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     j.part = job_front(&j, 0) + front_floats(d);
     j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
     if (fast_dw_ok(d)) {
-        j.nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS;
+        if (use_shared_pad(d)) {
+            j.shared = job_front(&j, 0) + front_floats(d) + parts_floats(d);
+            memset(j.shared + (size_t)d->N * img_floats(d), 0, sizeof(float) * CONV_SLACK);
+            conv_for(pool, d->N, wgrad_pad_task, &j);
+        }
+        j.nr = wgrad_row_blocks(d, j.S, unpadded(d) || j.shared);
         job_reset_tags(&j, pool);
-        conv_for(pool, j.S * j.nr, wgrad_fast_task, &j);
+        conv_for(pool, j.S * j.nr * ((K + 63) / 64), wgrad_fast_task, &j);
     } else {
         conv_for(pool, j.S, wgrad_gemm_task, &j);
     }

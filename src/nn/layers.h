@@ -141,6 +141,10 @@ void nn_conv_dims_finish(nn_conv_dims *d);
  * scratch floats one thread of a conv needs for max batch N. */
 int nn_conv_chunk(const nn_conv_dims *d);
 size_t nn_conv_scratch(const nn_conv_dims *d);
+/* Whether the weight gradient of small padded batches pads them once for
+ * all its tasks (default on); force 0 or 1 sets it (tests), -1 asks. The
+ * result is the same bits either way. */
+bool nn_conv_shared_pad(int force);
 
 /* The pool of a model (pool.h); NULL runs everything on the caller. */
 typedef struct nn_pool nn_pool;

@@ -30,9 +30,21 @@
  * without -ftrapping-math, its default; that flag matters only to code that
  * reads floating-point exception flags, none here. */
 #if defined(__GNUC__) && !defined(__clang__)
-#define AUG_NO_TRAPS __attribute__((optimize("no-trapping-math")))
+#define AUG_NO_TRAPS __attribute__((optimize("no-trapping-math", "fp-contract=off")))
 #else
 #define AUG_NO_TRAPS
+#endif
+/* ... and compiles them for AVX-512 and AVX2 too, chosen at load time
+ * (ifunc), as the build targets baseline x86-64 (SSE2: 4 floats a step).
+ * fp-contract=off keeps FMA out of the AVX clones: every clone does the same
+ * IEEE operations in the same order (no reductions), so the bytes do not
+ * depend on the CPU (checked by building with -DPSTRAIN_AUG_NO_CLONES, the
+ * SSE2 code alone: the same bytes for 192 Inception crops). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
+    !defined(PSTRAIN_AUG_NO_CLONES)
+#define AUG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define AUG_CLONES
 #endif
 
 enum { STREAM_CROP = 1, STREAM_FLIP = 2, STREAM_COLOR = 3 };
@@ -339,7 +351,7 @@ void aug_adjust_hue(float *px, size_t n, int C, float delta)
  * {r: 5, g: 3, b: 1} is hi - (hi - lo') clamp(min(k, 4 - k), 0, 1) with
  * k = (n + h) mod 6. Equal to aug_adjust_saturation then aug_adjust_hue up
  * to float rounding. */
-__attribute__((noinline)) AUG_NO_TRAPS static void
+__attribute__((noinline)) AUG_NO_TRAPS AUG_CLONES static void
 sat_hue_planes(float *restrict R, float *restrict G, float *restrict B, int n, float f, float dh6)
 {
     /* every comparison is evaluated unconditionally (one select each), so
@@ -499,6 +511,15 @@ static void place_taps(axis *a, int j, int first, int cnt, const float *w, int b
     a->in_hi = PST_MAX(a->in_hi, lo + a->ntap);
 }
 
+/* The buffer pixels [*k0, *k1) whose centres k + 0.5 lie within fs of
+ * `centre` (where PIL's triangle filter is nonzero), clamped to [plo, phi). */
+static void pil_span(double centre, double fs, int plo, int phi, int *k0, int *k1)
+{
+    *k0 = PST_MAX(plo, (int)floor(centre - 0.5 - fs) + 1);
+    *k1 = PST_MIN(phi, (int)ceil(centre - 0.5 + fs));
+    if (*k1 < *k0) *k1 = *k0;
+}
+
 /* Builds the taps of one axis for a buffer of bufn pixels that holds the
  * source scaled by f (= scale_num / 8) from scaled coordinate `shift` on:
  * buffer pixel k is scaled pixel k + shift. `gain` multiplies every weight
@@ -513,7 +534,15 @@ static void build_axis(aug_scratch *s, axis *a, int mode, const axis_geom *g, do
     const int phi = PST_MIN(bufn, PST_MAX(plo + 1, (int)ceil(b1 - 1e-9)));
     const double scale = (b1 - b0) / g->virt; /* buffer pixels per output pixel */
     const double fs = scale > 1 ? scale : 1;  /* PIL's filter scale */
-    int ntap = mode == RS_TF ? 2 : (int)ceil(2 * fs) + 2;
+    int ntap = 2;
+    if (mode == RS_PIL) { /* the widest window of nonzero taps */
+        ntap = 1;
+        for (int j = 0; j < n; j++) {
+            int k0, k1;
+            pil_span(b0 + (j + g->off + 0.5) * scale, fs, plo, phi, &k0, &k1);
+            ntap = PST_MAX(ntap, k1 - k0);
+        }
+    }
     ntap = PST_MIN(ntap, bufn);
     a->n = n;
     a->ntap = ntap;
@@ -549,10 +578,9 @@ static void build_axis(aug_scratch *s, axis *a, int mode, const axis_geom *g, do
         } else {
             /* PIL's precompute_coeffs on the cropped image: triangle
              * filter of radius fs around the output's centre */
-            const double centre = b0 + (jj + 0.5) * scale, support = fs;
-            int k0 = (int)floor(centre - support), k1 = (int)ceil(centre + support);
-            k0 = PST_MAX(k0, plo);
-            k1 = PST_MIN(k1, phi);
+            const double centre = b0 + (jj + 0.5) * scale;
+            int k0, k1;
+            pil_span(centre, fs, plo, phi, &k0, &k1);
             double sum = 0;
             int cnt = 0;
             for (int k = k0; k < k1; k++) {
@@ -632,8 +660,8 @@ static void resample(aug_scratch *s, const plan *p, const uint8_t *px, int bw, i
 /* ---- colour distortion and quantisation ------------------------------------------ */
 
 /* Clip to [0, 1] and quantise: floor(255 v + 0.5). */
-__attribute__((noinline)) AUG_NO_TRAPS static void quant_row(const float *restrict v, size_t m,
-                                                             uint8_t *restrict out)
+__attribute__((noinline)) AUG_NO_TRAPS AUG_CLONES static void
+quant_row(const float *restrict v, size_t m, uint8_t *restrict out)
 {
     for (size_t i = 0; i < m; i++) {
         const float x0 = MAXF(v[i], 0.0f);

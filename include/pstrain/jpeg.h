@@ -138,8 +138,9 @@ typedef struct jpg_region {
  * entropy-decoded only, no IDCT), rows below are never read, columns are
  * cropped to whole iMCUs (jpeg_crop_scanline), and the IDCT works at the
  * scaled size. Progressive files must still be entropy-decoded whole. No
- * allocation when r->cap suffices. Errors as jpg_decode; damage in rows the
- * rectangle does not need may pass unnoticed (sequential files). */
+ * allocation when r->cap suffices. Errors as jpg_decode (then r keeps its
+ * buffer for the next call; its other fields are undefined); damage in rows
+ * the rectangle does not need may pass unnoticed (sequential files). */
 int jpg_decode_region(const uint8_t *buf, size_t n, int channels, int x, int y, int cw, int ch,
                       int min_w, int min_h, int flags, jpg_region *r, pst_err *e);
 

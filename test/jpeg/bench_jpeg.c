@@ -6,7 +6,8 @@
  * calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so other load on the
  * machine does not count; megapixels are of the source image.
  *
- *   bench_jpeg [seconds per case] [WxH] */
+ *   bench_jpeg [seconds per case] [WxH] [OUT.jpg]
+ * OUT.jpg receives the image (to time other decoders on the same bytes). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,13 +37,20 @@ int main(int argc, char **argv)
     double secs = argc > 1 ? atof(argv[1]) : 2.0;
     int W = 500, H = 375;
     if (argc > 2 && sscanf(argv[2], "%dx%d", &W, &H) != 2) {
-        fprintf(stderr, "usage: bench_jpeg [seconds] [WxH]\n");
+        fprintf(stderr, "usage: bench_jpeg [seconds] [WxH] [OUT.jpg]\n");
         return 2;
     }
     jf_spec sp = {"bench", W, H, 3, JCS_YCbCr, 2, 2, false, false, false, false, 0, 90};
     size_t n;
     uint8_t *jpg = jf_write(&sp, &n);
     if (!jpg) return 1;
+    if (argc > 3) {
+        FILE *f = fopen(argv[3], "wb");
+        if (!f || fwrite(jpg, 1, n, f) != n || fclose(f) != 0) {
+            perror(argv[3]);
+            return 1;
+        }
+    }
     printf("image %dx%d, q90 4:2:0 baseline, %zu bytes; thread CPU time\n", W, H, n);
     double mp = W * (double)H / 1e6;
     pst_err e;

@@ -219,6 +219,12 @@ int pngio_read(const char *path, const pngio_opts *o, pngio_image *img, pst_err 
     return rc;
 }
 
+int pngio_decode_header(const uint8_t *buf, size_t n, const pngio_opts *o, pngio_header *h,
+                        pst_err *e)
+{
+    return decode(buf, n, o, h, NULL, e);
+}
+
 int pngio_read_header(const char *path, const pngio_opts *o, pngio_header *h, pst_err *e)
 {
     uint8_t *buf;

@@ -77,6 +77,11 @@ int pngio_decode(const uint8_t *buf, size_t n, const pngio_opts *o, pngio_image 
  * nothing (the caller names the file). */
 int pngio_read(const char *path, const pngio_opts *o, pngio_image *img, pst_err *e);
 
+/* Reads only the signature and IHDR of buf[0..n) (the pixel data is not
+ * checked). Applies the max_pixels limit of `o` (may be NULL). */
+int pngio_decode_header(const uint8_t *buf, size_t n, const pngio_opts *o, pngio_header *h,
+                        pst_err *e);
+
 /* Reads only the signature and IHDR of `path` (cheap; the pixel data is not
  * checked). Applies the max_pixels limit of `o` (may be NULL). */
 int pngio_read_header(const char *path, const pngio_opts *o, pngio_header *h, pst_err *e);

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 int prep_cmd_idx(int argc, char **argv);
-int prep_cmd_png(int argc, char **argv);
+int prep_cmd_images(int argc, char **argv); /* also `png` */
 int prep_cmd_info(int argc, char **argv);
 int prep_cmd_verify(int argc, char **argv);
 int prep_cmd_preview(int argc, char **argv);

@@ -17,9 +17,12 @@ static void usage(FILE *out)
             "          [--classes NAME,...] [--chunk-images N] [--compression 0-9] [--force] -o "
             "OUT.h5\n"
             "          [--threads N]\n"
-            "  png     DIR [--test-dir DIR] [--size HxW] [--channels 1|3] [--val-fraction F]\n"
-            "          [--seed S] [--strict] [--max-pixels N] [--alpha black|drop]\n"
+            "  images  DIR [--val-dir DIR [--val-labels FILE]] [--test-dir DIR] [--synsets FILE]\n"
+            "          [--store pixels|encoded] [--size HxW] [--max-side S] [--quality Q]\n"
+            "          [--channels 1|3] [--val-fraction F] [--seed S] [--strict]\n"
+            "          [--allow-truncated] [--max-pixels N] [--alpha black|drop]\n"
             "          [--compression 0-9] [--chunk-images N] [--threads N] [--force] -o OUT.h5\n"
+            "  png     the same as images (JPEG and PNG files, chosen by content)\n"
             "  info    FILE.h5\n"
             "  verify  FILE.h5          exit 0 only if the file is a sound data set\n"
             "  preview FILE.h5 [--split train] [--count 64] [--seed S | --first]\n"
@@ -62,7 +65,8 @@ int main(int argc, char **argv)
         int (*fn)(int, char **);
     } cmds[] = {
         {"idx", "pstrain-prep idx", prep_cmd_idx},
-        {"png", "pstrain-prep png", prep_cmd_png},
+        {"images", "pstrain-prep images", prep_cmd_images},
+        {"png", "pstrain-prep png", prep_cmd_images},
         {"info", "pstrain-prep info", prep_cmd_info},
         {"verify", "pstrain-prep verify", prep_cmd_verify},
         {"preview", "pstrain-prep preview", prep_cmd_preview},
@@ -80,7 +84,7 @@ int main(int argc, char **argv)
             pst_set_progname(cmds[i].prog); /* "pstrain-prep png: message" */
             return cmds[i].fn(argc - 1, argv + 1);
         }
-    static const char *const names[] = {"idx", "png", "info", "verify", "preview", NULL};
+    static const char *const names[] = {"idx", "images", "png", "info", "verify", "preview", NULL};
     const char *near = pst_nearest_flag(cmd, names);
     if (near)
         fprintf(stderr,

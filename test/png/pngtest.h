@@ -18,7 +18,7 @@ typedef struct pt_buf {
     size_t n, cap;
 } pt_buf;
 
-static void pt_write_cb(png_structp png, png_bytep d, size_t n)
+static inline void pt_write_cb(png_structp png, png_bytep d, size_t n)
 {
     pt_buf *b = png_get_io_ptr(png);
     if (b->n + n > b->cap) {
@@ -30,7 +30,7 @@ static void pt_write_cb(png_structp png, png_bytep d, size_t n)
     b->n += n;
 }
 
-static void pt_flush_cb(png_structp png)
+static inline void pt_flush_cb(png_structp png)
 {
     (void)png;
 }
@@ -39,9 +39,9 @@ static void pt_flush_cb(png_structp png)
  * packed form (sub-byte samples packed MSB first, 16-bit big endian).
  * Optional: palette (npal entries), tRNS alpha per palette index (ntrans),
  * tRNS colour key (trans_color). Aborts on a libpng error (test bug). */
-static pt_buf pt_make(int w, int h, int depth, int ctype, int interlace, const uint8_t *data,
-                      size_t stride, const png_color *pal, int npal, const uint8_t *trans,
-                      int ntrans, const png_color_16 *trans_color)
+static inline pt_buf pt_make(int w, int h, int depth, int ctype, int interlace, const uint8_t *data,
+                             size_t stride, const png_color *pal, int npal, const uint8_t *trans,
+                             int ntrans, const png_color_16 *trans_color)
 {
     pt_buf b = {0};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
@@ -68,13 +68,13 @@ static pt_buf pt_make(int w, int h, int depth, int ctype, int interlace, const u
 }
 
 /* An 8-bit gray or RGB PNG of h x w x c pixels. */
-static pt_buf pt_make8(int w, int h, int c, const uint8_t *px)
+static inline pt_buf pt_make8(int w, int h, int c, const uint8_t *px)
 {
     return pt_make(w, h, 8, c == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, 0, px,
                    (size_t)w * (size_t)c, NULL, 0, NULL, 0, NULL);
 }
 
-static int pt_save(const char *path, const void *p, size_t n)
+static inline int pt_save(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
@@ -82,14 +82,14 @@ static int pt_save(const char *path, const void *p, size_t n)
     return (fclose(f) == 0 && w == n) ? 0 : -1;
 }
 
-static void pt_put32(uint8_t *p, uint32_t v)
+static inline void pt_put32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
     p[3] = (uint8_t)v;
 }
 
 /* Rewrites IHDR's width/height (bytes 16..23) and fixes IHDR's CRC. */
-static void pt_set_dims(pt_buf *b, uint32_t w, uint32_t h)
+static inline void pt_set_dims(pt_buf *b, uint32_t w, uint32_t h)
 {
     pt_put32(b->p + 16, w);
     pt_put32(b->p + 20, h);
@@ -98,7 +98,7 @@ static void pt_set_dims(pt_buf *b, uint32_t w, uint32_t h)
 }
 
 /* Offset of the first IDAT chunk's data, or 0. */
-static size_t pt_find_idat(const pt_buf *b)
+static inline size_t pt_find_idat(const pt_buf *b)
 {
     size_t off = 8;
     while (off + 8 <= b->n) {

@@ -132,11 +132,11 @@ static int make_tree(const char *root)
     path2(p, sizeof p, root, "cat");
     path2(q, sizeof q, p, "notes.txt");
     pt_save(q, "x", 1);
-    path2(q, sizeof q, p, "photo.jpg");
+    path2(q, sizeof q, p, "photo.gif"); /* .jpg would be an image (a broken one) */
     pt_save(q, "x", 1);
     path2(q, sizeof q, p, "subdir.png");
     mkdir(q, 0777);
-    return 5; /* README.txt, .hidden, notes.txt, photo.jpg, subdir.png */
+    return 5; /* README.txt, .hidden, notes.txt, photo.gif, subdir.png */
 }
 
 /* Reads a whole split: ids (pixel 0) and labels. Returns the count. */
@@ -379,7 +379,7 @@ static void test_corrupt(const char *tree)
     static const char *const why[5][2] = {{"z0-empty.png", "empty"},
                                           {"z1-truncated.png", "end of file"},
                                           {"z2-badcrc.png", "CRC"},
-                                          {"z3-text.png", "not a PNG"},
+                                          {"z3-text.png", "not a JPEG or PNG file"},
                                           {"z4-huge.png", "exceeds the limit"}};
     for (int i = 0; i < 5; i++) {
         char line[256];
@@ -470,7 +470,7 @@ static void test_sizes_and_test_dir(const char *tree)
     snprintf(edir, sizeof edir, "%s/emptytest", g_dir);
     mkdir(edir, 0777);
     rc = prep("png", tree, "--test-dir", edir, "-o", out, NULL);
-    CHECK(rc == 1 && strstr(g_log, "emptytest: no .png files for the test split"),
+    CHECK(rc == 1 && strstr(g_log, "emptytest: no image files for the test split"),
           "empty test tree: rc %d %s", rc, g_log);
     CHECK(!exists(out), "output after an error");
 

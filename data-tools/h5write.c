@@ -200,22 +200,21 @@ done:
     return rc;
 }
 
-/* /classes: K fixed-length strings as long as the longest name, in one
- * chunk with a Fletcher-32 checksum. */
-static int write_classes(hid_t file, const h5w_opts *o)
+/* /classes (and /class_descriptions): K fixed-length strings as long as the
+ * longest one, in one chunk with a Fletcher-32 checksum. */
+static int write_classes(hid_t file, const char *dset, const char *const *names, int n)
 {
-    hsize_t k = (hsize_t)o->num_classes;
+    hsize_t k = (hsize_t)n;
     size_t len = 1;
-    for (int i = 0; i < o->num_classes; i++) len = PST_MAX(len, strlen(o->class_names[i]));
+    for (int i = 0; i < n; i++) len = PST_MAX(len, strlen(names[i]));
     hid_t t = fixed_str_type(len), s = H5Screate_simple(1, &k, NULL), d = -1;
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     char *buf = pst_calloc((size_t)k, len + 1);
     int rc = -1;
     if (t < 0 || s < 0 || dcpl < 0 || H5Pset_chunk(dcpl, 1, &k) < 0 || H5Pset_fletcher32(dcpl) < 0)
         goto done;
-    for (int i = 0; i < o->num_classes; i++)
-        memcpy(buf + (size_t)i * (len + 1), o->class_names[i], strlen(o->class_names[i]));
-    d = H5Dcreate2(file, "classes", t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    for (int i = 0; i < n; i++) memcpy(buf + (size_t)i * (len + 1), names[i], strlen(names[i]));
+    d = H5Dcreate2(file, dset, t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     if (d < 0 || H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) goto done;
     rc = 0;
 done:
@@ -405,8 +404,13 @@ int h5w_create(h5w **out, const char *path, const h5w_opts *o, pst_err *e)
         pst_fail(e, "%s: cannot create (%s; %s)", w->tmp, h5u_reason(why), strerror(err));
         goto fail;
     }
-    if (write_classes(w->file, o) < 0) {
+    if (write_classes(w->file, "classes", o->class_names, o->num_classes) < 0) {
         pst_fail(e, "%s: writing /classes failed (%s)", w->tmp, h5u_reason(why));
+        goto fail;
+    }
+    if (o->class_descriptions &&
+        write_classes(w->file, "class_descriptions", o->class_descriptions, o->num_classes) < 0) {
+        pst_fail(e, "%s: writing /class_descriptions failed (%s)", w->tmp, h5u_reason(why));
         goto fail;
     }
     if (o->compression > 0 && o->storage == H5DS_STORE_PIXELS && start_threads(w, e) < 0) goto fail;

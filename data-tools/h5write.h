@@ -39,6 +39,9 @@ typedef struct h5w_opts {
     bool force;                     /* overwrite an existing output */
     int threads;                    /* compression threads; 0 = one per CPU (at most 8) */
     const char *source;             /* free text for the `source` attribute */
+    /* NULL, or num_classes UTF-8 strings (may be empty) for /class_descriptions,
+     * e.g. the words of each synset of `pstrain-prep images --synsets` */
+    const char *const *class_descriptions;
 } h5w_opts;
 
 typedef struct h5w h5w;

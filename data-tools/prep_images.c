@@ -468,6 +468,7 @@ int prep_cmd_images(int argc, char **argv)
                    .channels = r.channels,
                    .num_classes = r.tree.nclasses,
                    .class_names = (const char *const *)r.tree.classes,
+                   .class_descriptions = (const char *const *)r.tree.words,
                    .chunk_images = c->chunk_images,
                    .compression = c->store == IMG_STORE_ENCODED ? 0 : c->compression,
                    .threads = PST_MIN(c->threads, 8),

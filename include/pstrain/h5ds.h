@@ -5,6 +5,8 @@
  *   file format      HDF5 1.10 (H5Pset_libver_bounds V110): superblock, object
  *                    headers and chunk indexes carry checksums
  *   /classes         fixed-length UTF-8 strings [K], one chunk, Fletcher-32
+ *   /class_descriptions  optional, the same layout: a description per class
+ *                    (`pstrain-prep images --synsets`: the synset's words)
  *   attributes of /: format = "pstrain-dataset", format_version, storage,
  *                    height, width, channels, num_classes, mean[C], std[C]
  *                    (train pixels scaled to [0,1]), source, created; strings

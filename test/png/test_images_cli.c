@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <hdf5.h>
 #include <jpeglib.h> /* after stdio.h: it uses FILE and size_t */
 
 #include "check.h"
@@ -208,6 +209,25 @@ static int64_t read_ids(const char *path, const char *split, int *ids, int32_t *
     return s->count;
 }
 
+/* /class_descriptions[i] (fixed-length strings, as /classes), or "" */
+static void read_description(const char *path, int i, char *out, size_t n)
+{
+    out[0] = 0;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = f < 0 ? -1 : H5Dopen2(f, "class_descriptions", H5P_DEFAULT);
+    hid_t t = d < 0 ? -1 : H5Dget_type(d);
+    if (t >= 0) {
+        size_t len = H5Tget_size(t);
+        char *buf = calloc(16, len);
+        if (H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0)
+            snprintf(out, n, "%.*s", (int)len, buf + (size_t)i * len);
+        free(buf);
+        H5Tclose(t);
+    }
+    if (d >= 0) H5Dclose(d);
+    if (f >= 0) H5Fclose(f);
+}
+
 /* flat val: val_01..val_06 (ids 201..206) with these synsets */
 static const char *const flat_truth[6] = {"n01", "n03", "n02", "n01", "n04", "n03"};
 
@@ -242,6 +262,11 @@ static void test_labels(void)
     CHECK(n == 6 && bad == 0, "train labels by synset order: %lld images, %d wrong", (long long)n,
           bad);
     h5ds_close(&ds);
+    char words[128];
+    read_description(out, 0, words, sizeof words);
+    CHECK(!strcmp(words, "third, the last folder"), "/class_descriptions[0] '%s'", words);
+    read_description(out, 1, words, sizeof words);
+    CHECK(!strcmp(words, "first"), "/class_descriptions[1] '%s' (CRLF line)", words);
     unlink(out);
 
     /* without --synsets: sorted folder names */

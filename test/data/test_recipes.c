@@ -512,8 +512,15 @@ typedef struct jpeg_case {
 static void test_jpeg(aug_scratch *s)
 {
     const jpeg_case cases[] = {
-        {64, 48, 3, 64, 64, true},    {45, 61, 3, 70, 50, true},    {64, 48, 1, 64, 64, true},
-        {400, 300, 3, 60, 60, false}, {300, 400, 1, 48, 40, false},
+        {64, 48, 3, 64, 64, true},
+        {45, 61, 3, 70, 50, true},
+        {64, 48, 1, 64, 64, true},
+        {400, 300, 3, 60, 60, false},
+        {300, 400, 1, 48, 40, false},
+        /* tiny and odd: a 3x2 image up to 17x13, a 200x20 strip (Inception
+         * always falls back to the whole image; every crop at 8/8) */
+        {3, 2, 3, 13, 17, true},
+        {200, 20, 3, 24, 24, true},
     };
     pst_err e;
     for (size_t t = 0; t < PST_ARRAY_LEN(cases); t++) {

@@ -672,53 +672,87 @@ quant_row(const float *restrict v, size_t m, uint8_t *restrict out)
 
 enum { BLK = 256 }; /* pixels per block of planes in aug_distort_color */
 
+/* The strided loops around sat_hue_planes, cloned like it: pixels q[0..m)
+ * to planes as v * a + add[c]; planes back to pixels; and an affine map of
+ * interleaved pixels, clipped and quantised. */
+__attribute__((noinline)) AUG_NO_TRAPS AUG_CLONES static void
+load_planes(const float *restrict q, int m, float a, const float *add, float *restrict R,
+            float *restrict G, float *restrict B)
+{
+    const float a0 = add[0], a1 = add[1], a2 = add[2];
+    for (int i = 0; i < m; i++) {
+        R[i] = q[3 * i] * a + a0;
+        G[i] = q[3 * i + 1] * a + a1;
+        B[i] = q[3 * i + 2] * a + a2;
+    }
+}
+
+__attribute__((noinline)) AUG_NO_TRAPS AUG_CLONES static void store_planes(float *restrict q, int m,
+                                                                           const float *restrict R,
+                                                                           const float *restrict G,
+                                                                           const float *restrict B)
+{
+    for (int i = 0; i < m; i++) {
+        q[3 * i] = R[i];
+        q[3 * i + 1] = G[i];
+        q[3 * i + 2] = B[i];
+    }
+}
+
+__attribute__((noinline)) AUG_NO_TRAPS AUG_CLONES static void
+affine_quant3(const float *restrict v, size_t n, float a, const float *add, uint8_t *restrict out)
+{
+    const float a0 = add[0], a1 = add[1], a2 = add[2];
+    for (size_t i = 0; i < n; i++) {
+        const float x0 = v[3 * i] * a + a0, x1 = v[3 * i + 1] * a + a1, x2 = v[3 * i + 2] * a + a2;
+        const float y0 = MAXF(x0, 0.0f), y1 = MAXF(x1, 0.0f), y2 = MAXF(x2, 0.0f);
+        const float z0 = MINF(y0, 1.0f), z1 = MINF(y1, 1.0f), z2 = MINF(y2, 1.0f);
+        out[3 * i] = (uint8_t)(int)(z0 * 255.0f + 0.5f);
+        out[3 * i + 1] = (uint8_t)(int)(z1 * 255.0f + 0.5f);
+        out[3 * i + 2] = (uint8_t)(int)(z2 * 255.0f + 0.5f);
+    }
+}
+
 void aug_distort_color(float *img, size_t n, int C, const aug_color *c, uint8_t *out)
 {
     const float db = c->brightness, fs = c->saturation, dh6 = c->hue * 6, fc = c->contrast;
     double mean[3];
-    float mk[3] = {0, 0, 0};
     if (C != 3) { /* saturation and hue are the identity */
         channel_means(img, n, 1, mean);
-        mk[0] = (float)mean[0] + db; /* the mean after brightness */
-        for (size_t i = 0; i < n; i++) img[i] = (img[i] + db - mk[0]) * fc + mk[0];
+        const float mk = (float)mean[0] + db; /* the mean after brightness */
+        for (size_t i = 0; i < n; i++) img[i] = (img[i] + db - mk) * fc + mk;
         quant_row(img, n, out);
         return;
     }
-    if (c->order == 1) { /* contrast first: about the means + db */
+    /* the affine part before saturation + hue: brightness (order 0), or
+     * brightness then contrast about the brightened means (order 1):
+     * (v + db - m) fc + m = v fc + ((db - m) fc + m), m = mean + db */
+    float a = 1, add[3] = {db, db, db};
+    if (c->order == 1) {
         channel_means(img, n, 3, mean);
-        for (int k = 0; k < 3; k++) mk[k] = (float)mean[k] + db;
+        a = fc;
+        for (int k = 0; k < 3; k++) {
+            const float mk = (float)mean[k] + db;
+            add[k] = (db - mk) * fc + mk;
+        }
     }
     float R[BLK], G[BLK], B[BLK];
     for (size_t i0 = 0; i0 < n; i0 += BLK) {
         const int m = (int)PST_MIN((size_t)BLK, n - i0);
         float *q = img + 3 * i0;
-        if (c->order == 1) {
-            for (int i = 0; i < m; i++) {
-                R[i] = (q[3 * i] + db - mk[0]) * fc + mk[0];
-                G[i] = (q[3 * i + 1] + db - mk[1]) * fc + mk[1];
-                B[i] = (q[3 * i + 2] + db - mk[2]) * fc + mk[2];
-            }
-        } else {
-            for (int i = 0; i < m; i++) {
-                R[i] = q[3 * i] + db;
-                G[i] = q[3 * i + 1] + db;
-                B[i] = q[3 * i + 2] + db;
-            }
-        }
+        load_planes(q, m, a, add, R, G, B);
         sat_hue_planes(R, G, B, m, fs, dh6);
-        for (int i = 0; i < m; i++) {
-            q[3 * i] = R[i];
-            q[3 * i + 1] = G[i];
-            q[3 * i + 2] = B[i];
-        }
+        store_planes(q, m, R, G, B);
     }
-    if (c->order == 0) { /* contrast last, about the means after hue */
+    /* order 0 ends with contrast about the means after hue: v fc + m (1 - fc) */
+    a = 1;
+    add[0] = add[1] = add[2] = 0;
+    if (c->order == 0) {
         channel_means(img, n, 3, mean);
-        for (int k = 0; k < 3; k++) mk[k] = (float)mean[k];
-        for (size_t i = 0; i < n; i++)
-            for (int k = 0; k < 3; k++) img[3 * i + k] = (img[3 * i + k] - mk[k]) * fc + mk[k];
+        a = fc;
+        for (int k = 0; k < 3; k++) add[k] = (float)mean[k] * (1 - fc);
     }
-    quant_row(img, 3 * n, out);
+    affine_quant3(img, n, a, add, out);
 }
 
 /* The colour distortion when the plan has one, else clip and quantise. */

@@ -127,7 +127,8 @@ int h5ds_read(h5ds *ds, const char *split, int64_t first, int64_t count, uint8_t
  * to the first example's start (offsets[0] = 0); bytes (may be NULL: then only offsets,
  * labels, heights, widths are read, each may be NULL) receives offsets[count] bytes and
  * must hold bytes_cap >= that, else the call fails naming the size needed. Fails on a
- * pixels split. Reads of /<split>/encoded go through a 32 MiB chunk cache, as h5ds_read's. */
+ * pixels split. Reads of /<split>/encoded use no chunk cache (each reads and checks the
+ * chunks it touches; HDF5 1.10's cache outgrew its limit on such reads). */
 int h5ds_read_encoded(h5ds *ds, const char *split, int64_t first, int64_t count, int64_t *offsets,
                       uint8_t *bytes, size_t bytes_cap, int32_t *labels, int32_t *heights,
                       int32_t *widths, pst_err *e);

@@ -33,10 +33,12 @@ static double cpu_s(void)
 
 static void report(const char *what, int64_t n, double bytes, double wall, double cpu)
 {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
     printf("%-28s %lld images, %.0f MB: %.2f s wall (%.0f MB/s, %.0f images/s), %.2f s CPU "
-           "(%.0f MB/s per core)\n",
+           "(%.0f MB/s per core); peak RSS so far %.0f MB\n",
            what, (long long)n, bytes / 1e6, wall, bytes / 1e6 / wall, (double)n / wall, cpu,
-           bytes / 1e6 / cpu);
+           bytes / 1e6 / cpu, (double)ru.ru_maxrss / 1024);
 }
 
 int main(int argc, char **argv)

@@ -5,7 +5,10 @@
  *   xhat = (x - mean) * invstd,  invstd = 1/sqrt(var + eps),  y = gamma*xhat + beta
  *   backward: dbeta = sum dy, dgamma = sum dy*xhat,
  *             dx = gamma*invstd/M * (M*dy - dbeta - xhat*dgamma)
- * Sums over rows are kept in double per channel: M reaches 10^5. They are
+ * Sums over rows are kept in double per channel: M reaches 10^5. The
+ * forward takes both moments in one pass, around the batch's first row
+ * (var = E[(x-s)^2] - E[x-s]^2, s near the mean: in double no digit that
+ * matters is lost), so it reads x twice, not three times. Sums are
  * taken per fixed block of rows (nn_bn_blocks) and the blocks' partials
  * added in block order, so that the *_par kernels give the same bits on any
  * number of threads.
@@ -38,18 +41,19 @@ NN_CLONES static void bn_affine(float *out, const float *inp, const float *scale
     }
 }
 
-/* sum[c] += x[i][c], sq[c] += (x[i][c] - mean[c])^2 (when mean). */
-NN_CLONES static void bn_sums(double *sum, const float *inp, const float *mean, int M, int C)
+/* sum[c] += x[i][c] - shift[c], sq[c] += (x[i][c] - shift[c])^2: one pass
+ * for both moments. shift is the batch's first row, near the mean, so the
+ * variance sq/M - (sum/M)^2 loses no digits that matter in double. */
+NN_CLONES static void bn_sums(double *restrict sum, double *restrict sq, const float *inp,
+                              const float *restrict shift, int M, int C)
 {
     for (int i = 0; i < M; i++) {
         const float *restrict x = inp + (size_t)i * C;
-        if (mean)
-            for (int c = 0; c < C; c++) {
-                double v = (double)x[c] - mean[c];
-                sum[c] += v * v;
-            }
-        else
-            for (int c = 0; c < C; c++) sum[c] += x[c];
+        for (int c = 0; c < C; c++) {
+            double v = (double)x[c] - (double)shift[c];
+            sum[c] += v;
+            sq[c] += v * v;
+        }
     }
 }
 
@@ -101,7 +105,7 @@ typedef struct bn_job {
     const float *bterm, *g;     /* backward dx */
     double *red;                /* [nb][2C] partials */
     int M, C, nb;
-    bool relu, acc, second; /* second: sums of squares around mean */
+    bool relu, acc;
 } bn_job;
 
 static void bn_sums_task(void *varg, int b, int tid)
@@ -110,8 +114,8 @@ static void bn_sums_task(void *varg, int b, int tid)
     int lo, hi;
     nn_pool_block(j->M, j->nb, b, &lo, &hi);
     double *part = j->red + (size_t)b * 2 * j->C;
-    for (int c = 0; c < j->C; c++) part[c] = 0.0;
-    bn_sums(part, j->inp + (size_t)lo * j->C, j->second ? j->mean : NULL, hi - lo, j->C);
+    for (int c = 0; c < 2 * j->C; c++) part[c] = 0.0;
+    bn_sums(part, part + j->C, j->inp + (size_t)lo * j->C, j->inp, hi - lo, j->C);
 }
 
 static void bn_affine_range(void *varg, int lo, int hi)
@@ -171,13 +175,13 @@ void nn_bn_forward_train_par(nn_pool *pool, double *red, float *out, float *mean
                 .relu = relu};
     nn_pool_for(pool, j.nb, bn_sums_task, &j);
     bn_reduce(sum, red, j.nb, C, 0);
-    for (int c = 0; c < C; c++) mean[c] = (float)(sum[c] / M);
-    /* second pass around the mean: no cancellation */
-    j.second = true;
-    nn_pool_for(pool, j.nb, bn_sums_task, &j);
-    bn_reduce(sq, red, j.nb, C, 0);
+    bn_reduce(sq, red, j.nb, C, C);
     for (int c = 0; c < C; c++) {
-        double var = sq[c] / M;
+        double d = sum[c] / M; /* mean - shift */
+        mean[c] = (float)((double)inp[c] + d);
+        double var = sq[c] / M - d * d;
+        if (var < 0.0) var = 0.0;
+        sq[c] = var * M;
         invstd[c] = (float)(1.0 / sqrt(var + eps));
         scale[c] = gamma[c] * invstd[c];
         shift[c] = beta[c] - mean[c] * scale[c];

@@ -481,6 +481,32 @@ static void test_bn_eps_matters(void)
     CHECK_CLOSE(y5[3], 0.015 / sqrt(var + 1e-5), 1e-5, 1e-4, "bn eps 1e-5");
 }
 
+/* The one-pass moments (around the batch's first row) keep the variance of
+ * a channel whose mean is 10^6 times its spread, and of one whose first
+ * row is far from the mean. */
+static void test_bn_large_mean(void)
+{
+    enum { M = 1000, C = 2 };
+    float x[M * C], y[M * C], mean[C], inv[C], nm[C], nv[C];
+    float g[C] = {1, 1}, b[C] = {0, 0}, mm[C] = {0, 0}, mv[C] = {1, 1};
+    double s[C] = {0, 0}, q[C] = {0, 0};
+    for (int i = 0; i < M; i++) {
+        x[i * C] = 1e4f + 0.01f * (float)(i % 7);       /* mean 1e4 + .03, spread .02 */
+        x[i * C + 1] = i == 0 ? 50.0f : (float)(i % 5); /* first row 48 from the mean */
+        for (int c = 0; c < C; c++) s[c] += x[i * C + c];
+    }
+    for (int c = 0; c < C; c++) {
+        s[c] /= M;
+        for (int i = 0; i < M; i++) q[c] += (x[i * C + c] - s[c]) * (x[i * C + c] - s[c]);
+        q[c] /= M;
+    }
+    nn_bn_forward_train(y, mean, inv, nm, nv, x, g, b, mm, mv, M, C, 0.99f, 1e-5f, false);
+    for (int c = 0; c < C; c++) {
+        CHECK_CLOSE(mean[c], s[c], 1e-6, 1e-6, "bn large mean: mean of channel %d", c);
+        CHECK_CLOSE(inv[c], 1.0 / sqrt(q[c] + 1e-5), 1e-5, 1e-5, "bn large mean: invstd %d", c);
+    }
+}
+
 /* ResNet-50's widest batch norm: 2048 channels. */
 static void test_bn_wide(void)
 {
@@ -844,6 +870,7 @@ int main(void)
     /* torchvision's eps, and a variance near eps so that eps matters */
     test_bn(20, 3, false, 1e-5f);
     test_bn_eps_matters();
+    test_bn_large_mean();
     test_bn_wide();
 
     test_relu_dropout();

@@ -38,7 +38,7 @@ fi
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "n/a") }'; }
 
-# images/s from pstrain-prep's summary line "  0.42 s, 23810 images/s"
+# images/s from pstrain-prep's summary line "  0.42 s, 23810 images/s, 0.40 CPU s, ..."
 run_prep() {
     local tree=$1
     shift
@@ -49,7 +49,7 @@ run_prep() {
         echo "bench-png: pstrain-prep png $tree $* failed" >&2
         exit 1
     fi
-    sed -n 's/^ *[0-9.]* s, \([0-9.]*\) images\/s$/\1/p' "$out/prep.log"
+    sed -n 's/^ *[0-9.]* s, \([0-9.]*\) images\/s.*$/\1/p' "$out/prep.log"
 }
 
 # images_per_sec from the peer's last stdout line (JSON)

@@ -475,12 +475,12 @@ static int write_fletcher(const char *path, int64_t n, int H, int W)
     return rc;
 }
 
-/* The file offset of the chunk holding example `first` of /train/images,
- * and its stored size. */
-static int64_t chunk_address(const char *path, int64_t first, int64_t *stored)
+/* The file offset of the chunk of dataset `dset` whose first coordinate is
+ * `first`, and its stored size. */
+static int64_t chunk_address(const char *path, const char *dset, int64_t first, int64_t *stored)
 {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, "train/images", H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, dset, H5P_DEFAULT);
     hsize_t off[4] = {(hsize_t)first, 0, 0, 0};
     haddr_t addr = HADDR_UNDEF;
     unsigned mask;
@@ -515,7 +515,7 @@ static void test_direct_chunks(const char *dir)
     h5ds_close(&ds);
     /* a flipped bit in a chunk's stored checksum (the deflated bytes are
      * intact, so only the Fletcher-32 check can catch it) */
-    int64_t size = 0, addr = chunk_address(path, 32, &size);
+    int64_t size = 0, addr = chunk_address(path, "train/images", 32, &size);
     CHECK(addr > 0 && size > 4, "chunk address %lld, size %lld", (long long)addr, (long long)size);
     int fd = open(path, O_RDWR);
     uint8_t byte;
@@ -536,6 +536,37 @@ static void test_direct_chunks(const char *dir)
     CHECK(stream_equals_h5dread(&ds, "h5w, some chunks stored raw", &failed, &e),
           "the direct chunk path was not taken");
     CHECK(!failed, "h5w stream failed: %s", e.msg);
+    h5ds_close(&ds);
+}
+
+/* A flipped bit in the second chunk of /train/encoded: streaming (direct
+ * chunk reads, the checksum checked outside the HDF5 lock) reports it in
+ * one line naming the dataset and the chunk. */
+static void test_encoded_damage(const char *path)
+{
+    pst_err e;
+    int64_t size = 0, addr = chunk_address(path, "train/encoded", CHUNK_BYTES, &size);
+    CHECK(addr > 0 && size > 100, "chunk address %lld, size %lld", (long long)addr,
+          (long long)size);
+    int fd = open(path, O_RDWR);
+    uint8_t byte = 0;
+    CHECK(fd >= 0 && pread(fd, &byte, 1, addr + 77) == 1, "reading the chunk");
+    byte ^= 0x04;
+    CHECK(pwrite(fd, &byte, 1, addr + 77) == 1, "damaging the chunk");
+    close(fd);
+    h5ds ds;
+    CHECK(h5ds_open(&ds, path, &e) == 0, "%s", e.msg);
+    pipe_cfg c = enc_cfg();
+    c.preload_bytes = 0;
+    c.epochs = 1;
+    pipeline *p = NULL;
+    int rc = pipe_new(&p, &ds, &c, &e);
+    pipe_batch b;
+    while (rc == 0 && (rc = pipe_next(p, &b, &e)) == 1) rc = 0;
+    pipe_free(p);
+    CHECK(rc < 0 && strstr(e.msg, "/train/encoded: chunk at byte") &&
+              strstr(e.msg, "Fletcher-32") && !strchr(e.msg, '\n'),
+          "damaged encoded chunk: %s", rc < 0 ? e.msg : "no error");
     h5ds_close(&ds);
 }
 
@@ -563,6 +594,7 @@ int main(void)
     test_encoded_eval(&ds);
     test_budget(&ds);
     h5ds_close(&ds);
+    test_encoded_damage(path);
     unlink(path);
 
     snprintf(path, sizeof path, "%s/px.h5", dir);

@@ -49,25 +49,13 @@ int img_read_file(const char *path, uint8_t **buf, size_t *n, pst_err *e)
         close(fd);
         return pst_fail(e, "cannot stat: %s", strerror(err));
     }
-    size_t cap = st.st_size > 0 ? (size_t)st.st_size : 0, got = 0;
-    uint8_t *p = pst_malloc(cap ? cap : 1);
+    /* one byte more than the size, so that a file read whole ends with a
+     * read of 0 bytes into spare room; a file that grew meanwhile (or whose
+     * size was unknown) grows the buffer */
+    size_t cap = (st.st_size > 0 ? (size_t)st.st_size : 4095) + 1, got = 0;
+    uint8_t *p = pst_malloc(cap);
     for (;;) {
-        if (got == cap) { /* the file grew meanwhile, or its size was unknown */
-            uint8_t probe;
-            ssize_t r = read(fd, &probe, 1);
-            if (r == 0) break;
-            if (r < 0) {
-                if (errno == EINTR) continue;
-                int err = errno;
-                free(p);
-                close(fd);
-                return pst_fail(e, "read error: %s", strerror(err));
-            }
-            cap = cap ? 2 * cap : 4096;
-            p = pst_realloc(p, cap);
-            p[got++] = probe;
-            continue;
-        }
+        if (got == cap) p = pst_realloc(p, cap *= 2);
         ssize_t r = read(fd, p + got, cap - got);
         if (r == 0) break;
         if (r < 0) {

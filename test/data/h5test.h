@@ -151,4 +151,12 @@ static inline int h5test_write(const char *path, int64_t n_train, int64_t n_test
     return rc ? -1 : 0;
 }
 
+/* FNV-1a of n bytes: the tests compare images by it. */
+static inline uint64_t fnv(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 #endif

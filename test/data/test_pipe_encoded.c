@@ -132,13 +132,6 @@ typedef struct run {
     uint8_t *first_px; /* the output image of each id's first appearance (n_ids x out) */
 } run;
 
-static uint64_t fnv(const uint8_t *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 static void run_free(run *r)
 {
     free(r->v);

@@ -142,4 +142,18 @@ static inline void prep_run(prep_out *r, const char *const *args)
     prep_wait(prep_start(args), r);
 }
 
+/* The problems h5ds_verify reports, collected one per line. */
+typedef struct problems {
+    int n;
+    char all[8192];
+} problems;
+
+static inline void collect(void *ctx, const char *msg)
+{
+    problems *p = ctx;
+    size_t len = strlen(p->all);
+    snprintf(p->all + len, sizeof p->all - len, "%s\n", msg);
+    p->n++;
+}
+
 #endif

@@ -23,19 +23,6 @@
 
 enum { NT = 40, NV = 6 };
 
-typedef struct problems {
-    int n;
-    char all[8192];
-} problems;
-
-static void collect(void *ctx, const char *msg)
-{
-    problems *p = ctx;
-    size_t len = strlen(p->all);
-    snprintf(p->all + len, sizeof p->all - len, "%s\n", msg);
-    p->n++;
-}
-
 /* Expected offsets of split s relative to example `first`. */
 static void expect_offsets(int s, int64_t first, int64_t count, int64_t *off)
 {

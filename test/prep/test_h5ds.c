@@ -222,19 +222,6 @@ static void build(const char *path, defect d)
     H5Fclose(f);
 }
 
-typedef struct problems {
-    int n;
-    char all[8192];
-} problems;
-
-static void collect(void *ctx, const char *msg)
-{
-    problems *p = ctx;
-    size_t len = strlen(p->all);
-    snprintf(p->all + len, sizeof p->all - len, "%s\n", msg);
-    p->n++;
-}
-
 static void test_defects(void)
 {
     const char *path = scratch_path("defect.h5");

@@ -50,11 +50,11 @@ LSAN_OPTIONS=suppressions=$top/test/lsan.supp:print_suppressions=0 \
 # and a training run whose reader thread streams the split while the main thread writes checkpoints and evaluates,
 # test/train/test_h5lock.c). Only those targets are built. No suppressions: the reports would be pstrain's.
 tsan=${TSAN_BUILD_DIR:-build-tsan}
-tsan_tests=(pipeline augment h5lock nn-pool nn-conv-threads jpeg)
+tsan_tests=(pipeline pipe-encoded augment h5lock nn-pool nn-conv-threads jpeg)
 configure "$tsan" -Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=thread \
     -Db_lundef=false || exit 1
-ninja -C "$tsan" test/data/test_pipeline test/data/test_augment test/train/test_h5lock \
-    test/nn/test_nn_pool test/nn/test_nn_conv_threads test/jpeg/test_jpeg || exit 1
+ninja -C "$tsan" test/data/test_pipeline test/data/test_pipe_encoded test/data/test_augment \
+    test/train/test_h5lock test/nn/test_nn_pool test/nn/test_nn_conv_threads test/jpeg/test_jpeg || exit 1
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     meson test -C "$tsan" --no-rebuild --print-errorlogs --num-processes 2 \
     --timeout-multiplier 4 "${tsan_tests[@]}" || status=1

@@ -39,9 +39,12 @@
  * fp-contract=off keeps FMA out of the AVX clones: every clone does the same
  * IEEE operations in the same order (no reductions), so the bytes do not
  * depend on the CPU (checked by building with -DPSTRAIN_AUG_NO_CLONES, the
- * SSE2 code alone: the same bytes for 192 Inception crops). */
+ * SSE2 code alone: the same bytes for 192 Inception crops). Not under
+ * ThreadSanitizer: the dynamic loader calls an ifunc resolver before the TSan
+ * runtime is set up, and the instrumented resolver crashes every program that
+ * links this file at start-up. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(PSTRAIN_AUG_NO_CLONES)
+    !defined(PSTRAIN_AUG_NO_CLONES) && !defined(__SANITIZE_THREAD__)
 #define AUG_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define AUG_CLONES

@@ -1335,29 +1335,41 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
         }
     }
     p->readers_live = p->nreaders;
+    /* Each count is raised before its thread starts (and lowered again if
+     * it does not): written after pthread_create, it would race with the
+     * running threads, whose loads of the neighbouring flags may cover it. */
     for (int i = 0; i < p->nreaders; i++) {
+        p->readers_started++;
         if (pthread_create(&p->readers[i].th, NULL, reader_main, &p->readers[i]) != 0) {
+            p->readers_started--;
             pst_fail(e, "pipeline: cannot start reader thread %d of %d", i + 1, p->nreaders);
             goto fail;
         }
-        p->readers_started++;
     }
     if (p->work) {
         p->workers = pst_calloc((size_t)cfg->prep_threads, sizeof *p->workers);
         for (int i = 0; i < cfg->prep_threads; i++) {
+            p->nworkers++;
             if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+                p->nworkers--;
                 pst_fail(e, "pipeline: cannot start preprocessing thread %d of %d", i + 1,
                          cfg->prep_threads);
                 goto fail;
             }
-            p->nworkers++;
         }
     }
+    /* under the lock: the running threads' loads of stop/failed, under the
+     * lock, may cover this neighbouring byte (ThreadSanitizer saw them) */
+    pthread_mutex_lock(&p->mu);
+    p->asm_started = true;
+    pthread_mutex_unlock(&p->mu);
     if (pthread_create(&p->assembler, NULL, assembler_main, p) != 0) {
+        pthread_mutex_lock(&p->mu);
+        p->asm_started = false;
+        pthread_mutex_unlock(&p->mu);
         pst_fail(e, "pipeline: cannot start the batching thread");
         goto fail;
     }
-    p->asm_started = true;
     *out = p;
     return 0;
 fail:

@@ -2,7 +2,9 @@
 # JPEG-tree preparation: `pstrain-prep images` vs the PIL + h5py peer
 # (prep_peer.py png, not part of this repository), on an ImageNet-style tree of
 # photo-like 256x256 JPEGs written by the peers' make_jpeg_tree.py:
-#   - pixels:  decode, resize to 224x224x3 (area / PIL BOX), deflate 4
+#   - pixels:  decode, resize to 224x224x3 (area / PIL BOX), deflate 4; pstrain-prep in
+#              its own layout (chunks of about 512 KiB, deflated in parallel), the
+#              peer in its own (chunks of 1024 images): each tool as users run it
 #   - encoded: the JPEG bytes themselves (every file still decoded, DCT-scaled
 #              to 1/8, for the checks and the mean/std); pstrain-prep only, the
 #              peer has no such mode
@@ -79,7 +81,7 @@ add() { # key "ips cpu"
 }
 for ((r = 1; r <= rounds; r++)); do
     for t in 1 2; do
-        add "pixels$t" "$(run_prep --size 224x224 --channels 3 --compression 4 --chunk-images 1024 --threads $t)"
+        add "pixels$t" "$(run_prep --size 224x224 --channels 3 --compression 4 --threads $t)"
         add "encoded$t" "$(run_prep --store encoded --channels 3 --threads $t)"
     done
     if [ $have_peer = 1 ]; then

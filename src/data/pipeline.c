@@ -1172,6 +1172,144 @@ static int plan(pipeline *p, int64_t max_px, int64_t unit_max_bytes, pst_err *e)
     return 0;
 }
 
+/* Reads the whole split (up to the limit) once: plan() found that it fits
+ * the memory budget. */
+static int preload(pipeline *p, pst_err *e)
+{
+    const bool encoded = p->mode == MODE_ENCODED;
+    p->pre_lab = pst_malloc(sizeof(int32_t) * (size_t)p->n);
+    if (encoded) {
+        p->pre_bytes = pst_malloc((size_t)PST_MAX(p->enc_off[p->n], (int64_t)1));
+        int rc;
+        if (p->enc_direct) {
+            uint8_t *raw = NULL;
+            size_t raw_cap = 0;
+            rc = read_encoded_direct(p, &raw, &raw_cap, 0, p->n, p->pre_bytes, p->pre_lab, e);
+            free(raw);
+        } else {
+            int64_t *tmp = pst_malloc(sizeof(int64_t) * (size_t)(p->n + 1));
+            rc = h5ds_read_encoded(p->ds, p->split, 0, p->n, tmp, p->pre_bytes,
+                                   (size_t)p->enc_off[p->n], p->pre_lab, NULL, NULL, e);
+            free(tmp);
+        }
+        if (rc < 0) return -1;
+    } else {
+        p->pre_px = pst_malloc((size_t)p->n * p->img);
+        if (h5ds_read(p->ds, p->split, 0, p->n, p->pre_px, p->pre_lab, e) < 0) return -1;
+    }
+    return 0;
+}
+
+/* The buffers of blocks, shuffle buffer, batches and readers, sized by
+ * plan(); the readers' are allocated here, so that a thread never fails to
+ * allocate its first unit. */
+static void alloc_buffers(pipeline *p, int64_t unit_max_bytes)
+{
+    const pipe_cfg *cfg = &p->cfg;
+    const bool encoded = p->mode == MODE_ENCODED;
+    p->order = pst_malloc(sizeof(int64_t) * (size_t)p->nunits);
+    p->claim_epoch = cfg->first_epoch;
+    if (p->claim_epoch < p->end_epoch) chunk_order(p, p->claim_epoch, p->order);
+
+    p->blocks = pst_calloc((size_t)p->nblocks, sizeof *p->blocks);
+    for (int i = 0; i < p->nblocks; i++) {
+        block *b = &p->blocks[i];
+        b->state = BLK_FREE;
+        b->seq = -1;
+        b->ids = pst_malloc(sizeof(int64_t) * (size_t)p->blk_cap);
+        b->labels = pst_malloc(sizeof(int32_t) * (size_t)p->blk_cap);
+        b->pixels = pst_aligned_alloc(p->out_img * (size_t)p->blk_cap);
+        if (p->mode == MODE_PIXELS_RECIPE) b->in = pst_malloc(p->img * (size_t)p->blk_cap);
+        if (p->mode == MODE_ENCODED)
+            b->in_off = pst_malloc(sizeof(int64_t) * (size_t)(p->blk_cap + 1));
+    }
+
+    if (cfg->shuffle) {
+        /* a buffer larger than the epoch behaves like one the size of the
+         * epoch (everything is inserted before the first draw) */
+        p->buf_px = pst_aligned_alloc((size_t)p->cap * p->out_img);
+        p->buf_ids = pst_malloc(sizeof(int64_t) * (size_t)p->cap);
+        p->buf_lab = pst_malloc(sizeof(int32_t) * (size_t)p->cap);
+        p->live = pst_malloc(sizeof(int) * (size_t)p->cap);
+        p->spare = pst_malloc(sizeof(int) * (size_t)p->cap);
+        for (int i = 0; i < p->cap; i++) p->spare[i] = p->cap - 1 - i;
+        p->nfree = p->cap;
+    }
+    /* batches never straddle epochs: none holds more than an epoch */
+    const size_t bcap = (size_t)PST_MIN((int64_t)cfg->batch, p->n);
+    for (int i = 0; i < PIPE_NBAT; i++) {
+        pipe_batch *b = &p->bat[i].b;
+        p->bat[i].state = BAT_FREE;
+        b->ids = pst_malloc(sizeof(int64_t) * bcap);
+        b->labels = pst_malloc(sizeof(int32_t) * bcap);
+        b->pixels = pst_aligned_alloc(p->out_img * bcap);
+    }
+
+    p->readers = pst_calloc((size_t)p->nreaders, sizeof *p->readers);
+    for (int i = 0; i < p->nreaders; i++) {
+        reader *r = &p->readers[i];
+        r->p = p;
+        r->off = pst_malloc(sizeof(int64_t) * (size_t)(p->unit_max + 1));
+        if (p->info.preloaded) continue;
+        r->lab = pst_malloc(sizeof(int32_t) * (size_t)p->unit_max);
+        if (encoded) {
+            r->bytes_cap = (size_t)PST_MAX(unit_max_bytes, (int64_t)1);
+            r->bytes = pst_malloc(r->bytes_cap);
+            if (p->enc_direct) {
+                r->raw_cap = (size_t)p->enc_cb + 4096;
+                r->raw = pst_malloc(r->raw_cap);
+            }
+        } else if (p->direct) {
+            r->px = pst_malloc((size_t)p->fchunk * p->img);
+            r->raw_cap = (size_t)p->raw_cap_plan;
+            r->raw = pst_malloc(r->raw_cap);
+        } else {
+            r->px = pst_malloc((size_t)p->chunk * p->img);
+        }
+    }
+}
+
+/* Starts readers, workers and the assembler. The lock is held throughout:
+ * the threads wait for it before they touch the shared state, so the counts
+ * of started threads (read by pipe_free) are never written while a running
+ * thread reads the flags beside them (ThreadSanitizer saw loads of stop and
+ * failed that covered asm_started). 0, or -1 (the threads started so far are
+ * stopped by pipe_free). */
+static int start_threads(pipeline *p, pst_err *e)
+{
+    const pipe_cfg *cfg = &p->cfg;
+    int rc = -1;
+    pthread_mutex_lock(&p->mu);
+    p->readers_live = p->nreaders;
+    for (int i = 0; i < p->nreaders; i++) {
+        if (pthread_create(&p->readers[i].th, NULL, reader_main, &p->readers[i]) != 0) {
+            pst_fail(e, "pipeline: cannot start reader thread %d of %d", i + 1, p->nreaders);
+            goto out;
+        }
+        p->readers_started++;
+    }
+    if (p->work) {
+        p->workers = pst_calloc((size_t)cfg->prep_threads, sizeof *p->workers);
+        for (int i = 0; i < cfg->prep_threads; i++) {
+            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+                pst_fail(e, "pipeline: cannot start preprocessing thread %d of %d", i + 1,
+                         cfg->prep_threads);
+                goto out;
+            }
+            p->nworkers++;
+        }
+    }
+    if (pthread_create(&p->assembler, NULL, assembler_main, p) != 0) {
+        pst_fail(e, "pipeline: cannot start the batching thread");
+        goto out;
+    }
+    p->asm_started = true;
+    rc = 0;
+out:
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
 int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
 {
     *out = NULL;
@@ -1250,126 +1388,9 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
     p->info.readers = p->nreaders;
     p->info.queue_capacity = cfg->shuffle ? p->cap : 0;
 
-    if (p->info.preloaded) {
-        p->pre_lab = pst_malloc(sizeof(int32_t) * (size_t)p->n);
-        if (encoded) {
-            p->pre_bytes = pst_malloc((size_t)PST_MAX(p->enc_off[p->n], (int64_t)1));
-            int rc;
-            if (p->enc_direct) {
-                uint8_t *raw = NULL;
-                size_t raw_cap = 0;
-                rc = read_encoded_direct(p, &raw, &raw_cap, 0, p->n, p->pre_bytes, p->pre_lab, e);
-                free(raw);
-            } else {
-                int64_t *tmp = pst_malloc(sizeof(int64_t) * (size_t)(p->n + 1));
-                rc = h5ds_read_encoded(ds, p->split, 0, p->n, tmp, p->pre_bytes,
-                                       (size_t)p->enc_off[p->n], p->pre_lab, NULL, NULL, e);
-                free(tmp);
-            }
-            if (rc < 0) goto fail;
-        } else {
-            p->pre_px = pst_malloc((size_t)p->n * p->img);
-            if (h5ds_read(ds, p->split, 0, p->n, p->pre_px, p->pre_lab, e) < 0) goto fail;
-        }
-    }
-    p->order = pst_malloc(sizeof(int64_t) * (size_t)p->nunits);
-    p->claim_epoch = cfg->first_epoch;
-    if (p->claim_epoch < p->end_epoch) chunk_order(p, p->claim_epoch, p->order);
-
-    p->blocks = pst_calloc((size_t)p->nblocks, sizeof *p->blocks);
-    for (int i = 0; i < p->nblocks; i++) {
-        block *b = &p->blocks[i];
-        b->state = BLK_FREE;
-        b->seq = -1;
-        b->ids = pst_malloc(sizeof(int64_t) * (size_t)p->blk_cap);
-        b->labels = pst_malloc(sizeof(int32_t) * (size_t)p->blk_cap);
-        b->pixels = pst_aligned_alloc(p->out_img * (size_t)p->blk_cap);
-        if (p->mode == MODE_PIXELS_RECIPE) b->in = pst_malloc(p->img * (size_t)p->blk_cap);
-        if (p->mode == MODE_ENCODED)
-            b->in_off = pst_malloc(sizeof(int64_t) * (size_t)(p->blk_cap + 1));
-    }
-
-    if (cfg->shuffle) {
-        /* a buffer larger than the epoch behaves like one the size of the
-         * epoch (everything is inserted before the first draw) */
-        p->buf_px = pst_aligned_alloc((size_t)p->cap * p->out_img);
-        p->buf_ids = pst_malloc(sizeof(int64_t) * (size_t)p->cap);
-        p->buf_lab = pst_malloc(sizeof(int32_t) * (size_t)p->cap);
-        p->live = pst_malloc(sizeof(int) * (size_t)p->cap);
-        p->spare = pst_malloc(sizeof(int) * (size_t)p->cap);
-        for (int i = 0; i < p->cap; i++) p->spare[i] = p->cap - 1 - i;
-        p->nfree = p->cap;
-    }
-    /* batches never straddle epochs: none holds more than an epoch */
-    const size_t bcap = (size_t)PST_MIN((int64_t)cfg->batch, p->n);
-    for (int i = 0; i < PIPE_NBAT; i++) {
-        pipe_batch *b = &p->bat[i].b;
-        p->bat[i].state = BAT_FREE;
-        b->ids = pst_malloc(sizeof(int64_t) * bcap);
-        b->labels = pst_malloc(sizeof(int32_t) * bcap);
-        b->pixels = pst_aligned_alloc(p->out_img * bcap);
-    }
-
-    /* readers' buffers (allocated here, so that a thread never fails to
-     * allocate its first unit) */
-    p->readers = pst_calloc((size_t)p->nreaders, sizeof *p->readers);
-    for (int i = 0; i < p->nreaders; i++) {
-        reader *r = &p->readers[i];
-        r->p = p;
-        r->off = pst_malloc(sizeof(int64_t) * (size_t)(p->unit_max + 1));
-        if (p->info.preloaded) continue;
-        r->lab = pst_malloc(sizeof(int32_t) * (size_t)p->unit_max);
-        if (encoded) {
-            r->bytes_cap = (size_t)PST_MAX(unit_max_bytes, (int64_t)1);
-            r->bytes = pst_malloc(r->bytes_cap);
-            if (p->enc_direct) {
-                r->raw_cap = (size_t)p->enc_cb + 4096;
-                r->raw = pst_malloc(r->raw_cap);
-            }
-        } else if (p->direct) {
-            r->px = pst_malloc((size_t)p->fchunk * p->img);
-            r->raw_cap = (size_t)p->raw_cap_plan;
-            r->raw = pst_malloc(r->raw_cap);
-        } else {
-            r->px = pst_malloc((size_t)p->chunk * p->img);
-        }
-    }
-    p->readers_live = p->nreaders;
-    /* Each count is raised before its thread starts (and lowered again if
-     * it does not): written after pthread_create, it would race with the
-     * running threads, whose loads of the neighbouring flags may cover it. */
-    for (int i = 0; i < p->nreaders; i++) {
-        p->readers_started++;
-        if (pthread_create(&p->readers[i].th, NULL, reader_main, &p->readers[i]) != 0) {
-            p->readers_started--;
-            pst_fail(e, "pipeline: cannot start reader thread %d of %d", i + 1, p->nreaders);
-            goto fail;
-        }
-    }
-    if (p->work) {
-        p->workers = pst_calloc((size_t)cfg->prep_threads, sizeof *p->workers);
-        for (int i = 0; i < cfg->prep_threads; i++) {
-            p->nworkers++;
-            if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
-                p->nworkers--;
-                pst_fail(e, "pipeline: cannot start preprocessing thread %d of %d", i + 1,
-                         cfg->prep_threads);
-                goto fail;
-            }
-        }
-    }
-    /* under the lock: the running threads' loads of stop/failed, under the
-     * lock, may cover this neighbouring byte (ThreadSanitizer saw them) */
-    pthread_mutex_lock(&p->mu);
-    p->asm_started = true;
-    pthread_mutex_unlock(&p->mu);
-    if (pthread_create(&p->assembler, NULL, assembler_main, p) != 0) {
-        pthread_mutex_lock(&p->mu);
-        p->asm_started = false;
-        pthread_mutex_unlock(&p->mu);
-        pst_fail(e, "pipeline: cannot start the batching thread");
-        goto fail;
-    }
+    if (p->info.preloaded && preload(p, e) < 0) goto fail;
+    alloc_buffers(p, unit_max_bytes);
+    if (start_threads(p, e) < 0) goto fail;
     *out = p;
     return 0;
 fail:

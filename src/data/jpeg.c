@@ -187,15 +187,23 @@ static int check_input(const uint8_t *buf, size_t n, pst_err *e)
     return 0;
 }
 
+/* A decoding job over buf[0, n) with the error manager's flags; the caller
+ * fills in what its body needs. */
+static void dec_job_init(dec_job *job, const uint8_t *buf, size_t n, int channels, int flags)
+{
+    memset(job, 0, sizeof *job);
+    errmgr_init(&job->err, flags);
+    job->buf = buf;
+    job->n = n;
+    job->channels = channels;
+}
+
 int jpg_read_info(const uint8_t *buf, size_t n, jpg_info *info, pst_err *e)
 {
     memset(info, 0, sizeof *info);
     if (check_input(buf, n, e) < 0) return -1;
     dec_job job;
-    memset(&job, 0, sizeof job);
-    errmgr_init(&job.err, 0);
-    job.buf = buf;
-    job.n = n;
+    dec_job_init(&job, buf, n, 0, 0);
     job.info = info;
     return dec_guarded(&job, info_body, e);
 }
@@ -385,11 +393,7 @@ int jpg_decode_region(const uint8_t *buf, size_t n, int channels, int x, int y, 
 {
     if (check_channels(channels, e) < 0 || check_input(buf, n, e) < 0) return -1;
     dec_job job;
-    memset(&job, 0, sizeof job);
-    errmgr_init(&job.err, flags);
-    job.buf = buf;
-    job.n = n;
-    job.channels = channels;
+    dec_job_init(&job, buf, n, channels, flags);
     job.x = x, job.y = y, job.cw = cw, job.ch = ch;
     job.min_w = min_w, job.min_h = min_h;
     job.r = r;
@@ -411,11 +415,7 @@ int jpg_decode(const uint8_t *buf, size_t n, int channels, int flags, uint8_t **
     if (check_channels(channels, e) < 0 || check_input(buf, n, e) < 0) return -1;
     jpg_region r = {0};
     dec_job job;
-    memset(&job, 0, sizeof job);
-    errmgr_init(&job.err, flags);
-    job.buf = buf;
-    job.n = n;
-    job.channels = channels;
+    dec_job_init(&job, buf, n, channels, flags);
     job.whole = true;
     job.r = &r;
     if (dec_guarded(&job, region_body, e) < 0) {

@@ -621,6 +621,7 @@ typedef struct conv_job {
     float *scratch;  /* thread t's: scratch + t*stride */
     size_t stride;
     int G, ngroups, nkb, S, nr, chunk, nrc;
+    int kbg; /* weight gradient: channel blocks per task */
 } conv_job;
 
 static float *job_front(const conv_job *j, int tid)
@@ -779,25 +780,36 @@ static int wgrad_row_blocks(const nn_conv_dims *d, int S, bool split)
     return nr > want ? nr : want;
 }
 
+/* Channel blocks per weight-gradient task: all of them for a 1x1 layer
+ * whose slices and row blocks already make CONV_WG_TASKS tasks (each task
+ * then reads its pixels' x and dy rows once, in order, instead of a 64-
+ * channel stripe of dy per task), else one. */
+static int wgrad_kb_group(const nn_conv_dims *d, int S, int nr)
+{
+    const int nkb = (d->K + 63) / 64;
+    return d->KH == 1 && d->KW == 1 && S * nr >= CONV_WG_TASKS ? nkb : 1;
+}
+
 /* weight gradient, fast: task = (slice of the batch, block of kernel rows,
- * block of 64 output channels) */
+ * group of blocks of 64 output channels) */
 static void wgrad_fast_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
-    const int kb = task % nkb, s = task / nkb / j->nr;
+    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64, nkg = (nkb + j->kbg - 1) / j->kbg;
+    const int kb = task % nkg * j->kbg, kb1 = nkb < kb + j->kbg ? nkb : kb + j->kbg;
+    const int s = task / nkg / j->nr;
     int a, e, r0, r1;
     block_of(d->N, j->S, s, &a, &e);
-    block_of(R, j->nr, task / nkb % j->nr, &r0, &r1);
+    block_of(R, j->nr, task / nkg % j->nr, &r0, &r1);
     float *target = s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K;
     float *pad = job_front(j, tid);
     const size_t img = img_floats(d), out_img = (size_t)d->OH * d->OW * d->K;
     if (j->shared) {
         /* the slice's images, padded once by wgrad_pad_task */
         nn_cf_geom g = fast_geom(d, e - a, img);
-        nn_cf_dw(target, j->shared + (size_t)a * img, &g, j->dout + a * out_img, d->K, kb, r0, r1,
-                 false);
+        nn_cf_dw(target, j->shared + (size_t)a * img, &g, j->dout + a * out_img, d->K, kb, kb1, r0,
+                 r1, false);
         return;
     }
     for (int n0 = a; n0 < e; n0 += j->G) {
@@ -808,7 +820,7 @@ static void wgrad_fast_task(void *arg, int task, int tid)
             pad_group(j, tid, -1, pad, j->inp, d, n0, ng);
             g = fast_geom(d, ng, img), src = pad;
         }
-        nn_cf_dw(target, src, &g, j->dout + n0 * out_img, d->K, kb, r0, r1, n0 > a);
+        nn_cf_dw(target, src, &g, j->dout + n0 * out_img, d->K, kb, kb1, r0, r1, n0 > a);
     }
 }
 
@@ -950,8 +962,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             conv_for(pool, d->N, wgrad_pad_task, &j);
         }
         j.nr = wgrad_row_blocks(d, j.S, unpadded(d) || j.shared);
+        j.kbg = wgrad_kb_group(d, j.S, j.nr);
+        const int nkb = (K + 63) / 64;
         job_reset_tags(&j, pool);
-        conv_for(pool, j.S * j.nr * ((K + 63) / 64), wgrad_fast_task, &j);
+        conv_for(pool, j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg), wgrad_fast_task, &j);
     } else {
         conv_for(pool, j.S, wgrad_gemm_task, &j);
     }

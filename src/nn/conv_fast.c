@@ -49,6 +49,10 @@
 #define CF_NB 64  /* output channels per packed block */
 #define CF_RB 96  /* kernel rows per forward block: 96 x 64 floats = 24 KB */
 #define CF_PB 512 /* pixels per dW block: 512 dy rows of 64 floats = 128 KB, in L2 */
+/* A 1x1 stride-1 layer's dW block: its x and dy rows within 320 KB, so
+ * that it and the next block, prefetched meanwhile, stay in L2 */
+#define CF_DENSE_BYTES (320 * 1024)
+#define CF_PF_ROWS 16 /* dy rows ahead that the packing of dy prefetches */
 
 bool nn_cf_ok(const nn_conv_dims *d)
 {
@@ -114,13 +118,22 @@ static void cf_bases(size_t *base, int p0, int np, const nn_cf_geom *g)
     }
 }
 
+/* The windows are consecutive rows of one matrix (a 1x1 stride-1 layer,
+ * its images consecutive): what the pixel blocks read next is known and
+ * prefetched. */
+static bool dense_geom(const nn_cf_geom *g)
+{
+    return g->KH == 1 && g->seg == g->SWC && (g->OH == 1 || g->SHWpC == g->OW * g->SWC) &&
+           (g->nimg == 1 || g->img == (size_t)g->OH * g->OW * g->seg);
+}
+
 /* Pixels [p, p + n) (n <= MR) x NV vectors: out rows (ldo apart) over
  * kernel rows [r0, r1). load: start from out, else from bias. relu on the
  * stored values. Inlined with constant MR and NV. */
 AVX512 static INLINE void fwd_tile(int MR, int NV, float *out, int ldo, const float *pad, int p,
                                    int n, const size_t *base, int WpC, int seg, const float *wp,
                                    int r0, int r1, const __mmask16 *mk, const __m512 *bv, bool load,
-                                   bool relu)
+                                   bool relu, const size_t *pfb)
 {
     const float *a[12];
     float *o[12];
@@ -141,6 +154,10 @@ AVX512 static INLINE void fwd_tile(int MR, int NV, float *out, int ldo, const fl
         int jend = seg < j + (r1 - r) ? seg : j + (r1 - r);
         const float *wr = wp + (size_t)r * CF_NB;
         const size_t off = (size_t)kh * WpC;
+        if (pfb)
+            for (int i = 0; i < MR; i++)
+                for (int q = j; q < jend; q += 16)
+                    _mm_prefetch((const char *)(pad + pfb[i] + off + q), _MM_HINT_T0);
         for (int jj = j; jj < jend; jj++, wr += CF_NB) {
             __m512 w[4];
 #pragma GCC unroll 4
@@ -171,15 +188,18 @@ AVX512 static INLINE void fwd_block(int MR, int NV, float *out, int ldo, const f
                                     const __mmask16 *mk, const __m512 *bv, bool acc, bool relu)
 {
     const int PB = 8 * MR; /* pixels per block: their outputs stay in L1/L2 */
-    size_t base[8 * 12];
+    size_t base[8 * 12 + 4 * 12];
+    const int RB = CF_RB, D = dense_geom(g) ? 1 : 0;
     for (int p0 = 0; p0 < P; p0 += PB) {
         int pe = P < p0 + PB ? P : p0 + PB;
-        cf_bases(base, p0, pe - p0, g);
-        for (int r0 = 0; r0 < R; r0 += CF_RB) {
-            int r1 = R < r0 + CF_RB ? R : r0 + CF_RB;
+        int pl = P < pe + D * MR ? P : pe + D * MR;
+        cf_bases(base, p0, pl - p0, g);
+        for (int r0 = 0; r0 < R; r0 += RB) {
+            int r1 = R < r0 + RB ? R : r0 + RB;
             for (int p = p0; p < pe; p += MR)
                 fwd_tile(MR, NV, out, ldo, pad, p, pe - p < MR ? pe - p : MR, base + (p - p0), WpC,
-                         seg, wp, r0, r1, mk, bv, acc || r0 > 0, relu && r1 == R);
+                         seg, wp, r0, r1, mk, bv, acc || r0 > 0, relu && r1 == R,
+                         D && p + D * MR + MR <= pl ? base + (p - p0) + D * MR : NULL);
         }
     }
 }
@@ -215,11 +235,30 @@ AVX512 static void cf_forward_simd(float *out, const float *pad, const nn_cf_geo
     }
 }
 
+/* Lines of the next pixel block to prefetch into L2 while this one is
+ * computed: two contiguous regions (x rows, dy rows), a line per pixel
+ * step of each tile. */
+typedef struct cf_pf {
+    const char *a, *b;
+    int na, nb;
+} cf_pf;
+
+/* The next n (<= want) lines of the stream; *pf advanced past them. */
+static INLINE const char *pf_take(cf_pf *s, int want, int *n)
+{
+    if (s->na == 0 && s->nb) s->a = s->b, s->na = s->nb, s->nb = 0;
+    *n = s->na < want ? s->na : want;
+    const char *p = s->a;
+    s->a += (size_t)64 * *n, s->na -= *n;
+    return p;
+}
+
 /* dW rows [r, r + n) (n <= MR, within one segment) x NV vectors (+)= the
- * pixels [p0, p0 + np) of one image; base[] holds their window starts. */
+ * pixels [p0, p0 + np) of one image; base[] holds their window starts.
+ * Prefetches the npf lines at pf, one per pixel. */
 AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n, int seg, int WpC,
                                   const float *pad, const size_t *base, const float *dy, int ldd,
-                                  int np, const __mmask16 *mk, bool load)
+                                  int np, const __mmask16 *mk, bool load, const char *pf, int npf)
 {
     __m512 c[12][4];
 #pragma GCC unroll 12
@@ -232,6 +271,7 @@ AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n
     const int kh = r / seg, j = r - kh * seg;
     const float *a0 = pad + (size_t)kh * WpC + j;
     for (int q = 0; q < np; q++) {
+        if (q < npf) _mm_prefetch(pf + (size_t)64 * q, _MM_HINT_T1);
         __m512 d[4];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
@@ -258,64 +298,102 @@ AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n
  * window is read past its segment. */
 AVX512 static INLINE void dw_rows(int MR, int NV, float *dw, int K, int r0, int r1, int seg,
                                   int WpC, const float *pad, const size_t *base, const float *dy,
-                                  int ldd, int np, const __mmask16 *mk, bool load)
+                                  int ldd, int np, const __mmask16 *mk, bool load, cf_pf *pfs)
 {
     for (int r = r0; r < r1;) {
-        int j = r % seg, n = seg - j;
+        int j = r % seg, n = seg - j, npf;
         if (n > r1 - r) n = r1 - r;
+        const char *pf = pf_take(pfs, np, &npf);
         if (n >= MR) {
-            dw_tile(MR, NV, dw, K, r, MR, seg, WpC, pad, base, dy, ldd, np, mk, load);
+            dw_tile(MR, NV, dw, K, r, MR, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += MR;
         } else if (n >= 4) {
-            dw_tile(4, NV, dw, K, r, 4, seg, WpC, pad, base, dy, ldd, np, mk, load);
+            dw_tile(4, NV, dw, K, r, 4, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += 4;
         } else if (n >= 2) {
-            dw_tile(2, NV, dw, K, r, 2, seg, WpC, pad, base, dy, ldd, np, mk, load);
+            dw_tile(2, NV, dw, K, r, 2, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += 2;
         } else {
-            dw_tile(1, NV, dw, K, r, 1, seg, WpC, pad, base, dy, ldd, np, mk, load);
+            dw_tile(1, NV, dw, K, r, 1, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += 1;
         }
     }
 }
 
 AVX512 static void cf_dw_simd(float *dw, const float *pad, const nn_cf_geom *g, const float *dy,
-                              int K, int kb, int r0, int r1, bool acc)
+                              int K, int kb0, int kb1, int r0, int r1, bool acc)
 {
-    const int k0 = kb * CF_NB, nk = K - k0 < CF_NB ? K - k0 : CF_NB, NV = (nk + 15) / 16;
-    __mmask16 mk[4];
-    for (int v = 0; v < 4; v++) {
-        int left = nk - 16 * v;
-        mk[v] = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-    }
-    const int P = g->nimg * g->OH * g->OW;
-    size_t base[CF_PB];
+    const int P = g->nimg * g->OH * g->OW, nb = kb1 - kb0;
+    /* dy's channel blocks of a pixel block, contiguous when K > 64 */
     static _Thread_local float dpk[CF_PB * CF_NB] __attribute__((aligned(64)));
-    for (int p0 = 0; p0 < P; p0 += CF_PB) {
-        int np = P - p0 < CF_PB ? P - p0 : CF_PB;
+    const bool dense = dense_geom(g);
+    int pb = CF_PB;
+    if (dense) {
+        int by = CF_DENSE_BYTES / (4 * (g->seg + K));
+        pb = by < 16 ? 16 : by < CF_PB ? by : CF_PB;
+    }
+    if (K > CF_NB && pb * nb > CF_PB) pb = CF_PB / nb;
+    /* a 1x1 stride-1 layer: the next block's x and dy rows are two
+     * contiguous regions, prefetched during this block */
+    size_t base[CF_PB];
+    for (int p0 = 0; p0 < P; p0 += pb) {
+        int np = P - p0 < pb ? P - p0 : pb;
         cf_bases(base, p0, np, g);
-        const float *d = dy + (size_t)p0 * K + k0;
-        int ldd = K;
-        if (K > CF_NB) {
-            /* this block's 64 channels of dy, contiguous: rows K floats
-             * apart (8 KB for K = 2048) would share a few cache sets */
-            for (int q = 0; q < np; q++)
-                for (int v = 0; v < NV; v++)
-                    _mm512_store_ps(dpk + (size_t)q * CF_NB + 16 * v,
-                                    _mm512_maskz_loadu_ps(mk[v], d + (size_t)q * K + 16 * v));
-            d = dpk, ldd = CF_NB;
+        cf_pf pfs = {NULL, NULL, 0, 0};
+        if (dense && p0 + np < P) {
+            int nn = P - p0 - np < pb ? P - p0 - np : pb;
+            pfs.a = (const char *)(pad + base[0] + (size_t)np * g->seg);
+            pfs.na = (int)(((size_t)nn * g->seg * 4 + 63) / 64);
+            pfs.b = (const char *)(dy + (size_t)(p0 + np) * K);
+            pfs.nb = (int)(((size_t)nn * K * 4 + 63) / 64);
         }
-        bool load = acc || p0 > 0;
-        float *w = dw + k0;
-        switch (NV) {
-        case 4:
-            dw_rows(6, 4, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load);
-            break;
-        case 3:
-            dw_rows(8, 3, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load);
-            break;
-        default:
-            dw_rows(12, 2, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load);
+        if (K > CF_NB) {
+            /* rows K floats apart (8 KB for K = 2048) would share a few
+             * cache sets; each dy row is read once, in order */
+            const float *d = dy + (size_t)p0 * K + kb0 * CF_NB;
+            for (int q = 0; q < np; q++) {
+                if (q + CF_PF_ROWS < np)
+                    for (int v = 0; v < 4 * nb; v++)
+                        _mm_prefetch((const char *)(d + (size_t)(q + CF_PF_ROWS) * K + 16 * v),
+                                     _MM_HINT_T0);
+                for (int b = 0; b < nb; b++) {
+                    int left = K - (kb0 + b) * CF_NB;
+                    float *o = dpk + ((size_t)b * np + q) * CF_NB;
+                    const float *i = d + (size_t)q * K + b * CF_NB;
+                    for (int v = 0; v < 4; v++) {
+                        int l = left - 16 * v;
+                        __mmask16 m = l >= 16 ? (__mmask16)0xffff
+                                      : l > 0 ? (__mmask16)((1u << l) - 1)
+                                              : 0;
+                        _mm512_store_ps(o + 16 * v, _mm512_maskz_loadu_ps(m, i + 16 * v));
+                    }
+                }
+            }
+        }
+        for (int kb = kb0; kb < kb1; kb++) {
+            const int k0 = kb * CF_NB, nk = K - k0 < CF_NB ? K - k0 : CF_NB, NV = (nk + 15) / 16;
+            __mmask16 mk[4];
+            for (int v = 0; v < 4; v++) {
+                int left = nk - 16 * v;
+                mk[v] = left >= 16 ? (__mmask16)0xffff
+                        : left > 0 ? (__mmask16)((1u << left) - 1)
+                                   : 0;
+            }
+            const float *d = dy + (size_t)p0 * K + k0;
+            int ldd = K;
+            if (K > CF_NB) d = dpk + (size_t)(kb - kb0) * np * CF_NB, ldd = CF_NB;
+            bool load = acc || p0 > 0;
+            float *w = dw + k0;
+            switch (NV) {
+            case 4:
+                dw_rows(6, 4, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs);
+                break;
+            case 3:
+                dw_rows(8, 3, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs);
+                break;
+            default:
+                dw_rows(12, 2, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs);
+            }
         }
     }
 }
@@ -331,12 +409,13 @@ void nn_cf_forward(float *out, const float *pad, const nn_cf_geom *g, const floa
 #endif
 }
 
-void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb,
-              int r0, int r1, bool acc)
+void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb0,
+              int kb1, int r0, int r1, bool acc)
 {
 #if CF_X86
-    cf_dw_simd(dw, pad, g, dy, K, kb, r0, r1, acc);
+    cf_dw_simd(dw, pad, g, dy, K, kb0, kb1, r0, r1, acc);
 #else
-    (void)dw, (void)pad, (void)g, (void)dy, (void)K, (void)kb, (void)r0, (void)r1, (void)acc;
+    (void)dw, (void)pad, (void)g, (void)dy, (void)K, (void)kb0, (void)kb1, (void)r0, (void)r1,
+        (void)acc;
 #endif
 }

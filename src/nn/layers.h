@@ -187,11 +187,12 @@ void nn_cf_pack_flip(float *wp, const float *w, int KH, int KW, int C, int K);
  * of the bias. */
 void nn_cf_forward(float *out, const float *pad, const nn_cf_geom *g, const float *wp, int K,
                    int kb, const float *bias, bool relu, bool acc);
-/* dw[r][64 kb, 64 kb + 64) for r in [r0, r1) (+)= windows^T dy[OH*OW][K] of
- * g->nimg images (acc: add to dw). The sum runs over images, then pixels,
- * in increasing order, whatever nimg is. */
-void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb,
-              int r0, int r1, bool acc);
+/* dw[r][64 kb0, 64 kb1) (channel blocks kb0..kb1-1) for r in [r0, r1) (+)=
+ * windows^T dy[OH*OW][K] of g->nimg images (acc: add to dw). The sum runs
+ * over images, then pixels, in increasing order, whatever nimg and the
+ * blocks are. */
+void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb0,
+              int kb1, int r0, int r1, bool acc);
 
 /* One-channel, stride-1 convolutions with K <= 16 vectorised along the
  * output row (conv1ch.c): whether they apply (AVX-512 only), their scratch

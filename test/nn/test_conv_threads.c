@@ -86,6 +86,10 @@ int main(void)
         test_conv_threads(5, 10, 9, 32, 32, 3, 3, 1, 1, 0, 0, false);
         test_conv_threads(6, 10, 10, 4, 16, 5, 5, 1, 1, 2, 2, false);
         test_conv_threads(9, 12, 12, 1, 6, 5, 5, 1, 1, 2, 2, true);
+        /* 1x1 with 8 weight-gradient slices: every channel block in one
+         * task; stride 1 (prefetched pixel blocks) and 2 */
+        test_conv_threads(8, 45, 47, 24, 80, 1, 1, 1, 1, 0, 0, true);
+        test_conv_threads(8, 92, 91, 20, 72, 1, 1, 2, 2, 0, 0, false);
     }
 
     return check_exit();

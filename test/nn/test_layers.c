@@ -861,6 +861,13 @@ int main(void)
         test_conv_paths(9, 7, 7, 96, 80, 3, 3, 1, 1, 1, 1);
         test_conv_paths(2, 11, 11, 16, 24, 3, 3, 1, 1, 0, 0);
         test_conv_paths(2, 11, 11, 32, 32, 3, 3, 1, 1, 0, 0);
+        /* 1x1 layers with enough pixels for 8 weight-gradient slices (all
+         * channel blocks in one task) and several prefetched pixel blocks:
+         * odd pixel counts, channels not multiples of 16, batch 1 */
+        test_conv_paths(8, 45, 47, 24, 80, 1, 1, 1, 1, 0, 0);
+        test_conv_paths(8, 92, 91, 20, 72, 1, 1, 2, 2, 0, 0);
+        test_conv_paths(1, 40, 41, 200, 40, 1, 1, 1, 1, 0, 0);
+        test_conv_paths(1, 33, 35, 40, 200, 1, 1, 1, 1, 0, 0);
         nn_narrow_use_simd(simd);
     }
 

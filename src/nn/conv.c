@@ -20,6 +20,8 @@
  *   C = 1, stride 1, K <= 16 (a grayscale input layer): conv1ch.c,
  *              vectorised along the output row.
  *   1x1, stride 1, no padding: a dense layer over the N*H*W rows.
+ *   3x3, stride 1, 32-256 channels (nn_wino_ok): Winograd F(2x2, 3x3) in
+ *              conv_wino.c for the forward and the input gradient.
  * The narrow and one-channel kernels are AVX-512 with portable versions.
  *
  * im2col copies from the padded image, so every window row (KW*C floats,
@@ -197,7 +199,8 @@ static size_t gemm_floats(const nn_conv_dims *d)
 /* A thread's working area (after the header): either path's layout. */
 static size_t front_floats(const nn_conv_dims *d)
 {
-    size_t g = gemm_floats(d), f = fast_floats(d);
+    size_t g = gemm_floats(d), f = fast_floats(d), wi = nn_wino_scratch(d);
+    if (wi > f) f = wi;
     return align16(g > f ? g : f);
 }
 /* Slices of the batch whose weight gradients are summed separately (then
@@ -742,6 +745,10 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
                   .relu = relu,
                   .scratch = scratch,
                   .stride = stride};
+    if (nn_wino_ok(d)) {
+        nn_wino_forward(out, inp, w, b, d, relu, pool, job_front(&j, 0), stride);
+        return;
+    }
     if (nn_cf_ok(d)) {
         const int R = d->KH * d->KW * d->C;
         float *wp = job_front(&j, 0) + fast_pad_floats(d);
@@ -971,6 +978,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     }
     if (j.S > 1) conv_for(pool, (int)((RK + CONV_RED - 1) / CONV_RED), wgrad_reduce_task, &j);
     if (!dinp) return;
+    if (nn_wino_dgrad_ok(d)) {
+        nn_wino_dgrad(dinp, acc, dout, w, d, pool, job_front(&j, 0), stride);
+        return;
+    }
     if (fast_dgrad_ok(d)) {
         float *wp = job_front(&j, 0) + fast_pad_floats(d);
         nn_cf_pack_flip(wp, w, d->KH, d->KW, d->C, K);

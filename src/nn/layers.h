@@ -194,6 +194,28 @@ void nn_cf_forward(float *out, const float *pad, const nn_cf_geom *g, const floa
 void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb0,
               int kb1, int r0, int r1, bool acc);
 
+/* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with padding <= 2
+ * (conv_wino.c): forward and input gradient as 16 products [tiles x C] x
+ * [C x K] between two transforms. nn_wino_use(force): 0 off, 1 where it
+ * measured faster than the direct kernels (default; AVX-512 only), 2 every
+ * shape it supports, also portable (tests); -1 asks. The environment
+ * variable PSTRAIN_WINO=0/1/2 sets the start value (benchmarks: old
+ * against new in one binary). nn_wino_ok / nn_wino_dgrad_ok: whether
+ * conv.c's forward / input gradient go this way; nn_wino_scratch: floats per
+ * thread (0 when neither does). Same contracts as nn_conv2d_forward and the
+ * input gradient of nn_conv2d_backward (scratch: thread 0's area, threads
+ * `stride` floats apart); bitwise the same for every thread count. */
+int nn_wino_use(int force);
+bool nn_wino_shape(const nn_conv_dims *d);
+bool nn_wino_ok(const nn_conv_dims *d);
+bool nn_wino_dgrad_ok(const nn_conv_dims *d);
+size_t nn_wino_scratch(const nn_conv_dims *d);
+void nn_wino_forward(float *out, const float *inp, const float *w, const float *b,
+                     const nn_conv_dims *d, bool relu, nn_pool *pool, float *scratch,
+                     size_t stride);
+void nn_wino_dgrad(float *dinp, bool acc, const float *dout, const float *w, const nn_conv_dims *d,
+                   nn_pool *pool, float *scratch, size_t stride);
+
 /* One-channel, stride-1 convolutions with K <= 16 vectorised along the
  * output row (conv1ch.c): whether they apply (AVX-512 only), their scratch
  * floats, the forward of one image from its zero-padded copy (rows Wp

@@ -2,7 +2,7 @@
  * bits for every thread count: forward, input, weight and bias gradients
  * on pools of 1, 2 and 3 threads against no pool, on every path (the
  * AVX-512 implicit-GEMM kernels, narrow, one-channel, GEMM, pointwise,
- * strided), AVX-512 and portable. Also run under ThreadSanitizer
+ * strided, Winograd), AVX-512 and portable. Also run under ThreadSanitizer
  * (jobs/test.sh): the tasks share the packed kernel and the partials. */
 #include <string.h>
 
@@ -91,6 +91,19 @@ int main(void)
         test_conv_threads(8, 45, 47, 24, 80, 1, 1, 1, 1, 0, 0, true);
         test_conv_threads(8, 92, 91, 20, 72, 1, 1, 2, 2, 0, 0, false);
     }
+    /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
+     * 2), AVX-512 and portable: several blocks of tiles, odd sizes,
+     * paddings 0 and 1, channels not multiples of 16 */
+    for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
+        nn_narrow_use_simd(mode);
+        nn_wino_use(2);
+        test_conv_threads(7, 9, 9, 16, 72, 3, 3, 1, 1, 1, 1, true);
+        test_conv_threads(5, 10, 9, 32, 32, 3, 3, 1, 1, 0, 0, false);
+        test_conv_threads(6, 13, 11, 19, 40, 3, 3, 1, 1, 1, 1, true);
+        test_conv_threads(9, 7, 7, 64, 64, 3, 3, 1, 1, 1, 1, false);
+        nn_wino_use(1);
+    }
+    nn_narrow_use_simd(simd);
 
     return check_exit();
 }

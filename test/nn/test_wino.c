@@ -1,0 +1,196 @@
+/* test_wino.c - the Winograd F(2x2, 3x3) convolutions (conv_wino.c)
+ * against a double-precision direct convolution, forward and input
+ * gradient, AVX-512 and portable, on odd sizes, paddings 0, 1 and 2,
+ * tile counts that are not multiples of the block, C and K not multiples
+ * of 16, batch 1.
+ *
+ * Tolerance: the error bound of conv_wino.c's header, per output,
+ *   2 (C + 8) u ( |b| + sum_c A^T[(|G||g||G^T|) . (|B^T||d||B|)]A ),
+ * computed here in double from the data: C + 8 roundings deep (the sum
+ * over c, two additions in each transform, U rounded once, the bias),
+ * doubled for the second-order terms of gamma_n. A wrong transform, tile
+ * origin or border gives errors of the order of the outputs, far above it. */
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "layers.h"
+#include "pool.h"
+#include "pstrain/blas.h"
+#include "pstrain/common.h"
+
+static nn_rng rng;
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = pst_malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) v[i] = (2.0f * nn_rng_uniform(&rng) - 1.0f) * scale;
+    return v;
+}
+
+static const double BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}};
+static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+static const double AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
+
+/* ref[N][OH][OW][K] = direct convolution of x (dims d, 3x3, stride 1) with
+ * k[3][3][C][K] + b, in double; bnd = the bound above. */
+static void reference(double *ref, double *bnd, const float *x, const float *k, const float *b,
+                      const nn_conv_dims *d)
+{
+    const int C = d->C, K = d->K;
+    double *ug = pst_malloc(sizeof(double) * 16 * C * K); /* |G||g||G^T| */
+    for (int c = 0; c < C; c++)
+        for (int o = 0; o < K; o++)
+            for (int p = 0; p < 16; p++) {
+                double s = 0;
+                for (int a = 0; a < 3; a++)
+                    for (int e = 0; e < 3; e++)
+                        s += fabs(G[p / 4][a]) * fabs(k[((a * 3 + e) * C + c) * K + o]) *
+                             fabs(G[p % 4][e]);
+                ug[((size_t)p * C + c) * K + o] = s;
+            }
+    double *vd = pst_malloc(sizeof(double) * 16 * C);
+    for (int n = 0; n < d->N; n++)
+        for (int ty = 0; ty < (d->OH + 1) / 2; ty++)
+            for (int tx = 0; tx < (d->OW + 1) / 2; tx++) {
+                int h0 = 2 * ty - d->PH, w0 = 2 * tx - d->PW;
+                for (int c = 0; c < C; c++) /* |B^T||d||B| of this tile */
+                    for (int p = 0; p < 16; p++) {
+                        double s = 0;
+                        for (int a = 0; a < 4; a++)
+                            for (int e = 0; e < 4; e++) {
+                                int h = h0 + a, w = w0 + e;
+                                if (h < 0 || h >= d->H || w < 0 || w >= d->W) continue;
+                                s += fabs(BT[p / 4][a]) *
+                                     fabs(x[(((size_t)n * d->H + h) * d->W + w) * C + c]) *
+                                     fabs(BT[p % 4][e]);
+                            }
+                        vd[p * C + c] = s;
+                    }
+                for (int a = 0; a < 2; a++)
+                    for (int e = 0; e < 2; e++) {
+                        int oh = 2 * ty + a, ow = 2 * tx + e;
+                        if (oh >= d->OH || ow >= d->OW) continue;
+                        for (int o = 0; o < K; o++) {
+                            double s = b ? b[o] : 0, m = b ? fabs(b[o]) : 0;
+                            for (int kh = 0; kh < 3; kh++)
+                                for (int kw = 0; kw < 3; kw++) {
+                                    int h = oh - d->PH + kh, w = ow - d->PW + kw;
+                                    if (h < 0 || h >= d->H || w < 0 || w >= d->W) continue;
+                                    const float *xi = x + (((size_t)n * d->H + h) * d->W + w) * C;
+                                    for (int c = 0; c < C; c++)
+                                        s += (double)xi[c] * k[((kh * 3 + kw) * C + c) * K + o];
+                                }
+                            for (int p = 0; p < 16; p++) {
+                                double t = fabs(AT[a][p / 4]) * fabs(AT[e][p % 4]);
+                                if (t == 0) continue;
+                                for (int c = 0; c < C; c++)
+                                    m += t * ug[((size_t)p * C + c) * K + o] * vd[p * C + c];
+                            }
+                            size_t i = (((size_t)n * d->OH + oh) * d->OW + ow) * K + o;
+                            ref[i] = s;
+                            bnd[i] = 2.0 * (C + 8) * ldexp(1.0, -24) * m;
+                        }
+                    }
+            }
+    free(ug), free(vd);
+}
+
+/* Worst |got - ref| / bound over n values (and whether all are finite). */
+static double worst(const float *got, const double *ref, const double *bnd, size_t n)
+{
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]) / (bnd[i] > 1e-30 ? bnd[i] : 1e-30);
+        if (!(e <= w)) w = e; /* NaN wins */
+    }
+    return w;
+}
+
+static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool relu, bool acc)
+{
+    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, PH, PW, 0, 0, K};
+    nn_conv_dims_finish(&d);
+    CHECK(nn_wino_ok(&d), "wino N%d %dx%dx%d->%d p%d,%d: not taken in mode 2", N, H, W, C, K, PH,
+          PW);
+    size_t nx = (size_t)N * H * W * C, nw = (size_t)9 * C * K, ny = (size_t)N * d.OH * d.OW * K;
+    float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *b = rand_vec(K, 0.5f);
+    float *dy = rand_vec(ny, 1), *dyc = pst_malloc(sizeof(float) * ny);
+    float *y = rand_vec(ny, 1), *dx = rand_vec(nx, 1), *dw = pst_malloc(sizeof(float) * nw);
+    float *dx0 = pst_malloc(sizeof(float) * nx);
+    memcpy(dx0, dx, sizeof(float) * nx);
+    size_t sc = nn_conv_scratch(&d);
+    float *scratch = pst_aligned_alloc(sizeof(float) * sc);
+    double *ref = pst_malloc(sizeof(double) * (nx > ny ? nx : ny));
+    double *bnd = pst_malloc(sizeof(double) * (nx > ny ? nx : ny));
+
+    /* forward (ReLU checked against the reference's own max) */
+    nn_conv2d_forward(y, x, w, b, &d, relu, NULL, scratch, sc);
+    reference(ref, bnd, x, w, b, &d);
+    if (relu)
+        for (size_t i = 0; i < ny; i++) ref[i] = ref[i] > 0 ? ref[i] : 0;
+    double e = worst(y, ref, bnd, ny);
+    CHECK(e <= 1.0, "wino forward N%d %dx%dx%d->%d p%d,%d relu%d: error %.3g of the bound", N, H, W,
+          C, K, PH, PW, relu, e);
+
+    /* input gradient: the convolution of dy padded by 2 - P with the
+     * flipped, transposed kernel, in the reference's own terms */
+    memcpy(dyc, dy, sizeof(float) * ny);
+    nn_conv2d_backward(dx, acc, dw, NULL, dyc, y, x, w, &d, false, NULL, scratch, sc);
+    nn_conv_dims g = {N, d.OH, d.OW, K, 3, 3, 1, 1, 2 - PH, 2 - PW, 0, 0, C};
+    nn_conv_dims_finish(&g);
+    CHECK(g.OH == H && g.OW == W, "transposed dims");
+    float *wf = pst_malloc(sizeof(float) * nw);
+    for (int t = 0; t < 9; t++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < K; k++)
+                wf[((size_t)t * K + k) * C + c] = w[((size_t)(8 - t) * C + c) * K + k];
+    reference(ref, bnd, dy, wf, NULL, &g);
+    if (acc)
+        for (size_t i = 0; i < nx; i++)
+            ref[i] += dx0[i], bnd[i] += 2 * ldexp(1.0, -24) * fabs(ref[i]);
+    e = worst(dx, ref, bnd, nx);
+    CHECK(e <= 1.0, "wino input gradient N%d %dx%dx%d->%d p%d,%d acc%d: error %.3g of the bound", N,
+          H, W, C, K, PH, PW, acc, e);
+
+    /* the direct path (Winograd off) agrees within the same bounds */
+    int mode = nn_wino_use(-1);
+    nn_wino_use(0);
+    CHECK(!nn_wino_ok(&d), "mode 0 still takes Winograd");
+    float *dx2 = pst_malloc(sizeof(float) * nx), *y2 = pst_malloc(sizeof(float) * ny);
+    size_t sc2 = nn_conv_scratch(&d);
+    float *scratch2 = pst_aligned_alloc(sizeof(float) * sc2);
+    memcpy(dx2, dx0, sizeof(float) * nx);
+    memcpy(dyc, dy, sizeof(float) * ny);
+    nn_conv2d_forward(y2, x, w, b, &d, false, NULL, scratch2, sc2);
+    nn_conv2d_backward(dx2, acc, dw, NULL, dyc, y2, x, w, &d, false, NULL, scratch2, sc2);
+    e = worst(dx2, ref, bnd, nx);
+    CHECK(e <= 1.0, "direct input gradient N%d %dx%dx%d->%d: error %.3g of the bound", N, H, W, C,
+          K, e);
+    nn_wino_use(mode);
+
+    free(scratch), free(scratch2), free(ref), free(bnd), free(wf), free(dx2), free(y2);
+    free(x), free(w), free(b), free(dy), free(dyc), free(y), free(dx), free(dw), free(dx0);
+}
+
+int main(void)
+{
+    nn_blis_init();
+    nn_rng_seed(&rng, 777);
+    bool simd = nn_narrow_use_simd(-1);
+    nn_wino_use(2);
+    for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
+        nn_narrow_use_simd(mode);
+        /*      N   H   W   C   K  PH PW relu acc */
+        test_wino(2, 9, 7, 5, 19, 1, 1, true, false);
+        test_wino(1, 8, 8, 16, 16, 1, 1, false, true);
+        test_wino(3, 7, 7, 64, 64, 1, 1, true, true);
+        test_wino(2, 11, 10, 24, 40, 0, 0, false, false);
+        test_wino(1, 6, 9, 3, 72, 2, 1, false, true);
+        test_wino(2, 14, 13, 33, 17, 1, 0, true, false);
+        test_wino(1, 3, 3, 1, 1, 0, 0, false, false);
+        test_wino(5, 12, 12, 16, 48, 1, 1, false, false); /* several blocks of tiles */
+    }
+    nn_narrow_use_simd(simd);
+    return check_exit();
+}

@@ -67,6 +67,17 @@ typedef struct nn_layer_ops {
     double (*flops)(const nn_layer *l, int n, bool bwd);
 } nn_layer_ops;
 
+/* Profiling of a layer on a pool of T > 1 threads (pool.h's nn_pool_stats
+ * over its calls): seconds summed over calls. */
+typedef struct nn_layer_par {
+    double wall;      /* the layer's wall time on the caller */
+    double loop_wall; /* of which in its parallel loops */
+    double cpu;       /* CPU time of all threads in the loops' tasks */
+    double busy;      /* wall time of all threads in the loops' tasks */
+    double wait;      /* the caller's wait at the loops' ends */
+    long loops, tasks;
+} nn_layer_par;
+
 struct nn_layer {
     const nn_layer_ops *ops;
     char name[NN_LAYER_NAME_LEN];
@@ -82,6 +93,7 @@ struct nn_layer {
     double f_fwd, f_bwd;    /* profiling: flops summed over calls (ops->flops) */
     double w_fwd, w_bwd;    /* profiling: task CPU time of its parallel loops */
     double s_fwd, s_bwd;    /* profiling: those tasks on profile_threads threads */
+    nn_layer_par par[2];    /* profiling on a pool: forward, backward */
 };
 
 /* Every layer kind, NULL-terminated: one row per layer_<kind>.c. */

@@ -329,6 +329,35 @@ static double cpu_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Profiling on a pool: the stats at a layer's start, added to par at its
+ * end. */
+typedef struct par_mark {
+    double wall;
+    nn_pool_stats s;
+} par_mark;
+
+static par_mark par_begin(const nn_model *m)
+{
+    par_mark k = {0};
+    if (m->profile && m->pool) k.wall = pst_now(), k.s = nn_pool_stats_read(m->pool);
+    return k;
+}
+
+static void par_end(const nn_model *m, const par_mark *k, nn_layer_par *par)
+{
+    if (!m->profile || !m->pool) return;
+    nn_pool_stats s = nn_pool_stats_read(m->pool);
+    par->wall += pst_now() - k->wall;
+    par->loop_wall += s.wall - k->s.wall;
+    par->wait += s.wait - k->s.wait;
+    for (int t = 0; t < nn_pool_threads(m->pool); t++) {
+        par->cpu += s.cpu[t] - k->s.cpu[t];
+        par->busy += s.busy[t] - k->s.busy[t];
+    }
+    par->loops += s.loops - k->s.loops;
+    par->tasks += s.tasks - k->s.tasks;
+}
+
 /* ---- steps --------------------------------------------------------------------------- */
 
 static void forward(nn_model *m, const float *x, int n, bool train)
@@ -338,7 +367,9 @@ static void forward(nn_model *m, const float *x, int n, bool train)
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;
         nn_pool_prof p0 = nn_pool_prof_read();
+        par_mark k = par_begin(m);
         l->ops->forward(m, l, n, train);
+        par_end(m, &k, &l->par[0]);
         if (m->profile) {
             l->t_fwd += cpu_now() - t0;
             nn_pool_prof p1 = nn_pool_prof_read();
@@ -451,7 +482,9 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;
         nn_pool_prof p0 = nn_pool_prof_read();
+        par_mark k = par_begin(m);
         l->ops->backward(m, l, n);
+        par_end(m, &k, &l->par[1]);
         if (m->profile) {
             l->t_bwd += cpu_now() - t0;
             nn_pool_prof p1 = nn_pool_prof_read();
@@ -524,6 +557,7 @@ void nn_model_describe(const nn_model *m, FILE *out)
 static void profile_pool(const nn_model *m)
 {
     nn_pool_prof_set(m->profile && !m->pool ? m->profile_threads : 0);
+    nn_pool_stats_set(m->pool, m->profile);
 }
 
 void nn_model_set_profiling(nn_model *m, bool on)
@@ -545,8 +579,81 @@ static double predicted(double t, double work, double span)
     return t - work + span;
 }
 
+/* The report of a model on a pool: per layer and direction the wall time,
+ * the work (CPU time of all threads in tasks), the serial part (wall time
+ * outside the loops) and the idle thread time in the loops; then the
+ * step's totals from the pool's statistics. */
+static void profile_report_par(nn_model *m, FILE *out)
+{
+    const int T = nn_pool_threads(m->pool);
+    int64_t steps = m->profiled_steps > 0 ? m->profiled_steps : 1;
+    double us = 1e6 / (double)steps;
+    nn_layer_par tot[2];
+    memset(tot, 0, sizeof tot);
+    for (int i = 0; i < m->nlayers; i++)
+        for (int d = 0; d < 2; d++) {
+            const nn_layer_par *q = &m->layers[i].par[d];
+            tot[d].wall += q->wall, tot[d].loop_wall += q->loop_wall, tot[d].cpu += q->cpu;
+            tot[d].busy += q->busy, tot[d].wait += q->wait;
+            tot[d].loops += q->loops, tot[d].tasks += q->tasks;
+        }
+    double all = tot[0].wall + tot[1].wall > 0 ? tot[0].wall + tot[1].wall : 1;
+    fprintf(out,
+            "  %-28s %-10s %10s %10s %7s %9s %9s %9s %9s %9s %9s %9s %9s  (on %d threads, us per "
+            "step: wall, work = CPU time in tasks of all threads, serial = wall outside loops, "
+            "idle = thread time in loops not in tasks)\n",
+            "layer", "kind", "fwd wall", "bwd wall", "share", "fwd work", "bwd work", "fwd ser",
+            "bwd ser", "fwd idle", "bwd idle", "fwd GF/s", "bwd GF/s", T);
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *l = &m->layers[i];
+        const nn_layer_par *f = &l->par[0], *b = &l->par[1];
+        char gf[2][16] = {"", ""};
+        if (l->f_fwd > 0 && f->wall > 0) snprintf(gf[0], 16, "%.1f", 1e-9 * l->f_fwd / f->wall);
+        if (l->f_bwd > 0 && b->wall > 0) snprintf(gf[1], 16, "%.1f", 1e-9 * l->f_bwd / b->wall);
+        fprintf(out,
+                "  %-28s %-10s %10.1f %10.1f %6.1f%% %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9s %9s\n",
+                l->name, l->ops->kind, us * f->wall, us * b->wall,
+                100.0 * (f->wall + b->wall) / all, us * f->cpu, us * b->cpu,
+                us * (f->wall - f->loop_wall), us * (b->wall - b->loop_wall),
+                us * (T * f->loop_wall - f->busy), us * (T * b->loop_wall - b->busy), gf[0], gf[1]);
+        memset(l->par, 0, sizeof l->par);
+        l->f_fwd = l->f_bwd = 0;
+    }
+    fprintf(out, "  %-28s %-10s %10.1f %10.1f %7s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", "total",
+            "", us * tot[0].wall, us * tot[1].wall, "", us * tot[0].cpu, us * tot[1].cpu,
+            us * (tot[0].wall - tot[0].loop_wall), us * (tot[1].wall - tot[1].loop_wall),
+            us * (T * tot[0].loop_wall - tot[0].busy), us * (T * tot[1].loop_wall - tot[1].busy));
+    nn_pool_stats s = nn_pool_stats_read(m->pool);
+    double cpu = 0, busy = 0;
+    for (int t = 0; t < T; t++) cpu += s.cpu[t], busy += s.busy[t];
+    fprintf(out,
+            "  pool per step (%lld steps): %.0f loops, %.0f tasks, %.0f serial loops; layers' wall "
+            "%.1f us = serial %.1f + loops %.1f; in the loops: work %.1f us (",
+            (long long)steps, s.loops / (double)steps, s.tasks / (double)steps,
+            s.serial_loops / (double)steps, us * all,
+            us * (all - tot[0].loop_wall - tot[1].loop_wall), us * s.wall, us * cpu);
+    for (int t = 0; t < T; t++)
+        fprintf(out, "%sthread %d %.1f us in %.0f tasks", t ? ", " : "", t, us * s.cpu[t],
+                s.ntask[t] / (double)steps);
+    fprintf(out,
+            "), idle %.1f us, preempted (task wall - CPU) %.1f us, caller's wait at loop ends "
+            "%.1f us, workers' start latency %.1f us per loop; workers slept before %.1f%% of the "
+            "loops, "
+            "the caller at the end of %.1f%%\n",
+            us * (T * s.wall - busy), us * (busy - cpu), us * s.wait,
+            s.loops ? 1e6 * s.start / (double)s.loops / (T - 1) : 0.0,
+            s.loops ? 100.0 * s.slept / (double)s.loops / (T - 1) : 0.0,
+            s.loops ? 100.0 * s.caller_slept / (double)s.loops : 0.0);
+    nn_pool_stats_set(m->pool, m->profile);
+    m->profiled_steps = 0;
+}
+
 void nn_model_profile_report(nn_model *m, FILE *out)
 {
+    if (m->pool) {
+        profile_report_par(m, out);
+        return;
+    }
     double tf = 0, tb = 0, pf = 0, pb = 0;
     bool pred = m->profile_threads > 1 && !m->pool;
     for (int i = 0; i < m->nlayers; i++) {

@@ -3,7 +3,9 @@
  * pool.h.
  *
  * One loop ("generation") at a time. The caller publishes fn, arg and
- * ntasks, resets the task counter and the count of workers still busy, then
+ * ntasks, cuts the tasks into T contiguous parts (one counter each: thread
+ * i runs part i in order, then helps with the parts after it), resets the
+ * count of workers still busy, then
  * bumps `gen` (release). A worker that sees a new gen (acquire) takes tasks
  * from the counter until none is left, then decrements `busy`; the last one
  * wakes the caller if it sleeps. Waiting on either side spins for a while
@@ -18,6 +20,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -31,9 +34,33 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* Spins of a waiting thread before it sleeps: a pause is 10-140 cycles, so
- * this is some 10-100 microseconds. */
-#define POOL_SPINS 2000
+/* How long a waiting thread spins before it sleeps: 500 microseconds of wall
+ * time, the clock read every POOL_SPIN_CHECK pauses (a pause is 10-140
+ * cycles); after the first POOL_SPIN_YIELD_NS it yields the core at each
+ * read (sched_yield), so that threads waiting for it (a pool with more
+ * threads than cores, ranks that share a core) run. Long enough that the
+ * loops of a step (serial gaps of a few to some tens of microseconds, a
+ * worker done some hundreds of microseconds before the last task of a loop
+ * ends) never sleep: a sleep costs a futex wake-up, some 20 microseconds per
+ * loop on the (virtual) machine of docs/design.md section 11. Bounded, so
+ * that a rank's pool sleeps between steps (optimizer, MPI). */
+#define POOL_SPIN_NS 500000
+#define POOL_SPIN_YIELD_NS 50000
+#define POOL_SPIN_CHECK 64
+
+/* The tasks of thread tid in the current loop: [next, hi) left; other
+ * threads take from it too once their own part is done. A cache line
+ * each. */
+typedef struct part {
+    _Alignas(64) atomic_int next;
+    int hi;
+} part;
+
+/* A thread's statistics, on a cache line of its own. */
+typedef struct stat_slot {
+    _Alignas(64) double cpu, busy, start;
+    long ntask, slept;
+} stat_slot;
 
 struct nn_pool {
     int T;
@@ -47,10 +74,16 @@ struct nn_pool {
     void (*fn)(void *arg, int task, int tid);
     void *arg;
     int ntasks;
-    atomic_int next;     /* next task to hand out */
+    part *parts;         /* [T]: the loop's tasks cut into T contiguous parts */
     atomic_int busy;     /* workers that have not finished this generation */
     atomic_uint gen;     /* generation counter */
     atomic_bool running; /* a loop is in progress (misuse check) */
+    /* statistics (nn_pool_stats_set): `stats` and `t_pub` are written by the
+     * caller before gen moves; each thread adds to its own slot */
+    bool stats;
+    double t_pub;    /* wall clock when the loop was published */
+    stat_slot *slot; /* [T] */
+    nn_pool_stats tot;
 };
 
 typedef struct worker_arg {
@@ -58,20 +91,71 @@ typedef struct worker_arg {
     int tid;
 } worker_arg;
 
+static double wall_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A spin of POOL_SPIN_NS: call spin_more(&k, &t0) with k = 0 each time
+ * round the loop; it pauses (or yields) and says whether to go on. */
+static bool spin_more(int *k, double *t0)
+{
+    cpu_relax();
+    if (++*k % POOL_SPIN_CHECK) return true;
+    double now = wall_now();
+    if (*k == POOL_SPIN_CHECK) *t0 = now;
+    if (now - *t0 >= 1e-9 * POOL_SPIN_NS) return false;
+    if (now - *t0 >= 1e-9 * POOL_SPIN_YIELD_NS) sched_yield();
+    return true;
+}
+
 /* Which pool and tid the current thread runs tasks for (nesting). */
 static _Thread_local const nn_pool *tls_pool;
 static _Thread_local int tls_tid;
 
-static void run_tasks(nn_pool *p, int tid)
+static double cpu_now(void)
 {
-    const int n = p->ntasks;
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Runs the tasks of its own part in order, then takes what is left of the
+ * others' parts (tid + 1, tid + 2, ... cyclically); returns how many tasks
+ * it ran. Each task index is handed out once by its part's counter. */
+static long take_tasks(nn_pool *p, int tid)
+{
     void (*fn)(void *, int, int) = p->fn;
     void *arg = p->arg;
-    for (;;) {
-        int t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (t >= n) break;
-        fn(arg, t, tid);
+    long ran = 0;
+    for (int k = 0; k < p->T; k++) {
+        part *q = &p->parts[(tid + k) % p->T];
+        for (;;) {
+            int t = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed);
+            if (t >= q->hi) break;
+            fn(arg, t, tid);
+            ran++;
+        }
     }
+    return ran;
+}
+
+static void run_tasks(nn_pool *p, int tid)
+{
+    if (!p->stats) {
+        take_tasks(p, tid);
+        return;
+    }
+    stat_slot *s = &p->slot[tid];
+    double w0 = wall_now(), c0 = cpu_now();
+    long ran = take_tasks(p, tid);
+    double c1 = cpu_now(), w1 = wall_now();
+    s->cpu += c1 - c0;
+    s->busy += w1 - w0;
+    if (tid) s->start += w0 - p->t_pub;
+    s->ntask += ran;
 }
 
 static void *worker_main(void *varg)
@@ -86,12 +170,14 @@ static void *worker_main(void *varg)
     unsigned seen = 0;
     for (;;) {
         unsigned g = seen;
-        for (int i = 0; i < POOL_SPINS; i++) {
+        int k = 0;
+        double t0 = 0;
+        do {
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
             if (g != seen) break;
-            cpu_relax();
-        }
-        if (g == seen) {
+        } while (spin_more(&k, &t0));
+        bool slept = g == seen;
+        if (slept) {
             pthread_mutex_lock(&p->mu);
             while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
                 p->sleepers++;
@@ -102,6 +188,7 @@ static void *worker_main(void *varg)
         }
         seen = g;
         if (p->fn == NULL) break; /* the stop generation */
+        if (p->stats && slept) p->slot[wa.tid].slept++;
         run_tasks(p, wa.tid);
         if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&p->mu);
@@ -119,7 +206,12 @@ static void publish(nn_pool *p, int ntasks, void (*fn)(void *, int, int), void *
     p->fn = fn;
     p->arg = arg;
     p->ntasks = ntasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    for (int i = 0; i < p->T; i++) {
+        int lo, hi;
+        nn_pool_block(ntasks, p->T, i, &lo, &hi);
+        atomic_store_explicit(&p->parts[i].next, lo, memory_order_relaxed);
+        p->parts[i].hi = hi;
+    }
     atomic_store_explicit(&p->busy, p->started, memory_order_relaxed);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     if (p->sleepers) pthread_cond_broadcast(&p->wake);
@@ -128,10 +220,12 @@ static void publish(nn_pool *p, int ntasks, void (*fn)(void *, int, int), void *
 
 static void wait_workers(nn_pool *p)
 {
-    for (int i = 0; i < POOL_SPINS; i++) {
+    int k = 0;
+    double t0 = 0;
+    do
         if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0) return;
-        cpu_relax();
-    }
+    while (spin_more(&k, &t0));
+    if (p->stats) p->tot.caller_slept++;
     pthread_mutex_lock(&p->mu);
     while (atomic_load_explicit(&p->busy, memory_order_acquire) != 0)
         pthread_cond_wait(&p->done, &p->mu);
@@ -149,10 +243,13 @@ int nn_pool_new(nn_pool **out, int threads, pst_err *e)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
-    atomic_init(&p->next, 0);
+    p->parts = pst_aligned_alloc(sizeof(part) * (size_t)threads);
+    for (int i = 0; i < threads; i++) atomic_init(&p->parts[i].next, 0), p->parts[i].hi = 0;
     atomic_init(&p->busy, 0);
     atomic_init(&p->gen, 0);
     atomic_init(&p->running, false);
+    p->slot = pst_aligned_alloc(sizeof(stat_slot) * (size_t)threads);
+    memset(p->slot, 0, sizeof(stat_slot) * (size_t)threads);
     if (threads > 1) {
         p->threads = pst_calloc((size_t)threads - 1, sizeof(pthread_t));
         /* workers inherit a mask that blocks every signal */
@@ -193,12 +290,38 @@ void nn_pool_free(nn_pool *p)
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
     free(p->threads);
+    free(p->slot);
+    free(p->parts);
     free(p);
 }
 
 int nn_pool_threads(const nn_pool *p)
 {
     return p ? p->T : 1;
+}
+
+void nn_pool_stats_set(nn_pool *p, bool on)
+{
+    if (!p) return;
+    assert(!atomic_load_explicit(&p->running, memory_order_relaxed));
+    p->stats = on;
+    memset(&p->tot, 0, sizeof p->tot);
+    memset(p->slot, 0, sizeof(stat_slot) * (size_t)p->T);
+}
+
+nn_pool_stats nn_pool_stats_read(const nn_pool *p)
+{
+    nn_pool_stats s;
+    memset(&s, 0, sizeof s);
+    if (!p) return s;
+    s = p->tot;
+    for (int i = 0; i < p->T; i++) {
+        s.cpu[i] = p->slot[i].cpu, s.busy[i] = p->slot[i].busy;
+        s.ntask[i] = p->slot[i].ntask;
+        s.slept += p->slot[i].slept;
+        if (i) s.start += p->slot[i].start;
+    }
+    return s;
 }
 
 /* ---- profiling: see pool.h ---- */
@@ -225,24 +348,41 @@ static double prof_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The tasks on the caller, each timed; the schedule simulated. */
+/* The tasks on the caller, each timed; the pool's schedule simulated: the
+ * loop cut into prof_threads contiguous parts, each thread runs its own
+ * part in order, then takes the next task of the parts after it; the
+ * thread that frees first takes next. Tasks run in index order here, so a
+ * task is timed when the simulation first needs it. */
 static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
+    const int T = prof_threads;
     double free_at[NN_POOL_MAX_THREADS] = {0};
+    int next[NN_POOL_MAX_THREADS], hi[NN_POOL_MAX_THREADS];
+    double *d = pst_malloc(sizeof(double) * (size_t)ntasks);
     prof_depth++;
     for (int t = 0; t < ntasks; t++) {
         double t0 = prof_now();
         fn(arg, t, 0);
-        double d = prof_now() - t0;
-        int first = 0;
-        for (int i = 1; i < prof_threads; i++)
-            if (free_at[i] < free_at[first]) first = i;
-        free_at[first] += d;
-        prof.work += d;
+        d[t] = prof_now() - t0;
+        prof.work += d[t];
     }
     prof_depth--;
+    for (int i = 0; i < T; i++) nn_pool_block(ntasks, T, i, &next[i], &hi[i]);
+    for (int left = ntasks; left > 0; left--) {
+        int first = 0;
+        for (int i = 1; i < T; i++)
+            if (free_at[i] < free_at[first]) first = i;
+        for (int k = 0; k < T; k++) {
+            int q = (first + k) % T;
+            if (next[q] < hi[q]) {
+                free_at[first] += d[next[q]++];
+                break;
+            }
+        }
+    }
+    free(d);
     double span = 0;
-    for (int i = 0; i < prof_threads; i++)
+    for (int i = 0; i < T; i++)
         if (free_at[i] > span) span = free_at[i];
     prof.span += span;
     prof.loops++;
@@ -265,17 +405,29 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
      * from inside a task of this pool (with that thread's tid). */
     if (!p || p->started == 0 || ntasks == 1 || tls_pool == p) {
         int tid = p && tls_pool == p ? tls_tid : 0;
+        if (p && p->stats && tls_pool != p) p->tot.serial_loops++;
         for (int t = 0; t < ntasks; t++) fn(arg, t, tid);
         return;
     }
     bool was = atomic_exchange_explicit(&p->running, true, memory_order_acquire);
     assert(!was); /* two threads in nn_pool_for of one pool */
     (void)was;
+    if (p->stats) p->t_pub = wall_now();
     publish(p, ntasks, fn, arg);
     tls_pool = p;
     tls_tid = 0;
     run_tasks(p, 0);
-    wait_workers(p);
+    if (p->stats) {
+        double own = wall_now();
+        wait_workers(p);
+        double end = wall_now();
+        p->tot.wait += end - own;
+        p->tot.wall += end - p->t_pub;
+        p->tot.loops++;
+        p->tot.tasks += ntasks;
+    } else {
+        wait_workers(p);
+    }
     tls_pool = NULL;
     atomic_store_explicit(&p->running, false, memory_order_release);
 }

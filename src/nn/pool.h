@@ -8,18 +8,24 @@
  *     nn_pool_free(p);
  *
  * The caller of nn_pool_for takes part as tid 0; the other threads are
- * tids 1..T-1. Tasks are handed out by an atomic counter, so which thread
- * runs which task is unspecified: a task's result may depend on its index
- * only, never on tid or on T (tid exists to pick per-thread scratch).
+ * tids 1..T-1. The tasks are cut into T contiguous parts, thread i runs
+ * part i in order and then takes what is left of the others' parts (their
+ * counters are atomic), so which thread runs which task is unspecified: a
+ * task's result may depend on its index only, never on tid or on T (tid
+ * exists to pick per-thread scratch). The contiguous parts keep a thread on
+ * the same images from layer to layer (tasks are image- or row-major), so
+ * what it reads was mostly written by itself: in its own core's caches.
  *
  * Determinism rule for every parallel kernel (docs/design.md, "Threads"):
  * split the work into tasks whose decomposition depends only on the shapes,
  * never on T, and reduce partial results in a fixed order over the tasks
  * after nn_pool_for returns. Then a run gives the same bits for every T.
  *
- * Dispatch is low-latency: idle threads spin briefly on a generation
- * counter before they sleep on a condition variable, so back-to-back loops
- * (one per layer) do not pay a wake-up each. The worker threads block all
+ * Dispatch is low-latency: idle threads spin on a generation counter for
+ * up to half a millisecond (pool.c's POOL_SPIN_NS) before they sleep on a
+ * condition variable, so back-to-back loops (a few per layer) do not pay a
+ * wake-up each; bounded, so that a pool waiting between steps leaves its
+ * cores to other processes (a parameter server on the same core). The worker threads block all
  * signals: the stop-on-signal flag is set on the caller's threads.
  *
  * One loop at a time: nn_pool_for must not be called from two threads at
@@ -60,8 +66,9 @@ void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, in
 /* Profiling (bench_model): while on, the loops of a single-threaded
  * caller (no pool, or T = 1) time each task in thread CPU time and add up
  * their work and the time the same tasks, handed out in order, would take
- * on `threads` threads (a list schedule: each task to the thread that
- * frees first), with nn_pool_range cut as for that many threads. What a
+ * on `threads` threads (the pool's schedule: contiguous parts, then
+ * helping, each task to the thread that frees first), with nn_pool_range
+ * cut as for that many threads. What a
  * step does outside the loops is serial. For one profiled model on one
  * thread at a time; nested loops count in their outer task. */
 typedef struct nn_pool_prof {
@@ -71,6 +78,32 @@ typedef struct nn_pool_prof {
 } nn_pool_prof;
 void nn_pool_prof_set(int threads); /* 0: off */
 nn_pool_prof nn_pool_prof_read(void);
+
+/* Statistics of a pool's loops (bench_model --threads T > 1: where the
+ * time of T threads goes). While on, every loop run on the pool's threads
+ * reads the wall clock (CLOCK_MONOTONIC) at its start and end, and each
+ * thread reads the wall clock and its own CPU time (CLOCK_THREAD_CPUTIME_ID,
+ * a system call: a few microseconds here) around its share of the tasks:
+ * per loop and thread, never per task. Loops that run on the caller alone
+ * (one task, nested) count in `serial_loops` only. Per thread tid:
+ * wall - busy[tid] is its idle time in the loops (for a worker, start
+ * latency included), busy[tid] - cpu[tid] the time another process had its
+ * core while it ran tasks. */
+typedef struct nn_pool_stats {
+    long loops, tasks, serial_loops;
+    long slept;        /* workers that slept before they saw a loop (sum) */
+    long caller_slept; /* loops whose end the caller slept for */
+    double wall;       /* seconds from publishing a loop to its end, on the caller */
+    double wait;       /* of which: after the caller's own last task, until the workers end */
+    double start;      /* sum over workers: publishing to their first task (wake-up) */
+    double cpu[NN_POOL_MAX_THREADS];  /* CPU seconds of each thread in its tasks */
+    double busy[NN_POOL_MAX_THREADS]; /* wall seconds of each thread in its tasks */
+    long ntask[NN_POOL_MAX_THREADS];  /* tasks each thread ran */
+} nn_pool_stats;
+/* On (counters reset) or off; not during a loop. NULL pool: nothing. */
+void nn_pool_stats_set(nn_pool *p, bool on);
+/* The counters so far (zero for a NULL pool); not during a loop. */
+nn_pool_stats nn_pool_stats_read(const nn_pool *p);
 
 /* Fixed blocks for a reduction over n items of `item_work` floats each:
  * about `grain` floats per block, at most max_blocks, at most n. Depends on

@@ -6,9 +6,14 @@
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
  *               [--threads T] [--predict P] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
- * thread. With --threads T > 1 only the wall-time figures mean anything
- * (CPU time and the per-layer profile count the calling thread only): run
- * them on an otherwise idle machine. With one thread the profile also
+ * thread. With --threads T > 1 the img/s by CPU time counts the calling
+ * thread only: the wall-time figures need an otherwise idle machine. The
+ * per-layer profile of T > 1 threads comes from the pool's statistics
+ * (pool.h's nn_pool_stats): per layer the wall time, the work (CPU time of
+ * all threads in tasks: compare with one thread's CPU time for the cost of
+ * splitting, caches included), the serial part and the idle thread time in
+ * the loops; then the step's loops, tasks, idle, wait and wake-up figures.
+ * With one thread the profile also
  * predicts the speedup on P threads (default 2; 0: off) from the thread
  * CPU time of every task of the parallel loops, list-scheduled as the pool
  * hands them out, plus what runs outside the loops (serial): a measure of

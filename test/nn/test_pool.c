@@ -3,7 +3,8 @@
  * many more; many small loops back to back (the dispatch of a training
  * step); a call from inside a task (nesting) runs its tasks inline on that
  * thread with its tid; a NULL pool runs in order on the caller; what the
- * tasks wrote is visible after the loop; bad thread counts are refused.
+ * tasks wrote is visible after the loop; bad thread counts are refused; the
+ * statistics (nn_pool_stats) count every loop and task once, per thread.
  * Also built under ThreadSanitizer by jobs/test.sh. */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -132,6 +133,50 @@ static void check_null_pool(void)
     free(a.tid_of);
 }
 
+/* With statistics on: loops on the threads, their tasks (per thread adding
+ * up to the total) and the loops run on the caller alone are counted; off
+ * resets them. */
+static void check_stats(nn_pool *p, int T)
+{
+    nn_pool_stats_set(p, true);
+    const int counts[] = {0, 1, T + 1, 1000, 1, 37};
+    long loops = 0, tasks = 0, serial = 0;
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        check_loop(p, T, counts[i]);
+        if (counts[i] <= 0) continue;
+        if (T > 1 && counts[i] > 1)
+            loops++, tasks += counts[i];
+        else
+            serial++;
+    }
+    /* 24 outer tasks of 8 inner ones: nested loops are not counted on
+     * threads; one thread runs every loop on the caller */
+    check_nested(p, T);
+    if (T > 1)
+        loops++, tasks += 24;
+    else
+        serial += 1 + 24;
+    nn_pool_stats s = nn_pool_stats_read(p);
+    CHECK(s.loops == loops && s.tasks == tasks && s.serial_loops == serial,
+          "T=%d stats: %ld loops %ld tasks %ld serial, expected %ld %ld %ld", T, s.loops, s.tasks,
+          s.serial_loops, loops, tasks, serial);
+    long sum = 0;
+    int bad = 0;
+    for (int t = 0; t < NN_POOL_MAX_THREADS; t++) {
+        sum += s.ntask[t];
+        bad += s.cpu[t] < 0 || s.busy[t] < 0 || (t >= T && (s.ntask[t] || s.cpu[t] || s.busy[t]));
+    }
+    CHECK(sum == (T > 1 ? tasks : 0), "T=%d stats: threads ran %ld tasks, expected %ld", T, sum,
+          T > 1 ? tasks : 0);
+    CHECK(bad == 0 && s.wall >= s.wait && s.wait >= 0 && s.start >= 0,
+          "T=%d stats: negative or misplaced times", T);
+    nn_pool_stats_set(p, false);
+    check_loop(p, T, 100);
+    s = nn_pool_stats_read(p);
+    CHECK(s.loops == 0 && s.tasks == 0 && s.ntask[0] == 0 && s.wall == 0,
+          "T=%d stats: counted while off", T);
+}
+
 int main(void)
 {
     check_null_pool();
@@ -146,6 +191,7 @@ int main(void)
         check_many_small(p, T);
         check_nested(p, T);
         check_loop(p, T, 777); /* still usable after nesting */
+        check_stats(p, T);
         nn_pool_free(p);
     }
     /* a pool that is never used shuts down too */

@@ -101,8 +101,28 @@ extern const nn_layer_ops *const nn_layer_kinds[];
 extern const nn_layer_ops nn_dense_ops, nn_conv_ops, nn_bn_ops, nn_maxpool_ops, nn_avgpool_ops,
     nn_dropout_ops, nn_concat_ops, nn_add_ops;
 
-/* What to do with a variable at initialization. */
-typedef enum nn_init { NN_INIT_ZERO, NN_INIT_ONE, NN_INIT_HE, NN_INIT_GLOROT } nn_init;
+/* What to do with a variable at initialization: the distribution its
+ * elements are drawn from, one after the other from the model's one seeded
+ * stream (model.c init_vars; docs/torchvision.md lists which model uses
+ * which, and why). */
+typedef enum nn_init {
+    NN_INIT_ZERO,
+    NN_INIT_ONE,
+    /* normal truncated to |z| <= 2 and scaled to variance 2/fan_in (TF's
+     * VarianceScaling(2.0, fan_in, truncated_normal)) */
+    NN_INIT_HE,
+    /* U(+-sqrt(6/(fan_in + fan_out))) */
+    NN_INIT_GLOROT,
+    /* U(+-1/sqrt(fan_in)): PyTorch's default for Conv2d and Linear weights,
+     * kaiming_uniform_(a=sqrt(5)), and biases (fan_in of their kernel) */
+    NN_INIT_TORCH,
+    /* N(0, 2/fan_out), not truncated: kaiming_normal_(mode='fan_out',
+     * nonlinearity='relu'), torchvision's ResNets */
+    NN_INIT_HE_FAN_OUT,
+    /* N(0, 0.1^2) truncated to [-2, 2] (20 standard deviations):
+     * trunc_normal_(std=0.1, a=-2, b=2), torchvision's inception_v3 */
+    NN_INIT_NORMAL_01,
+} nn_init;
 
 typedef struct nn_var_info {
     nn_init init;

@@ -158,11 +158,26 @@ static void init_vars(nn_model *m)
             }
             break;
         }
-        case NN_INIT_GLOROT: {
-            float lim = (float)sqrt(6.0 / (in->fan_in + in->fan_out));
+        case NN_INIT_GLOROT:
+        case NN_INIT_TORCH: {
+            float lim = (float)(in->init == NN_INIT_GLOROT ? sqrt(6.0 / (in->fan_in + in->fan_out))
+                                                           : 1.0 / sqrt(in->fan_in));
             for (size_t j = 0; j < v->size; j++) p[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * lim;
             break;
         }
+        case NN_INIT_HE_FAN_OUT: {
+            double sd = sqrt(2.0 / in->fan_out);
+            for (size_t j = 0; j < v->size; j++) p[j] = (float)(nn_rng_normal(&r) * sd);
+            break;
+        }
+        case NN_INIT_NORMAL_01:
+            for (size_t j = 0; j < v->size; j++) {
+                double z;
+                do z = 0.1 * nn_rng_normal(&r);
+                while (fabs(z) > 2.0);
+                p[j] = (float)z;
+            }
+            break;
         }
     }
 }

@@ -16,6 +16,32 @@
 
 #include "graph.h"
 
+/* Initialisers. The builders add convolutions with He init (truncated
+ * normal, variance 2/fan_in), ReLU dense layers with He and the logits with
+ * Glorot uniform, biases zero, batch norm gamma 1 and beta 0: mlp, lenet5
+ * and inception-mini keep that. The models with a PyTorch reference then
+ * switch to their reference's distributions (docs/torchvision.md), so that
+ * a run starts where the reference's would: every convolution kernel gets
+ * `conv`, every dense kernel `dense`, every bias (dense, or convolution
+ * with a bias) `bias`, drawn with the fan-in of its own layer's kernel.
+ * Batch norm stays 1/0 (torchvision's too; zero_init_residual is off by
+ * default). */
+static int reference_init(nn_model *m, int out, nn_init conv, nn_init dense, nn_init bias)
+{
+    if (out == NN_FAILED || m->failed) return NN_FAILED;
+    for (int i = 0; i < m->nlayers; i++) {
+        const nn_layer *l = &m->layers[i];
+        if (l->ops != &nn_conv_ops && l->ops != &nn_dense_ops) continue;
+        nn_var_info *k = &m->info[l->var0];
+        k->init = l->ops == &nn_conv_ops ? conv : dense;
+        for (int j = 1; j < l->nvar; j++) { /* the bias */
+            nn_var_info *b = &m->info[l->var0 + j];
+            b->init = bias, b->fan_in = k->fan_in, b->fan_out = k->fan_out;
+        }
+    }
+    return out;
+}
+
 static int build_mlp(nn_model *m)
 {
     int x = nn_add_dense(m, "fc1", NN_INPUT, 256, true);
@@ -141,14 +167,16 @@ static int build_resnet_cifar(nn_model *m, int n)
     return nn_add_dense(m, name, x, m->cfg.num_classes, false);
 }
 
+/* The peer's resnet_cifar keeps PyTorch's defaults: U(+-1/sqrt(fan_in)) for
+ * every convolution and dense weight and the dense bias. */
 static int build_resnet20(nn_model *m)
 {
-    return build_resnet_cifar(m, 3);
+    return reference_init(m, build_resnet_cifar(m, 3), NN_INIT_TORCH, NN_INIT_TORCH, NN_INIT_TORCH);
 }
 
 static int build_resnet56(nn_model *m)
 {
-    return build_resnet_cifar(m, 9);
+    return reference_init(m, build_resnet_cifar(m, 9), NN_INIT_TORCH, NN_INIT_TORCH, NN_INIT_TORCH);
 }
 
 /* A published channel count divided by m->width_div, rounded up (tests'
@@ -207,7 +235,10 @@ static int build_resnet50(nn_model *m)
             c = width(m, 4 * planes[s]);
         }
     x = nn_add_pool(m, "avgpool", x, false, 0, 0, 0, 0);
-    return nn_add_dense(m, "fc", x, m->cfg.num_classes, false);
+    x = nn_add_dense(m, "fc", x, m->cfg.num_classes, false);
+    /* torchvision's ResNet.__init__: kaiming_normal_(mode='fan_out',
+     * nonlinearity='relu') for every Conv2d; fc keeps Linear's default */
+    return reference_init(m, x, NN_INIT_HE_FAN_OUT, NN_INIT_TORCH, NN_INIT_TORCH);
 }
 
 /* ---- torchvision inception_v3 --------------------------------------------------
@@ -359,7 +390,12 @@ static int build_inception_v3(nn_model *m)
     x = inception_e(m, "Mixed_7c", x);
     x = nn_add_pool(m, "avgpool", x, false, 0, 0, 0, 0);
     x = nn_add_dropout(m, "dropout", x, 0.5f);
-    return nn_add_dense(m, "fc", x, m->cfg.num_classes, false);
+    x = nn_add_dense(m, "fc", x, m->cfg.num_classes, false);
+    /* torchvision's Inception3.__init__ (init_weights=True): trunc_normal_(
+     * std=0.1, a=-2, b=2) for every Conv2d and Linear weight (the 0.01 and
+     * 0.001 overrides belong to the auxiliary head, absent here); fc's bias
+     * keeps Linear's default */
+    return reference_init(m, x, NN_INIT_NORMAL_01, NN_INIT_NORMAL_01, NN_INIT_TORCH);
 }
 
 /* The table of models: the one list of their names. --help, the errors

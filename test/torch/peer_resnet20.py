@@ -3,18 +3,22 @@
 epoch on Fashion-MNIST with the settings `pstrain train --model resnet-20` uses
 by default, and prints the test accuracy (one JSON line).
 
-    /usr/bin/python3 test/torch/peer_resnet20.py --seed 1 [--threads 2] [--epochs 1]
+    /usr/bin/python3 test/torch/peer_resnet20.py --seed 1 [--threads 2] [--epochs 1] [--init he]
 
 pstrain's settings, reproduced: SGD with momentum 0.9 (a = 0.9 a + g; w -= lr a,
 which is torch.optim.SGD's rule), lr 0.01, batch 64 with the last partial batch
 of the epoch (938 steps), no weight decay, no augmentation, softmax
 cross-entropy; batch norm eps 1e-3 and moving averages with decay 0.99
 (torch momentum 0.01), test accuracy with the moving statistics; initial
-weights as pstrain draws them (src/nn/model.c: convolutions He truncated
-normal, |z| <= 2, variance 2/fan_in; the dense layer Glorot uniform; biases
-and beta 0, gamma 1); input x/255 normalised with the mean and standard
-deviation of the training pixels (what pstrain-prep stores and pstrain
-applies). The shuffle and the random draws are PyTorch's own, from --seed.
+weights from the same distributions as pstrain's (PyTorch 1.13's defaults,
+which the peer torch_models.py resnet_cifar keeps and pstrain follows:
+every convolution and dense weight U(+-1/sqrt(fan_in)), the dense bias too;
+gamma 1, beta 0; docs/torchvision.md); input x/255 normalised with the mean
+and standard deviation of the training pixels (what pstrain-prep stores and
+pstrain applies). The shuffle and the random draws are PyTorch's own, from
+--seed. `--init he` draws pstrain's initialisers before 2026-12-01 instead
+(convolutions He truncated normal, |z| <= 2, variance 2/fan_in; the dense
+layer Glorot uniform, bias 0), the setting of the earlier measurements.
 """
 import argparse
 import gzip
@@ -43,10 +47,15 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-def pstrain_init(model):
-    """pstrain's initialisers (src/nn/model.c init_vars), drawn with torch."""
+def set_init(model, he):
+    """Batch-norm decay 0.99; with he, pstrain's former initialisers (the
+    default: PyTorch's own, as constructed)."""
     with torch.no_grad():
         for mod in model.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.momentum = 0.01
+            if not he:
+                continue
             if isinstance(mod, nn.Conv2d):
                 fan_in = mod.in_channels * mod.kernel_size[0] * mod.kernel_size[1]
                 sd = math.sqrt(2.0 / fan_in) / 0.87962566103423978
@@ -60,7 +69,6 @@ def pstrain_init(model):
             elif isinstance(mod, nn.BatchNorm2d):
                 mod.weight.fill_(1.0)
                 mod.bias.zero_()
-                mod.momentum = 0.01
 
 
 def main():
@@ -70,6 +78,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--init", choices=["torch", "he"], default="torch")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -87,7 +96,7 @@ def main():
     xtr_t, xte_t = prep(xtr), prep(xte)
     ytr_t, yte_t = torch.from_numpy(ytr.astype(np.int64)), torch.from_numpy(yte.astype(np.int64))
     model = resnet_cifar(3, 1, 10)
-    pstrain_init(model)
+    set_init(model, a.init == "he")
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     lf = nn.CrossEntropyLoss()
     t0 = time.time()
@@ -107,7 +116,7 @@ def main():
     with torch.no_grad():
         for i in range(0, xte_t.shape[0], 500):
             correct += (model(xte_t[i:i + 500]).argmax(1) == yte_t[i:i + 500]).sum().item()
-    print(json.dumps({"model": "resnet-20", "seed": a.seed, "epochs": a.epochs, "steps": steps,
+    print(json.dumps({"model": "resnet-20", "seed": a.seed, "init": a.init, "epochs": a.epochs, "steps": steps,
                       "test_accuracy": correct / xte_t.shape[0], "final_loss": loss.item(),
                       "seconds": round(time.time() - t0, 1), "torch": torch.__version__}))
 

@@ -325,29 +325,30 @@ AVX512 static void im2col_simd(float *col, const float *pad, const nn_conv_dims 
         }
 }
 
-/* dpad (+)= the segments of dcol (see col2im_padded). */
-AVX512 static void col2im_simd(float *dpad, const float *dcol, const nn_conv_dims *d)
+/* dpad (+)= the segments of dcol (see col2im_padded), output pixels
+ * [p0, p0 + np) of the image, dcol's rows starting at p0. */
+AVX512 static void col2im_simd(float *dpad, const float *dcol, const nn_conv_dims *d, int p0,
+                               int np)
 {
     const int Wp = pad_w(d), C = d->C, KH = d->KH, seg = d->KW * C, R = KH * seg;
     const int full = seg / 16;
     const __mmask16 tail = (__mmask16)((1u << (seg % 16)) - 1);
-    for (int oh = 0; oh < d->OH; oh++)
-        for (int ow = 0; ow < d->OW; ow++) {
-            const float *row = dcol + ((size_t)oh * d->OW + ow) * R;
-            float *dst = dpad + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C;
-            for (int kh = 0; kh < KH; kh++) {
-                float *o = dst + (size_t)kh * Wp * C;
-                const float *i = row + kh * seg;
-                for (int v = 0; v < full; v++)
-                    _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_loadu_ps(o + 16 * v),
-                                                               _mm512_loadu_ps(i + 16 * v)));
-                if (tail)
-                    _mm512_mask_storeu_ps(
-                        o + 16 * full, tail,
-                        _mm512_add_ps(_mm512_maskz_loadu_ps(tail, o + 16 * full),
-                                      _mm512_maskz_loadu_ps(tail, i + 16 * full)));
-            }
+    for (int p = p0; p < p0 + np; p++) {
+        const int oh = p / d->OW, ow = p - oh * d->OW;
+        const float *row = dcol + (size_t)(p - p0) * R;
+        float *dst = dpad + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C;
+        for (int kh = 0; kh < KH; kh++) {
+            float *o = dst + (size_t)kh * Wp * C;
+            const float *i = row + kh * seg;
+            for (int v = 0; v < full; v++)
+                _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_loadu_ps(o + 16 * v),
+                                                           _mm512_loadu_ps(i + 16 * v)));
+            if (tail)
+                _mm512_mask_storeu_ps(o + 16 * full, tail,
+                                      _mm512_add_ps(_mm512_maskz_loadu_ps(tail, o + 16 * full),
+                                                    _mm512_maskz_loadu_ps(tail, i + 16 * full)));
         }
+    }
 }
 #endif
 
@@ -422,7 +423,7 @@ static void col2im_padded(float *dpad, const float *dcol, const nn_conv_dims *d)
 {
 #if CONV_X86
     if (nn_narrow_use_simd(-1)) {
-        col2im_simd(dpad, dcol, d);
+        col2im_simd(dpad, dcol, d, 0, d->OH * d->OW);
         return;
     }
 #endif
@@ -930,6 +931,61 @@ static void dgrad_strided_point_task(void *arg, int task, int tid)
     }
 }
 
+/* The input gradient of a strided layer with few kernel rows (ResNet's
+ * 7x7/2 stem: R = 147) through the fast kernel: for a block of output
+ * pixels, dcol = dy rows x w^T (nn_cf_forward over the dy rows, w^T packed
+ * as a [K][R] kernel), added into the padded image gradient while the
+ * block is in L1; no dcol matrix of the whole image. Task = image; w^T's
+ * packing lives in thread 0's col area after its dcol block. */
+#define CONV_DCOL_PIXELS 60 /* dcol block: 56 x 147 floats = 33 KB */
+#define CONV_DCOL_ROWS 256  /* at most this many kernel rows */
+static size_t dcol_block_floats(const nn_conv_dims *d)
+{
+    return align16((size_t)CONV_DCOL_PIXELS * d->KH * d->KW * d->C + CONV_SLACK);
+}
+static bool fast_dcol_ok(const nn_conv_dims *d)
+{
+    const int R = d->KH * d->KW * d->C;
+    return nn_cf_ok(d) && !fast_dgrad_ok(d) && !conv_is_pointwise(d) && R <= CONV_DCOL_ROWS &&
+           col_floats(d) >= dcol_block_floats(d) + nn_cf_packed_floats(d->K, R);
+}
+
+/* wp = w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel */
+static void pack_transposed(float *wp, const float *w, int R, int K)
+{
+    const int nrb = (R + 63) / 64;
+    for (int rb = 0; rb < nrb; rb++)
+        for (int k = 0; k < K; k++) {
+            float *o = wp + ((size_t)rb * K + k) * 64;
+            for (int i = 0; i < 64; i++) {
+                int r = rb * 64 + i;
+                o[i] = r < R ? w[(size_t)r * K + k] : 0.0f;
+            }
+        }
+}
+
+static void dgrad_dcol_task(void *arg, int task, int tid)
+{
+#if CONV_X86
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, R = d->KH * d->KW * d->C, P = d->OH * d->OW, nrb = (R + 63) / 64;
+    float *front = job_front(j, tid), *dcol = front, *pad = scratch_pad(front, d);
+    memset(pad, 0, sizeof(float) * img_floats(d));
+    const float *dy = j->dout + (size_t)task * P * K;
+    for (int p0 = 0; p0 < P; p0 += CONV_DCOL_PIXELS) {
+        int np = P - p0 < CONV_DCOL_PIXELS ? P - p0 : CONV_DCOL_PIXELS;
+        nn_cf_geom g = {1, np, 0, K, 1, 0, K, 1, 0};
+        for (int rb = 0; rb < nrb; rb++)
+            nn_cf_forward(dcol, dy + (size_t)p0 * K, &g, j->wp, R, rb, NULL, false, false);
+        col2im_simd(pad, dcol, d, p0, np);
+    }
+    unpad_image(j->dinp, j->acc, pad, d, task);
+#else
+    (void)arg, (void)task, (void)tid;
+#endif
+}
+
 /* input gradient, other paths: task = chunk of images */
 static void dgrad_gemm_task(void *arg, int task, int tid)
 {
@@ -995,6 +1051,13 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             conv_for(pool, j.ngroups, dgrad_strided_point_task, &j);
         else
             conv_for(pool, j.ngroups * nkb, dgrad_fast_task, &j);
+        return;
+    }
+    if (fast_dcol_ok(d)) {
+        float *wp = job_front(&j, 0) + dcol_block_floats(d);
+        pack_transposed(wp, w, R, K);
+        j.wp = wp;
+        conv_for(pool, d->N, dgrad_dcol_task, &j);
         return;
     }
     j.chunk = nn_conv_chunk(d);

@@ -90,6 +90,8 @@ int main(void)
          * task; stride 1 (prefetched pixel blocks) and 2 */
         test_conv_threads(8, 45, 47, 24, 80, 1, 1, 1, 1, 0, 0, true);
         test_conv_threads(8, 92, 91, 20, 72, 1, 1, 2, 2, 0, 0, false);
+        /* ResNet's 7x7/2 stem: the input gradient in dcol blocks */
+        test_conv_threads(5, 19, 19, 3, 64, 7, 7, 2, 2, 3, 3, false);
     }
     /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
      * 2), AVX-512 and portable: several blocks of tiles, odd sizes,

@@ -868,6 +868,9 @@ int main(void)
         test_conv_paths(8, 92, 91, 20, 72, 1, 1, 2, 2, 0, 0);
         test_conv_paths(1, 40, 41, 200, 40, 1, 1, 1, 1, 0, 0);
         test_conv_paths(1, 33, 35, 40, 200, 1, 1, 1, 1, 0, 0);
+        /* strided, few kernel rows: the input gradient's dcol blocks */
+        test_conv_paths(3, 23, 21, 5, 70, 5, 5, 2, 2, 2, 2);
+        test_conv_paths(2, 30, 29, 3, 64, 7, 7, 2, 2, 3, 3);
         nn_narrow_use_simd(simd);
     }
 

@@ -177,130 +177,171 @@ static void log_step(metrics *mx, log_window *w, int64_t step, int64_t start_ste
     *w = (log_window){0};
 }
 
-int train_single(const train_cfg *cfg_in, train_result *res, pst_err *e)
-{
-    memset(res, 0, sizeof *res);
-    train_cfg cfg_resolved = *cfg_in; /* with the pipeline's output size */
-    train_cfg *cfg = &cfg_resolved;
-    if (train_check_cfg(cfg, e) < 0) return -1;
-    if (cfg->ps > 0 && !cfg->quiet)
-        pst_warn("--ps %d: one process (no mpirun) has no parameter servers; --ps, --placement, "
-                 "--mode and --replicas-to-aggregate apply under mpirun -np N",
-                 cfg->ps);
-    nn_blis_init();
+/* ---- the run ---- */
 
+/* The state of a single-process run, from the data set to the last step:
+ * what it owns (freed by run_free) and where it stands. */
+typedef struct single_run {
+    train_cfg cfg; /* with the pipeline's output size resolved */
+    train_result *res;
+
+    /* the data set and the model (run_open) */
     h5ds ds;
-    nn_model *m = NULL;
-    pipeline *p = NULL;
-    metrics *mx = NULL;
-    float *slots = NULL, *x = NULL, *averages = NULL;
-    slab_range *ranges = NULL;
-    uint8_t *seen = NULL;
-    char *mtext = NULL;
-    FILE *trace = NULL;
-    int rc = -1;
-    if (h5ds_open(&ds, cfg->data_path, e) < 0) return -1;
-    if (train_resolve_input(cfg, &ds, e) < 0) goto out;
-    const h5ds_split *tsp = h5ds_find_split(&ds, cfg->pipe.split ? cfg->pipe.split : "train");
-    if (!tsp) {
-        pst_fail(e, "%s: no /train split to train on", cfg->data_path);
-        goto out;
-    }
+    nn_model *m;
+    nn_model_cfg mc;
+    int64_t epoch_n; /* examples per epoch: the split, or --limit */
+    int max_batch;   /* the largest batch an epoch can give */
+
+    /* the optimizer's state (run_alloc_state) */
+    size_t nparam;
+    int nslots;
+    float *slots, *averages; /* averages: --moving-average-decay, else NULL */
+    slab_range *ranges;
+    int nranges;
+    char *mtext; /* the model's description, for checkpoints */
+
+    /* the data, the outputs and the schedule (run_start) */
+    pipeline *p;
+    metrics *mx;
+    FILE *trace; /* --trace-examples */
+    float *x;    /* the normalised batch */
+    uint8_t *seen;
+    int64_t per_epoch; /* pipe_examples_per_epoch */
+    int64_t steps_per_epoch, total_steps;
+    int total_epochs;
+    lr_schedule sched;
+    const char *esplit; /* the evaluation split, or NULL */
+
+    /* where the run stands; *0: where this process started (resumed: mid-way) */
+    int64_t step, examples, examples0, epoch_batch, skip_batches;
+    int start_epoch, epoch;
+    double t_train, t_train0; /* training seconds, the whole run's */
+    char resumed_from[4096];  /* the checkpoint resumed, or "" */
+    bool averages_from_vars;  /* resumed from a checkpoint without averages */
+
+    /* progress and timing (run_loop) */
+    worker_timing tm;
+    log_window win;
+    float last_losses[FINAL_LOSS_STEPS], lr;
+    double t_log, t_seg, t_ckpt; /* the last log line, training segment, checkpoint */
+} single_run;
+
+/* Opens the data set's training split and builds the model (or, with
+ * --dry-run, prints it). 0 to go on, 1 when the run is done (dry run), -1
+ * on error. */
+static int run_open(single_run *r, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
+    if (train_resolve_input(&r->cfg, &r->ds, e) < 0) return -1;
+    const h5ds_split *tsp = h5ds_find_split(&r->ds, cfg->pipe.split ? cfg->pipe.split : "train");
+    if (!tsp) return pst_fail(e, "%s: no /train split to train on", cfg->data_path);
     /* Batches never straddle epochs, so none is larger than an epoch: size
      * the activations (and evaluation batches) for that, not for a --batch
      * far larger than the data (1048576 tried to allocate 74 GB for lenet5). */
-    const int64_t epoch_n = cfg->pipe.limit > 0 ? PST_MIN(cfg->pipe.limit, tsp->count) : tsp->count;
-    const int max_batch = (int)PST_MAX((int64_t)1, PST_MIN((int64_t)cfg->batch, epoch_n));
+    r->epoch_n = cfg->pipe.limit > 0 ? PST_MIN(cfg->pipe.limit, tsp->count) : tsp->count;
+    r->max_batch = (int)PST_MAX((int64_t)1, PST_MIN((int64_t)cfg->batch, r->epoch_n));
 
-    nn_model_cfg mc = {.name = cfg->model,
-                       .height = cfg->pipe.out_h,
-                       .width = cfg->pipe.out_w,
-                       .channels = ds.channels,
-                       .num_classes = ds.num_classes,
-                       .max_batch = max_batch,
-                       .seed = cfg->seed,
-                       .weight_decay = cfg->weight_decay,
-                       .label_smoothing = cfg->label_smoothing,
-                       .threads = pst_threads_resolve(cfg->threads)};
-    if (nn_model_new(&m, &mc, e) < 0) goto out;
+    r->mc = (nn_model_cfg){.name = cfg->model,
+                           .height = cfg->pipe.out_h,
+                           .width = cfg->pipe.out_w,
+                           .channels = r->ds.channels,
+                           .num_classes = r->ds.num_classes,
+                           .max_batch = r->max_batch,
+                           .seed = cfg->seed,
+                           .weight_decay = cfg->weight_decay,
+                           .label_smoothing = cfg->label_smoothing,
+                           .threads = pst_threads_resolve(cfg->threads)};
+    if (nn_model_new(&r->m, &r->mc, e) < 0) return -1;
     if (cfg->dry_run) {
-        nn_model_describe(m, stdout);
-        nn_model_print_memory(m, opt_nslots(cfg->opt.kind), opt_name(cfg->opt.kind), stdout);
-        rc = 0;
-        goto out;
+        nn_model_describe(r->m, stdout);
+        nn_model_print_memory(r->m, opt_nslots(cfg->opt.kind), opt_name(cfg->opt.kind), stdout);
+        return 1;
     }
+    return 0;
+}
+
+/* The optimizer's slots, the slab's ranges, the moving averages and the
+ * model's text; checks --checkpoint-dir first. 0, or -1 on error. */
+static int run_alloc_state(single_run *r, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
     /* an unusable --checkpoint-dir fails now, not after training to the first checkpoint */
-    if (cfg->checkpoint_dir && ckpt_prepare_dir(cfg->checkpoint_dir, e) < 0) goto out;
+    if (cfg->checkpoint_dir && ckpt_prepare_dir(cfg->checkpoint_dir, e) < 0) return -1;
 
-    const size_t nparam = nn_model_size(m);
-    const int nslots = opt_nslots(cfg->opt.kind);
-    slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(nslots, 1) * nparam);
-    opt_init_slots(&cfg->opt, slots, nparam, nparam);
-    ranges = pst_malloc(sizeof *ranges * (size_t)nn_model_nvars(m));
-    const int nranges = slab_ranges(m, ranges);
-
-    const nn_var *vars = nn_model_vars(m);
-    const int nvars = nn_model_nvars(m);
-    mtext = model_text(m);
+    r->nparam = nn_model_size(r->m);
+    r->nslots = opt_nslots(cfg->opt.kind);
+    r->slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(r->nslots, 1) * r->nparam);
+    opt_init_slots(&cfg->opt, r->slots, r->nparam, r->nparam);
+    r->ranges = pst_malloc(sizeof *r->ranges * (size_t)nn_model_nvars(r->m));
+    r->nranges = slab_ranges(r->m, r->ranges);
+    r->mtext = model_text(r->m);
     /* --moving-average-decay: the averages start as the initial variables */
     if (cfg->ema_decay > 0) {
-        averages = pst_aligned_alloc(sizeof(float) * (nparam ? nparam : 1));
-        memcpy(averages, nn_model_params(m), sizeof(float) * nparam);
+        r->averages = pst_aligned_alloc(sizeof(float) * (r->nparam ? r->nparam : 1));
+        memcpy(r->averages, nn_model_params(r->m), sizeof(float) * r->nparam);
     }
-    bool averages_from_vars = false; /* resumed from a checkpoint without averages */
+    return 0;
+}
 
-    /* Resume: variables, slots, step and data cursor from a checkpoint. */
-    int64_t step = 0, examples = 0, skip_batches = 0;
-    char resumed_from[4096] = "";
-    int start_epoch = 0;
-    double t_train = 0;
-    if (cfg->resume) {
-        char path[4096];
-        const char *arg = cfg->resume_path ? cfg->resume_path : cfg->checkpoint_dir;
-        int r = ckpt_resolve(arg, path, sizeof path, e);
-        if (r < 0) goto out;
-        if (r == 0) {
-            if (!cfg->quiet)
-                fprintf(stderr, "%s: no checkpoint in %s yet: starting from scratch\n",
-                        pst_progname(), arg);
-        } else {
-            ckpt_expect want = ckpt_expect_model(m, &cfg->opt);
-            want.averages = averages;
-            ckpt_meta cm;
-            memset(&cm, 0, sizeof cm);
-            if (ckpt_read(path, &want, nn_model_params(m), nslots ? slots : NULL, nparam, &cm, e) <
-                    0 ||
-                check_resume_meta(path, &cm, cfg, (epoch_n + cfg->batch - 1) / cfg->batch, e) < 0) {
-                ckpt_meta_free(&cm);
-                goto out;
-            }
-            if (averages && !cm.has_averages) {
-                memcpy(averages, nn_model_params(m), sizeof(float) * nparam);
-                averages_from_vars = true;
-            } else if (!averages && cm.has_averages && !cfg->quiet) {
-                pst_warn("%s has moving averages; this run has no --moving-average-decay and "
-                         "does not keep them",
-                         path);
-            }
-            step = cm.global_step;
-            start_epoch = cm.epoch;
-            skip_batches = cm.epoch_batch;
-            examples = cm.examples;
-            t_train = cm.train_seconds;
-            ckpt_meta_free(&cm);
-            res->start_step = step;
-            if (cfg->steps && step >= cfg->steps) {
-                /* a requeued job whose run had finished: nothing is left */
-                res->nothing_to_do = true;
-                res->steps = step;
-                snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", path);
-                rc = 0;
-                goto out;
-            }
-            snprintf(resumed_from, sizeof resumed_from, "%s", path);
-        }
+/* --resume: variables, slots, averages, step and data cursor from a
+ * checkpoint (none yet: from scratch). 0 to go on, 1 when the run had
+ * already finished (a requeued job), -1 on error. */
+static int run_resume(single_run *r, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
+    train_result *res = r->res;
+    char path[4096];
+    const char *arg = cfg->resume_path ? cfg->resume_path : cfg->checkpoint_dir;
+    int found = ckpt_resolve(arg, path, sizeof path, e);
+    if (found < 0) return -1;
+    if (found == 0) {
+        if (!cfg->quiet)
+            fprintf(stderr, "%s: no checkpoint in %s yet: starting from scratch\n", pst_progname(),
+                    arg);
+        return 0;
     }
+    ckpt_expect want = ckpt_expect_model(r->m, &cfg->opt);
+    want.averages = r->averages;
+    ckpt_meta cm;
+    memset(&cm, 0, sizeof cm);
+    if (ckpt_read(path, &want, nn_model_params(r->m), r->nslots ? r->slots : NULL, r->nparam, &cm,
+                  e) < 0 ||
+        check_resume_meta(path, &cm, cfg, (r->epoch_n + cfg->batch - 1) / cfg->batch, e) < 0) {
+        ckpt_meta_free(&cm);
+        return -1;
+    }
+    if (r->averages && !cm.has_averages) {
+        memcpy(r->averages, nn_model_params(r->m), sizeof(float) * r->nparam);
+        r->averages_from_vars = true;
+    } else if (!r->averages && cm.has_averages && !cfg->quiet) {
+        pst_warn("%s has moving averages; this run has no --moving-average-decay and "
+                 "does not keep them",
+                 path);
+    }
+    r->step = cm.global_step;
+    r->start_epoch = cm.epoch;
+    r->skip_batches = cm.epoch_batch;
+    r->examples = cm.examples;
+    r->t_train = cm.train_seconds;
+    ckpt_meta_free(&cm);
+    res->start_step = r->step;
+    if (cfg->steps && r->step >= cfg->steps) {
+        /* a requeued job whose run had finished: nothing is left */
+        res->nothing_to_do = true;
+        res->steps = r->step;
+        snprintf(res->last_checkpoint, sizeof res->last_checkpoint, "%s", path);
+        return 1;
+    }
+    snprintf(r->resumed_from, sizeof r->resumed_from, "%s", path);
+    return 0;
+}
 
+/* Starts the pipeline at the run's epoch, the schedule, the metrics log
+ * (its first notes) and the example trace; chooses the evaluation split and
+ * installs the stop signals. 0, or -1 on error. */
+static int run_start(single_run *r, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
     if (!cfg->resume && cfg->checkpoint_dir) {
         /* Mixing two runs in one directory would make a later --resume pick
          * whichever has the higher step. */
@@ -315,217 +356,325 @@ int train_single(const train_cfg *cfg_in, train_result *res, pst_err *e)
     pc.batch = cfg->batch;
     pc.seed = cfg->seed;
     pc.epochs = cfg->epochs ? cfg->epochs : 0;
-    pc.first_epoch = start_epoch;
-    if (pipe_new(&p, &ds, &pc, e) < 0) goto out;
-    const int64_t steps_per_epoch = pipe_batches_per_epoch(p);
-    const int64_t total_steps = cfg->steps ? cfg->steps : steps_per_epoch * cfg->epochs;
-    const int total_epochs =
-        (int)((total_steps + PST_MAX(steps_per_epoch, 1) - 1) / PST_MAX(steps_per_epoch, 1));
-    lr_schedule sched = train_schedule(cfg, 1, steps_per_epoch);
-    if ((res->start_step > 0 ? metrics_open_append : metrics_open)(&mx, cfg->metrics_path,
-                                                                   !cfg->quiet, e) < 0)
-        goto out;
-    if (resumed_from[0]) /* a log line with its time, like what follows */
-        metrics_note(mx, "resumed from %s at step %lld (epoch %d, batch %lld)", resumed_from,
-                     (long long)step, start_epoch + 1, (long long)skip_batches);
-    if (averages_from_vars)
-        metrics_note(mx, "%s has no moving averages: they start from its variables", resumed_from);
-    metrics_note(mx, "threads: %d compute, %d prep", mc.threads, cfg->pipe.prep_threads);
-    train_recipe_note(mx, cfg, 1, steps_per_epoch);
+    pc.first_epoch = r->start_epoch;
+    if (pipe_new(&r->p, &r->ds, &pc, e) < 0) return -1;
+    const int64_t spe = pipe_batches_per_epoch(r->p);
+    r->steps_per_epoch = spe;
+    r->total_steps = cfg->steps ? cfg->steps : spe * cfg->epochs;
+    r->total_epochs = (int)((r->total_steps + PST_MAX(spe, 1) - 1) / PST_MAX(spe, 1));
+    r->sched = train_schedule(cfg, 1, spe);
+    if ((r->res->start_step > 0 ? metrics_open_append : metrics_open)(&r->mx, cfg->metrics_path,
+                                                                      !cfg->quiet, e) < 0)
+        return -1;
+    if (r->resumed_from[0]) /* a log line with its time, like what follows */
+        metrics_note(r->mx, "resumed from %s at step %lld (epoch %d, batch %lld)", r->resumed_from,
+                     (long long)r->step, r->start_epoch + 1, (long long)r->skip_batches);
+    if (r->averages_from_vars)
+        metrics_note(r->mx, "%s has no moving averages: they start from its variables",
+                     r->resumed_from);
+    metrics_note(r->mx, "threads: %d compute, %d prep", r->mc.threads, cfg->pipe.prep_threads);
+    train_recipe_note(r->mx, cfg, 1, spe);
     /* --trace-examples: the format of the distributed trace (dist.c), worker 0 */
-    if (cfg->trace_path && !(trace = fopen(cfg->trace_path, "w"))) {
-        pst_fail(e, "%s: cannot write the example trace: %s", cfg->trace_path, strerror(errno));
-        goto out;
-    }
+    if (cfg->trace_path && !(r->trace = fopen(cfg->trace_path, "w")))
+        return pst_fail(e, "%s: cannot write the example trace: %s", cfg->trace_path,
+                        strerror(errno));
 
-    const int64_t px = (int64_t)cfg->pipe.out_h * cfg->pipe.out_w * ds.channels;
-    x = pst_aligned_alloc(sizeof(float) * (size_t)(max_batch * px));
-    float *params = nn_model_params(m), *grads = nn_model_grads(m);
-    worker_timing tm = {0};
-    const char *esplit = NULL;
-    if (train_eval_split(cfg, &ds, !cfg->quiet, &esplit, e) < 0) goto out;
-    int64_t epoch_batch = skip_batches;
-    int epoch = start_epoch;
-    log_window win = {0};
-    float last_losses[FINAL_LOSS_STEPS], lr = sched.base;
+    const int64_t px = (int64_t)cfg->pipe.out_h * cfg->pipe.out_w * r->ds.channels;
+    r->x = pst_aligned_alloc(sizeof(float) * (size_t)(r->max_batch * px));
+    if (train_eval_split(cfg, &r->ds, !cfg->quiet, &r->esplit, e) < 0) return -1;
+    r->epoch_batch = r->skip_batches;
+    r->epoch = r->start_epoch;
+    r->lr = r->sched.base;
     /* this process's share, for its images/s (a resumed run started mid-way) */
-    const int64_t examples0 = examples;
-    const double t_train0 = t_train;
-    if (cfg->checkpoint_dir && pst_stop_signals_install(e) < 0) goto out;
-    const int64_t per_epoch = pipe_examples_per_epoch(p);
-    seen = pst_calloc((size_t)per_epoch, 1);
-    /* Skip what the checkpoint had consumed of its epoch: the pipeline
-     * replays the epoch's batches exactly, so the cursor lands on the same
-     * next batch an uninterrupted run would take. */
-    for (int64_t i = 0; i < skip_batches; i++) {
+    r->examples0 = r->examples;
+    r->t_train0 = r->t_train;
+    if (cfg->checkpoint_dir && pst_stop_signals_install(e) < 0) return -1;
+    r->per_epoch = pipe_examples_per_epoch(r->p);
+    r->seen = pst_calloc((size_t)r->per_epoch, 1);
+    return 0;
+}
+
+/* Skips what the checkpoint had consumed of its epoch: the pipeline
+ * replays the epoch's batches exactly, so the cursor lands on the same next
+ * batch an uninterrupted run would take. */
+static int run_skip_consumed(single_run *r, pst_err *e)
+{
+    for (int64_t i = 0; i < r->skip_batches; i++) {
         pipe_batch b;
-        int got = pipe_next(p, &b, e);
-        if (got < 0) goto out;
+        int got = pipe_next(r->p, &b, e);
+        if (got < 0) return -1;
         if (got == 0) break;
-        account_batch(res, &b, seen, per_epoch); /* consumed by the run that wrote it */
+        account_batch(r->res, &b, r->seen, r->per_epoch); /* consumed by the run that wrote it */
     }
-    double t_log = pst_now(), t_seg = pst_now(), t_ckpt = pst_now();
+    return 0;
+}
+
+/* The previous epoch ended at a batch of epoch `next`: closes its
+ * accounting and evaluates if --eval-every asks. */
+static int run_epoch_end(single_run *r, int next, double t_now, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
+    r->t_train += t_now - r->t_seg;
+    stats_close(stats_for_epoch(r->res, r->epoch, 1), r->seen, r->per_epoch);
+    memset(r->seen, 0, (size_t)r->per_epoch);
+    if (cfg->eval_every > 0 && r->esplit && next % cfg->eval_every == 0) {
+        eval_stats ev;
+        /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
+        if (evaluate_with(r->m, r->averages, &r->ds, &cfg->pipe, r->esplit, r->max_batch, &ev, e) <
+            0)
+            return -1;
+        metrics_eval(r->mx, r->step, next, r->esplit, &ev);
+    }
+    r->epoch = next;
+    r->epoch_batch = 0;
+    r->t_seg = pst_now();
+    return 0;
+}
+
+/* Forward and backward on batch `b`, into the loss and *ncorrect; -1 with a
+ * message when the loss is not finite. */
+static int run_forward_backward(single_run *r, const pipe_batch *b, float *loss, int *ncorrect,
+                                pst_err *e)
+{
+    const h5ds *ds = &r->ds;
+    const int64_t px = (int64_t)r->cfg.pipe.out_h * r->cfg.pipe.out_w * ds->channels;
+    pipe_normalize(b->pixels, (int64_t)b->count * px / ds->channels, ds->channels, ds->mean,
+                   ds->std, r->x);
+    *ncorrect = 0;
+    *loss = nn_model_train_step(r->m, r->x, b->labels, b->count, r->step, ncorrect);
+    if (!isfinite(*loss))
+        return pst_fail(e, "loss is %s at step %lld (epoch %d): training diverged; lower --lr",
+                        isnan(*loss) ? "NaN" : "Inf", (long long)r->step + 1, b->epoch + 1);
+    if (r->trace) {
+        fprintf(r->trace, "{\"worker\":0,\"step\":%lld,\"ticket\":%lld,\"epoch\":%d,\"ids\":[",
+                (long long)r->step, (long long)r->step, b->epoch);
+        for (int i = 0; i < b->count; i++)
+            fprintf(r->trace, "%s%lld", i ? "," : "", (long long)b->ids[i]);
+        fputs("]}\n", r->trace);
+    }
+    return 0;
+}
+
+/* Global step r->step + 1: the optimizer on the trainable ranges of the
+ * slab, the new batch-norm statistics into the others, then the moving
+ * averages. */
+static void run_update(single_run *r)
+{
+    float *params = nn_model_params(r->m), *grads = nn_model_grads(r->m);
+    r->step++;
+    const int64_t step = r->step;
+    r->lr = lr_at(&r->sched, step - 1);
+    for (int i = 0; i < r->nranges; i++) {
+        size_t o = r->ranges[i].begin, n = r->ranges[i].end - r->ranges[i].begin;
+        if (r->ranges[i].trainable)
+            opt_apply(&r->cfg.opt, r->lr, step, params + o, grads + o, r->slots + o, r->nparam, n);
+        else
+            nn_model_apply_state(r->m, params, grads, r->ranges[i].begin, r->ranges[i].end);
+    }
+    /* after the update that made global step `step`, over the whole
+     * slab: trainable variables and batch-norm statistics */
+    if (r->averages)
+        ema_apply(ema_decay_at(r->cfg.ema_decay, step), r->averages, params, r->nparam);
+    r->epoch_batch++;
+}
+
+/* Writes a checkpoint of the run as it stands, `train_seconds` into it. */
+static int run_save(single_run *r, double train_seconds, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
+    train_result *res = r->res;
+    ckpt_meta cm = run_meta(cfg, &r->ds, r->mtext, r->step, r->epoch, r->epoch_batch,
+                            r->steps_per_epoch, r->examples, train_seconds, &r->sched, r->averages);
+    if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, nn_model_vars(r->m),
+                  nn_model_nvars(r->m), nn_model_params(r->m), r->nslots ? r->slots : NULL,
+                  r->nparam, res->last_checkpoint, sizeof res->last_checkpoint, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* After a step at time `t_now`: a checkpoint when --checkpoint-every or
+ * --checkpoint-secs says it is due or a stop signal came. 1 when a signal
+ * stops the run, 0 to go on, -1 on error. */
+static int run_checkpoint_hook(single_run *r, double t_now, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
+    int sig = pst_stop_requested();
+    bool due = (cfg->checkpoint_every && r->step % cfg->checkpoint_every == 0) ||
+               (cfg->checkpoint_secs > 0 && t_now - r->t_ckpt >= cfg->checkpoint_secs) || sig;
+    if (due) {
+        if (run_save(r, r->t_train + (t_now - r->t_seg), e) < 0) return -1;
+        r->t_ckpt = pst_now();
+        metrics_note(r->mx, "checkpoint %s (step %lld)", r->res->last_checkpoint,
+                     (long long)r->step);
+    }
+    if (sig) {
+        r->res->stop_signal = sig; /* main reports it, for both paths */
+        return 1;
+    }
+    return 0;
+}
+
+/* The epoch/step loop: until --steps, the pipeline's last epoch or a stop
+ * signal. 0, or -1 on error. */
+static int run_loop(single_run *r, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
+    r->t_log = pst_now(), r->t_seg = pst_now(), r->t_ckpt = pst_now();
     for (;;) {
-        if (cfg->steps && step >= cfg->steps) break;
+        if (cfg->steps && r->step >= cfg->steps) break;
         double t0 = pst_now();
         pipe_batch b;
-        int got = pipe_next(p, &b, e);
-        if (got < 0) goto out;
+        int got = pipe_next(r->p, &b, e);
+        if (got < 0) return -1;
         if (got == 0) break;
         double t1 = pst_now();
-        if (b.epoch != epoch) {
-            /* The previous epoch ended: evaluate if asked. */
-            t_train += t1 - t_seg;
-            stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
-            memset(seen, 0, (size_t)per_epoch);
-            if (cfg->eval_every > 0 && esplit && b.epoch % cfg->eval_every == 0) {
-                eval_stats ev;
-                /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
-                int er = evaluate_with(m, averages, &ds, &cfg->pipe, esplit, max_batch, &ev, e);
-                if (er < 0) goto out;
-                metrics_eval(mx, step, b.epoch, esplit, &ev);
-            }
-            epoch = b.epoch;
-            epoch_batch = 0;
-            t_seg = pst_now();
-        }
-        account_batch(res, &b, seen, per_epoch);
+        if (b.epoch != r->epoch && run_epoch_end(r, b.epoch, t1, e) < 0) return -1;
+        account_batch(r->res, &b, r->seen, r->per_epoch);
 
-        pipe_normalize(b.pixels, (int64_t)b.count * px / ds.channels, ds.channels, ds.mean, ds.std,
-                       x);
-        int ncorrect = 0;
-        float loss = nn_model_train_step(m, x, b.labels, b.count, step, &ncorrect);
-        if (!isfinite(loss)) {
-            pst_fail(e, "loss is %s at step %lld (epoch %d): training diverged; lower --lr",
-                     isnan(loss) ? "NaN" : "Inf", (long long)step + 1, b.epoch + 1);
-            goto out;
-        }
-        if (trace) {
-            fprintf(trace, "{\"worker\":0,\"step\":%lld,\"ticket\":%lld,\"epoch\":%d,\"ids\":[",
-                    (long long)step, (long long)step, b.epoch);
-            for (int i = 0; i < b.count; i++)
-                fprintf(trace, "%s%lld", i ? "," : "", (long long)b.ids[i]);
-            fputs("]}\n", trace);
-        }
+        float loss;
+        int ncorrect;
+        if (run_forward_backward(r, &b, &loss, &ncorrect, e) < 0) return -1;
         double t2 = pst_now();
-        step++;
-        lr = lr_at(&sched, step - 1);
-        for (int r = 0; r < nranges; r++) {
-            size_t o = ranges[r].begin, n = ranges[r].end - ranges[r].begin;
-            if (ranges[r].trainable)
-                opt_apply(&cfg->opt, lr, step, params + o, grads + o, slots + o, nparam, n);
-            else
-                nn_model_apply_state(m, params, grads, ranges[r].begin, ranges[r].end);
-        }
-        /* after the update that made global step `step`, over the whole
-         * slab: trainable variables and batch-norm statistics */
-        if (averages) ema_apply(ema_decay_at(cfg->ema_decay, step), averages, params, nparam);
-        epoch_batch++;
+        run_update(r);
         double t3 = pst_now();
-        tm.wait_data += t1 - t0;
-        tm.compute += t2 - t1;
-        tm.push += t3 - t2;
-        examples += b.count;
-        win.examples += b.count;
-        win.correct += ncorrect;
-        win.loss += loss;
-        win.steps++;
-        last_losses[(step - 1) % FINAL_LOSS_STEPS] = loss;
-        if (t3 - t_log >= cfg->log_every) {
-            double el = t_train + (t3 - t_seg) - t_train0;
-            log_step(mx, &win, step, res->start_step, total_steps, b.epoch + 1, total_epochs, lr,
-                     el > 0 ? (double)(examples - examples0) / el : 0, &tm);
-            t_log = t3;
+        r->tm.wait_data += t1 - t0;
+        r->tm.compute += t2 - t1;
+        r->tm.push += t3 - t2;
+        r->examples += b.count;
+        r->win.examples += b.count;
+        r->win.correct += ncorrect;
+        r->win.loss += loss;
+        r->win.steps++;
+        r->last_losses[(r->step - 1) % FINAL_LOSS_STEPS] = loss;
+        if (t3 - r->t_log >= cfg->log_every) {
+            double el = r->t_train + (t3 - r->t_seg) - r->t_train0;
+            log_step(r->mx, &r->win, r->step, r->res->start_step, r->total_steps, b.epoch + 1,
+                     r->total_epochs, r->lr, el > 0 ? (double)(r->examples - r->examples0) / el : 0,
+                     &r->tm);
+            r->t_log = t3;
         }
         if (cfg->checkpoint_dir) {
-            int sig = pst_stop_requested();
-            bool due = (cfg->checkpoint_every && step % cfg->checkpoint_every == 0) ||
-                       (cfg->checkpoint_secs > 0 && t3 - t_ckpt >= cfg->checkpoint_secs) || sig;
-            if (due) {
-                ckpt_meta cm = run_meta(cfg, &ds, mtext, step, epoch, epoch_batch, steps_per_epoch,
-                                        examples, t_train + (t3 - t_seg), &sched, averages);
-                if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, vars, nvars, params,
-                              nslots ? slots : NULL, nparam, res->last_checkpoint,
-                              sizeof res->last_checkpoint, e) < 0)
-                    goto out;
-                t_ckpt = pst_now();
-                metrics_note(mx, "checkpoint %s (step %lld)", res->last_checkpoint,
-                             (long long)step);
-            }
-            if (sig) {
-                res->stop_signal = sig; /* main reports it, for both paths */
-                break;
-            }
+            int stop = run_checkpoint_hook(r, t3, e);
+            if (stop < 0) return -1;
+            if (stop) break;
         }
     }
-    t_train += pst_now() - t_seg;
+    r->t_train += pst_now() - r->t_seg;
+    return 0;
+}
+
+/* After the loop: the final checkpoint, the last epoch's accounting, the
+ * last log line, the result, the parameter dump and the evaluation at the
+ * end. 0, or -1 on error. */
+static int run_finish(single_run *r, pst_err *e)
+{
+    const train_cfg *cfg = &r->cfg;
+    train_result *res = r->res;
     if (cfg->checkpoint_dir && !res->stop_signal) {
         /* The final checkpoint (unless this step was just saved). */
         char want[4096];
-        ckpt_path(want, sizeof want, cfg->checkpoint_dir, step);
+        ckpt_path(want, sizeof want, cfg->checkpoint_dir, r->step);
         if (strcmp(want, res->last_checkpoint) != 0) {
-            ckpt_meta cm = run_meta(cfg, &ds, mtext, step, epoch, epoch_batch, steps_per_epoch,
-                                    examples, t_train, &sched, averages);
-            if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, vars, nvars, params,
-                          nslots ? slots : NULL, nparam, res->last_checkpoint,
-                          sizeof res->last_checkpoint, e) < 0)
-                goto out;
-            metrics_note(mx, "checkpoint %s (step %lld)", res->last_checkpoint, (long long)step);
+            if (run_save(r, r->t_train, e) < 0) return -1;
+            metrics_note(r->mx, "checkpoint %s (step %lld)", res->last_checkpoint,
+                         (long long)r->step);
         }
     }
-    if (res->nepochs_stats) stats_close(stats_for_epoch(res, epoch, 1), seen, per_epoch);
-    if (t_train > t_train0) /* the last, partial interval */
-        log_step(mx, &win, step, res->start_step, total_steps, epoch + 1, total_epochs, lr,
-                 (double)(examples - examples0) / (t_train - t_train0), &tm);
+    if (res->nepochs_stats) stats_close(stats_for_epoch(res, r->epoch, 1), r->seen, r->per_epoch);
+    if (r->t_train > r->t_train0) /* the last, partial interval */
+        log_step(r->mx, &r->win, r->step, res->start_step, r->total_steps, r->epoch + 1,
+                 r->total_epochs, r->lr,
+                 (double)(r->examples - r->examples0) / (r->t_train - r->t_train0), &r->tm);
+    const int64_t step = r->step;
     {
         int64_t n = PST_MIN(step - res->start_step, (int64_t)FINAL_LOSS_STEPS);
         double sum = 0;
-        for (int64_t i = 1; i <= n; i++) sum += last_losses[(step - i) % FINAL_LOSS_STEPS];
+        for (int64_t i = 1; i <= n; i++) sum += r->last_losses[(step - i) % FINAL_LOSS_STEPS];
         res->final_loss = n ? (float)(sum / (double)n) : NAN;
     }
 
     res->ranks = 1, res->ps = 0, res->workers = 1;
     res->steps = step;
-    res->examples = examples;
-    res->epochs = (int)(step / PST_MAX(steps_per_epoch, 1));
-    res->epoch = epoch + 1;
-    res->total_epochs = total_epochs;
-    res->total_steps = total_steps;
-    res->train_seconds = t_train;
+    res->examples = r->examples;
+    res->epochs = (int)(step / PST_MAX(r->steps_per_epoch, 1));
+    res->epoch = r->epoch + 1;
+    res->total_epochs = r->total_epochs;
+    res->total_steps = r->total_steps;
+    res->train_seconds = r->t_train;
     res->run_steps = step - res->start_step;
-    res->run_examples = examples - examples0;
-    res->run_seconds = t_train - t_train0;
+    res->run_examples = r->examples - r->examples0;
+    res->run_seconds = r->t_train - r->t_train0;
     res->images_per_sec = res->run_seconds > 0 ? (double)res->run_examples / res->run_seconds : 0;
-    if (cfg->dump_params_path && train_dump_params(cfg->dump_params_path, params, nparam, e) < 0)
-        goto out;
+    if (cfg->dump_params_path &&
+        train_dump_params(cfg->dump_params_path, nn_model_params(r->m), r->nparam, e) < 0)
+        return -1;
     res->nworker_timing = 1;
     res->wtiming = pst_malloc(sizeof *res->wtiming);
-    res->wtiming[0] = tm;
-    if (esplit) {
+    res->wtiming[0] = r->tm;
+    if (r->esplit) {
         eval_stats ev;
-        int er = evaluate_with(m, averages, &ds, &cfg->pipe, esplit, max_batch, &ev, e);
-        if (er < 0) goto out;
-        train_set_eval(res, esplit, &ev);
-        metrics_eval(mx, step, res->epoch, esplit, &ev);
+        if (evaluate_with(r->m, r->averages, &r->ds, &cfg->pipe, r->esplit, r->max_batch, &ev, e) <
+            0)
+            return -1;
+        train_set_eval(res, r->esplit, &ev);
+        metrics_eval(r->mx, step, res->epoch, r->esplit, &ev);
     }
-    if (metrics_finish(mx, e) < 0) goto out;
-    rc = 0;
-out:
-    if (trace) {
-        bool bad = ferror(trace) != 0;
-        if (fclose(trace) != 0 || bad) {
-            if (rc == 0) rc = pst_fail(e, "%s: write error on the example trace", cfg->trace_path);
+    return metrics_finish(r->mx, e);
+}
+
+/* Closes the trace (a write error fails a run that had succeeded: `rc`
+ * becomes -1) and frees everything the run owns. Returns the final rc. */
+static int run_free(single_run *r, int rc, pst_err *e)
+{
+    if (r->trace) {
+        bool bad = ferror(r->trace) != 0;
+        if (fclose(r->trace) != 0 || bad) {
+            if (rc == 0)
+                rc = pst_fail(e, "%s: write error on the example trace", r->cfg.trace_path);
         }
     }
-    metrics_close(mx);
-    pipe_free(p);
-    free(x);
-    free(slots);
-    free(averages);
-    free(ranges);
-    free(seen);
-    free(mtext);
-    nn_model_free(m);
-    h5ds_close(&ds);
+    metrics_close(r->mx);
+    pipe_free(r->p);
+    free(r->x);
+    free(r->slots);
+    free(r->averages);
+    free(r->ranges);
+    free(r->seen);
+    free(r->mtext);
+    nn_model_free(r->m);
+    h5ds_close(&r->ds);
+    return rc;
+}
+
+int train_single(const train_cfg *cfg_in, train_result *res, pst_err *e)
+{
+    memset(res, 0, sizeof *res);
+    single_run *r = pst_calloc(1, sizeof *r);
+    r->cfg = *cfg_in;
+    r->res = res;
+    const train_cfg *cfg = &r->cfg;
+    if (train_check_cfg(cfg, e) < 0) {
+        free(r);
+        return -1;
+    }
+    if (cfg->ps > 0 && !cfg->quiet)
+        pst_warn("--ps %d: one process (no mpirun) has no parameter servers; --ps, --placement, "
+                 "--mode and --replicas-to-aggregate apply under mpirun -np N",
+                 cfg->ps);
+    nn_blis_init();
+    if (h5ds_open(&r->ds, cfg->data_path, e) < 0) {
+        free(r);
+        return -1;
+    }
+    /* each phase: -1 error, 1 the run is done (dry run, nothing left to do) */
+    int rc = run_open(r, e);
+    if (rc == 0) rc = run_alloc_state(r, e);
+    if (rc == 0 && cfg->resume) rc = run_resume(r, e);
+    if (rc == 0) rc = run_start(r, e);
+    if (rc == 0) rc = run_skip_consumed(r, e);
+    if (rc == 0) rc = run_loop(r, e);
+    if (rc == 0) rc = run_finish(r, e);
+    rc = run_free(r, rc < 0 ? -1 : 0, e);
+    free(r);
     return rc;
 }

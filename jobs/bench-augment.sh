@@ -13,18 +13,13 @@
 #   JPEG_DIR=DIR bash jobs/bench-augment.sh          (your own .jpg/.JPEG files)
 # Without JPEG_DIR, 64 photo-like 500x375 quality-90 JPEGs are written once to
 # out/bench/augment-jpeg by the peer script (--make).
-set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$top"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 rounds=${1:-3}
 size=${2:-299}
-build=${BUILD_DIR:-build}
-out=${OUT:-out/bench}
+bench_out out/bench
 dir=${JPEG_DIR:-$out/augment-jpeg}
 py=/usr/bin/python3
-mkdir -p "$out"
-[ -f "$build/build.ninja" ] || meson setup "$build" -Dbuildtype=release >/dev/null
-ninja -C "$build" test/data/bench_augment >/dev/null
+bench_build -Dbuildtype=release -- test/data/bench_augment
 if [ -z "${JPEG_DIR:-}" ] && ! [ -d "$dir" ]; then
     $py jobs/bench_augment_peer.py --make "$dir" --count 64
 fi
@@ -46,11 +41,10 @@ for r in $(seq 1 "$rounds"); do
         tuned+=("$(sed -n 's/^peer decode + inception train[^:]*: *\([0-9.]*\).*/\1/p' "$out/augment-peer.txt")")
     fi
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-m_ours=$(median "${ours[@]}")
+m_ours=$(echo "${ours[*]}" | median)
 echo "pstrain decode + inception train ${size}x${size}: median $m_ours images/s per core"
 if [ $have_peer = 1 ]; then
-    m_def=$(median "${theirs[@]}") m_tuned=$(median "${tuned[@]}")
+    m_def=$(echo "${theirs[*]}" | median) m_tuned=$(echo "${tuned[*]}" | median)
     echo "peer    decode + inception train ${size}x${size}: median $m_def images/s per core (PILLOW_BLOCKS_MAX=64: $m_tuned)"
     m_peer=$(printf '%s\n' "$m_def" "$m_tuned" | sort -g | tail -1)
     awk -v a="$m_ours" -v b="$m_peer" 'BEGIN {printf "ratio: %.2fx per core\n", a / b}'

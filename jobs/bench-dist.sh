@@ -21,20 +21,15 @@
 #
 #   bash jobs/bench-dist.sh [ROUNDS]        (default 3; EPOCHS=1)
 #   BUILD_DIR=build-x OUT=out/bench-dist EPOCHS=2 bash jobs/bench-dist.sh 5
-set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$top"
-build=${BUILD_DIR:-build}
-out=${OUT:-out/bench-dist}
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+bench_out out/bench-dist
 epochs=${EPOCHS:-1}
 rounds=${1:-3}
 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun="mpirun --oversubscribe"
-mkdir -p "$out"
 
-[ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
-ninja -C "$build" pstrain data-tools/pstrain-prep test/dist/bench_dist >/dev/null
+bench_build -- pstrain data-tools/pstrain-prep test/dist/bench_dist
 pstrain=$build/pstrain
 bench=$build/test/dist/bench_dist
 

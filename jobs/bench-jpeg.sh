@@ -16,25 +16,19 @@
 #   bash jobs/bench-jpeg.sh [PEER_DIR] [ROUNDS]   (PEER_DIR: where make_jpeg_tree.py and
 #                                                  prep_peer.py are; default $PEER_DIR)
 #   BUILD_DIR=build-x OUT=out/bench-jpeg IMAGES=2000 bash jobs/bench-jpeg.sh /path/peers 3
-set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$top"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 peer_dir=${1:-${PEER_DIR:-}}
 rounds=${2:-3}
-build=${BUILD_DIR:-build}
-out=${OUT:-out/bench-jpeg}
+bench_out out/bench-jpeg
 images=${IMAGES:-2000}
 py=/usr/bin/python3
-mkdir -p "$out"
 
 if [ -z "$peer_dir" ] || ! [ -f "$peer_dir/make_jpeg_tree.py" ]; then
     echo "bench-jpeg: give the directory of make_jpeg_tree.py and prep_peer.py (PEER_DIR or the first" \
         "argument)" >&2
     exit 2
 fi
-[ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
-ninja -C "$build" data-tools/pstrain-prep >"$out/build.log" ||
-    { cat "$out/build.log" >&2; echo "bench-jpeg: build failed" >&2; exit 1; }
+bench_build -- data-tools/pstrain-prep
 prep=$build/data-tools/pstrain-prep
 tree=$out/jpeg-tree-$images
 if ! [ -d "$tree" ]; then
@@ -48,7 +42,6 @@ if ! [ -f "$peer_dir/prep_peer.py" ] || ! $py -c 'import PIL, h5py, numpy' 2>/de
     have_peer=0
 fi
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "n/a") }'; }
 
 # "<images/s> <CPU ms per image>" of one run
 run_prep() {
@@ -94,8 +87,8 @@ echo "$images JPEGs 256x256 -> HDF5; median of $rounds (all runs in brackets); C
 printf '%-44s %10s %14s\n' "tool" "images/s" "CPU ms/image"
 row() {
     local label=$1 key=$2 a b
-    a=$(echo "${ips[$key]:-}" | tr ' ' '\n' | grep . | median)
-    b=$(echo "${cpu[$key]:-}" | tr ' ' '\n' | grep . | median)
+    a=$(echo "${ips[$key]:-}" | median)
+    b=$(echo "${cpu[$key]:-}" | median)
     printf '%-44s %10s %14s   [%s| %s]\n' "$label" "$a" "$b" "${ips[$key]:-}" "${cpu[$key]:-}"
 }
 row "pstrain-prep images, pixels 224x224x3, 1 thr" pixels1

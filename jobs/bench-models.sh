@@ -11,15 +11,11 @@
 # PyTorch runs with OpenBLAS when Debian's libopenblas0-pthread is present
 # (its strongest configuration here: oneDNN convolutions plus OpenBLAS).
 # Prints one line per run and, per configuration, the best of the rounds.
-set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$top"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 rounds=${1:-2}
 peer=${PEER:?set PEER to the path of torch_models.py}
-build=${BUILD_DIR:-build}
 export BLIS_NUM_THREADS=1 OMP_NUM_THREADS=1
-[ -f "$build/build.ninja" ] || meson setup "$build" -Dbuildtype=release >/dev/null
-ninja -C "$build" test/nn/bench_model >/dev/null
+bench_build -Dbuildtype=release -- test/nn/bench_model
 bench=$build/test/nn/bench_model
 openblas=/usr/lib/x86_64-linux-gnu/openblas-pthread
 CONFIGS=${CONFIGS:-"inception-mini 28x28x1 10 64 1 40

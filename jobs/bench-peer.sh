@@ -7,22 +7,17 @@
 #
 #   bash jobs/bench-peer.sh [ROUNDS] [STEPS]     (default 3 rounds, 600 steps)
 #   MODELS="lenet5 mlp" PEER=/path/to/torch_lenet.py bash jobs/bench-peer.sh
-set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$top"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 rounds=${1:-3}
 steps=${2:-600}
-build=${BUILD_DIR:-build}
 # the peers are reference implementations kept outside this repository
 peer=${PEER:-}
 models=${MODELS:-lenet5 mlp}
-out=${OUT:-out/bench}
-mkdir -p "$out"
+bench_out out/bench
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export BLIS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
-[ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
-ninja -C "$build" pstrain data-tools/pstrain-prep >/dev/null
+bench_build -- pstrain data-tools/pstrain-prep
 fm=/usr/share/datasets/fashion-mnist
 data=$out/fashion-mnist.h5
 [ -f "$data" ] || "$build/data-tools/pstrain-prep" idx \
@@ -54,7 +49,6 @@ peer_rate() { # model
     /usr/bin/python3 "$peer" --model "$m" --threads 1 --batch 64 --max-steps "$steps" --json 2>/dev/null |
         python3 -c 'import json,sys; print("%.0f" % json.loads(sys.stdin.read().strip().splitlines()[-1])["images_per_sec"])'
 }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 for m in $models; do
     ps=() pt=()
@@ -62,9 +56,9 @@ for m in $models; do
         ps+=("$(pstrain_rate "$m")")
         [ $have_peer = 1 ] && pt+=("$(peer_rate "$m")")
     done
-    p=$(printf '%s\n' "${ps[@]}" | median)
+    p=$(echo "${ps[*]}" | median)
     if [ $have_peer = 1 ]; then
-        t=$(printf '%s\n' "${pt[@]}" | median)
+        t=$(echo "${pt[*]}" | median)
         ratio=$(awk -v a="$p" -v b="$t" 'BEGIN {printf "%.2f", a/b}')
         echo "$m: pstrain ${p} img/s (runs: ${ps[*]}), pytorch ${t} img/s (runs: ${pt[*]}), ratio ${ratio}x"
     else

@@ -10,19 +10,13 @@
 #
 #   bash jobs/bench-png.sh [ROUNDS]          (default 3)
 #   BUILD_DIR=build-x OUT=out/bench-png PEER=/path/prep_peer.py bash jobs/bench-png.sh
-set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$top"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 rounds=${1:-3}
-build=${BUILD_DIR:-build}
-out=${OUT:-out/bench-png}
+bench_out out/bench-png
 # the peers are reference implementations kept outside this repository
 peer=${PEER:-}
-mkdir -p "$out"
 
-[ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
-ninja -C "$build" data-tools/pstrain-prep test/png/make_png_tree >"$out/build.log" ||
-    { cat "$out/build.log" >&2; echo "bench-png: build failed" >&2; exit 1; }
+bench_build -- data-tools/pstrain-prep test/png/make_png_tree
 prep=$build/data-tools/pstrain-prep
 gray=$out/fm-png-gray-10k
 rgb=$out/fm-png-rgb-5k
@@ -36,7 +30,6 @@ if ! [ -f "$peer" ] || ! /usr/bin/python3 -c 'import PIL, h5py, numpy' 2>/dev/nu
     have_peer=0
 fi
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "n/a") }'; }
 
 # images/s from pstrain-prep's summary line "  0.42 s, 23810 images/s, 0.40 CPU s, ..."
 run_prep() {
@@ -85,8 +78,8 @@ echo "PNG tree -> HDF5, images/s, median of $rounds (all runs: in brackets)"
 printf '%-34s %12s %12s\n' "tool" "gray 28x28" "RGB 32->24"
 row() {
     local label=$1 key=$2 a b
-    a=$(echo "${res[gray28.$key]:-}" | tr ' ' '\n' | grep . | median)
-    b=$(echo "${res[rgb24.$key]:-}" | tr ' ' '\n' | grep . | median)
+    a=$(echo "${res[gray28.$key]:-}" | median)
+    b=$(echo "${res[rgb24.$key]:-}" | median)
     printf '%-34s %12s %12s   [%s| %s]\n' "$label" "$a" "$b" "${res[gray28.$key]:-}" \
         "${res[rgb24.$key]:-}"
 }

@@ -15,24 +15,19 @@
 #
 #   bash jobs/bench-prep.sh [ROUNDS]         (default 3)
 #   BUILD_DIR=build-x OUT=out/bench-prep PEER=/path/prep_peer.py bash jobs/bench-prep.sh
-set -euo pipefail
-top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$top"
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 rounds=${1:-3}
-build=${BUILD_DIR:-build}
-out=${OUT:-out/bench-prep}
+bench_out out/bench-prep
 # the peers are reference implementations kept outside this repository
 peer=${PEER:-}
 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 classes="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
-mkdir -p "$out"
 
 if ! [ -f "$fm/train-images-idx3-ubyte.gz" ]; then
     echo "bench-prep: $fm missing (install Debian's dataset-fashion-mnist)" >&2
     exit 1
 fi
-[ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
-ninja -C "$build" data-tools/pstrain-prep >/dev/null
+bench_build -- data-tools/pstrain-prep
 prep=$build/data-tools/pstrain-prep
 
 have_peer=1
@@ -42,7 +37,6 @@ if ! [ -f "$peer" ] || ! /usr/bin/python3 -c 'import h5py, numpy' 2>/dev/null; t
     have_peer=0
 fi
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "n/a") }'; }
 now() { date +%s.%N; }
 
 # prints "seconds wall_seconds" of one pstrain-prep idx run
@@ -91,8 +85,8 @@ echo "Fashion-MNIST idx -> HDF5 ($images images), median of $rounds runs"
 printf '%-44s %9s %11s %9s   %s\n' "tool" "seconds" "images/s" "wall s" "[all runs, s]"
 row() {
     local label=$1 k=$2 s w
-    s=$(echo "${secs[$k]}" | tr ' ' '\n' | grep . | median)
-    w=$(echo "${wall[$k]}" | tr ' ' '\n' | grep . | median)
+    s=$(echo "${secs[$k]}" | median)
+    w=$(echo "${wall[$k]}" | median)
     printf '%-44s %9.3f %11.0f %9.3f   [%s]\n' "$label" "$s" "$(echo "$images / $s" | bc -l)" "$w" \
         "${secs[$k]% }"
 }

@@ -1018,7 +1018,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     j.S = wgrad_slices(d);
     j.part = job_front(&j, 0) + front_floats(d);
     j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
-    if (fast_dw_ok(d)) {
+    if (nn_wino_wgrad_ok(d)) {
+        nn_wino_wgrad(dw, dout, inp, d, pool, job_front(&j, 0), stride);
+        j.S = 1; /* its slices are summed inside */
+    } else if (fast_dw_ok(d)) {
         if (use_shared_pad(d)) {
             j.shared = job_front(&j, 0) + front_floats(d) + parts_floats(d);
             memset(j.shared + (size_t)d->N * img_floats(d), 0, sizeof(float) * CONV_SLACK);

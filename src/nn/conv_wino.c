@@ -106,6 +106,19 @@ bool nn_wino_ok(const nn_conv_dims *d)
     return mode == 2 || wino_faster(d);
 }
 
+/* The weight gradient where it measured faster (section 12): the
+ * forward's rule, C*K <= 4096 (the slices' sums, 16 C K floats each, stay
+ * small) and images of at most 56x56 (1.3-1.5x on ResNet-20's 32- and
+ * 64-channel stages and ResNet-50's res2; Inception-v3's 147x147 and
+ * 149x149 layers ran no faster). */
+bool nn_wino_wgrad_ok(const nn_conv_dims *d)
+{
+    int mode = nn_wino_use(-1);
+    if (mode == 0 || !nn_wino_shape(d)) return false;
+    return mode == 2 ||
+           (wino_faster(d) && (size_t)d->C * d->K <= 4096 && (size_t)d->OH * d->OW <= 3136);
+}
+
 bool nn_wino_dgrad_ok(const nn_conv_dims *d)
 {
     /* the input-gradient convolution: padding 2 - P must be >= 0 */
@@ -127,22 +140,36 @@ static size_t u_floats(int C, int K)
     return (size_t)WI_POS * r16(C) * r16(K);
 }
 
+/* Slices of the tiles whose weight-gradient sums S[pos][c][k] are kept
+ * apart (then added in slice order): one per 256 tiles, at most N and as
+ * many as WI_PARTS floats of sums allow. */
+#define WI_PARTS (1u << 19)
+static int wgrad_slices(const nn_conv_dims *d)
+{
+    size_t nt = (size_t)d->N * ((d->OH + 1) / 2) * ((d->OW + 1) / 2);
+    size_t S = nt / 256, cap = WI_PARTS / u_floats(d->C, d->K);
+    if (S > cap) S = cap;
+    if (S > (size_t)d->N) S = (size_t)d->N;
+    if (S > 64) S = 64;
+    return S < 1 ? 1 : (int)S;
+}
+
 size_t nn_wino_scratch(const nn_conv_dims *d)
 {
-    if (!nn_wino_ok(d)) return 0;
-    size_t tb = (size_t)wino_tb(d->C, d->K);
-    return u_floats(d->C, d->K) + WI_POS * tb * (r16(d->C) + r16(d->K)) + 16;
+    if (!nn_wino_ok(d) && !nn_wino_wgrad_ok(d)) return 0;
+    size_t tb = (size_t)wino_tb(d->C, d->K), S = nn_wino_wgrad_ok(d) ? wgrad_slices(d) : 1;
+    return S * u_floats(d->C, d->K) + WI_POS * tb * (r16(d->C) + r16(d->K)) + 16;
 }
 
 /* ---- the kernel transform: U[pos][c][Ks] = G g G^T ---------------------- */
 
 typedef struct wino_job {
     const nn_conv_dims *d; /* the convolution computed (input gradient: its transpose) */
-    const float *inp, *w, *b;
+    const float *inp, *w, *b, *dy;
     float *out, *U, *scratch;
     size_t stride;
     bool relu, acc, flip, simd;
-    int TH, TW, NT, TB, Cs, Ks;
+    int TH, TW, NT, TB, Cs, Ks, S; /* S: weight-gradient slices */
 } wino_job;
 
 /* U of 16 kernels at once: g[tap][i] (i < 16) -> u[pos][i], in double,
@@ -534,4 +561,258 @@ void nn_wino_dgrad(float *dinp, bool acc, const float *dout, const float *w, con
                   .acc = acc,
                   .flip = true};
     wino_run(&j, pool);
+}
+
+/* ---- the weight gradient ------------------------------------------------
+ * With Z = A dY A^T (the 2x2 dy tile to 4x4; A = [1 0; 1 1; 1 -1; 0 -1]):
+ *   dU[pos][c][k] = sum over tiles of V[pos][t][c] Z[pos][t][k]
+ *   dW[tap][c][k] = G^T dU G   (4x4 -> 3x3 for each c, k)
+ * (the gradient of y = A^T[U . V]A with U = G g G^T). The tiles are cut into
+ * S slices fixed by the shapes (wgrad_slices); slice s sums its tiles in
+ * order, block by block, into its own dU; then dU = dU_0 + dU_1 + ... in
+ * slice order and the G^T (.) G transform, by input channel. */
+
+/* Z[pos][i][Ks] for tiles t0 + i, i < nt (zero past them, and past OH, OW). */
+static void z_port(const wino_job *j, float *Z, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
+    const size_t ps = (size_t)j->TB * Ks;
+    for (int i = 0; i < j->TB; i++) {
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        for (int k = 0; k < Ks; k++) {
+            float y[2][2], q[2][4];
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) {
+                    int oh = 2 * ty + a, ow = 2 * tx + b;
+                    bool in = i < nt && k < K && oh < d->OH && ow < d->OW;
+                    y[a][b] = in ? j->dy[(((size_t)n * d->OH + oh) * d->OW + ow) * K + k] : 0.0f;
+                }
+            for (int a = 0; a < 2; a++) {
+                q[a][0] = y[a][0];
+                q[a][1] = y[a][0] + y[a][1];
+                q[a][2] = y[a][0] - y[a][1];
+                q[a][3] = -y[a][1];
+            }
+            float *z = Z + (size_t)i * Ks + k;
+            for (int b = 0; b < 4; b++) {
+                z[b * ps] = q[0][b];
+                z[(4 + b) * ps] = q[0][b] + q[1][b];
+                z[(8 + b) * ps] = q[0][b] - q[1][b];
+                z[(12 + b) * ps] = -q[1][b];
+            }
+        }
+    }
+}
+
+/* dU[pos][c][Ks] (+)= sum over i < nt of V[pos][i][c] Z[pos][i][k], i in order. */
+static void wgemm_port(const wino_job *j, float *dU, const float *V, const float *Z, int nt,
+                       bool acc)
+{
+    const int Cs = j->Cs, Ks = j->Ks, TB = j->TB;
+    for (int p = 0; p < WI_POS; p++)
+        for (int c = 0; c < Cs; c++) {
+            float *o = dU + ((size_t)p * Cs + c) * Ks;
+            if (!acc) memset(o, 0, sizeof(float) * Ks);
+            for (int i = 0; i < nt; i++) {
+                float v = V[((size_t)p * TB + i) * Cs + c];
+                const float *z = Z + ((size_t)p * TB + i) * Ks;
+                for (int k = 0; k < Ks; k++) o[k] += v * z[k];
+            }
+        }
+}
+
+#if WI_X86
+AVX512 static void z_simd(const wino_job *j, float *Z, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
+    const size_t ps = (size_t)j->TB * Ks;
+    const __m512 z0 = _mm512_setzero_ps();
+    for (int i = 0; i < j->TB; i++) {
+        float *z = Z + (size_t)i * Ks;
+        if (i >= nt) {
+            for (int p = 0; p < WI_POS; p++)
+                for (int k = 0; k < Ks; k += 16) _mm512_storeu_ps(z + p * ps + k, z0);
+            continue;
+        }
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        bool ok[2][2];
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) ok[a][b] = 2 * ty + a < d->OH && 2 * tx + b < d->OW;
+        const float *src = j->dy + (((size_t)n * d->OH + 2 * ty) * d->OW + 2 * tx) * K;
+        for (int k = 0; k < Ks; k += 16) {
+            __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+            __m512 y[2][2], q[2][4];
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; a++)
+#pragma GCC unroll 2
+                for (int b = 0; b < 2; b++)
+                    y[a][b] = ok[a][b]
+                                  ? _mm512_maskz_loadu_ps(m, src + ((size_t)a * d->OW + b) * K + k)
+                                  : z0;
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; a++) {
+                q[a][0] = y[a][0];
+                q[a][1] = _mm512_add_ps(y[a][0], y[a][1]);
+                q[a][2] = _mm512_sub_ps(y[a][0], y[a][1]);
+                q[a][3] = _mm512_sub_ps(z0, y[a][1]);
+            }
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                _mm512_storeu_ps(z + b * ps + k, q[0][b]);
+                _mm512_storeu_ps(z + (4 + b) * ps + k, _mm512_add_ps(q[0][b], q[1][b]));
+                _mm512_storeu_ps(z + (8 + b) * ps + k, _mm512_sub_ps(q[0][b], q[1][b]));
+                _mm512_storeu_ps(z + (12 + b) * ps + k, _mm512_sub_ps(z0, q[1][b]));
+            }
+        }
+    }
+}
+
+/* MR channels c x NV vectors of k of dU at one position, over nt tiles. */
+AVX512 static INLINE void wgemm_tile(int MR, int NV, float *dU, int Ks, const float *V, int Cs,
+                                     const float *Z, int nt, bool acc)
+{
+    __m512 s[16][3];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            s[i][v] = acc ? _mm512_loadu_ps(dU + (size_t)i * Ks + 16 * v) : _mm512_setzero_ps();
+    for (int t = 0; t < nt; t++) {
+        __m512 z[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) z[v] = _mm512_loadu_ps(Z + (size_t)t * Ks + 16 * v);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(V[(size_t)t * Cs + i]);
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++) s[i][v] = _mm512_fmadd_ps(x, z[v], s[i][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(dU + (size_t)i * Ks + 16 * v, s[i][v]);
+}
+
+AVX512 static void wgemm_16x1(float *dU, int Ks, const float *V, int Cs, const float *Z, int nt,
+                              bool acc)
+{
+    wgemm_tile(16, 1, dU, Ks, V, Cs, Z, nt, acc);
+}
+AVX512 static void wgemm_8x2(float *dU, int Ks, const float *V, int Cs, const float *Z, int nt,
+                             bool acc)
+{
+    wgemm_tile(8, 2, dU, Ks, V, Cs, Z, nt, acc);
+}
+AVX512 static void wgemm_8x3(float *dU, int Ks, const float *V, int Cs, const float *Z, int nt,
+                             bool acc)
+{
+    wgemm_tile(8, 3, dU, Ks, V, Cs, Z, nt, acc);
+}
+
+static void wgemm_simd(const wino_job *j, float *dU, const float *V, const float *Z, int nt,
+                       bool acc)
+{
+    const int Cs = j->Cs, Ks = j->Ks, TB = j->TB, nv = Ks / 16;
+    for (int p = 0; p < WI_POS; p++) {
+        const float *Vp = V + (size_t)p * TB * Cs, *Zp = Z + (size_t)p * TB * Ks;
+        float *Sp = dU + (size_t)p * Cs * Ks;
+        for (int v0 = 0; v0 < nv; v0 += 3) {
+            int w = nv - v0 < 3 ? nv - v0 : 3, mr = w == 1 ? 16 : 8;
+            for (int c = 0; c < Cs; c += mr) {
+                float *o = Sp + (size_t)c * Ks + 16 * v0;
+                const float *v = Vp + c, *z = Zp + 16 * v0;
+                if (w == 1)
+                    wgemm_16x1(o, Ks, v, Cs, z, nt, acc);
+                else if (w == 2)
+                    wgemm_8x2(o, Ks, v, Cs, z, nt, acc);
+                else
+                    wgemm_8x3(o, Ks, v, Cs, z, nt, acc);
+            }
+        }
+    }
+}
+#endif
+
+/* Slice s: its tiles, block by block, into dU_s (thread 0's scratch). */
+static void wslice_task(void *arg, int s, int tid)
+{
+    const wino_job *j = arg;
+    float *V = j->scratch + (size_t)tid * j->stride + (size_t)j->S * u_floats(j->d->C, j->d->K);
+    float *Z = V + (size_t)WI_POS * j->TB * j->Cs;
+    float *dU = j->U + (size_t)s * u_floats(j->d->C, j->d->K);
+    int a, e;
+    nn_pool_block(j->NT, j->S, s, &a, &e);
+    for (int t0 = a; t0 < e; t0 += j->TB) {
+        int nt = e - t0 < j->TB ? e - t0 : j->TB;
+#if WI_X86
+        if (j->simd) {
+            in_simd(j, V, t0, nt);
+            z_simd(j, Z, t0, nt);
+            wgemm_simd(j, dU, V, Z, nt, t0 > a);
+            continue;
+        }
+#endif
+        in_port(j, V, t0, nt);
+        z_port(j, Z, t0, nt);
+        wgemm_port(j, dU, V, Z, nt, t0 > a);
+    }
+    if (e == a) memset(dU, 0, sizeof(float) * WI_POS * j->Cs * j->Ks);
+}
+
+/* dw[tap][c][k] for input channel c: dU summed over the slices in order, then
+ * G^T dU G. */
+NN_CLONES static void wout_row(float *dw, const float *const *su, int S, int Cs, int C, int K,
+                               int Ks, int c)
+{
+    float buf[WI_POS][16];
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        int m = K - k0 < 16 ? K - k0 : 16;
+        for (int p = 0; p < WI_POS; p++) {
+            const size_t off = ((size_t)p * Cs + c) * Ks + k0;
+            for (int i = 0; i < 16; i++) buf[p][i] = su[0][off + i];
+            for (int s = 1; s < S; s++)
+                for (int i = 0; i < 16; i++) buf[p][i] += su[s][off + i];
+        }
+        for (int i = 0; i < m; i++) {
+            float t[4][3];
+            for (int a = 0; a < 4; a++) {
+                float x0 = buf[4 * a][i], x1 = buf[4 * a + 1][i], x2 = buf[4 * a + 2][i],
+                      x3 = buf[4 * a + 3][i];
+                t[a][0] = x0 + 0.5f * (x1 + x2);
+                t[a][1] = 0.5f * (x1 - x2);
+                t[a][2] = 0.5f * (x1 + x2) + x3;
+            }
+            for (int b = 0; b < 3; b++) {
+                dw[((size_t)(0 * 3 + b) * C + c) * K + k0 + i] =
+                    t[0][b] + 0.5f * (t[1][b] + t[2][b]);
+                dw[((size_t)(1 * 3 + b) * C + c) * K + k0 + i] = 0.5f * (t[1][b] - t[2][b]);
+                dw[((size_t)(2 * 3 + b) * C + c) * K + k0 + i] =
+                    0.5f * (t[1][b] + t[2][b]) + t[3][b];
+            }
+        }
+    }
+}
+
+static void wout_task(void *arg, int c, int tid)
+{
+    const wino_job *j = arg;
+    const float *su[64];
+    for (int s = 0; s < j->S; s++) su[s] = j->U + (size_t)s * u_floats(j->d->C, j->d->K);
+    wout_row(j->out, su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
+    (void)tid;
+}
+
+void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                   nn_pool *pool, float *scratch, size_t stride)
+{
+    wino_job j = {.d = d, .inp = inp, .dy = dout, .out = dw, .scratch = scratch, .stride = stride};
+    j.simd = WI_X86 && nn_narrow_use_simd(-1);
+    j.TH = (d->OH + 1) / 2, j.TW = (d->OW + 1) / 2, j.NT = d->N * j.TH * j.TW;
+    j.TB = wino_tb(d->C, d->K), j.Cs = r16(d->C), j.Ks = r16(d->K);
+    j.S = wgrad_slices(d), j.U = scratch;
+    nn_pool_for(pool, j.S, wslice_task, &j);
+    nn_pool_for(pool, d->C, wout_task, &j);
 }

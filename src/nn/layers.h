@@ -209,11 +209,17 @@ int nn_wino_use(int force);
 bool nn_wino_shape(const nn_conv_dims *d);
 bool nn_wino_ok(const nn_conv_dims *d);
 bool nn_wino_dgrad_ok(const nn_conv_dims *d);
+bool nn_wino_wgrad_ok(const nn_conv_dims *d);
 size_t nn_wino_scratch(const nn_conv_dims *d);
 void nn_wino_forward(float *out, const float *inp, const float *w, const float *b,
                      const nn_conv_dims *d, bool relu, nn_pool *pool, float *scratch,
                      size_t stride);
 void nn_wino_dgrad(float *dinp, bool acc, const float *dout, const float *w, const nn_conv_dims *d,
+                   nn_pool *pool, float *scratch, size_t stride);
+/* dw (overwritten) of the same layer (nn_wino_wgrad_ok), dout already
+ * masked: the tiles in slices fixed by d, each summed in order, the slices
+ * in order. */
+void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                    nn_pool *pool, float *scratch, size_t stride);
 
 /* One-channel, stride-1 convolutions with K <= 16 vectorised along the

@@ -95,7 +95,8 @@ int main(void)
     }
     /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
      * 2), AVX-512 and portable: several blocks of tiles, odd sizes,
-     * paddings 0 and 1, channels not multiples of 16 */
+     * paddings 0 and 1, channels not multiples of 16, several slices of the
+     * weight gradient */
     for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
         nn_narrow_use_simd(mode);
         nn_wino_use(2);
@@ -103,6 +104,7 @@ int main(void)
         test_conv_threads(5, 10, 9, 32, 32, 3, 3, 1, 1, 0, 0, false);
         test_conv_threads(6, 13, 11, 19, 40, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(9, 7, 7, 64, 64, 3, 3, 1, 1, 1, 1, false);
+        test_conv_threads(6, 24, 23, 16, 24, 3, 3, 1, 1, 1, 1, true); /* 3 dw slices */
         nn_wino_use(1);
     }
     nn_narrow_use_simd(simd);

@@ -1,6 +1,6 @@
 /* test_wino.c - the Winograd F(2x2, 3x3) convolutions (conv_wino.c)
- * against a double-precision direct convolution, forward and input
- * gradient, AVX-512 and portable, on odd sizes, paddings 0, 1 and 2,
+ * against a double-precision direct convolution, forward, input and weight
+ * gradients, AVX-512 and portable, on odd sizes, paddings 0, 1 and 2,
  * tile counts that are not multiples of the block, C and K not multiples
  * of 16, batch 1.
  *
@@ -96,6 +96,79 @@ static void reference(double *ref, double *bnd, const float *x, const float *k, 
     free(ug), free(vd);
 }
 
+/* The weight gradient dw[3][3][C][K] = sum over pixels of x windows times dy,
+ * in double, and its bound: 2 (NT + 16) u G^T[sum over tiles |V| |Z|]G per
+ * (c, k) (|.| elementwise, Z = A dY A^T, A = [1 0; 1 1; 1 -1; 0 -1]), the
+ * tiles summed one by one (NT deep at most), the slices, the transforms. */
+static void reference_dw(double *ref, double *bnd, const float *x, const float *dy,
+                         const nn_conv_dims *d)
+{
+    static const double A[4][2] = {{1, 0}, {1, 1}, {1, -1}, {0, -1}};
+    const int C = d->C, K = d->K, TH = (d->OH + 1) / 2, TW = (d->OW + 1) / 2;
+    const size_t nt = (size_t)d->N * TH * TW;
+    double *m = pst_malloc(sizeof(double) * 16 * C * K), *vd = pst_malloc(sizeof(double) * 16 * C),
+           *zd = pst_malloc(sizeof(double) * 16 * K);
+    memset(m, 0, sizeof(double) * 16 * C * K);
+    memset(ref, 0, sizeof(double) * 9 * C * K);
+    for (int n = 0; n < d->N; n++)
+        for (int ty = 0; ty < TH; ty++)
+            for (int tx = 0; tx < TW; tx++) {
+                int h0 = 2 * ty - d->PH, w0 = 2 * tx - d->PW;
+                for (int c = 0; c < C; c++)
+                    for (int p = 0; p < 16; p++) {
+                        double s = 0;
+                        for (int a = 0; a < 4; a++)
+                            for (int e = 0; e < 4; e++) {
+                                int h = h0 + a, w = w0 + e;
+                                if (h < 0 || h >= d->H || w < 0 || w >= d->W) continue;
+                                s += fabs(BT[p / 4][a]) *
+                                     fabs(x[(((size_t)n * d->H + h) * d->W + w) * C + c]) *
+                                     fabs(BT[p % 4][e]);
+                            }
+                        vd[p * C + c] = s;
+                    }
+                for (int k = 0; k < K; k++)
+                    for (int p = 0; p < 16; p++) {
+                        double s = 0;
+                        for (int a = 0; a < 2; a++)
+                            for (int e = 0; e < 2; e++) {
+                                int oh = 2 * ty + a, ow = 2 * tx + e;
+                                if (oh >= d->OH || ow >= d->OW) continue;
+                                s += fabs(A[p / 4][a]) *
+                                     fabs(dy[(((size_t)n * d->OH + oh) * d->OW + ow) * K + k]) *
+                                     fabs(A[p % 4][e]);
+                            }
+                        zd[p * K + k] = s;
+                    }
+                for (int p = 0; p < 16; p++)
+                    for (int c = 0; c < C; c++)
+                        for (int k = 0; k < K; k++)
+                            m[((size_t)p * C + c) * K + k] += vd[p * C + c] * zd[p * K + k];
+            }
+    for (int n = 0; n < d->N; n++)
+        for (int oh = 0; oh < d->OH; oh++)
+            for (int ow = 0; ow < d->OW; ow++)
+                for (int t = 0; t < 9; t++) {
+                    int h = oh - d->PH + t / 3, w = ow - d->PW + t % 3;
+                    if (h < 0 || h >= d->H || w < 0 || w >= d->W) continue;
+                    const float *xi = x + (((size_t)n * d->H + h) * d->W + w) * C;
+                    const float *g = dy + (((size_t)n * d->OH + oh) * d->OW + ow) * K;
+                    for (int c = 0; c < C; c++)
+                        for (int k = 0; k < K; k++)
+                            ref[((size_t)t * C + c) * K + k] += (double)xi[c] * g[k];
+                }
+    for (int t = 0; t < 9; t++)
+        for (int c = 0; c < C; c++)
+            for (int k = 0; k < K; k++) {
+                double s = 0;
+                for (int p = 0; p < 16; p++)
+                    s += fabs(G[p / 4][t / 3]) * fabs(G[p % 4][t % 3]) *
+                         m[((size_t)p * C + c) * K + k];
+                bnd[((size_t)t * C + c) * K + k] = 2.0 * (double)(nt + 16) * ldexp(1.0, -24) * s;
+            }
+    free(m), free(vd), free(zd);
+}
+
 /* Worst |got - ref| / bound over n values (and whether all are finite). */
 static double worst(const float *got, const double *ref, const double *bnd, size_t n)
 {
@@ -132,6 +205,18 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
     double e = worst(y, ref, bnd, ny);
     CHECK(e <= 1.0, "wino forward N%d %dx%dx%d->%d p%d,%d relu%d: error %.3g of the bound", N, H, W,
           C, K, PH, PW, relu, e);
+
+    /* weight gradient (dy as masked by ReLU: dyc after the call) */
+    if (nn_wino_wgrad_ok(&d)) {
+        memcpy(dyc, dy, sizeof(float) * ny);
+        nn_conv2d_backward(NULL, false, dw, NULL, dyc, y, x, w, &d, relu, NULL, scratch, sc);
+        double *rw = pst_malloc(sizeof(double) * nw), *bw = pst_malloc(sizeof(double) * nw);
+        reference_dw(rw, bw, x, dyc, &d);
+        e = worst(dw, rw, bw, nw);
+        CHECK(e <= 1.0, "wino weight gradient N%d %dx%dx%d->%d p%d,%d: error %.3g of the bound", N,
+              H, W, C, K, PH, PW, e);
+        free(rw), free(bw);
+    }
 
     /* input gradient: the convolution of dy padded by 2 - P with the
      * flipped, transposed kernel, in the reference's own terms */
@@ -190,6 +275,7 @@ int main(void)
         test_wino(2, 14, 13, 33, 17, 1, 0, true, false);
         test_wino(1, 3, 3, 1, 1, 0, 0, false, false);
         test_wino(5, 12, 12, 16, 48, 1, 1, false, false); /* several blocks of tiles */
+        test_wino(4, 30, 29, 16, 20, 1, 1, true, false);  /* 3 weight-gradient slices */
     }
     nn_narrow_use_simd(simd);
     return check_exit();

@@ -21,7 +21,8 @@
  *              vectorised along the output row.
  *   1x1, stride 1, no padding: a dense layer over the N*H*W rows.
  *   3x3, stride 1, 32-256 channels (nn_wino_ok): Winograd F(2x2, 3x3) in
- *              conv_wino.c for the forward and the input gradient.
+ *              conv_wino.c for the forward and the input gradient, and the
+ *              weight gradient of the smaller ones (nn_wino_wgrad_ok).
  * The narrow and one-channel kernels are AVX-512 with portable versions.
  *
  * im2col copies from the padded image, so every window row (KW*C floats,

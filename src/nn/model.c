@@ -19,6 +19,7 @@
 
 #include "graph.h"
 #include "pool.h"
+#include "pstrain/optim.h"
 
 /* Every layer kind, one row per src/nn/layer_<kind>.c (see graph.h). A
  * builder may only create layers of a kind listed here. */
@@ -537,6 +538,33 @@ void nn_model_apply_state(const nn_model *m, float *params, const float *src, si
         size_t b = v->offset + v->size < end ? v->offset + v->size : end;
         if (a < b) memcpy(params + a, src + a, sizeof(float) * (b - a));
     }
+}
+
+#define OPT_BLOCK 16384 /* floats of an optimizer task */
+
+typedef struct opt_job {
+    const opt_cfg *c;
+    float lr;
+    int64_t t;
+    float *param, *slots;
+    const float *grad;
+    size_t stride, n;
+} opt_job;
+
+static void opt_task(void *varg, int task, int tid)
+{
+    const opt_job *j = varg;
+    size_t a = (size_t)task * OPT_BLOCK, b = a + OPT_BLOCK < j->n ? a + OPT_BLOCK : j->n;
+    opt_apply(j->c, j->lr, j->t, j->param + a, j->grad + a, j->slots ? j->slots + a : NULL,
+              j->stride, b - a);
+    (void)tid;
+}
+
+void nn_model_opt_apply(nn_model *m, const opt_cfg *c, float lr, int64_t t, float *param,
+                        const float *grad, float *slots, size_t slot_stride, size_t n)
+{
+    opt_job j = {c, lr, t, param, slots, grad, slot_stride, n};
+    nn_pool_for(m->pool, (int)((n + OPT_BLOCK - 1) / OPT_BLOCK), opt_task, &j);
 }
 
 /* ---- description and profile ------------------------------------------------------ */

@@ -467,7 +467,8 @@ static void run_update(single_run *r)
     for (int i = 0; i < r->nranges; i++) {
         size_t o = r->ranges[i].begin, n = r->ranges[i].end - r->ranges[i].begin;
         if (r->ranges[i].trainable)
-            opt_apply(&r->cfg.opt, r->lr, step, params + o, grads + o, r->slots + o, r->nparam, n);
+            nn_model_opt_apply(r->m, &r->cfg.opt, r->lr, step, params + o, grads + o, r->slots + o,
+                               r->nparam, n);
         else
             nn_model_apply_state(r->m, params, grads, r->ranges[i].begin, r->ranges[i].end);
     }

@@ -75,7 +75,7 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
                                    NULL);
         double mid = pst_now();
         /* the whole slab: non-trainable entries are overwritten right after */
-        opt_apply(&oc, 0.01f, s + 1, p, g, slots, size, size);
+        nn_model_opt_apply(m, &oc, 0.01f, s + 1, p, g, slots, size, size);
         nn_model_apply_state(m, p, g, 0, size);
         double end = pst_now();
         tstep += mid - a, topt += end - mid;

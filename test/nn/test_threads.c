@@ -4,7 +4,10 @@
  * the batch-norm statistics), with weight decay, label smoothing and a
  * batch that is no multiple of T, and the same inference logits. Batches
  * are big enough that the reductions (batch norm, dense, loss, decay) run
- * in several blocks. Models not built yet are skipped by name. */
+ * in several blocks. Models not built yet are skipped by name. Also:
+ * nn_model_opt_apply on T = 1..4 threads gives the bits of one opt_apply
+ * over the whole range, for every optimizer, from an unaligned start. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +17,7 @@
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 #include "pstrain/model.h"
+#include "pstrain/optim.h"
 
 typedef struct spec {
     const char *name;
@@ -95,6 +99,40 @@ out:
     free(x), free(y);
 }
 
+static void check_opt_apply(void)
+{
+    const size_t n = 3 * 16384 + 1234, off = 3, stride = n + 100;
+    float *p0 = pst_malloc(sizeof(float) * (n + off)), *g = pst_malloc(sizeof(float) * (n + off));
+    float *s0 = pst_malloc(sizeof(float) * 2 * stride);
+    nn_rng r;
+    nn_rng_seed(&r, 11);
+    for (size_t i = 0; i < n + off; i++)
+        p0[i] = (float)nn_rng_normal(&r), g[i] = (float)nn_rng_normal(&r);
+    for (size_t i = 0; i < 2 * stride; i++) s0[i] = (float)fabs(nn_rng_normal(&r));
+    float *pr = pst_malloc(sizeof(float) * (n + off)), *sr = pst_malloc(sizeof(float) * 2 * stride);
+    float *pt = pst_malloc(sizeof(float) * (n + off)), *st = pst_malloc(sizeof(float) * 2 * stride);
+    const opt_kind kinds[] = {OPT_SGD, OPT_MOMENTUM, OPT_MOMENTUM, OPT_RMSPROP, OPT_ADAM};
+    for (int k = 0; k < 5; k++) {
+        opt_cfg c = opt_defaults(kinds[k]);
+        c.nesterov = k == 2;
+        memcpy(pr, p0, sizeof(float) * (n + off)), memcpy(sr, s0, sizeof(float) * 2 * stride);
+        opt_apply(&c, 0.1f, 3, pr + off, g + off, sr + off, stride, n);
+        for (int T = 1; T <= 4; T++) {
+            spec sp = {"mlp", 4, 4, 1, 10, 1};
+            nn_model *m = make(&sp, T);
+            if (!m) continue;
+            memcpy(pt, p0, sizeof(float) * (n + off)), memcpy(st, s0, sizeof(float) * 2 * stride);
+            nn_model_opt_apply(m, &c, 0.1f, 3, pt + off, g + off, st + off, stride, n);
+            CHECK(same_bits(pt, pr, sizeof(float) * (n + off)) &&
+                      same_bits(st, sr, sizeof(float) * 2 * stride),
+                  "nn_model_opt_apply %s%s on %d threads differs from opt_apply",
+                  opt_name(kinds[k]), k == 2 ? " (nesterov)" : "", T);
+            nn_model_free(m);
+        }
+    }
+    free(p0), free(g), free(s0), free(pr), free(sr), free(pt), free(st);
+}
+
 int main(int argc, char **argv)
 {
     /* batch sizes that no T divides evenly, images big enough for several
@@ -106,6 +144,7 @@ int main(int argc, char **argv)
         {"resnet-20", 16, 16, 3, 10, 23},
     };
     nn_blis_init(); /* one BLIS thread per call, as pstrain runs it */
+    if (argc == 1) check_opt_apply();
     int ran = 0;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         if (argc > 1 && strcmp(argv[1], specs[i].name) != 0) continue;

@@ -241,7 +241,89 @@ static void print_class_summary(const h5ds *ds, const int64_t *conf, const char 
     free(r);
 }
 
-int eval_main(int argc, char **argv)
+/* ---- the command ---- */
+
+/* What the command line asks for. */
+typedef struct eval_opts {
+    const char *data, *ckarg, *split, *summary;
+    const char *augment; /* --augment as given, or NULL: the checkpoint's */
+    int batch, threads;
+    bool quiet, no_averages;
+    pipe_cfg input; /* --image-size, --augment, --prep-threads, --memory-budget */
+} eval_opts;
+
+/* An evaluation under way: what it owns (freed by eval_free) and found. */
+typedef struct eval_run {
+    eval_opts o;
+    char path[4096]; /* the checkpoint file */
+    logits_out lo;   /* --logits */
+    h5ds ds;
+    ckpt_meta meta;
+    const h5ds_split *sp;
+    nn_model *m;
+    float *averages; /* the checkpoint's moving averages, when used */
+    bool use_avg;
+    int64_t *conf; /* K x K [true][predicted] */
+    eval_stats ev;
+} eval_run;
+
+/* The value of option `o` (one that takes a number, a size or a recipe)
+ * into *opt: 0, or PST_EXIT_USAGE after the message. */
+static int eval_parse_value(int o, const char *arg, eval_opts *opt)
+{
+    switch (o) {
+    case 'b':
+        if (pst_parse_int(arg, &opt->batch) < 0 || opt->batch < 1) {
+            pst_error("--batch: expected a positive integer, got '%s'", arg);
+            return PST_EXIT_USAGE;
+        }
+        break;
+    case 't':
+        if (pst_parse_int(arg, &opt->threads) < 0 || opt->threads < 0 ||
+            opt->threads > NN_MAX_THREADS) {
+            pst_error("--threads: expected 0..%d threads (0: the CPUs of the affinity mask), "
+                      "got '%s'",
+                      NN_MAX_THREADS, arg);
+            return PST_EXIT_USAGE;
+        }
+        break;
+    case 'I':
+        if (train_parse_image_size(arg, &opt->input.out_h, &opt->input.out_w) < 0) {
+            pst_error("--image-size: expected HxW with sides 1..4096, e.g. 299x299, got '%s'", arg);
+            return PST_EXIT_USAGE;
+        }
+        break;
+    case 'G':
+        if (train_parse_augment(arg, &opt->input) < 0) {
+            pst_error("--augment: expected inception, resnet, a list of crop, flip, or none, "
+                      "got '%s'",
+                      arg);
+            return PST_EXIT_USAGE;
+        }
+        opt->augment = arg;
+        break;
+    case 'P':
+        if (pst_parse_int(arg, &opt->input.prep_threads) < 0 || opt->input.prep_threads < 1 ||
+            opt->input.prep_threads > 256) {
+            pst_error("--prep-threads: expected 1..256 threads, got '%s'", arg);
+            return PST_EXIT_USAGE;
+        }
+        break;
+    case 'M':
+        if (pipe_parse_size(arg, &opt->input.memory_budget) < 0) {
+            pst_error("--memory-budget: expected a size in bytes with an optional K/M/G "
+                      "suffix, e.g. 2G, got '%s'",
+                      arg);
+            return PST_EXIT_USAGE;
+        }
+        break;
+    }
+    return 0;
+}
+
+/* Parses the command line into *opt and lo->path. -1 to go on, or the exit
+ * status (0 after --help, PST_EXIT_USAGE after the message). */
+static int eval_parse(int argc, char **argv, eval_opts *opt, logits_out *lo)
 {
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},
@@ -260,82 +342,40 @@ int eval_main(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *data = NULL, *ckarg = NULL, *split = "test", *summary = NULL;
-    logits_out lo = {0};
-    int batch = 256, threads = 1;
-    bool quiet = false, no_averages = false;
-    const char *augment = NULL;
-    pipe_cfg input = pipe_cfg_defaults();
+    *opt = (eval_opts){.split = "test", .batch = 256, .threads = 1, .input = pipe_cfg_defaults()};
     int o;
     optind = 1;
     opterr = 0; /* pst_getopt_error reports, with the nearest flag */
     while ((o = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
         switch (o) {
         case 'd':
-            data = optarg;
+            opt->data = optarg;
             break;
         case 'c':
-            ckarg = optarg;
+            opt->ckarg = optarg;
             break;
         case 's':
-            split = optarg;
+            opt->split = optarg;
             break;
         case 'b':
-            if (pst_parse_int(optarg, &batch) < 0 || batch < 1) {
-                pst_error("--batch: expected a positive integer, got '%s'", optarg);
-                return PST_EXIT_USAGE;
-            }
-            break;
         case 't':
-            if (pst_parse_int(optarg, &threads) < 0 || threads < 0 || threads > NN_MAX_THREADS) {
-                pst_error("--threads: expected 0..%d threads (0: the CPUs of the affinity mask), "
-                          "got '%s'",
-                          NN_MAX_THREADS, optarg);
-                return PST_EXIT_USAGE;
-            }
-            break;
         case 'I':
-            if (train_parse_image_size(optarg, &input.out_h, &input.out_w) < 0) {
-                pst_error("--image-size: expected HxW with sides 1..4096, e.g. 299x299, got '%s'",
-                          optarg);
-                return PST_EXIT_USAGE;
-            }
-            break;
         case 'G':
-            if (train_parse_augment(optarg, &input) < 0) {
-                pst_error("--augment: expected inception, resnet, a list of crop, flip, or none, "
-                          "got '%s'",
-                          optarg);
-                return PST_EXIT_USAGE;
-            }
-            augment = optarg;
-            break;
         case 'P':
-            if (pst_parse_int(optarg, &input.prep_threads) < 0 || input.prep_threads < 1 ||
-                input.prep_threads > 256) {
-                pst_error("--prep-threads: expected 1..256 threads, got '%s'", optarg);
-                return PST_EXIT_USAGE;
-            }
-            break;
         case 'M':
-            if (pipe_parse_size(optarg, &input.memory_budget) < 0) {
-                pst_error("--memory-budget: expected a size in bytes with an optional K/M/G "
-                          "suffix, e.g. 2G, got '%s'",
-                          optarg);
-                return PST_EXIT_USAGE;
-            }
+            if (eval_parse_value(o, optarg, opt) != 0) return PST_EXIT_USAGE;
             break;
         case 'j':
-            summary = optarg;
+            opt->summary = optarg;
             break;
         case 'l':
-            lo.path = optarg;
+            lo->path = optarg;
             break;
         case 'q':
-            quiet = true;
+            opt->quiet = true;
             break;
         case 'A':
-            no_averages = true;
+            opt->no_averages = true;
             break;
         case 'h':
             fputs(eval_usage, stdout);
@@ -345,107 +385,137 @@ int eval_main(int argc, char **argv)
         }
     }
     if (optind < argc) return pst_usage_error("unexpected argument '%s'", argv[optind]);
-    if (!data || !ckarg)
+    if (!opt->data || !opt->ckarg)
         return pst_usage_error("--data FILE.h5 and --checkpoint CKPT are required");
+    return -1;
+}
+
+/* The checkpoint's attributes; the input (image size and recipe: the
+ * checkpoint's unless given) checked against the data set; the split; a
+ * batch no larger than the split. 0, or -1 with the message in e. */
+static int eval_check_input(eval_run *r, pst_err *e)
+{
+    eval_opts *o = &r->o;
+    const h5ds *ds = &r->ds;
+    const ckpt_meta *meta = &r->meta;
+    if (ckpt_read_meta(r->path, &r->meta, e) < 0) return -1;
+    /* the input: the checkpoint's size and recipe unless given */
+    if (!o->augment && meta->augment[0] && train_parse_augment(meta->augment, &o->input) < 0)
+        return pst_fail(e,
+                        "%s: attribute augment is '%s', expected inception, resnet, crop,flip "
+                        "or none",
+                        r->path, meta->augment);
+    if (!o->input.out_h) o->input.out_h = meta->height, o->input.out_w = meta->width;
+    const bool stored_pixels = ds->storage != H5DS_STORE_ENCODED && o->input.recipe == AUG_RESIZE;
+    if ((stored_pixels && (meta->height != ds->height || meta->width != ds->width)) ||
+        meta->channels != ds->channels || meta->num_classes != ds->num_classes)
+        return pst_fail(e,
+                        "%s: checkpoint is for %dx%dx%d images and %d classes, but %s has "
+                        "%dx%dx%d and %d classes",
+                        r->path, meta->height, meta->width, meta->channels, meta->num_classes,
+                        o->data, ds->height, ds->width, ds->channels, ds->num_classes);
+    r->sp = h5ds_find_split(ds, o->split);
+    if (!r->sp) return h5ds_no_split(ds, o->split, e);
+    /* a batch larger than the split would only allocate (and maybe exhaust) memory */
+    if (o->batch > r->sp->count) o->batch = (int)PST_MAX(r->sp->count, (int64_t)1);
+    return 0;
+}
+
+/* Builds the checkpoint's model and reads its variables, or its moving
+ * averages in their place (unless --no-averages). 0, or -1. */
+static int eval_load_model(eval_run *r, pst_err *e)
+{
+    const eval_opts *o = &r->o;
+    nn_model_cfg mc = {.name = r->meta.model_name,
+                       .height = o->input.out_h,
+                       .width = o->input.out_w,
+                       .channels = r->ds.channels,
+                       .num_classes = r->ds.num_classes,
+                       .max_batch = o->batch,
+                       .seed = r->meta.seed,
+                       .threads = pst_threads_resolve(o->threads)};
+    if (nn_model_new(&r->m, &mc, e) < 0) return -1;
+    const size_t n = nn_model_size(r->m);
+    ckpt_expect want = ckpt_expect_model(r->m, NULL);
+    r->use_avg = r->meta.has_averages && !o->no_averages;
+    if (r->use_avg) {
+        r->averages = pst_aligned_alloc(sizeof(float) * (n ? n : 1));
+        want.averages = r->averages;
+    }
+    if (ckpt_read(r->path, &want, nn_model_params(r->m), NULL, 0, NULL, e) < 0) return -1;
+    if (r->use_avg) memcpy(nn_model_params(r->m), r->averages, sizeof(float) * n);
+    return 0;
+}
+
+/* Prints the results (and the per-class table or summary) and writes
+ * --summary-json. 0, or -1. */
+static int eval_report(eval_run *r, pst_err *e)
+{
+    const eval_opts *o = &r->o;
+    const eval_stats *ev = &r->ev;
+    printf("checkpoint %s (%s, step %lld, %s)\n", r->path, r->meta.model_name,
+           (long long)r->meta.global_step,
+           r->use_avg             ? "moving averages"
+           : r->meta.has_averages ? "raw variables, --no-averages"
+                                  : "variables");
+    printf("%s split of %s: accuracy %.4f, top-5 %.4f, loss %.4f, %lld examples\n", o->split,
+           o->data, ev->accuracy, ev->top5_accuracy, ev->loss, (long long)ev->examples);
+    if (!o->quiet && r->ds.num_classes <= EVAL_TABLE_MAX_CLASSES) {
+        print_class_table(&r->ds, r->conf);
+    } else if (!o->quiet) {
+        print_class_summary(&r->ds, r->conf, o->summary);
+    }
+    if (o->summary &&
+        write_json(o->summary, r->path, o->split, r->use_avg, &r->ds, ev, r->conf, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* Checks the checkpoint, the data set and the model, evaluates the split
+ * (streaming --logits) and reports. 0, or -1 with the message in e. */
+static int eval_run_all(eval_run *r, pst_err *e)
+{
+    if (eval_check_input(r, e) < 0 || eval_load_model(r, e) < 0) return -1;
+    const int K = r->ds.num_classes;
+    r->conf = pst_calloc((size_t)K * (size_t)K, sizeof *r->conf);
+    if (r->lo.path && logits_open(&r->lo, r->sp->count, K, e) < 0) return -1;
+    if (train_evaluate_logits(r->m, &r->ds, &r->o.input, r->o.split, r->o.batch, &r->ev, r->conf,
+                              r->lo.path ? logits_batch : NULL, &r->lo, e) < 0)
+        return -1;
+    if (eval_report(r, e) < 0) return -1;
+    return logits_close(&r->lo, true, e);
+}
+
+int eval_main(int argc, char **argv)
+{
+    eval_run *r = pst_calloc(1, sizeof *r);
+    int rc = eval_parse(argc, argv, &r->o, &r->lo);
+    if (rc >= 0) {
+        free(r);
+        return rc;
+    }
     nn_blis_init();
     pst_err e = {{0}};
-    h5ds ds;
-    nn_model *m = NULL;
-    ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    int64_t *conf = NULL;
-    float *averages = NULL;
-    int rc = 1;
-    char path[4096];
-    int r = ckpt_resolve(ckarg, path, sizeof path, &e);
-    if (r <= 0) {
-        if (r == 0) pst_fail(&e, "%s: no checkpoint found", ckarg);
+    /* before the data set is open: a message and exit status 1 */
+    int found = ckpt_resolve(r->o.ckarg, r->path, sizeof r->path, &e);
+    if (found == 0) pst_fail(&e, "%s: no checkpoint found", r->o.ckarg);
+    if (found <= 0 || (r->lo.path && pst_out_check(r->lo.path, true, &e) < 0) ||
+        h5ds_open(&r->ds, r->o.data, &e) < 0) {
         pst_error("%s", e.msg);
+        free(r);
         return 1;
     }
-    if (lo.path && pst_out_check(lo.path, true, &e) < 0) {
-        pst_error("%s", e.msg);
-        return 1;
-    }
-    if (h5ds_open(&ds, data, &e) < 0) {
-        pst_error("%s", e.msg);
-        return 1;
-    }
-    if (ckpt_read_meta(path, &meta, &e) < 0) goto fail;
-    /* the input: the checkpoint's size and recipe unless given */
-    if (!augment && meta.augment[0] && train_parse_augment(meta.augment, &input) < 0) {
-        pst_fail(&e, "%s: attribute augment is '%s', expected inception, resnet, crop,flip or none",
-                 path, meta.augment);
-        goto fail;
-    }
-    if (!input.out_h) input.out_h = meta.height, input.out_w = meta.width;
-    const bool stored_pixels = ds.storage != H5DS_STORE_ENCODED && input.recipe == AUG_RESIZE;
-    if ((stored_pixels && (meta.height != ds.height || meta.width != ds.width)) ||
-        meta.channels != ds.channels || meta.num_classes != ds.num_classes) {
-        pst_fail(&e,
-                 "%s: checkpoint is for %dx%dx%d images and %d classes, but %s has %dx%dx%d "
-                 "and %d classes",
-                 path, meta.height, meta.width, meta.channels, meta.num_classes, data, ds.height,
-                 ds.width, ds.channels, ds.num_classes);
-        goto fail;
-    }
-    const h5ds_split *sp = h5ds_find_split(&ds, split);
-    if (!sp) {
-        h5ds_no_split(&ds, split, &e);
-        goto fail;
-    }
-    /* a batch larger than the split would only allocate (and maybe exhaust) memory */
-    if (batch > sp->count) batch = (int)PST_MAX(sp->count, (int64_t)1);
-    nn_model_cfg mc = {.name = meta.model_name,
-                       .height = input.out_h,
-                       .width = input.out_w,
-                       .channels = ds.channels,
-                       .num_classes = ds.num_classes,
-                       .max_batch = batch,
-                       .seed = meta.seed,
-                       .threads = pst_threads_resolve(threads)};
-    if (nn_model_new(&m, &mc, &e) < 0) goto fail;
-    ckpt_expect want = ckpt_expect_model(m, NULL);
-    const bool use_avg = meta.has_averages && !no_averages;
-    if (use_avg) {
-        averages = pst_aligned_alloc(sizeof(float) * (nn_model_size(m) ? nn_model_size(m) : 1));
-        want.averages = averages;
-    }
-    if (ckpt_read(path, &want, nn_model_params(m), NULL, 0, NULL, &e) < 0) goto fail;
-    if (use_avg) memcpy(nn_model_params(m), averages, sizeof(float) * nn_model_size(m));
-
-    const int K = ds.num_classes;
-    conf = pst_calloc((size_t)K * (size_t)K, sizeof *conf);
-    eval_stats ev;
-    if (lo.path && logits_open(&lo, sp->count, K, &e) < 0) goto fail;
-    if (train_evaluate_logits(m, &ds, &input, split, batch, &ev, conf,
-                              lo.path ? logits_batch : NULL, &lo, &e) < 0)
-        goto fail;
-
-    printf("checkpoint %s (%s, step %lld, %s)\n", path, meta.model_name,
-           (long long)meta.global_step,
-           use_avg             ? "moving averages"
-           : meta.has_averages ? "raw variables, --no-averages"
-                               : "variables");
-    printf("%s split of %s: accuracy %.4f, top-5 %.4f, loss %.4f, %lld examples\n", split, data,
-           ev.accuracy, ev.top5_accuracy, ev.loss, (long long)ev.examples);
-    if (!quiet && K <= EVAL_TABLE_MAX_CLASSES) {
-        print_class_table(&ds, conf);
-    } else if (!quiet) {
-        print_class_summary(&ds, conf, summary);
-    }
-    if (summary && write_json(summary, path, split, use_avg, &ds, &ev, conf, &e) < 0) goto fail;
-    if (logits_close(&lo, true, &e) < 0) goto fail;
     rc = 0;
-    goto out;
-fail:
-    pst_error("%s", e.msg);
-    logits_close(&lo, false, &e);
-out:
-    free(conf);
-    free(averages);
-    nn_model_free(m);
-    ckpt_meta_free(&meta);
-    h5ds_close(&ds);
+    if (eval_run_all(r, &e) < 0) {
+        pst_error("%s", e.msg);
+        logits_close(&r->lo, false, &e);
+        rc = 1;
+    }
+    free(r->conf);
+    free(r->averages);
+    nn_model_free(r->m);
+    ckpt_meta_free(&r->meta);
+    h5ds_close(&r->ds);
+    free(r);
     return rc;
 }

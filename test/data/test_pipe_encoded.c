@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "h5test.h"
+#include "pipe_check.h"
 #include "h5write.h"
 #include "pstrain/augment.h"
 #include "pstrain/jpeg.h"
@@ -119,14 +120,8 @@ static int write_pixels_h5w(const char *path, int64_t n, int H, int W, pst_err *
     return h5w_commit(w, e);
 }
 
-typedef struct ex {
-    int epoch;
-    int64_t id;
-    uint64_t hash; /* of the pixels */
-} ex;
-
 typedef struct run {
-    ex *v;
+    pipe_ex *v;
     int64_t n, cap;
     pipe_info info;
     uint8_t *first_px; /* the output image of each id's first appearance (n_ids x out) */
@@ -174,7 +169,7 @@ static int collect(h5ds *ds, const pipe_cfg *c, run *r, const char *what, pst_er
                 r->cap = r->cap ? 2 * r->cap : 1024;
                 r->v = realloc(r->v, sizeof *r->v * (size_t)r->cap);
             }
-            r->v[r->n++] = (ex){b.epoch, id, fnv(px, out)};
+            r->v[r->n++] = (pipe_ex){b.epoch, b.index, id, fnv(px, out)};
         }
     }
     pst_err e2;
@@ -182,20 +177,7 @@ static int collect(h5ds *ds, const pipe_cfg *c, run *r, const char *what, pst_er
     CHECK(pipe_next(p, &b, &e2) == 0, "%s: pipe_next after the end", what);
     pipe_free(p);
     free(got);
-    const int nep = c->epochs - c->first_epoch;
-    CHECK(r->n == nep * n, "%s: %lld examples over %d epochs, want %lld", what, (long long)r->n,
-          nep, (long long)(nep * n));
-    unsigned char *seen = calloc((size_t)n, 1);
-    for (int ep = c->first_epoch; ep < c->epochs; ep++) {
-        memset(seen, 0, (size_t)n);
-        int64_t dup = 0, missing = 0;
-        for (int64_t i = 0; i < r->n; i++)
-            if (r->v[i].epoch == ep && seen[r->v[i].id]++) dup++;
-        for (int64_t i = 0; i < n; i++) missing += !seen[i];
-        CHECK(dup == 0 && missing == 0, "%s: epoch %d: %lld duplicates, %lld missing", what, ep,
-              (long long)dup, (long long)missing);
-    }
-    free(seen);
+    check_once_per_epoch(what, r->v, r->n, n, c->first_epoch, c->epochs);
     return rc < 0 ? -1 : 0;
 }
 

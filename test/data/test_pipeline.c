@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "h5test.h"
+#include "pipe_check.h"
 #include "pstrain/pipeline.h"
 
 /* A failed check inside collect() that also counts towards its early stop. */
@@ -22,14 +23,8 @@
 
 enum { H = 8, W = 8, C = 1, K = 10, N = 1037, CHUNK = 100, NTEST = 150 };
 
-typedef struct ex {
-    int epoch;
-    int64_t batch, id;
-    uint64_t hash; /* of the pixels */
-} ex;
-
 typedef struct run {
-    ex *v;
+    pipe_ex *v;
     int64_t n, cap, nbatches;
 } run;
 
@@ -97,7 +92,7 @@ static int collect(h5ds *ds, const pipe_cfg *c, run *r, const char *what)
                 r->cap = r->cap ? 2 * r->cap : 1024;
                 r->v = realloc(r->v, sizeof *r->v * (size_t)r->cap);
             }
-            r->v[r->n++] = (ex){b.epoch, b.index, id, fnv(px, img)};
+            r->v[r->n++] = (pipe_ex){b.epoch, b.index, id, fnv(px, img)};
         }
         r->nbatches++;
         if (bad > 10) break;
@@ -106,22 +101,7 @@ static int collect(h5ds *ds, const pipe_cfg *c, run *r, const char *what)
     CHECK(pipe_next(p, &b, &e) == 0, "%s: pipe_next after the end", what);
     pipe_free(p);
     free(want);
-    /* exactly once per epoch */
-    int nep = c->epochs - c->first_epoch;
-    CHECK(r->n == nep * n, "%s: %lld examples over %d epochs, want %lld", what, (long long)r->n,
-          nep, (long long)(nep * n));
-    unsigned char *seen = calloc((size_t)n, 1);
-    for (int ep = c->first_epoch; ep < c->epochs; ep++) {
-        memset(seen, 0, (size_t)n);
-        int64_t dup = 0, missing = 0;
-        for (int64_t i = 0; i < r->n; i++)
-            if (r->v[i].epoch == ep && r->v[i].id >= 0 && r->v[i].id < n && seen[r->v[i].id]++)
-                dup++;
-        for (int64_t i = 0; i < n; i++) missing += !seen[i];
-        CHECK(dup == 0 && missing == 0, "%s: epoch %d: %lld duplicates, %lld missing", what, ep,
-              (long long)dup, (long long)missing);
-    }
-    free(seen);
+    check_once_per_epoch(what, r->v, r->n, n, c->first_epoch, c->epochs);
     return 0;
 }
 

@@ -14,14 +14,14 @@
 # batch-norm eps 1e-3 and decay 0.99, SGD momentum 0.9, lr 0.01, batch 64,
 # the same normalisation, one epoch; measured 2026-12-01 on the shared
 # 2-core machine with
-#   for s in 1 2 3 4 5; do
+#   for s in 1 2 3 4 5 6; do
 #     OMP_NUM_THREADS=1 /usr/bin/python3 test/torch/peer_resnet20.py --seed $s; done
 # (PEER_RUNS below; PEER_ACC is their mean).
 #
 # The tolerance. The issue asks for 0.01, but one epoch from this
 # initialisation is far noisier than that on either side: single runs spread
-# from 0.72 to 0.86 (PyTorch) and 0.79 to 0.86 (pstrain), a standard deviation
-# per run of SD (pooled over the 5 peer runs and pstrain's 5: seeds 1234, 1
+# from 0.72 to 0.87 (PyTorch) and 0.79 to 0.86 (pstrain), a standard deviation
+# per run of SD (pooled over the 6 peer runs and pstrain's 5: seeds 1234, 1
 # and 2 before the Winograd kernels 0.7858, 0.8604, 0.8635, seeds 1234 and 1
 # with them 0.8092, 0.7659: another summation order moves a run as much as
 # another seed does; all ten in docs/torchvision.md), so
@@ -34,10 +34,10 @@
 . "$(dirname "$0")/lib.sh"
 need_fm
 
-PEER_RUNS="seeds 1-5: 0.8136 0.8227 0.7230 0.8606 0.8421"
-PEER_ACC=0.8124
-SD=0.0487
-N_PEER=5
+PEER_RUNS="seeds 1-6: 0.8136 0.8227 0.7230 0.8606 0.8421 0.8713"
+PEER_ACC=0.8222
+SD=0.0493
+N_PEER=6
 SEEDS="1234 1"
 TOL=$(awk -v sd="$SD" -v n="$N_PEER" 'BEGIN { t = 3 * sd * sqrt(1 / 2 + 1 / n); printf "%.4f", (t > 0.01 ? t : 0.01) }')
 

@@ -609,6 +609,33 @@ static void conv_for(nn_pool *pool, int ntasks, void (*fn)(void *arg, int task, 
     nn_pool_for(pool, ntasks, fn, arg);
 }
 
+/* The kernel packed for the fast kernels on the pool, a block of 64
+ * output columns per task (resnet-50's 3x3 512 -> 512: 9 MB, 1.3 ms on one
+ * thread): flip = the input gradient's flipped, transposed kernel. */
+typedef struct pack_job {
+    float *wp;
+    const float *w;
+    const nn_conv_dims *d;
+    bool flip;
+} pack_job;
+
+static void pack_task(void *arg, int kb, int tid)
+{
+    const pack_job *p = arg;
+    const nn_conv_dims *d = p->d;
+    if (p->flip)
+        nn_cf_pack_flip_block(p->wp, p->w, d->KH, d->KW, d->C, d->K, kb);
+    else
+        nn_cf_pack_block(p->wp, p->w, d->KH * d->KW * d->C, d->K, kb);
+    (void)tid;
+}
+
+static void pack_par(nn_pool *pool, float *wp, const float *w, const nn_conv_dims *d, bool flip)
+{
+    pack_job p = {wp, w, d, flip};
+    nn_pool_for(pool, ((flip ? d->C : d->K) + 63) / 64, pack_task, &p);
+}
+
 /* Block b of [0, n) cut into nb near-equal blocks. */
 static void block_of(int n, int nb, int b, int *lo, int *hi)
 {
@@ -752,9 +779,8 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
         return;
     }
     if (nn_cf_ok(d)) {
-        const int R = d->KH * d->KW * d->C;
         float *wp = job_front(&j, 0) + fast_pad_floats(d);
-        nn_cf_pack(wp, w, R, d->K);
+        pack_par(pool, wp, w, d, false);
         j.wp = wp, j.nkb = (d->K + 63) / 64;
         if (conv_is_pointwise(d)) {
             int rows = d->N * d->H * d->W;
@@ -1044,7 +1070,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     }
     if (fast_dgrad_ok(d)) {
         float *wp = job_front(&j, 0) + fast_pad_floats(d);
-        nn_cf_pack_flip(wp, w, d->KH, d->KW, d->C, K);
+        pack_par(pool, wp, w, d, true);
         j.wp = wp;
         int nkb = (d->C + 63) / 64;
         job_reset_tags(&j, pool);

@@ -64,42 +64,48 @@ size_t nn_cf_packed_floats(int R, int K)
     return (size_t)((K + CF_NB - 1) / CF_NB) * R * CF_NB;
 }
 
+void nn_cf_pack_block(float *wp, const float *w, int R, int K, int kb)
+{
+    int k0 = kb * CF_NB, nk = K - k0 < CF_NB ? K - k0 : CF_NB;
+    float *dst = wp + (size_t)kb * R * CF_NB;
+    for (int r = 0; r < R; r++) {
+        memcpy(dst + (size_t)r * CF_NB, w + (size_t)r * K + k0, sizeof(float) * nk);
+        memset(dst + (size_t)r * CF_NB + nk, 0, sizeof(float) * (CF_NB - nk));
+    }
+}
+
 void nn_cf_pack(float *wp, const float *w, int R, int K)
 {
-    int nkb = (K + CF_NB - 1) / CF_NB;
-    for (int kb = 0; kb < nkb; kb++) {
-        int k0 = kb * CF_NB, nk = K - k0 < CF_NB ? K - k0 : CF_NB;
-        float *dst = wp + (size_t)kb * R * CF_NB;
-        for (int r = 0; r < R; r++) {
-            memcpy(dst + (size_t)r * CF_NB, w + (size_t)r * K + k0, sizeof(float) * nk);
-            memset(dst + (size_t)r * CF_NB + nk, 0, sizeof(float) * (CF_NB - nk));
+    for (int kb = 0; kb < (K + CF_NB - 1) / CF_NB; kb++) nn_cf_pack_block(wp, w, R, K, kb);
+}
+
+void nn_cf_pack_flip_block(float *wp, const float *w, int KH, int KW, int C, int K, int kb)
+{
+    /* W'[(kh*KW + kw)*K + k][c] = w[(KH-1-kh)*KW + KW-1-kw][c][k]: rows R' =
+     * KH*KW*K, C output channels. A transpose of each tap's [C][K] matrix,
+     * 16 k at a time: a cache line of each source row goes into a 16 x 64
+     * destination block that stays in L1. */
+    const int Rp = KH * KW * K;
+    int c0 = kb * CF_NB, nc = C - c0 < CF_NB ? C - c0 : CF_NB;
+    float *dst = wp + (size_t)kb * Rp * CF_NB;
+    for (int t = 0; t < KH * KW; t++) {
+        const float *src = w + (size_t)(KH * KW - 1 - t) * C * K + (size_t)c0 * K;
+        float *o = dst + (size_t)t * K * CF_NB;
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            int nk = K - k0 < 16 ? K - k0 : 16;
+            for (int c = 0; c < nc; c++)
+                for (int i = 0; i < nk; i++)
+                    o[(size_t)(k0 + i) * CF_NB + c] = src[(size_t)c * K + k0 + i];
+            for (int i = 0; i < nk; i++)
+                for (int c = nc; c < CF_NB; c++) o[(size_t)(k0 + i) * CF_NB + c] = 0.0f;
         }
     }
 }
 
 void nn_cf_pack_flip(float *wp, const float *w, int KH, int KW, int C, int K)
 {
-    /* W'[(kh*KW + kw)*K + k][c] = w[(KH-1-kh)*KW + KW-1-kw][c][k]: rows R' =
-     * KH*KW*K, C output channels. A transpose of each tap's [C][K] matrix,
-     * 16 k at a time: a cache line of each source row goes into a 16 x 64
-     * destination block that stays in L1. */
-    const int Rp = KH * KW * K, nkb = (C + CF_NB - 1) / CF_NB;
-    for (int kb = 0; kb < nkb; kb++) {
-        int c0 = kb * CF_NB, nc = C - c0 < CF_NB ? C - c0 : CF_NB;
-        float *dst = wp + (size_t)kb * Rp * CF_NB;
-        for (int t = 0; t < KH * KW; t++) {
-            const float *src = w + (size_t)(KH * KW - 1 - t) * C * K + (size_t)c0 * K;
-            float *o = dst + (size_t)t * K * CF_NB;
-            for (int k0 = 0; k0 < K; k0 += 16) {
-                int nk = K - k0 < 16 ? K - k0 : 16;
-                for (int c = 0; c < nc; c++)
-                    for (int i = 0; i < nk; i++)
-                        o[(size_t)(k0 + i) * CF_NB + c] = src[(size_t)c * K + k0 + i];
-                for (int i = 0; i < nk; i++)
-                    for (int c = nc; c < CF_NB; c++) o[(size_t)(k0 + i) * CF_NB + c] = 0.0f;
-            }
-        }
-    }
+    for (int kb = 0; kb < (C + CF_NB - 1) / CF_NB; kb++)
+        nn_cf_pack_flip_block(wp, w, KH, KW, C, K, kb);
 }
 
 #if CF_X86

@@ -182,6 +182,10 @@ bool nn_cf_ok(const nn_conv_dims *d);
 size_t nn_cf_packed_floats(int R, int K);
 void nn_cf_pack(float *wp, const float *w, int R, int K);
 void nn_cf_pack_flip(float *wp, const float *w, int KH, int KW, int C, int K);
+/* The same, one block of 64 output columns (kb < ceil(K/64), resp.
+ * ceil(C/64)): the blocks are disjoint, for a parallel loop. */
+void nn_cf_pack_block(float *wp, const float *w, int R, int K, int kb);
+void nn_cf_pack_flip_block(float *wp, const float *w, int KH, int KW, int C, int K, int kb);
 /* Channels [64 kb, 64 kb + 64) of out[nimg*OH*OW][K] for g->nimg images: bias (may
  * be NULL) + windows x packed kernel, then ReLU; acc adds to out instead
  * of the bias. */

@@ -958,23 +958,30 @@ static void dgrad_strided_point_task(void *arg, int task, int tid)
     }
 }
 
-/* The input gradient of a strided layer with few kernel rows (ResNet's
- * 7x7/2 stem: R = 147) through the fast kernel: for a block of output
- * pixels, dcol = dy rows x w^T (nn_cf_forward over the dy rows, w^T packed
- * as a [K][R] kernel), added into the padded image gradient while the
- * block is in L1; no dcol matrix of the whole image. Task = image; w^T's
- * packing lives in thread 0's col area after its dcol block. */
-#define CONV_DCOL_PIXELS 60 /* dcol block: 56 x 147 floats = 33 KB */
-#define CONV_DCOL_ROWS 256  /* at most this many kernel rows */
+/* The input gradient of a strided layer with a small kernel (ResNet's
+ * 7x7/2 stem, R = 147; its 3x3/2 at 128 channels, R = 1152) through the
+ * fast kernel: for a block of output pixels, dcol = dy rows x w^T
+ * (nn_cf_forward over the dy rows, w^T packed as a [K][R] kernel), added
+ * into the padded image gradient while the block is in L1/L2; no dcol
+ * matrix of the whole image. Task = image; w^T's packing lives in thread
+ * 0's col area after its dcol block. */
+#define CONV_DCOL_FLOATS 9000         /* dcol block: 60 x 147 floats = 35 KB */
+#define CONV_DCOL_PACKED (160 * 1024) /* packed w^T: at most 640 KB (in L2) */
+static int dcol_pixels(const nn_conv_dims *d)
+{
+    int px = CONV_DCOL_FLOATS / (d->KH * d->KW * d->C) / 12 * 12; /* whole 6- and 12-pixel tiles */
+    return px < 12 ? 12 : px > 60 ? 60 : px;
+}
 static size_t dcol_block_floats(const nn_conv_dims *d)
 {
-    return align16((size_t)CONV_DCOL_PIXELS * d->KH * d->KW * d->C + CONV_SLACK);
+    return align16((size_t)dcol_pixels(d) * d->KH * d->KW * d->C + CONV_SLACK);
 }
 static bool fast_dcol_ok(const nn_conv_dims *d)
 {
     const int R = d->KH * d->KW * d->C;
-    return nn_cf_ok(d) && !fast_dgrad_ok(d) && !conv_is_pointwise(d) && R <= CONV_DCOL_ROWS &&
-           col_floats(d) >= dcol_block_floats(d) + nn_cf_packed_floats(d->K, R);
+    const size_t packed = nn_cf_packed_floats(d->K, R);
+    return nn_cf_ok(d) && !fast_dgrad_ok(d) && !conv_is_pointwise(d) &&
+           packed <= CONV_DCOL_PACKED && col_floats(d) >= dcol_block_floats(d) + packed;
 }
 
 /* wp = w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel */
@@ -1000,8 +1007,9 @@ static void dgrad_dcol_task(void *arg, int task, int tid)
     float *front = job_front(j, tid), *dcol = front, *pad = scratch_pad(front, d);
     memset(pad, 0, sizeof(float) * img_floats(d));
     const float *dy = j->dout + (size_t)task * P * K;
-    for (int p0 = 0; p0 < P; p0 += CONV_DCOL_PIXELS) {
-        int np = P - p0 < CONV_DCOL_PIXELS ? P - p0 : CONV_DCOL_PIXELS;
+    const int PXB = dcol_pixels(d);
+    for (int p0 = 0; p0 < P; p0 += PXB) {
+        int np = P - p0 < PXB ? P - p0 : PXB;
         nn_cf_geom g = {1, np, 0, K, 1, 0, K, 1, 0};
         for (int rb = 0; rb < nrb; rb++)
             nn_cf_forward(dcol, dy + (size_t)p0 * K, &g, j->wp, R, rb, NULL, false, false);

@@ -871,6 +871,7 @@ int main(void)
         /* strided, few kernel rows: the input gradient's dcol blocks */
         test_conv_paths(3, 23, 21, 5, 70, 5, 5, 2, 2, 2, 2);
         test_conv_paths(2, 30, 29, 3, 64, 7, 7, 2, 2, 3, 3);
+        test_conv_paths(2, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1);
         nn_narrow_use_simd(simd);
     }
 

@@ -332,12 +332,11 @@ AVX512 static void cf_dw_simd(float *dw, const float *pad, const nn_cf_geom *g, 
     const int P = g->nimg * g->OH * g->OW, nb = kb1 - kb0;
     /* dy's channel blocks of a pixel block, contiguous when K > 64 */
     static _Thread_local float dpk[CF_PB * CF_NB] __attribute__((aligned(64)));
-    const bool dense = dense_geom(g);
-    int pb = CF_PB;
-    if (dense) {
-        int by = CF_DENSE_BYTES / (4 * (g->seg + K));
-        pb = by < 16 ? 16 : by < CF_PB ? by : CF_PB;
-    }
+    /* a dense layer's blocks prefetched when 128 or more pixels fit
+     * CF_DENSE_BYTES (else dW would go through the caches too often) */
+    const int by = CF_DENSE_BYTES / (4 * (g->seg + K));
+    const bool dense = dense_geom(g) && by >= 128;
+    int pb = dense && by < CF_PB ? by : CF_PB;
     if (K > CF_NB && pb * nb > CF_PB) pb = CF_PB / nb;
     /* a 1x1 stride-1 layer: the next block's x and dy rows are two
      * contiguous regions, prefetched during this block */

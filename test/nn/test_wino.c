@@ -32,6 +32,25 @@ static const double BT[4][4] = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 
 static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
 static const double AT[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
 
+/* |B^T||d||B| of the input tile of image n whose corner is (h0, w0), per
+ * position p and channel c: vd[p * C + c] (zero padding outside the image). */
+static void abs_input_tile(double *vd, const float *x, const nn_conv_dims *d, int n, int h0, int w0)
+{
+    const int C = d->C;
+    for (int c = 0; c < C; c++)
+        for (int p = 0; p < 16; p++) {
+            double s = 0;
+            for (int a = 0; a < 4; a++)
+                for (int e = 0; e < 4; e++) {
+                    int h = h0 + a, w = w0 + e;
+                    if (h < 0 || h >= d->H || w < 0 || w >= d->W) continue;
+                    s += fabs(BT[p / 4][a]) * fabs(x[(((size_t)n * d->H + h) * d->W + w) * C + c]) *
+                         fabs(BT[p % 4][e]);
+                }
+            vd[p * C + c] = s;
+        }
+}
+
 /* ref[N][OH][OW][K] = direct convolution of x (dims d, 3x3, stride 1) with
  * k[3][3][C][K] + b, in double; bnd = the bound above. */
 static void reference(double *ref, double *bnd, const float *x, const float *k, const float *b,
@@ -54,19 +73,7 @@ static void reference(double *ref, double *bnd, const float *x, const float *k, 
         for (int ty = 0; ty < (d->OH + 1) / 2; ty++)
             for (int tx = 0; tx < (d->OW + 1) / 2; tx++) {
                 int h0 = 2 * ty - d->PH, w0 = 2 * tx - d->PW;
-                for (int c = 0; c < C; c++) /* |B^T||d||B| of this tile */
-                    for (int p = 0; p < 16; p++) {
-                        double s = 0;
-                        for (int a = 0; a < 4; a++)
-                            for (int e = 0; e < 4; e++) {
-                                int h = h0 + a, w = w0 + e;
-                                if (h < 0 || h >= d->H || w < 0 || w >= d->W) continue;
-                                s += fabs(BT[p / 4][a]) *
-                                     fabs(x[(((size_t)n * d->H + h) * d->W + w) * C + c]) *
-                                     fabs(BT[p % 4][e]);
-                            }
-                        vd[p * C + c] = s;
-                    }
+                abs_input_tile(vd, x, d, n, h0, w0);
                 for (int a = 0; a < 2; a++)
                     for (int e = 0; e < 2; e++) {
                         int oh = 2 * ty + a, ow = 2 * tx + e;
@@ -114,19 +121,7 @@ static void reference_dw(double *ref, double *bnd, const float *x, const float *
         for (int ty = 0; ty < TH; ty++)
             for (int tx = 0; tx < TW; tx++) {
                 int h0 = 2 * ty - d->PH, w0 = 2 * tx - d->PW;
-                for (int c = 0; c < C; c++)
-                    for (int p = 0; p < 16; p++) {
-                        double s = 0;
-                        for (int a = 0; a < 4; a++)
-                            for (int e = 0; e < 4; e++) {
-                                int h = h0 + a, w = w0 + e;
-                                if (h < 0 || h >= d->H || w < 0 || w >= d->W) continue;
-                                s += fabs(BT[p / 4][a]) *
-                                     fabs(x[(((size_t)n * d->H + h) * d->W + w) * C + c]) *
-                                     fabs(BT[p % 4][e]);
-                            }
-                        vd[p * C + c] = s;
-                    }
+                abs_input_tile(vd, x, d, n, h0, w0);
                 for (int k = 0; k < K; k++)
                     for (int p = 0; p < 16; p++) {
                         double s = 0;

@@ -91,20 +91,13 @@ typedef struct worker_arg {
     int tid;
 } worker_arg;
 
-static double wall_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* A spin of POOL_SPIN_NS: call spin_more(&k, &t0) with k = 0 each time
  * round the loop; it pauses (or yields) and says whether to go on. */
 static bool spin_more(int *k, double *t0)
 {
     cpu_relax();
     if (++*k % POOL_SPIN_CHECK) return true;
-    double now = wall_now();
+    double now = pst_now();
     if (*k == POOL_SPIN_CHECK) *t0 = now;
     if (now - *t0 >= 1e-9 * POOL_SPIN_NS) return false;
     if (now - *t0 >= 1e-9 * POOL_SPIN_YIELD_NS) sched_yield();
@@ -149,9 +142,9 @@ static void run_tasks(nn_pool *p, int tid)
         return;
     }
     stat_slot *s = &p->slot[tid];
-    double w0 = wall_now(), c0 = cpu_now();
+    double w0 = pst_now(), c0 = cpu_now();
     long ran = take_tasks(p, tid);
-    double c1 = cpu_now(), w1 = wall_now();
+    double c1 = cpu_now(), w1 = pst_now();
     s->cpu += c1 - c0;
     s->busy += w1 - w0;
     if (tid) s->start += w0 - p->t_pub;
@@ -412,15 +405,15 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
     bool was = atomic_exchange_explicit(&p->running, true, memory_order_acquire);
     assert(!was); /* two threads in nn_pool_for of one pool */
     (void)was;
-    if (p->stats) p->t_pub = wall_now();
+    if (p->stats) p->t_pub = pst_now();
     publish(p, ntasks, fn, arg);
     tls_pool = p;
     tls_tid = 0;
     run_tasks(p, 0);
     if (p->stats) {
-        double own = wall_now();
+        double own = pst_now();
         wait_workers(p);
-        double end = wall_now();
+        double end = pst_now();
         p->tot.wait += end - own;
         p->tot.wall += end - p->t_pub;
         p->tot.loops++;

@@ -1,0 +1,175 @@
+/*
+ * conv_impl.h - what the convolution driver's files share (internal to
+ * src/nn; the API is layers.h's nn_conv2d_forward / nn_conv2d_backward):
+ *   conv.c        dims, scratch sizes and layout, how a call is cut into
+ *                 tasks, and the dispatch to a kernel family per pass
+ *   conv_gemm.c   the im2col + BLIS path (also the narrow and one-channel
+ *                 kernels' loops over images): one thread's share of a call
+ *   conv_tasks.c  the pool tasks of every path (a conv_job describes the
+ *                 call; a task's result depends on its index only)
+ * The kernels themselves are conv_fast.c (nn_cf_*), conv_wino.c, narrow.c
+ * and conv1ch.c.
+ */
+#ifndef PSTRAIN_NN_CONV_IMPL_H
+#define PSTRAIN_NN_CONV_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "layers.h"
+#include "pool.h"
+#include "pstrain/blas.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CONV_X86 1
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
+#else
+#define CONV_X86 0
+#endif
+
+#define CONV_SLACK 16  /* floats after each scratch area */
+#define CONV_ROWS 1024 /* rows per task of a pointwise product */
+#define CONV_HDR 16    /* floats before each thread's scratch: a tag */
+#define CONV_RED 16384 /* floats per task of the weight-gradient reduction */
+
+static inline bool conv_is_pointwise(const nn_conv_dims *d)
+{
+    return d->KH == 1 && d->KW == 1 && d->SH == 1 && d->SW == 1 && d->PH == 0 && d->PW == 0;
+}
+
+/* Rows and columns of the padded image that windows touch. */
+static inline int pad_h(const nn_conv_dims *d)
+{
+    return (d->OH - 1) * d->SH + d->KH;
+}
+static inline int pad_w(const nn_conv_dims *d)
+{
+    return (d->OW - 1) * d->SW + d->KW;
+}
+
+/* Every scratch area starts 64-byte aligned (the scratch itself is): a
+ * 16-float row of a kernel matrix is then one cache line, not two. */
+static inline size_t align16(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+/* After the padded image: the implicit-im2col kernel's overrun (8 windows). */
+static inline size_t pad_slack(const nn_conv_dims *d)
+{
+    return (size_t)8 * d->SW * d->C + CONV_SLACK;
+}
+
+/* The input-gradient convolution of a stride-1 layer: dy zero-padded by
+ * KH-1-PH rows on top (KW-1-PW columns on the left) and convolved with the
+ * flipped, transposed kernel gives the input, H x W. Needs PH <= KH-1 and
+ * PW <= KW-1 (else some dy rows would fall outside the padded copy). */
+static inline bool dgrad_as_conv(const nn_conv_dims *d)
+{
+    return d->SH == 1 && d->SW == 1 && d->PH <= d->KH - 1 && d->PW <= d->KW - 1;
+}
+static inline nn_conv_dims dgrad_dims(const nn_conv_dims *d)
+{
+    nn_conv_dims g = {
+        d->N, d->OH, d->OW, d->K, d->KH, d->KW, 1, 1, d->KH - 1 - d->PH, d->KW - 1 - d->PW,
+        d->H, d->W,  d->C};
+    return g;
+}
+
+static inline size_t img_floats(const nn_conv_dims *d)
+{
+    return (size_t)pad_h(d) * pad_w(d) * d->C;
+}
+/* A 1x1 convolution with stride > 1 (a projection shortcut). */
+static inline bool strided_pointwise(const nn_conv_dims *d)
+{
+    return d->KH == 1 && d->KW == 1 && d->PH == 0 && d->PW == 0 && !conv_is_pointwise(d);
+}
+
+/* Without padding the windows lie inside the image: the fast kernels read
+ * the input in place (geometry of the unpadded image). */
+static inline bool unpadded(const nn_conv_dims *d)
+{
+    return d->PH == 0 && d->PW == 0;
+}
+
+/* ---- conv.c: the scratch layout ---------------------------------------- */
+
+/* The GEMM path's areas in a thread's scratch (conv_gemm.c):
+ * [col chunk + slack | padded image + slack | W^T + slack]
+ * (a pointwise conv has only W^T). */
+float *nn_cv_scratch_pad(float *scratch, const nn_conv_dims *d);
+float *nn_cv_scratch_wt(float *scratch, const nn_conv_dims *d);
+/* Output pixels per dcol block of the strided input gradient. */
+int nn_cv_dcol_pixels(const nn_conv_dims *d);
+
+/* ---- conv_gemm.c: the im2col + BLIS path -------------------------------- */
+
+/* Copies image n of inp into the padded buffer's interior (borders stay 0). */
+void nn_cv_pad_image(float *restrict pad, const float *inp, const nn_conv_dims *d, int n);
+/* dinp image n (+)= interior of the padded gradient. */
+void nn_cv_unpad_image(float *dinp, bool acc, const float *dpad, const nn_conv_dims *d, int n);
+#if CONV_X86
+/* dpad (+)= the dcol rows of output pixels [p0, p0 + np) of the image. */
+AVX512 void nn_cv_col2im_simd(float *dpad, const float *dcol, const nn_conv_dims *d, int p0,
+                              int np);
+#endif
+/* The forward and the backward of the images of d on one thread's scratch
+ * (im2col + BLIS, narrow, one-channel); backward: dw may be NULL (only the
+ * input gradient), dinp too (only dw). */
+void nn_cv_forward_gemm(float *out, const float *inp, const float *w, const float *b,
+                        const nn_conv_dims *d, bool relu, float *scratch);
+void nn_cv_backward_gemm(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
+                         const float *inp, const float *w, const nn_conv_dims *d, bool relu,
+                         float *scratch);
+
+/* ---- conv_tasks.c: the pool tasks --------------------------------------- */
+
+typedef struct conv_job {
+    const nn_conv_dims *d;
+    const float *inp, *w, *b, *dout;
+    float *out, *dinp, *dw;
+    bool relu, acc;
+    const float *wp; /* packed kernel, in thread 0's scratch */
+    float *part;     /* weight-gradient partials of slices 1..S-1 */
+    float *shared;   /* the padded batch for the weight gradient, or NULL */
+    float *scratch;  /* thread t's: scratch + t*stride */
+    size_t stride;
+    int G, ngroups, nkb, S, nr, chunk, nrc;
+    int kbg; /* weight gradient: channel blocks per task */
+} conv_job;
+
+static inline float *job_front(const conv_job *j, int tid)
+{
+    return j->scratch + (size_t)tid * j->stride + CONV_HDR;
+}
+/* Which group of images thread tid holds padded (-1: none yet). */
+static inline int *job_tag(const conv_job *j, int tid)
+{
+    return (int *)(j->scratch + (size_t)tid * j->stride);
+}
+/* Every group of images unpadded in every thread's scratch (before a loop
+ * of tasks that pad groups). */
+void nn_cv_job_reset_tags(const conv_job *j, nn_pool *pool);
+/* The kernel packed for the fast kernels on the pool, a block of 64 output
+ * columns per task; flip = the input gradient's flipped, transposed kernel. */
+void nn_cv_pack_par(nn_pool *pool, float *wp, const float *w, const nn_conv_dims *d, bool flip);
+/* wp = w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel. */
+void nn_cv_pack_transposed(float *wp, const float *w, int R, int K);
+
+/* The tasks (nn_pool_for's fn) of each pass and path; conv.c says how many. */
+void nn_cv_fwd_fast_task(void *arg, int task, int tid);
+void nn_cv_fwd_point_task(void *arg, int task, int tid);
+void nn_cv_fwd_gemm_task(void *arg, int task, int tid);
+void nn_cv_wgrad_fast_task(void *arg, int task, int tid);
+void nn_cv_wgrad_pad_task(void *arg, int task, int tid);
+void nn_cv_wgrad_gemm_task(void *arg, int task, int tid);
+void nn_cv_wgrad_reduce_task(void *arg, int task, int tid);
+void nn_cv_dgrad_fast_task(void *arg, int task, int tid);
+void nn_cv_dgrad_point_task(void *arg, int task, int tid);
+void nn_cv_dgrad_strided_point_task(void *arg, int task, int tid);
+void nn_cv_dgrad_dcol_task(void *arg, int task, int tid);
+void nn_cv_dgrad_gemm_task(void *arg, int task, int tid);
+
+#endif

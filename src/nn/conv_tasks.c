@@ -1,0 +1,322 @@
+/*
+ * conv_tasks.c - the pool tasks of the convolutions: what one task of
+ * nn_pool_for computes, for every pass and path. conv.c decides the path,
+ * how many tasks and the cut (all from the shapes only), and fills the
+ * conv_job; a task's result depends on its index only, never on which
+ * thread runs it (tid picks the scratch), so results do not depend on the
+ * thread count (pool.h's rule).
+ *   forward          fast: (group of images, 64 output channels); pointwise:
+ *                    (CONV_ROWS rows, 64 channels); GEMM: chunk of images
+ *   weight gradient  fast: (slice of the batch, block of kernel rows, group
+ *                    of 64-channel blocks), each slice into its own partial,
+ *                    then the reduction adds the partials in slice order;
+ *                    GEMM: slice
+ *   input gradient   fast: (group of images of dy, 64 input channels);
+ *                    pointwise: (rows, channels); projection: group; dcol:
+ *                    image; GEMM: chunk of images
+ */
+#include "conv_impl.h"
+
+/* The kernel packed for the fast kernels on the pool, a block of 64
+ * output columns per task (resnet-50's 3x3 512 -> 512: 9 MB, 1.3 ms on one
+ * thread): flip = the input gradient's flipped, transposed kernel. */
+typedef struct pack_job {
+    float *wp;
+    const float *w;
+    const nn_conv_dims *d;
+    bool flip;
+} pack_job;
+
+static void pack_task(void *arg, int kb, int tid)
+{
+    const pack_job *p = arg;
+    const nn_conv_dims *d = p->d;
+    if (p->flip)
+        nn_cf_pack_flip_block(p->wp, p->w, d->KH, d->KW, d->C, d->K, kb);
+    else
+        nn_cf_pack_block(p->wp, p->w, d->KH * d->KW * d->C, d->K, kb);
+    (void)tid;
+}
+
+void nn_cv_pack_par(nn_pool *pool, float *wp, const float *w, const nn_conv_dims *d, bool flip)
+{
+    pack_job p = {wp, w, d, flip};
+    nn_pool_for(pool, ((flip ? d->C : d->K) + 63) / 64, pack_task, &p);
+}
+
+/* Block b of [0, n) cut into nb near-equal blocks. */
+static void block_of(int n, int nb, int b, int *lo, int *hi)
+{
+    nn_pool_block(n, nb, b, lo, hi);
+}
+
+void nn_cv_job_reset_tags(const conv_job *j, nn_pool *pool)
+{
+    for (int t = 0; t < nn_pool_threads(pool); t++) *job_tag(j, t) = -1;
+}
+
+static nn_conv_dims sub_batch(const nn_conv_dims *d, int n)
+{
+    nn_conv_dims s = *d;
+    s.N = n;
+    return s;
+}
+
+static nn_cf_geom direct_geom(const nn_conv_dims *d, int ng)
+{
+    const int C = d->C;
+    nn_cf_geom g = {d->OH,     d->OW, d->SH * d->W * C,       d->SW * C, d->KH, d->W * C,
+                    d->KW * C, ng,    (size_t)d->H * d->W * C};
+    return g;
+}
+
+static nn_cf_geom fast_geom(const nn_conv_dims *d, int ng, size_t img)
+{
+    const int Wp = pad_w(d), C = d->C;
+    nn_cf_geom g = {d->OH, d->OW, d->SH * Wp * C, d->SW * C, d->KH, Wp * C, d->KW * C, ng, img};
+    return g;
+}
+
+/* Images [n0, n0 + ng) of src (shape d) padded into consecutive slots of
+ * img floats of pad; gi names the group (a thread keeps its last one). */
+static void pad_group(const conv_job *j, int tid, int gi, float *pad, const float *src,
+                      const nn_conv_dims *d, int n0, int ng)
+{
+    int *tag = job_tag(j, tid);
+    if (gi >= 0 && *tag == gi) return;
+    size_t img = img_floats(d);
+    if (*tag == -1) memset(pad, 0, sizeof(float) * ((size_t)j->G * img + CONV_SLACK));
+    for (int i = 0; i < ng; i++) nn_cv_pad_image(pad + i * img, src, d, n0 + i);
+    *tag = gi >= 0 ? gi : -2;
+}
+
+static void group_range(const conv_job *j, int gi, int *n0, int *ng)
+{
+    *n0 = gi * j->G;
+    *ng = j->d->N - *n0 < j->G ? j->d->N - *n0 : j->G;
+}
+
+/* forward, fast: task = (group of images, block of 64 output channels) */
+void nn_cv_fwd_fast_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int gi = task / j->nkb, kb = task % j->nkb, n0, ng;
+    group_range(j, gi, &n0, &ng);
+    float *o = j->out + (size_t)n0 * d->OH * d->OW * d->K;
+    if (unpadded(d)) {
+        nn_cf_geom g = direct_geom(d, ng);
+        nn_cf_forward(o, j->inp + (size_t)n0 * d->H * d->W * d->C, &g, j->wp, d->K, kb, j->b,
+                      j->relu, false);
+        return;
+    }
+    float *pad = job_front(j, tid);
+    pad_group(j, tid, gi, pad, j->inp, d, n0, ng);
+    nn_cf_geom g = fast_geom(d, ng, img_floats(d));
+    nn_cf_forward(o, pad, &g, j->wp, d->K, kb, j->b, j->relu, false);
+}
+
+/* forward, fast, pointwise: task = (CONV_ROWS rows, channel block), read in place */
+void nn_cv_fwd_point_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int rc = task / j->nkb, kb = task % j->nkb, rows = d->N * d->H * d->W;
+    int r0 = rc * CONV_ROWS, r1 = rows - r0 < CONV_ROWS ? rows : r0 + CONV_ROWS;
+    nn_cf_geom g = {1, r1 - r0, 0, d->C, 1, 0, d->C, 1, 0};
+    nn_cf_forward(j->out + (size_t)r0 * d->K, j->inp + (size_t)r0 * d->C, &g, j->wp, d->K, kb, j->b,
+                  j->relu, false);
+    (void)tid;
+}
+
+/* forward, GEMM / narrow / one-channel path: task = chunk of images */
+void nn_cv_fwd_gemm_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int n0 = task * j->chunk, nn = d->N - n0 < j->chunk ? d->N - n0 : j->chunk;
+    nn_conv_dims s = sub_batch(d, nn);
+    nn_cv_forward_gemm(j->out + (size_t)n0 * d->OH * d->OW * d->K,
+                       j->inp + (size_t)n0 * d->H * d->W * d->C, j->w, j->b, &s, j->relu,
+                       job_front(j, tid));
+}
+
+/* weight gradient, fast: task = (slice of the batch, block of kernel rows,
+ * group of blocks of 64 output channels) */
+void nn_cv_wgrad_fast_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64, nkg = (nkb + j->kbg - 1) / j->kbg;
+    const int kb = task % nkg * j->kbg, kb1 = nkb < kb + j->kbg ? nkb : kb + j->kbg;
+    const int s = task / nkg / j->nr;
+    int a, e, r0, r1;
+    block_of(d->N, j->S, s, &a, &e);
+    block_of(R, j->nr, task / nkg % j->nr, &r0, &r1);
+    float *target = s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K;
+    float *pad = job_front(j, tid);
+    const size_t img = img_floats(d), out_img = (size_t)d->OH * d->OW * d->K;
+    if (j->shared) {
+        /* the slice's images, padded once by nn_cv_wgrad_pad_task */
+        nn_cf_geom g = fast_geom(d, e - a, img);
+        nn_cf_dw(target, j->shared + (size_t)a * img, &g, j->dout + a * out_img, d->K, kb, kb1, r0,
+                 r1, false);
+        return;
+    }
+    for (int n0 = a; n0 < e; n0 += j->G) {
+        int ng = e - n0 < j->G ? e - n0 : j->G;
+        const float *src = j->inp + (size_t)n0 * d->H * d->W * d->C;
+        nn_cf_geom g = direct_geom(d, ng);
+        if (!unpadded(d)) {
+            pad_group(j, tid, -1, pad, j->inp, d, n0, ng);
+            g = fast_geom(d, ng, img), src = pad;
+        }
+        nn_cf_dw(target, src, &g, j->dout + n0 * out_img, d->K, kb, kb1, r0, r1, n0 > a);
+    }
+}
+
+/* the shared padded batch: task = image */
+void nn_cv_wgrad_pad_task(void *arg, int task, int tid)
+{
+    const conv_job *j = arg;
+    const size_t img = img_floats(j->d);
+    float *pad = j->shared + (size_t)task * img;
+    memset(pad, 0, sizeof(float) * img);
+    nn_cv_pad_image(pad, j->inp, j->d, task);
+    (void)tid;
+}
+
+/* weight gradient, other paths: task = slice of the batch */
+void nn_cv_wgrad_gemm_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int a, e;
+    block_of(d->N, j->S, task, &a, &e);
+    float *target = task == 0 ? j->dw : j->part + (size_t)(task - 1) * d->KH * d->KW * d->C * d->K;
+    nn_conv_dims s = sub_batch(d, e - a);
+    nn_cv_backward_gemm(
+        NULL, false, target, NULL, (float *)j->dout + (size_t)a * d->OH * d->OW * d->K, NULL,
+        j->inp + (size_t)a * d->H * d->W * d->C, j->w, &s, false, job_front(j, tid));
+}
+
+/* dw += the partials of slices 1..S-1, in slice order: task = 16K floats */
+void nn_cv_wgrad_reduce_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    size_t RK = (size_t)d->KH * d->KW * d->C * d->K, i0 = (size_t)task * CONV_RED;
+    size_t i1 = RK - i0 < CONV_RED ? RK : i0 + CONV_RED;
+    for (int s = 1; s < j->S; s++) {
+        const float *restrict p = j->part + (size_t)(s - 1) * RK;
+        float *restrict o = j->dw;
+        for (size_t i = i0; i < i1; i++) o[i] += p[i];
+    }
+    (void)tid;
+}
+
+/* input gradient, fast, stride 1: task = (group of images of dy, block of
+ * 64 input channels) */
+void nn_cv_dgrad_fast_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    nn_conv_dims gd = dgrad_dims(d);
+    int nkb = (d->C + 63) / 64, gi = task / nkb, cb = task % nkb, n0, ng;
+    group_range(j, gi, &n0, &ng);
+    float *pad = job_front(j, tid);
+    pad_group(j, tid, gi, pad, j->dout, &gd, n0, ng);
+    nn_cf_geom g = fast_geom(&gd, ng, img_floats(&gd));
+    nn_cf_forward(j->dinp + (size_t)n0 * d->H * d->W * d->C, pad, &g, j->wp, d->C, cb, NULL, false,
+                  j->acc);
+}
+
+/* input gradient, fast, pointwise: dinp rows = dy rows w^T, read in place */
+void nn_cv_dgrad_point_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int nkb = (d->C + 63) / 64, rc = task / nkb, cb = task % nkb, rows = d->N * d->H * d->W;
+    int r0 = rc * CONV_ROWS, r1 = rows - r0 < CONV_ROWS ? rows : r0 + CONV_ROWS;
+    nn_cf_geom g = {1, r1 - r0, 0, d->K, 1, 0, d->K, 1, 0};
+    nn_cf_forward(j->dinp + (size_t)r0 * d->C, j->dout + (size_t)r0 * d->K, &g, j->wp, d->C, cb,
+                  NULL, false, j->acc);
+    (void)tid;
+}
+
+/* input gradient of a 1x1 convolution with stride > 1 (a projection
+ * shortcut): dy w^T at the strided positions, zero elsewhere; task = group */
+void nn_cv_dgrad_strided_point_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int C = d->C, nkb = (C + 63) / 64, P = d->OH * d->OW;
+    int n0, ng;
+    group_range(j, task, &n0, &ng);
+    float *tmp = job_front(j, tid);
+    nn_cf_geom g = {1, ng * P, 0, d->K, 1, 0, d->K, 1, 0};
+    for (int cb = 0; cb < nkb; cb++)
+        nn_cf_forward(tmp, j->dout + (size_t)n0 * P * d->K, &g, j->wp, C, cb, NULL, false, false);
+    for (int i = 0; i < ng; i++) {
+        float *img = j->dinp + (size_t)(n0 + i) * d->H * d->W * C;
+        if (!j->acc) memset(img, 0, sizeof(float) * d->H * d->W * C);
+        for (int oh = 0; oh < d->OH; oh++)
+            for (int ow = 0; ow < d->OW; ow++) {
+                float *restrict o = img + ((size_t)oh * d->SH * d->W + (size_t)ow * d->SW) * C;
+                const float *restrict t = tmp + ((size_t)i * P + (size_t)oh * d->OW + ow) * C;
+                for (int c = 0; c < C; c++) o[c] += t[c];
+            }
+    }
+}
+
+void nn_cv_pack_transposed(float *wp, const float *w, int R, int K)
+{
+    const int nrb = (R + 63) / 64;
+    for (int rb = 0; rb < nrb; rb++)
+        for (int k = 0; k < K; k++) {
+            float *o = wp + ((size_t)rb * K + k) * 64;
+            for (int i = 0; i < 64; i++) {
+                int r = rb * 64 + i;
+                o[i] = r < R ? w[(size_t)r * K + k] : 0.0f;
+            }
+        }
+}
+
+/* input gradient of a strided layer with a small kernel (conv.c's
+ * fast_dcol_ok): task = image, dcol = dy rows x w^T in blocks of output
+ * pixels, each added into the padded image gradient while in cache */
+void nn_cv_dgrad_dcol_task(void *arg, int task, int tid)
+{
+#if CONV_X86
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, R = d->KH * d->KW * d->C, P = d->OH * d->OW, nrb = (R + 63) / 64;
+    float *front = job_front(j, tid), *dcol = front, *pad = nn_cv_scratch_pad(front, d);
+    memset(pad, 0, sizeof(float) * img_floats(d));
+    const float *dy = j->dout + (size_t)task * P * K;
+    const int PXB = nn_cv_dcol_pixels(d);
+    for (int p0 = 0; p0 < P; p0 += PXB) {
+        int np = P - p0 < PXB ? P - p0 : PXB;
+        nn_cf_geom g = {1, np, 0, K, 1, 0, K, 1, 0};
+        for (int rb = 0; rb < nrb; rb++)
+            nn_cf_forward(dcol, dy + (size_t)p0 * K, &g, j->wp, R, rb, NULL, false, false);
+        nn_cv_col2im_simd(pad, dcol, d, p0, np);
+    }
+    nn_cv_unpad_image(j->dinp, j->acc, pad, d, task);
+#else
+    (void)arg, (void)task, (void)tid;
+#endif
+}
+
+/* input gradient, other paths: task = chunk of images */
+void nn_cv_dgrad_gemm_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    int n0 = task * j->chunk, nn = d->N - n0 < j->chunk ? d->N - n0 : j->chunk;
+    nn_conv_dims s = sub_batch(d, nn);
+    nn_cv_backward_gemm(j->dinp + (size_t)n0 * d->H * d->W * d->C, j->acc, NULL, NULL,
+                        (float *)j->dout + (size_t)n0 * d->OH * d->OW * d->K, NULL,
+                        j->inp + (size_t)n0 * d->H * d->W * d->C, j->w, &s, false,
+                        job_front(j, tid));
+}

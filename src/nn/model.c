@@ -387,8 +387,8 @@ static void forward(nn_model *m, const float *x, int n, bool train)
         l->ops->forward(m, l, n, train);
         par_end(m, &k, &l->par[0]);
         if (m->profile) {
-            l->t_fwd += cpu_now() - t0;
             nn_pool_prof p1 = nn_pool_prof_read();
+            l->t_fwd += cpu_now() - t0 - (p1.clock - p0.clock);
             l->w_fwd += p1.work - p0.work, l->s_fwd += p1.span - p0.span;
             if (l->ops->flops) l->f_fwd += l->ops->flops(l, n, false);
         }
@@ -502,8 +502,8 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
         l->ops->backward(m, l, n);
         par_end(m, &k, &l->par[1]);
         if (m->profile) {
-            l->t_bwd += cpu_now() - t0;
             nn_pool_prof p1 = nn_pool_prof_read();
+            l->t_bwd += cpu_now() - t0 - (p1.clock - p0.clock);
             l->w_bwd += p1.work - p0.work, l->s_bwd += p1.span - p0.span;
             if (l->ops->flops) l->f_bwd += l->ops->flops(l, n, true);
         }

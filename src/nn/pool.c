@@ -322,17 +322,7 @@ nn_pool_stats nn_pool_stats_read(const nn_pool *p)
 static int prof_threads; /* 0: off */
 static int prof_depth;   /* loops in progress on the profiled caller */
 static nn_pool_prof prof;
-
-void nn_pool_prof_set(int threads)
-{
-    prof_threads = threads < 0 ? 0 : threads > NN_POOL_MAX_THREADS ? NN_POOL_MAX_THREADS : threads;
-    memset(&prof, 0, sizeof prof);
-}
-
-nn_pool_prof nn_pool_prof_read(void)
-{
-    return prof;
-}
+static double prof_clock; /* seconds of CPU time one read of that clock costs */
 
 static double prof_now(void)
 {
@@ -341,11 +331,37 @@ static double prof_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+void nn_pool_prof_set(int threads)
+{
+    prof_threads = threads < 0 ? 0 : threads > NN_POOL_MAX_THREADS ? NN_POOL_MAX_THREADS : threads;
+    memset(&prof, 0, sizeof prof);
+    prof_clock = 0.0;
+    for (int i = 0; i < 64 && prof_threads; i++) {
+        double a = prof_now(), b = prof_now();
+        if (i == 0 || b - a < prof_clock) prof_clock = b - a;
+    }
+}
+
+nn_pool_prof nn_pool_prof_read(void)
+{
+    return prof;
+}
+
 /* The tasks on the caller, each timed; the pool's schedule simulated: the
  * loop cut into prof_threads contiguous parts, each thread runs its own
  * part in order, then takes the next task of the parts after it; the
  * thread that frees first takes next. Tasks run in index order here, so a
- * task is timed when the simulation first needs it. */
+ * task is timed when the simulation first needs it.
+ *
+ * A read of the thread CPU clock is a system call: 1.3 microseconds on the
+ * virtual machine of docs/design.md section 11, as much as a small task.
+ * About one read's cost falls inside a task's interval and one outside
+ * (between tasks), so that hundreds of tasks per step would add a
+ * millisecond to the tasks and another to the serial time: each task's
+ * time is taken less one read (the least of some back-to-back pairs,
+ * steady to some tens of nanoseconds), and the reads' cost, two per task,
+ * is added up apart (`clock`), for the caller to take off its own
+ * measurements. */
 static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
     const int T = prof_threads;
@@ -356,8 +372,10 @@ static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void
     for (int t = 0; t < ntasks; t++) {
         double t0 = prof_now();
         fn(arg, t, 0);
-        d[t] = prof_now() - t0;
+        double raw = prof_now() - t0;
+        d[t] = raw > prof_clock ? raw - prof_clock : 0.0;
         prof.work += d[t];
+        prof.clock += raw - d[t] + prof_clock;
     }
     prof_depth--;
     for (int i = 0; i < T; i++) nn_pool_block(ntasks, T, i, &next[i], &hi[i]);

@@ -64,16 +64,20 @@ void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, in
                    void *arg);
 
 /* Profiling (bench_model): while on, the loops of a single-threaded
- * caller (no pool, or T = 1) time each task in thread CPU time and add up
+ * caller (no pool, or T = 1) time each task in thread CPU time (less the
+ * cost of reading that clock, calibrated by nn_pool_prof_set) and add up
  * their work and the time the same tasks, handed out in order, would take
  * on `threads` threads (the pool's schedule: contiguous parts, then
  * helping, each task to the thread that frees first), with nn_pool_range
- * cut as for that many threads. What a
- * step does outside the loops is serial. For one profiled model on one
- * thread at a time; nested loops count in their outer task. */
+ * cut as for that many threads. The clock reads cost CPU time too (a
+ * system call each): a caller timing a stretch with loops takes off what
+ * `clock` grew by; what it then has outside the loops' work is serial.
+ * For one profiled model on one thread at a time; nested loops count in
+ * their outer task. */
 typedef struct nn_pool_prof {
-    double work; /* seconds of task CPU time */
-    double span; /* seconds on `threads` threads, list-scheduled */
+    double work;  /* seconds of task CPU time */
+    double clock; /* seconds of CPU time the profiling's clock reads cost */
+    double span;  /* seconds on `threads` threads, list-scheduled */
     long loops, tasks;
 } nn_pool_prof;
 void nn_pool_prof_set(int threads); /* 0: off */

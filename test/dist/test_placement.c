@@ -1,6 +1,7 @@
 /* test_placement.c - placement strategies on synthetic variable lists (and on
  * the built-in models when they exist): every float placed exactly once,
  * shard layout contiguous, the documented PS choices, imbalance. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,19 @@ static int ps_of(const place_plan *p, int var)
     for (int r = 0; r < p->nranges; r++)
         if (p->ranges[r].var == var) return p->ranges[r].ps;
     return -1;
+}
+
+/* The same ranges on the same PS at the same shard offsets. */
+static bool same_plan(const place_plan *a, const place_plan *b)
+{
+    if (a->nranges != b->nranges) return false;
+    for (int r = 0; r < a->nranges; r++) {
+        const place_range *x = &a->ranges[r], *y = &b->ranges[r];
+        if (x->ps != y->ps || x->var != y->var || x->nslices != y->nslices ||
+            x->offset != y->offset || x->count != y->count || x->ps_offset != y->ps_offset)
+            return false;
+    }
+    return true;
 }
 
 int main(void)
@@ -192,6 +206,10 @@ int main(void)
         nn_var *mv = malloc(sizeof *mv * (size_t)nv);
         for (int i = 0; i < nv; i++) mv[i] = *nn_model_var(m, i), nstate += !mv[i].trainable;
         if (is_inc) CHECK(nstate > 0, "inception-mini: no batch-norm state variables placed");
+        /* one PS: every strategy gives the same plan (dist-determinism
+         * therefore runs --ps 1 once, not once per strategy) */
+        place_plan *one = NULL;
+        CHECK(place_plan_new(&one, mv, nv, 1, PLACE_ROUND_ROBIN, 16384, &e) == 0, "%s", e.msg);
         for (int nps = 1; nps <= 4; nps++)
             for (int kind = 0; kind < 3; kind++) {
                 place_plan *q = NULL;
@@ -210,11 +228,15 @@ int main(void)
                         CHECK(x->nslices == (b > 16384 ? want : 1), "%s %s: %d slices", *name,
                               mv[x->var].name, x->nslices);
                     }
+                if (nps == 1 && one)
+                    CHECK(same_plan(q, one), "%s: %s on 1 PS differs from round-robin", *name,
+                          place_name((place_kind)kind));
                 if (nps == 4 && kind != PLACE_ROUND_ROBIN)
                     printf("%s %s on 4 PS: imbalance %.3f\n", *name, place_name((place_kind)kind),
                            q->imbalance);
                 place_plan_free(q);
             }
+        place_plan_free(one);
         free(mv);
         nn_model_free(m);
     }

@@ -45,7 +45,7 @@ static void usage(FILE *out)
             "  --compression L      deflate level 0-9, 0 = none (default 4)\n"
             "  --threads N          compression threads (default: one per CPU, at most 8)\n"
             "  --force              overwrite OUT.h5 if it exists\n"
-            "  -o OUT.h5            the output (written to a temporary file, renamed at the end)\n"
+            "  -o, --output OUT.h5  the output (written to a temporary file, renamed at the end)\n"
             "\n"
             "Refused, with a message naming the file and exit status 1, before or while\n"
             "writing (no OUT.h5 and no temporary file are left): a missing or empty file,\n"

@@ -73,6 +73,8 @@ static void usage(FILE *f)
         "  --chunk-images N   pixels: images per HDF5 chunk (default: about 512 KiB)\n"
         "  --threads N        decoding threads (default: online cores); as many compress,\n"
         "                     at most 8\n"
+        "  -o, --output OUT.h5\n"
+        "                     the output (written to a temporary file, renamed at the end)\n"
         "  --force            overwrite OUT.h5\n",
         IMG_DEFAULT_QUALITY, (long long)PNGIO_DEFAULT_MAX_PIXELS);
 }

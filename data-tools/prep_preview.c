@@ -60,7 +60,8 @@ static void usage(FILE *f)
                "choice; the seed used is printed), or with --first the first ones, scaled up\n"
                "by nearest neighbour (default: tiles of at least 84 px), each with its class\n"
                "name underneath. Encoded data sets (JPEG bytes of any size): each image is\n"
-               "decoded and resized so that its longer side is --tile PX (default 128).\n");
+               "decoded and resized so that its longer side is --tile PX (default 128).\n"
+               "-o GRID.png (or --output GRID.png) names the output, which must end in .png.\n");
 }
 
 static const char *const preview_flags[] = {"help",  "h",    "first", "o",    "output", "split",

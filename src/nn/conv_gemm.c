@@ -250,10 +250,9 @@ void nn_cv_forward_gemm(float *out, const float *inp, const float *w, const floa
         const int Wp = pad_w(d), C = d->C;
         for (int n = 0; n < d->N; n++) {
             nn_cv_pad_image(pad, inp, d, n);
-            for (int oh = 0; oh < d->OH; oh++)
-                nn_narrow_conv_row(out + ((size_t)n * d->OH + oh) * d->OW * K,
-                                   pad + (size_t)oh * d->SH * Wp * C, d->OW, d->SW * C, d->KH,
-                                   Wp * C, d->KW * C, w, K, b, relu);
+            nn_narrow_conv_rows(out + (size_t)n * img_rows * K, (size_t)d->OW * K, d->OH, pad,
+                                (size_t)d->SH * Wp * C, d->OW, d->SW * C, d->KH, Wp * C, d->KW * C,
+                                w, K, b, relu, false);
         }
         return;
     }
@@ -265,6 +264,45 @@ void nn_cv_forward_gemm(float *out, const float *inp, const float *w, const floa
             im2col_padded(col + i * img_rows * R, pad, d);
         }
         mul_fwd(out + n0 * img_rows * K, col, w, b, nn * (int)img_rows, R, K, relu);
+    }
+}
+
+/* The narrow input gradient of a stride-1 layer with 8-16 input channels:
+ * a convolution of the padded dy with the flipped, transposed kernel
+ * (dgrad_dims) straight into dinp, with the forward's register blocking
+ * (no scatter-add into a padded gradient). The padded dy lives in the col
+ * area, which holds at least OH*OW*KH*KW*C floats. */
+static bool narrow_dgrad_conv(const nn_conv_dims *d)
+{
+    if (!dgrad_as_conv(d) || d->C < 8 || d->C > 16 || !use_narrow(d->K)) return false;
+    nn_conv_dims g = dgrad_dims(d);
+    return img_floats(&g) + pad_slack(&g) <= (size_t)d->OH * d->OW * d->KH * d->KW * d->C;
+}
+
+/* wf[kh][kw][k][c] = w[KH-1-kh][KW-1-kw][c][k] */
+static void flip_kernel(float *restrict wf, const float *restrict w, const nn_conv_dims *d)
+{
+    const int KH = d->KH, KW = d->KW, C = d->C, K = d->K;
+    for (int kh = 0; kh < KH; kh++)
+        for (int kw = 0; kw < KW; kw++)
+            for (int k = 0; k < K; k++)
+                for (int c = 0; c < C; c++)
+                    wf[(((size_t)kh * KW + kw) * K + k) * C + c] =
+                        w[(((size_t)(KH - 1 - kh) * KW + (KW - 1 - kw)) * C + c) * K + k];
+}
+
+/* dinp images [0, nn) (+)= the input gradient of dy images [0, nn) */
+static void narrow_dgrad(float *dinp, bool acc, const float *dy, const float *wf, int nn,
+                         const nn_conv_dims *d, float *gpad)
+{
+    const nn_conv_dims g = dgrad_dims(d);
+    const int Wg = pad_w(&g), K = d->K;
+    pad_clear(gpad, &g);
+    for (int i = 0; i < nn; i++) {
+        nn_cv_pad_image(gpad, dy, &g, i);
+        nn_narrow_conv_rows(dinp + (size_t)i * d->H * d->W * d->C, (size_t)d->W * d->C, d->H, gpad,
+                            (size_t)Wg * K, d->W, K, d->KH, Wg * K, d->KW * K, wf, d->C, NULL,
+                            false, acc);
     }
 }
 
@@ -300,7 +338,11 @@ void nn_cv_backward_gemm(float *dinp, bool acc, float *dw, float *db, float *dou
         }
         return;
     }
-    if (dinp && use_narrow(K)) transpose_kernel(wt, w, R, K);
+    const bool dconv = dinp && narrow_dgrad_conv(d);
+    if (dconv)
+        flip_kernel(wt, w, d);
+    else if (dinp && use_narrow(K))
+        transpose_kernel(wt, w, R, K);
     if (db) memset(db, 0, sizeof(float) * K);
     for (int n0 = 0; n0 < d->N; n0 += chunk) {
         int nn = d->N - n0 < chunk ? d->N - n0 : chunk;
@@ -315,8 +357,10 @@ void nn_cv_backward_gemm(float *dinp, bool acc, float *dw, float *db, float *dou
         const int Wp = pad_w(d), C = d->C;
         bool implicit = true;
         for (int i = 0; i < nn && implicit && dw; i++) {
-            /* dw straight from each padded image when the kernel applies */
-            memset(pad, 0, sizeof(float) * npad);
+            /* dw straight from each padded image when the kernel applies
+             * (the borders zeroed once per chunk: the input gradient below
+             * may use pad) */
+            if (i == 0) pad_clear(pad, d);
             nn_cv_pad_image(pad, inp, d, n0 + i);
             implicit =
                 nn_narrow_conv_dw(dw, pad, d->OH, d->OW, d->SH * Wp * C, d->SW * C, d->KH, Wp * C,
@@ -332,6 +376,10 @@ void nn_cv_backward_gemm(float *dinp, bool acc, float *dw, float *db, float *dou
             mul_dw(dw, col, dy, rows, R, K, n0 > 0);
         }
         if (!dinp) continue;
+        if (dconv) {
+            narrow_dgrad(dinp + (size_t)n0 * d->H * d->W * C, acc, dy, wt, nn, d, col);
+            continue;
+        }
         if (use_narrow(K)) {
             /* each output row's input gradient straight into the padded image */
             for (int i = 0; i < nn; i++) {

@@ -101,13 +101,16 @@ void nn_narrow_tn(int R, int K, int M, const float *A, int lda, const float *D, 
 /* C[M][R] (ldc) (+)= D[M][K] BT[K][R]. K <= NN_NARROW_MAX. */
 void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C, int ldc,
                   bool acc);
-/* One output row of a convolution with K <= NN_NARROW_MAX, read from a
- * zero-padded image (no im2col): out[OW][K] = bias + sum over kh < KH and
- * j < seg of prow[kh*WpC + ow*SWC + j] * W[kh*seg + j][K], then ReLU.
- * (SWC = stride*C, WpC = padded row length, seg = KW*C.) May read up to
- * 8*SWC floats past the last window: the padded image needs that slack. */
-void nn_narrow_conv_row(float *out, const float *prow, int OW, int SWC, int KH, int WpC, int seg,
-                        const float *W, int K, const float *bias, bool relu);
+/* NR output rows of a convolution with K <= NN_NARROW_MAX, read from a
+ * zero-padded image (no im2col): out[r*ldo + ow*K + k] = (acc ? out : 0)
+ * + bias + sum over kh < KH and j < seg of
+ * prow[r*ldp + kh*WpC + ow*SWC + j] * W[kh*seg + j][K], then ReLU.
+ * (SWC = stride*C, WpC = padded row length, seg = KW*C, ldp = stride*WpC.)
+ * May read up to 8*SWC floats past the last window: the padded image needs
+ * that slack. */
+void nn_narrow_conv_rows(float *out, size_t ldo, int NR, const float *prow, size_t ldp, int OW,
+                         int SWC, int KH, int WpC, int seg, const float *W, int K,
+                         const float *bias, bool relu, bool acc);
 /* The input gradient of one output row of such a convolution, added
  * straight into the zero-padded image gradient (no dcol matrix, no
  * col2im): dprow[kh*WpC + ow*SWC + j] += sum_k dy[ow][k] WT[k][kh*seg + j],

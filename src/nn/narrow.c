@@ -86,7 +86,7 @@ static void nt_port(int M, int R, int K, const float *D, const float *BT, float 
 }
 
 static void conv_row_port(float *out, const float *prow, int OW, int SWC, int KH, int WpC, int seg,
-                          const float *W, int K, const float *bias, bool relu)
+                          const float *W, int K, const float *bias, bool relu, bool accum)
 {
     for (int ow = 0; ow < OW; ow++) {
         float acc[NN_NARROW_MAX];
@@ -97,7 +97,10 @@ static void conv_row_port(float *out, const float *prow, int OW, int SWC, int KH
             for (int j = 0; j < seg; j++)
                 for (int k = 0; k < K; k++) acc[k] += a[j] * b[(size_t)j * K + k];
         }
-        for (int k = 0; k < K; k++) out[(size_t)ow * K + k] = relu && acc[k] < 0.0f ? 0.0f : acc[k];
+        for (int k = 0; k < K; k++) {
+            float v = accum ? acc[k] + out[(size_t)ow * K + k] : acc[k];
+            out[(size_t)ow * K + k] = relu && v < 0.0f ? 0.0f : v;
+        }
     }
 }
 
@@ -368,66 +371,85 @@ AVX512 static void nt_simd(int M, int R, int K, const float *D, const float *BT,
     for (; m < M; m++) NT_ROWS(1)
 }
 
-/* One output row of a convolution read straight from the padded image
- * (implicit im2col): the window of output column ow starts at
- * prow + ow*SWC and is KH segments of seg floats, WpC apart. ROWS columns
- * at a time in ROWS registers (inlined with constant ROWS), K <= 16. */
+/* RR output rows x PX output columns of a convolution read straight from
+ * the padded image (implicit im2col): the window of output (r, ow) starts
+ * at prow + r*ldp + ow*SWC and is KH segments of seg floats, WpC apart.
+ * RR*PX accumulators (inlined with constant RR and PX), K <= 16: every
+ * weight vector loaded serves RR*PX multiply-adds, and 2 x 7 = 14
+ * independent sums keep both FMA pipes busy through their latency. */
 __attribute__((always_inline)) AVX512 static inline void
-conv16_block(int ROWS, float *out, const float *prow, int ow, int SWC, int KH, int WpC, int seg,
-             const float *W, int K, __m512 bv, __mmask16 km, bool relu)
+conv16_block(int RR, int PX, float *out, size_t ldo, const float *prow, size_t ldp, int ow, int SWC,
+             int KH, int WpC, int seg, const float *W, int K, __m512 bv, __mmask16 km, bool relu,
+             bool acc)
 {
-    __m512 c[8];
+    __m512 c[2][8];
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
 #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; i++) c[i] = bv;
+        for (int i = 0; i < PX; i++) c[r][i] = bv;
     for (int kh = 0; kh < KH; kh++) {
         const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
         const float *b = W + (size_t)kh * seg * K;
         for (int j = 0; j < seg; j++) {
             __m512 w = _mm512_maskz_loadu_ps(km, b + (size_t)j * K);
+#pragma GCC unroll 2
+            for (int r = 0; r < RR; r++)
 #pragma GCC unroll 8
-            for (int i = 0; i < ROWS; i++)
-                c[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[(size_t)i * SWC + j]), w, c[i]);
+                for (int i = 0; i < PX; i++)
+                    c[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * ldp + (size_t)i * SWC + j]), w,
+                                              c[r][i]);
         }
     }
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
 #pragma GCC unroll 8
-    for (int i = 0; i < ROWS; i++) {
-        __m512 v = relu ? _mm512_max_ps(c[i], _mm512_setzero_ps()) : c[i];
-        _mm512_mask_storeu_ps(out + (size_t)(ow + i) * K, km, v);
-    }
+        for (int i = 0; i < PX; i++) {
+            float *o = out + r * ldo + (size_t)(ow + i) * K;
+            __m512 v = c[r][i];
+            if (acc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, o));
+            if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(o, km, v);
+        }
 }
 
-#define CONV16(R)                                                                                  \
-    case R:                                                                                        \
-        conv16_block(R, out, prow, ow, SWC, KH, WpC, seg, W, K, bv, km, relu);                     \
+#define CONV16(RR, PX)                                                                             \
+    case PX:                                                                                       \
+        conv16_block(RR, PX, out, ldo, prow, ldp, ow, SWC, KH, WpC, seg, W, K, bv, km, relu, acc); \
         break;
+#define CONV16_ROWS(RR)                                                                            \
+    for (int ow = 0, bi = 0; bi < nblocks; bi++) {                                                 \
+        int px = (OW - ow) / (nblocks - bi);                                                       \
+        switch (px) {                                                                              \
+            CONV16(RR, 1)                                                                          \
+            CONV16(RR, 2)                                                                          \
+            CONV16(RR, 3)                                                                          \
+            CONV16(RR, 4)                                                                          \
+            CONV16(RR, 5)                                                                          \
+            CONV16(RR, 6)                                                                          \
+            CONV16(RR, 7)                                                                          \
+            CONV16(RR, 8)                                                                          \
+        }                                                                                          \
+        ow += px;                                                                                  \
+    }
 
-AVX512 static void conv_row_16(float *out, const float *prow, int OW, int SWC, int KH, int WpC,
-                               int seg, const float *W, int K, const float *bias, bool relu)
+AVX512 static void conv_rows_16(float *out, size_t ldo, int NR, const float *prow, size_t ldp,
+                                int OW, int SWC, int KH, int WpC, int seg, const float *W, int K,
+                                const float *bias, bool relu, bool acc)
 {
     const __mmask16 km = (__mmask16)((1u << K) - 1);
     const __m512 bv = bias ? _mm512_maskz_loadu_ps(km, bias) : _mm512_setzero_ps();
     /* blocks of equal size (10 = 5 + 5, not 8 + 2: a short block is bound
-     * by the FMA latency) */
-    int nblocks = (OW + 7) / 8;
-    for (int ow = 0, bi = 0; bi < nblocks; bi++) {
-        int rows = (OW - ow) / (nblocks - bi);
-        switch (rows) {
-            CONV16(1)
-            CONV16(2)
-            CONV16(3)
-            CONV16(4)
-            CONV16(5)
-            CONV16(6)
-            CONV16(7)
-            CONV16(8)
-        }
-        ow += rows;
-    }
+     * by the FMA latency), two rows at a time */
+    const int nblocks = (OW + 7) / 8;
+    int r = 0;
+    for (; r + 2 <= NR; r += 2, out += 2 * ldo, prow += 2 * ldp) CONV16_ROWS(2)
+    if (r < NR) CONV16_ROWS(1)
 }
 
 /* The same for 16 < K <= 32: two registers per column, 4 columns at a time. */
 AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, int KH, int WpC,
-                               int seg, const float *W, int K, const float *bias, bool relu)
+                               int seg, const float *W, int K, const float *bias, bool relu,
+                               bool acc)
 {
     const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
     const __m512 zero = _mm512_setzero_ps();
@@ -453,8 +475,12 @@ AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, i
         __m512 ls[4] = {l0, l1, l2, l3}, hs[4] = {h0, h1, h2, h3};
         for (int i = 0; i < nv; i++) {
             float *o = out + (size_t)(ow + i) * K;
-            __m512 vl = relu ? _mm512_max_ps(ls[i], zero) : ls[i];
-            __m512 vh = relu ? _mm512_max_ps(hs[i], zero) : hs[i];
+            __m512 vl = ls[i], vh = hs[i];
+            if (acc) {
+                vl = _mm512_add_ps(vl, _mm512_loadu_ps(o));
+                vh = _mm512_add_ps(vh, _mm512_maskz_loadu_ps(km, o + 16));
+            }
+            if (relu) vl = _mm512_max_ps(vl, zero), vh = _mm512_max_ps(vh, zero);
             _mm512_storeu_ps(o, vl);
             _mm512_mask_storeu_ps(o + 16, km, vh);
         }
@@ -604,9 +630,69 @@ cdw_block(int NB, int U, float *dw, const float *pad, int OH, int OW, int SHWpC,
     }
 }
 
+/* The same product the other way round, for window rows of whole vectors
+ * (seg % 16 == 0) and K = 8 or 16: dw^T[k0, k0+8)[j0, j0 + 16*NV) in 8 x NV
+ * registers, each pixel's window vectors loaded once and its 8 dy values
+ * broadcast: NV + 8 loads per 8*NV multiply-adds, where cdw_block needs
+ * NB + 1 per NB (a broadcast per multiply-add: loads bound it). Every dw
+ * element still sums its pixels in raster order from zero and is then
+ * added to dw: bitwise the same as cdw_block(16, 1). */
+__attribute__((always_inline)) AVX512 static inline void
+cdwt_block(int NV, float *dw, const float *pad, int OH, int OW, int SHWpC, int SWC, int kh, int WpC,
+           int seg, int j0, int k0, const float *dy, int K, bool acc)
+{
+    __m512 c[8][3];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) c[k][v] = _mm512_setzero_ps();
+    for (int oh = 0; oh < OH; oh++) {
+        const float *arow = pad + (size_t)oh * SHWpC + (size_t)kh * WpC + j0;
+        const float *drow = dy + (size_t)oh * OW * K + k0;
+        for (int ow = 0; ow < OW; ow++) {
+            const float *a = arow + (size_t)ow * SWC, *g = drow + (size_t)ow * K;
+            __m512 x[3];
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++) x[v] = _mm512_loadu_ps(a + 16 * v);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512 b = _mm512_set1_ps(g[k]);
+#pragma GCC unroll 3
+                for (int v = 0; v < NV; v++) c[k][v] = _mm512_fmadd_ps(b, x[v], c[k][v]);
+            }
+        }
+    }
+    float t[8][48];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(t[k] + 16 * v, c[k][v]);
+    for (int j = 0; j < 16 * NV; j++) {
+        float *o = dw + (size_t)(kh * seg + j0 + j) * K + k0;
+        for (int k = 0; k < 8; k++) o[k] = acc ? t[k][j] + o[k] : t[k][j];
+    }
+}
+
 AVX512 static void conv_dw_simd(float *dw, const float *pad, int OH, int OW, int SHWpC, int SWC,
                                 int KH, int WpC, int seg, const float *dy, int K, bool acc)
 {
+    if (seg % 16 == 0 && K % 8 == 0) {
+        for (int kh = 0; kh < KH; kh++)
+            for (int j0 = 0; j0 < seg; j0 += 48)
+                for (int k0 = 0; k0 < K; k0 += 8) {
+                    int nv = (seg - j0) / 16;
+                    if (nv >= 3)
+                        cdwt_block(3, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, k0, dy, K,
+                                   acc);
+                    else if (nv == 2)
+                        cdwt_block(2, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, k0, dy, K,
+                                   acc);
+                    else
+                        cdwt_block(1, dw, pad, OH, OW, SHWpC, SWC, kh, WpC, seg, j0, k0, dy, K,
+                                   acc);
+                }
+        return;
+    }
     for (int kh = 0; kh < KH; kh++) {
         int j0 = 0;
         for (; j0 + 16 <= seg; j0 += 16)
@@ -668,20 +754,24 @@ void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C
     nt_port(M, R, K, D, BT, C, ldc, acc);
 }
 
-void nn_narrow_conv_row(float *out, const float *prow, int OW, int SWC, int KH, int WpC, int seg,
-                        const float *W, int K, const float *bias, bool relu)
+void nn_narrow_conv_rows(float *out, size_t ldo, int NR, const float *prow, size_t ldp, int OW,
+                         int SWC, int KH, int WpC, int seg, const float *W, int K,
+                         const float *bias, bool relu, bool acc)
 {
     assert(K >= 1 && K <= NN_NARROW_MAX);
 #if NARROW_X86
     if (nn_narrow_use_simd(-1)) {
         if (K <= 16)
-            conv_row_16(out, prow, OW, SWC, KH, WpC, seg, W, K, bias, relu);
+            conv_rows_16(out, ldo, NR, prow, ldp, OW, SWC, KH, WpC, seg, W, K, bias, relu, acc);
         else
-            conv_row_32(out, prow, OW, SWC, KH, WpC, seg, W, K, bias, relu);
+            for (int r = 0; r < NR; r++)
+                conv_row_32(out + r * ldo, prow + r * ldp, OW, SWC, KH, WpC, seg, W, K, bias, relu,
+                            acc);
         return;
     }
 #endif
-    conv_row_port(out, prow, OW, SWC, KH, WpC, seg, W, K, bias, relu);
+    for (int r = 0; r < NR; r++)
+        conv_row_port(out + r * ldo, prow + r * ldp, OW, SWC, KH, WpC, seg, W, K, bias, relu, acc);
 }
 
 void nn_narrow_dcol_row(float *dprow, const float *dy, int OW, int SWC, int KH, int WpC, int seg,

@@ -92,6 +92,10 @@ int main(void)
         test_conv_threads(8, 92, 91, 20, 72, 1, 1, 2, 2, 0, 0, false);
         /* ResNet's 7x7/2 stem: the input gradient in dcol blocks */
         test_conv_threads(5, 19, 19, 3, 64, 7, 7, 2, 2, 3, 3, false);
+        /* resnet-20's 16-channel stage (2 dw slices) and K = 8: the narrow
+         * input gradient as a convolution of dy, dw in whole vectors */
+        test_conv_threads(6, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, true);
+        test_conv_threads(5, 10, 9, 16, 8, 3, 3, 1, 1, 1, 1, false);
     }
     /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
      * 2), AVX-512 and portable: several blocks of tiles, odd sizes,

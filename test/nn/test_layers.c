@@ -833,6 +833,11 @@ int main(void)
         test_conv(2, 5, 4, 7, 50, 2, 2, 1, 1, 1, 1, false, false);    /* PH = KH-1 */
         test_conv(2, 4, 5, 6, 34, 1, 3, 1, 1, 1, 1, false, false);    /* PH > KH-1: GEMM dgrad */
         test_conv(2, 6, 5, 32, 24, 3, 3, 1, 1, 0, 0, true, false);    /* K <= 32, C >= 32 */
+        /* narrow, 8-16 input channels: the input gradient as a convolution
+         * of dy (flipped kernel), dw with whole-vector window rows */
+        test_conv(2, 7, 6, 16, 16, 3, 3, 1, 1, 1, 1, false, false); /* resnet-20 stage 1 */
+        test_conv(2, 6, 7, 12, 8, 3, 3, 1, 1, 0, 0, true, true);    /* dy padded by 2 */
+        test_conv(2, 6, 6, 8, 24, 3, 5, 1, 1, 1, 2, false, false);  /* 17..32 dy channels */
 
         test_pool(true, 2, 6, 6, 3, 2, 2, 2, 0, false);
         test_pool(true, 1, 7, 7, 2, 3, 3, 2, 1, false);
@@ -853,6 +858,9 @@ int main(void)
     if (simd) {
         /*              N   H   W    C    K KH KW SH SW PH PW */
         test_conv_paths(3, 14, 14, 64, 64, 3, 3, 1, 1, 1, 1);
+        test_conv_paths(3, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1); /* resnet-20 stage 1 */
+        test_conv_paths(2, 10, 9, 16, 8, 3, 3, 1, 1, 1, 1);
+        test_conv_paths(2, 9, 11, 8, 24, 3, 5, 1, 1, 1, 2);
         test_conv_paths(2, 14, 13, 48, 200, 1, 1, 1, 1, 0, 0);
         test_conv_paths(2, 14, 14, 64, 96, 1, 1, 2, 2, 0, 0);
         test_conv_paths(2, 9, 9, 40, 56, 1, 7, 1, 1, 0, 3);

@@ -77,25 +77,37 @@ static void check_shape(int M, int K, int R, int pad, bool simd)
     free(BT), free(E), free(Eref);
 }
 
-/* The convolution-row kernels against direct loops: one output row read
- * from a padded image, and its input gradient added into one. */
+/* The convolution-row kernels against direct loops: NR output rows read
+ * from a padded image (rows SW*WpC apart, output rows ldo apart), with and
+ * without accumulation, and one row's input gradient added into one. */
 static void check_conv_rows(int OW, int SW, int C, int KH, int KW, int K, bool simd)
 {
+    const int NR = 3;
     int seg = KW * C, SWC = SW * C, Wp = (OW - 1) * SW + KW, WpC = Wp * C, R = KH * seg;
-    size_t npad = (size_t)KH * WpC + 8 * SWC + 64; /* the vector kernels' overrun */
+    size_t ldp = (size_t)SW * WpC, ldo = (size_t)OW * K + 3;
+    size_t npad =
+        (NR - 1) * ldp + (size_t)KH * WpC + 8 * SWC + 64; /* the vector kernels' overrun */
     float *pad = rand_vec(npad), *W = rand_vec((size_t)R * K), *bias = rand_vec(K);
-    float *out = rand_vec((size_t)OW * K), *ref = rand_vec((size_t)OW * K);
-    for (int ow = 0; ow < OW; ow++)
-        for (int k = 0; k < K; k++) {
-            double acc = bias[k];
-            for (int kh = 0; kh < KH; kh++)
-                for (int j = 0; j < seg; j++)
-                    acc += (double)pad[kh * WpC + ow * SWC + j] * W[(kh * seg + j) * K + k];
-            ref[ow * K + k] = acc > 0 ? (float)acc : 0.0f;
-        }
-    nn_narrow_conv_row(out, pad, OW, SWC, KH, WpC, seg, W, K, bias, true);
-    CHECK(max_diff(out, ref, (size_t)OW * K) < 1e-4, "conv_row simd=%d OW%d SW%d C%d %dx%d K%d: %g",
-          simd, OW, SW, C, KH, KW, K, max_diff(out, ref, (size_t)OW * K));
+    float *out0 = rand_vec(NR * ldo), *out = rand_vec(NR * ldo), *ref = rand_vec(NR * ldo);
+    for (int acc = 0; acc < 2; acc++) {
+        memcpy(out, out0, sizeof(float) * NR * ldo);
+        memcpy(ref, out0, sizeof(float) * NR * ldo);
+        for (int r = 0; r < NR; r++)
+            for (int ow = 0; ow < OW; ow++)
+                for (int k = 0; k < K; k++) {
+                    double sum = bias[k] + (acc ? out0[r * ldo + ow * K + k] : 0.0);
+                    for (int kh = 0; kh < KH; kh++)
+                        for (int j = 0; j < seg; j++)
+                            sum += (double)pad[r * ldp + kh * WpC + ow * SWC + j] *
+                                   W[(kh * seg + j) * K + k];
+                    ref[r * ldo + ow * K + k] = sum > 0 ? (float)sum : 0.0f;
+                }
+        nn_narrow_conv_rows(out, ldo, NR, pad, ldp, OW, SWC, KH, WpC, seg, W, K, bias, true, acc);
+        /* the gaps between output rows untouched: compared too */
+        CHECK(max_diff(out, ref, NR * ldo) < 1e-4,
+              "conv_rows simd=%d OW%d SW%d C%d %dx%d K%d acc%d: %g", simd, OW, SW, C, KH, KW, K,
+              acc, max_diff(out, ref, NR * ldo));
+    }
     /* dprow[kh*WpC + ow*SWC + j] += sum_k dy[ow][k] WT[k][kh*seg + j] */
     float *dy = rand_vec((size_t)OW * K), *WT = rand_vec((size_t)K * R);
     float *dp = rand_vec(npad), *dref = pst_malloc(sizeof(float) * npad);
@@ -111,7 +123,8 @@ static void check_conv_rows(int OW, int SW, int C, int KH, int KW, int K, bool s
     nn_narrow_dcol_row(dp, dy, OW, SWC, KH, WpC, seg, WT, K);
     CHECK(max_diff(dp, dref, npad) < 1e-4, "dcol_row simd=%d OW%d SW%d C%d %dx%d K%d: %g", simd, OW,
           SW, C, KH, KW, K, max_diff(dp, dref, npad));
-    free(pad), free(W), free(bias), free(out), free(ref), free(dy), free(WT), free(dp), free(dref);
+    free(pad), free(W), free(bias), free(out0), free(out), free(ref), free(dy), free(WT), free(dp),
+        free(dref);
 }
 
 int main(void)
@@ -128,8 +141,9 @@ int main(void)
         for (size_t i = 0; i < PST_ARRAY_LEN(shapes); i++)
             check_shape(shapes[i][0], shapes[i][1], shapes[i][2], (int)i % 3, simd);
         /*                OW SW C KH KW K */
-        const int rows[][6] = {{10, 1, 6, 5, 5, 16},  {28, 1, 1, 5, 5, 6}, {7, 2, 3, 3, 3, 24},
-                               {13, 1, 16, 3, 3, 32}, {1, 1, 2, 1, 4, 5},  {9, 3, 2, 2, 3, 17}};
+        const int rows[][6] = {{10, 1, 6, 5, 5, 16},  {28, 1, 1, 5, 5, 6},  {7, 2, 3, 3, 3, 24},
+                               {13, 1, 16, 3, 3, 32}, {1, 1, 2, 1, 4, 5},   {9, 3, 2, 2, 3, 17},
+                               {28, 1, 16, 3, 3, 16}, {14, 2, 16, 3, 3, 8}, {11, 1, 8, 3, 3, 12}};
         for (size_t i = 0; i < PST_ARRAY_LEN(rows); i++)
             check_conv_rows(rows[i][0], rows[i][1], rows[i][2], rows[i][3], rows[i][4], rows[i][5],
                             simd);

@@ -12,6 +12,22 @@
  * taken per fixed block of rows (nn_bn_blocks) and the blocks' partials
  * added in block order, so that the *_par kernels give the same bits on any
  * number of threads.
+ *
+ * Memory passes (these layers are memory-bound: docs/design.md §11, "Batch
+ * norm, ReLU and the residual add"): the forward reads x for the sums, then
+ * reads x and writes y; the backward reads dy and x for its two sums, then
+ * dy and x again and writes dx. A fused ReLU's mask is recomputed from x
+ * (x*scale + shift > 0, the forward's own expression on the same floats)
+ * instead of read from y and written back into dy. The residual add that
+ * follows a batch norm without ReLU can be fused in (nn_bn_res, model.c):
+ * the forward adds the other addend while it writes, the backward masks the
+ * add's gradient with the add's output, hands it to the other addend in the
+ * sums' pass and reads it back from there in the dx pass.
+ *
+ * The sums run over chunks of 16 or 32 channels with the chunk's accumulators
+ * in registers (a loop over the rows of a block per chunk: the block is
+ * some 128 KB, so the later chunks read it from L2); each accumulator still
+ * adds the rows in order, so the sums are the same bits as a plain loop.
  */
 #include <assert.h>
 #include <math.h>
@@ -23,65 +39,280 @@
 #include "pstrain/common.h"
 
 #define BN_MAX_C NN_BN_MAX_C
+#define AI static inline __attribute__((always_inline))
 
-/* y = x*scale[c] + shift[c], then ReLU. */
-NN_CLONES static void bn_affine(float *out, const float *inp, const float *scale,
-                                const float *shift, int M, int C, bool relu)
+/* ---- 16 channels at a time: GCC's generic vectors (AVX-512 registers in
+ * the avx512f clones, SSE pieces in the baseline ones). Chunks of 16 or 32
+ * channels keep their per-channel sums in registers over a block's rows;
+ * each lane computes exactly the scalar expression of its channel (floats
+ * in 16-lane vectors, where the avx512f clones contract x*a + b into one
+ * FMA as the scalar code does; doubles in 8-lane halves), so the results
+ * are the bits of a plain loop over rows and channels. The channels past
+ * the last multiple of 16 run as such a plain loop. */
+
+/* The helpers below take and return vectors, always inlined: no call ever
+ * passes one, so the ABI note GCC gives for the baseline clones is moot. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int vi16 __attribute__((vector_size(64)));
+typedef float vf8 __attribute__((vector_size(32)));
+typedef double vd8 __attribute__((vector_size(64)));
+
+AI vf16 vld(const float *p)
 {
+    vf16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+AI void vst(float *p, vf16 v)
+{
+    memcpy(p, &v, sizeof v);
+}
+AI void vstd(double *p, vd8 v)
+{
+    memcpy(p, &v, sizeof v);
+}
+/* lanes 0-7 / 8-15 in double */
+AI vd8 vlo(vf16 v)
+{
+    return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), vd8);
+}
+AI vd8 vhi(vf16 v)
+{
+    return __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15),
+                                   vd8);
+}
+/* keep > 0 ? d : +0 per lane (as the scalar `keep > 0.0f ? d : 0.0f`) */
+AI vf16 vkeep(vf16 keep, vf16 d)
+{
+    vi16 m = keep > (vf16){0};
+    return (vf16)((vi16)d & m);
+}
+
+/* The widest chunk (16 or 32 channels, as groups of 16) that fits in the
+ * n channels left; 0 when fewer than 16 are left. */
+static int chunk_groups(int n)
+{
+    return n >= 32 ? 2 : n >= 16 ? 1 : 0;
+}
+
+/* ---- the forward's output: y = x*scale[c] + shift[c] (+ res), then ReLU ---- */
+
+AI void affine_rows(float *out, const float *inp, const float *res, const float *scale,
+                    const float *shift, int M, int C, const bool has_res, const bool relu)
+{
+    int cv = C / 16 * 16;
     for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C;
-        float *restrict y = out + (size_t)i * C;
-        if (relu)
-            for (int c = 0; c < C; c++) {
-                float v = x[c] * scale[c] + shift[c];
-                y[c] = v > 0.0f ? v : 0.0f;
-            }
-        else
-            for (int c = 0; c < C; c++) y[c] = x[c] * scale[c] + shift[c];
+        size_t o = (size_t)i * C;
+        for (int c = 0; c < cv; c += 16) {
+            vf16 v = vld(inp + o + c) * vld(scale + c) + vld(shift + c);
+            if (has_res) v = v + vld(res + o + c);
+            vst(out + o + c, relu ? vkeep(v, v) : v);
+        }
+        for (int c = cv; c < C; c++) {
+            float v = inp[o + c] * scale[c] + shift[c];
+            if (has_res) v = v + res[o + c];
+            out[o + c] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        }
     }
 }
 
-/* sum[c] += x[i][c] - shift[c], sq[c] += (x[i][c] - shift[c])^2: one pass
- * for both moments. shift is the batch's first row, near the mean, so the
- * variance sq/M - (sum/M)^2 loses no digits that matter in double. */
-NN_CLONES static void bn_sums(double *restrict sum, double *restrict sq, const float *inp,
-                              const float *restrict shift, int M, int C)
+NN_CLONES static void bn_affine(float *out, const float *inp, const float *res, const float *scale,
+                                const float *shift, int M, int C, bool relu)
 {
+    if (res) {
+        if (relu)
+            affine_rows(out, inp, res, scale, shift, M, C, true, true);
+        else
+            affine_rows(out, inp, res, scale, shift, M, C, true, false);
+    } else if (relu) {
+        affine_rows(out, inp, NULL, scale, shift, M, C, false, true);
+    } else {
+        affine_rows(out, inp, NULL, scale, shift, M, C, false, false);
+    }
+}
+
+/* sum[c] = sum of x[i][c] - s[c], sq[c] = of (x[i][c] - s[c])^2 over the M
+ * rows, in row order: one pass for both moments. s is the batch's first
+ * row, near the mean, so the variance sq/M - (sum/M)^2 loses no digits
+ * that matter in double. */
+AI void sums_chunk(double *sum, double *sq, const float *inp, const float *s0, int M, int C, int c0,
+                   const int NG)
+{
+    vd8 s[4], q[4], sh[4];
+    for (int g = 0; g < NG; g++) {
+        vf16 v = vld(s0 + c0 + 16 * g);
+        sh[2 * g] = vlo(v), sh[2 * g + 1] = vhi(v);
+    }
+    for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
+    for (int i = 0; i < M; i++) {
+        const float *x = inp + (size_t)i * C + c0;
+        for (int g = 0; g < NG; g++) {
+            vf16 xv = vld(x + 16 * g);
+            vd8 v0 = vlo(xv) - sh[2 * g], v1 = vhi(xv) - sh[2 * g + 1];
+            s[2 * g] += v0, s[2 * g + 1] += v1;
+            q[2 * g] += v0 * v0, q[2 * g + 1] += v1 * v1;
+        }
+    }
+    for (int h = 0; h < 2 * NG; h++) vstd(sum + c0 + 8 * h, s[h]), vstd(sq + c0 + 8 * h, q[h]);
+}
+
+NN_CLONES static void bn_sums(double *restrict sum, double *restrict sq, const float *inp,
+                              const float *restrict s0, int M, int C)
+{
+    int c0 = 0;
+    for (int ng; (ng = chunk_groups(C - c0)) > 0; c0 += 16 * ng) {
+        if (ng == 2)
+            sums_chunk(sum, sq, inp, s0, M, C, c0, 2);
+        else
+            sums_chunk(sum, sq, inp, s0, M, C, c0, 1);
+    }
+    if (c0 == C) return;
+    for (int c = c0; c < C; c++) sum[c] = 0.0, sq[c] = 0.0;
     for (int i = 0; i < M; i++) {
         const float *restrict x = inp + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            double v = (double)x[c] - (double)shift[c];
+        for (int c = c0; c < C; c++) {
+            double v = (double)x[c] - (double)s0[c];
             sum[c] += v;
             sq[c] += v * v;
         }
     }
 }
 
-/* sdy[c] += dy, sdyx[c] += dy * xhat */
-NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const float *inp, const float *dout,
-                                   const float *mean, const float *invstd, int M, int C)
+/* ---- backward ---- */
+
+enum { MASK_NONE, MASK_RELU, MASK_OUT }; /* no mask; own ReLU (from x); the add's (out > 0) */
+enum { DRES_NONE, DRES_SET, DRES_ADD };  /* the residual's gradient: none, written, added */
+
+/* What the backward passes read and write (one block of rows: pointers at
+ * its first row). */
+typedef struct bn_bw {
+    const float *x, *dy, *out; /* out: the add's output (MASK_OUT) */
+    float *dres, *dx;
+    const float *mean, *invstd, *scale, *shift; /* scale, shift: MASK_RELU */
+    const float *a, *bterm, *g;                 /* the dx pass */
+} bn_bw;
+
+/* dy masked at element o (16 lanes, channels c..c+15): the gradient of the
+ * batch norm's output. The ReLU's mask is the forward's expression
+ * (affine_rows) on the same floats. */
+AI vf16 vmasked(const bn_bw *b, size_t o, int c, vf16 x, const int mask)
 {
+    vf16 dy = vld(b->dy + o);
+    if (mask == MASK_RELU) return vkeep(x * vld(b->scale + c) + vld(b->shift + c), dy);
+    if (mask == MASK_OUT) return vkeep(vld(b->out + o), dy);
+    return dy;
+}
+
+AI float masked1(const bn_bw *b, size_t o, int c, const int mask)
+{
+    float dy = b->dy[o];
+    float keep = mask == MASK_RELU  ? b->x[o] * b->scale[c] + b->shift[c]
+                 : mask == MASK_OUT ? b->out[o]
+                                    : 1.0f;
+    return keep > 0.0f ? dy : 0.0f;
+}
+
+/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
+ * the masked dy; d also into dres. */
+AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int c0, const int NG,
+                   const int mask, const int dres)
+{
+    vd8 s[4], q[4];
+    for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
     for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C, *restrict dy = dout + (size_t)i * C;
-        for (int c = 0; c < C; c++) {
-            sdy[c] += dy[c];
-            sdyx[c] += (double)dy[c] * ((x[c] - mean[c]) * invstd[c]);
+        size_t o = (size_t)i * C + c0;
+        for (int g = 0; g < NG; g++) {
+            int c = c0 + 16 * g;
+            size_t e = o + 16 * g;
+            vf16 x = vld(b->x + e);
+            vf16 d = vmasked(b, e, c, x, mask);
+            if (dres == DRES_SET) vst(b->dres + e, d);
+            if (dres == DRES_ADD) vst(b->dres + e, vld(b->dres + e) + d);
+            vf16 t = (x - vld(b->mean + c)) * vld(b->invstd + c);
+            vd8 d0 = vlo(d), d1 = vhi(d);
+            s[2 * g] += d0, s[2 * g + 1] += d1;
+            q[2 * g] += d0 * vlo(t), q[2 * g + 1] += d1 * vhi(t);
+        }
+    }
+    for (int h = 0; h < 2 * NG; h++) vstd(sdy + c0 + 8 * h, s[h]), vstd(sdyx + c0 + 8 * h, q[h]);
+}
+
+AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int mask,
+                  const int dres)
+{
+    int c0 = 0;
+    for (int ng; (ng = chunk_groups(C - c0)) > 0; c0 += 16 * ng) {
+        if (ng == 2)
+            grad_chunk(sdy, sdyx, b, M, C, c0, 2, mask, dres);
+        else
+            grad_chunk(sdy, sdyx, b, M, C, c0, 1, mask, dres);
+    }
+    if (c0 == C) return;
+    for (int c = c0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
+    for (int i = 0; i < M; i++) {
+        size_t o = (size_t)i * C;
+        for (int c = c0; c < C; c++) {
+            float d = masked1(b, o + c, c, mask);
+            if (dres == DRES_SET) b->dres[o + c] = d;
+            if (dres == DRES_ADD) b->dres[o + c] += d;
+            sdy[c] += d;
+            sdyx[c] += (double)d * ((b->x[o + c] - b->mean[c]) * b->invstd[c]);
         }
     }
 }
 
-NN_CLONES static void bn_dx(float *dinp, bool acc, const float *inp, const float *dout,
-                            const float *mean, const float *a, const float *bterm, const float *g,
-                            int M, int C)
+NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C,
+                                   int mask, int dres)
 {
+#define GRAD_ROWS(mk)                                                                              \
+    do {                                                                                           \
+        if (dres == DRES_SET)                                                                      \
+            grad_rows(sdy, sdyx, b, M, C, mk, DRES_SET);                                           \
+        else if (dres == DRES_ADD)                                                                 \
+            grad_rows(sdy, sdyx, b, M, C, mk, DRES_ADD);                                           \
+        else                                                                                       \
+            grad_rows(sdy, sdyx, b, M, C, mk, DRES_NONE);                                          \
+    } while (0)
+    if (mask == MASK_RELU)
+        GRAD_ROWS(MASK_RELU);
+    else if (mask == MASK_OUT)
+        GRAD_ROWS(MASK_OUT);
+    else
+        GRAD_ROWS(MASK_NONE);
+#undef GRAD_ROWS
+}
+
+/* dx = a*d - bterm - (x - mean)*g (written or added), d the masked dy. */
+AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc)
+{
+    int cv = C / 16 * 16;
     for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C, *restrict dy = dout + (size_t)i * C;
-        float *restrict dx = dinp + (size_t)i * C;
-        if (acc)
-            for (int c = 0; c < C; c++) dx[c] += a[c] * dy[c] - bterm[c] - (x[c] - mean[c]) * g[c];
-        else
-            for (int c = 0; c < C; c++) dx[c] = a[c] * dy[c] - bterm[c] - (x[c] - mean[c]) * g[c];
+        size_t o = (size_t)i * C;
+        for (int c = 0; c < cv; c += 16) {
+            vf16 x = vld(b->x + o + c);
+            vf16 d = vmasked(b, o + c, c, x, mask);
+            vf16 v = vld(b->a + c) * d - vld(b->bterm + c) - (x - vld(b->mean + c)) * vld(b->g + c);
+            vst(b->dx + o + c, acc ? vld(b->dx + o + c) + v : v);
+        }
+        for (int c = cv; c < C; c++) {
+            float d = masked1(b, o + c, c, mask);
+            float v = b->a[c] * d - b->bterm[c] - (b->x[o + c] - b->mean[c]) * b->g[c];
+            b->dx[o + c] = acc ? b->dx[o + c] + v : v;
+        }
     }
+}
+
+NN_CLONES static void bn_dx(const bn_bw *b, int M, int C, int mask, bool acc)
+{
+    if (mask == MASK_RELU)
+        acc ? dx_rows(b, M, C, MASK_RELU, true) : dx_rows(b, M, C, MASK_RELU, false);
+    else if (mask == MASK_OUT)
+        acc ? dx_rows(b, M, C, MASK_OUT, true) : dx_rows(b, M, C, MASK_OUT, false);
+    else
+        acc ? dx_rows(b, M, C, MASK_NONE, true) : dx_rows(b, M, C, MASK_NONE, false);
 }
 
 /* ---- blocks of rows: the per-channel sums are taken per block, then the
@@ -99,12 +330,12 @@ size_t nn_bn_red_doubles(int M, int C)
 }
 
 typedef struct bn_job {
-    float *out, *dinp, *dout;
-    const float *inp, *yout, *mean, *invstd;
-    const float *scale, *shift; /* affine (forward) or a (backward) */
-    const float *bterm, *g;     /* backward dx */
+    float *out;
+    const float *inp, *res;
+    const float *scale, *shift; /* forward: the affine map */
+    bn_bw bw;                   /* backward: pointers at row 0 */
     double *red;                /* [nb][2C] partials */
-    int M, C, nb;
+    int M, C, nb, mask, dres;
     bool relu, acc;
 } bn_job;
 
@@ -114,7 +345,6 @@ static void bn_sums_task(void *varg, int b, int tid)
     int lo, hi;
     nn_pool_block(j->M, j->nb, b, &lo, &hi);
     double *part = j->red + (size_t)b * 2 * j->C;
-    for (int c = 0; c < 2 * j->C; c++) part[c] = 0.0;
     bn_sums(part, part + j->C, j->inp + (size_t)lo * j->C, j->inp, hi - lo, j->C);
 }
 
@@ -122,7 +352,19 @@ static void bn_affine_range(void *varg, int lo, int hi)
 {
     const bn_job *j = varg;
     size_t o = (size_t)lo * j->C;
-    bn_affine(j->out + o, j->inp + o, j->scale, j->shift, hi - lo, j->C, j->relu);
+    bn_affine(j->out + o, j->inp + o, j->res ? j->res + o : NULL, j->scale, j->shift, hi - lo, j->C,
+              j->relu);
+}
+
+/* The backward's pointers moved to row `lo`. */
+static bn_bw bw_at(const bn_bw *b, size_t o)
+{
+    bn_bw r = *b;
+    r.x += o, r.dy += o;
+    if (r.out) r.out += o;
+    if (r.dres) r.dres += o;
+    if (r.dx) r.dx += o;
+    return r;
 }
 
 static void bn_grad_task(void *varg, int b, int tid)
@@ -130,19 +372,16 @@ static void bn_grad_task(void *varg, int b, int tid)
     const bn_job *j = varg;
     int lo, hi;
     nn_pool_block(j->M, j->nb, b, &lo, &hi);
-    size_t o = (size_t)lo * j->C;
-    if (j->relu) nn_relu_mask(j->dout + o, j->yout + o, (size_t)(hi - lo) * j->C);
+    bn_bw w = bw_at(&j->bw, (size_t)lo * j->C);
     double *part = j->red + (size_t)b * 2 * j->C;
-    for (int c = 0; c < 2 * j->C; c++) part[c] = 0.0;
-    bn_grad_sums(part, part + j->C, j->inp + o, j->dout + o, j->mean, j->invstd, hi - lo, j->C);
+    bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, j->mask, j->dres);
 }
 
 static void bn_dx_range(void *varg, int lo, int hi)
 {
     const bn_job *j = varg;
-    size_t o = (size_t)lo * j->C;
-    bn_dx(j->dinp + o, j->acc, j->inp + o, j->dout + o, j->mean, j->scale, j->bterm, j->g, hi - lo,
-          j->C);
+    bn_bw w = bw_at(&j->bw, (size_t)lo * j->C);
+    bn_dx(&w, hi - lo, j->C, j->mask, j->acc);
 }
 
 /* sum[c] = the blocks' partials (stride 2C) added in block order. */
@@ -155,24 +394,39 @@ static void bn_reduce(double *sum, const double *red, int nb, int C, int off)
     }
 }
 
+/* The training forward's affine map from the saved statistics; the
+ * backward recomputes it for the ReLU's mask, so both call this one
+ * function (the same floats, the same rounding). */
+__attribute__((noinline)) static void bn_scale_shift(float *scale, float *shift, const float *gamma,
+                                                     const float *beta, const float *mean,
+                                                     const float *invstd, int C)
+{
+    for (int c = 0; c < C; c++) {
+        scale[c] = gamma[c] * invstd[c];
+        shift[c] = beta[c] - mean[c] * scale[c];
+    }
+}
+
 void nn_bn_forward_train_par(nn_pool *pool, double *red, float *out, float *mean, float *invstd,
                              float *new_mean, float *new_var, const float *inp, const float *gamma,
                              const float *beta, const float *moving_mean, const float *moving_var,
-                             int M, int C, float momentum, float eps, bool relu)
+                             int M, int C, float momentum, float eps, bool relu,
+                             const nn_bn_res *res)
 {
     assert(C <= BN_MAX_C && M > 0);
     double sum[BN_MAX_C], sq[BN_MAX_C];
     float scale[BN_MAX_C], shift[BN_MAX_C];
     bn_job j = {.out = out,
                 .inp = inp,
-                .mean = mean,
+                .res = res ? res->res : NULL,
                 .scale = scale,
                 .shift = shift,
                 .red = red,
                 .M = M,
                 .C = C,
                 .nb = nn_bn_blocks(M, C),
-                .relu = relu};
+                .relu = res ? res->relu : relu};
+    assert(!(res && relu));
     nn_pool_for(pool, j.nb, bn_sums_task, &j);
     bn_reduce(sum, red, j.nb, C, 0);
     bn_reduce(sq, red, j.nb, C, C);
@@ -183,50 +437,65 @@ void nn_bn_forward_train_par(nn_pool *pool, double *red, float *out, float *mean
         if (var < 0.0) var = 0.0;
         sq[c] = var * M;
         invstd[c] = (float)(1.0 / sqrt(var + eps));
-        scale[c] = gamma[c] * invstd[c];
-        shift[c] = beta[c] - mean[c] * scale[c];
         double unbiased = M > 1 ? sq[c] / (M - 1) : var;
         new_mean[c] = (float)(momentum * (double)moving_mean[c] + (1.0 - momentum) * mean[c]);
         new_var[c] = (float)(momentum * (double)moving_var[c] + (1.0 - momentum) * unbiased);
     }
-    nn_pool_range(pool, M, (size_t)2 * C, bn_affine_range, &j);
+    bn_scale_shift(scale, shift, gamma, beta, mean, invstd, C);
+    nn_pool_range(pool, M, (size_t)(j.res ? 3 : 2) * C, bn_affine_range, &j);
 }
 
 void nn_bn_forward_infer_par(nn_pool *pool, float *out, const float *inp, const float *gamma,
                              const float *beta, const float *moving_mean, const float *moving_var,
-                             int M, int C, float eps, bool relu)
+                             int M, int C, float eps, bool relu, const nn_bn_res *res)
 {
-    assert(C <= BN_MAX_C);
+    assert(C <= BN_MAX_C && !(res && relu));
     float scale[BN_MAX_C], shift[BN_MAX_C];
     for (int c = 0; c < C; c++) {
         scale[c] = gamma[c] / sqrtf(moving_var[c] + eps);
         shift[c] = beta[c] - moving_mean[c] * scale[c];
     }
-    bn_job j = {
-        .out = out, .inp = inp, .scale = scale, .shift = shift, .M = M, .C = C, .relu = relu};
-    nn_pool_range(pool, M, (size_t)2 * C, bn_affine_range, &j);
+    bn_job j = {.out = out,
+                .inp = inp,
+                .res = res ? res->res : NULL,
+                .scale = scale,
+                .shift = shift,
+                .M = M,
+                .C = C,
+                .relu = res ? res->relu : relu};
+    nn_pool_range(pool, M, (size_t)(j.res ? 3 : 2) * C, bn_affine_range, &j);
 }
 
 void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
-                        float *dbeta, float *dout, const float *out, const float *inp,
-                        const float *gamma, const float *mean, const float *invstd, int M, int C,
-                        bool relu)
+                        float *dbeta, const float *dout, const float *out, const float *inp,
+                        const float *gamma, const float *beta, const float *mean,
+                        const float *invstd, int M, int C, bool relu, const nn_bn_res *res)
 {
-    assert(C <= BN_MAX_C && M > 0);
+    assert(C <= BN_MAX_C && M > 0 && !(res && relu));
     double sdy[BN_MAX_C], sdyx[BN_MAX_C];
-    bn_job j = {.dinp = dinp,
-                .dout = dout,
-                .inp = inp,
-                .yout = out,
-                .mean = mean,
-                .invstd = invstd,
+    float scale[BN_MAX_C], shift[BN_MAX_C];
+    if (relu) bn_scale_shift(scale, shift, gamma, beta, mean, invstd, C);
+    bn_job j = {.bw = {.x = inp,
+                       .dy = dout,
+                       .out = res && res->relu ? out : NULL,
+                       .dres = res ? res->dres : NULL,
+                       .dx = dinp,
+                       .mean = mean,
+                       .invstd = invstd,
+                       .scale = scale,
+                       .shift = shift},
                 .red = red,
                 .M = M,
                 .C = C,
                 .nb = nn_bn_blocks(M, C),
-                .relu = relu,
+                .mask = relu               ? MASK_RELU
+                        : res && res->relu ? MASK_OUT
+                                           : MASK_NONE,
+                .dres = !res || !res->dres ? DRES_NONE
+                        : res->dres_acc    ? DRES_ADD
+                                           : DRES_SET,
                 .acc = acc};
-    nn_pool_for(pool, j.nb, bn_grad_task, &j); /* masks dout by blocks first when relu */
+    nn_pool_for(pool, j.nb, bn_grad_task, &j);
     bn_reduce(sdy, red, j.nb, C, 0);
     bn_reduce(sdyx, red, j.nb, C, C);
     float a[BN_MAX_C], bterm[BN_MAX_C], g[BN_MAX_C];
@@ -239,8 +508,15 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
         bterm[c] = (float)(k * sdy[c] / M);
         g[c] = (float)(k * sdyx[c] / M) * invstd[c];
     }
-    j.scale = a, j.bterm = bterm, j.g = g;
-    if (dinp) nn_pool_range(pool, M, (size_t)4 * C, bn_dx_range, &j);
+    if (!dinp) return;
+    j.bw.a = a, j.bw.bterm = bterm, j.bw.g = g;
+    if (j.dres == DRES_SET) {
+        /* the residual's gradient is the masked dy: read it back from there */
+        j.bw.dy = j.bw.dres;
+        j.mask = MASK_NONE;
+    }
+    int streams = 3 + (j.mask == MASK_OUT);
+    nn_pool_range(pool, M, (size_t)streams * C, bn_dx_range, &j);
 }
 
 /* ---- the single-threaded entry points: the same blocks, on the caller ---- */
@@ -252,7 +528,7 @@ void nn_bn_forward_train(float *out, float *mean, float *invstd, float *new_mean
 {
     double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
     nn_bn_forward_train_par(NULL, red, out, mean, invstd, new_mean, new_var, inp, gamma, beta,
-                            moving_mean, moving_var, M, C, momentum, eps, relu);
+                            moving_mean, moving_var, M, C, momentum, eps, relu, NULL);
     free(red);
 }
 
@@ -260,15 +536,16 @@ void nn_bn_forward_infer(float *out, const float *inp, const float *gamma, const
                          const float *moving_mean, const float *moving_var, int M, int C, float eps,
                          bool relu)
 {
-    nn_bn_forward_infer_par(NULL, out, inp, gamma, beta, moving_mean, moving_var, M, C, eps, relu);
+    nn_bn_forward_infer_par(NULL, out, inp, gamma, beta, moving_mean, moving_var, M, C, eps, relu,
+                            NULL);
 }
 
-void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *dout,
-                    const float *out, const float *inp, const float *gamma, const float *mean,
+void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, const float *dout,
+                    const float *inp, const float *gamma, const float *beta, const float *mean,
                     const float *invstd, int M, int C, bool relu)
 {
     double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
-    nn_bn_backward_par(NULL, red, dinp, acc, dgamma, dbeta, dout, out, inp, gamma, mean, invstd, M,
-                       C, relu);
+    nn_bn_backward_par(NULL, red, dinp, acc, dgamma, dbeta, dout, NULL, inp, gamma, beta, mean,
+                       invstd, M, C, relu, NULL);
     free(red);
 }

@@ -88,6 +88,9 @@ struct nn_layer {
     float *y, *dy;          /* output and its gradient, [max_batch][h][w][c], where the
                              * bound plan puts them (dy NULL in inference) */
     bool dy_written;        /* during backward: first consumer writes, later ones add */
+    int fuse;               /* graph fusion (model.c): the partner layer + 1 when this layer
+                             * runs fused with another (a batch norm and the residual add it
+                             * feeds: the batch norm computes both); 0: not fused */
     void *priv;             /* the kind's struct, ops->priv_size bytes, zeroed; owned */
     double t_fwd, t_bwd;    /* profiling: seconds summed over calls */
     double f_fwd, f_bwd;    /* profiling: flops summed over calls (ops->flops) */
@@ -222,6 +225,20 @@ static inline float *nn_in_dy(nn_model *m, const nn_layer *l, int j, bool *acc)
     p->dy_written = true;
     return p->dy;
 }
+/* Graph fusion (model.c, docs/design.md §11): a batch norm without ReLU
+ * whose output feeds only a two-input add that comes right after it runs
+ * the add in its own passes (nn_bn_res). nn_fuse_use(force): 0 off, 1 on
+ * (the default), -1 asks; the environment variable PSTRAIN_FUSE=0/1 sets
+ * the start value (tests and benchmarks: fused against unfused in one
+ * binary). Read when a model is built: a model keeps what it was built
+ * with. */
+int nn_fuse_use(int force);
+/* The add a batch norm computes (its fusion partner), or NULL. */
+static inline nn_layer *nn_fused_add(nn_model *m, const nn_layer *l)
+{
+    return l->fuse ? &m->layers[l->fuse - 1] : NULL;
+}
+
 /* The scratch of thread `tid` of m->pool (tid 0: the caller's, m->scratch). */
 static inline float *nn_scratch(nn_model *m, int tid)
 {

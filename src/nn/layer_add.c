@@ -1,6 +1,8 @@
 /* layer_add.c - elementwise sum of two or more producers of the same shape
  * (a residual connection: block output + shortcut), optional fused ReLU.
- * No variables. Kernels: nn_sum_forward/backward (layers.c). */
+ * No variables. Kernels: nn_sum_forward/backward (layers.c). An add fed by
+ * a batch norm right before it is usually computed by that batch norm
+ * (graph fusion, model.c: l->fuse). */
 #include <assert.h>
 
 #include "graph.h"
@@ -34,6 +36,7 @@ static void add_bwd_range(void *varg, int lo, int hi)
 
 static void add_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
+    if (l->fuse) return; /* computed by the batch norm before it (model.c) */
     add_job j = {.nin = l->nin, .relu = l->relu, .y = l->y};
     for (int k = 0; k < l->nin; k++) j.ins[k] = nn_in_y(m, l, k);
     nn_pool_range(m->pool, n * l->h * l->w * l->c, (size_t)l->nin + 1, add_fwd_range, &j);
@@ -41,6 +44,7 @@ static void add_fwd(nn_model *m, nn_layer *l, int n, bool train)
 
 static void add_bwd(nn_model *m, nn_layer *l, int n)
 {
+    if (l->fuse) return; /* the batch norm before it takes the gradient (model.c) */
     add_job j = {.nin = l->nin, .relu = l->relu, .y = l->y, .dy = l->dy};
     for (int k = 0; k < l->nin; k++) j.dins[k] = nn_in_dy(m, l, k, &j.acc[k]);
     nn_pool_range(m->pool, n * l->h * l->w * l->c, (size_t)l->nin + 2, add_bwd_range, &j);

@@ -3,7 +3,9 @@
  * trainable: the training forward writes their new values into the
  * gradient slab, see model.h). Momentum 0.99; eps per layer, 1e-3 by
  * default (TF's defaults in the Inception example; torchvision's ResNets
- * use 1e-5). Kernels: nn_bn_* (bn.c). */
+ * use 1e-5). Kernels: nn_bn_* (bn.c). A batch norm without ReLU may also
+ * compute the residual add that follows it (graph fusion, model.c): then
+ * it writes the add's output and reads the add's gradient. */
 #include "graph.h"
 
 #define BN_MOMENTUM 0.99f
@@ -14,30 +16,49 @@ typedef struct bn_state {
     float *mean, *invstd; /* [c], saved by the training forward for backward */
 } bn_state;
 
+/* The residual add this batch norm computes (graph fusion, model.c), for
+ * a forward (dres NULL) or a backward (dres: the other addend's gradient). */
+static nn_bn_res fused_res(nn_model *m, const nn_layer *l, const nn_layer *add, bool bwd)
+{
+    int other = add->in[0] == (int)(l - m->layers) ? 1 : 0;
+    nn_bn_res r = {.res = nn_in_y(m, add, other), .relu = add->relu};
+    if (bwd) r.dres = nn_in_dy(m, add, other, &r.dres_acc);
+    return r;
+}
+
 static void bn_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
     const bn_state *s = l->priv;
     int M = n * l->h * l->w;
+    const nn_layer *add = nn_fused_add(m, l);
+    nn_bn_res r = add ? fused_res(m, l, add, false) : (nn_bn_res){0};
+    float *y = add ? add->y : l->y;
     if (train)
-        nn_bn_forward_train_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), l->y, s->mean,
+        nn_bn_forward_train_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), y, s->mean,
                                 s->invstd, nn_grad(m, l, 2), nn_grad(m, l, 3), nn_in_y(m, l, 0),
                                 nn_param(m, l, 0), nn_param(m, l, 1), nn_param(m, l, 2),
-                                nn_param(m, l, 3), M, l->c, BN_MOMENTUM, s->eps, l->relu);
+                                nn_param(m, l, 3), M, l->c, BN_MOMENTUM, s->eps, l->relu,
+                                add ? &r : NULL);
     else
-        nn_bn_forward_infer_par(m->pool, l->y, nn_in_y(m, l, 0), nn_param(m, l, 0),
-                                nn_param(m, l, 1), nn_param(m, l, 2), nn_param(m, l, 3), M, l->c,
-                                s->eps, l->relu);
+        nn_bn_forward_infer_par(m->pool, y, nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1),
+                                nn_param(m, l, 2), nn_param(m, l, 3), M, l->c, s->eps, l->relu,
+                                add ? &r : NULL);
 }
 
 static void bn_bwd(nn_model *m, nn_layer *l, int n)
 {
     const bn_state *s = l->priv;
+    const nn_layer *add = nn_fused_add(m, l);
+    /* the add's gradient goes to its other addend first, as the add's own
+     * backward (which ran just before in list order) would have */
+    nn_bn_res r = add ? fused_res(m, l, add, true) : (nn_bn_res){0};
     bool acc;
     float *din = nn_in_dy(m, l, 0, &acc);
     int M = n * l->h * l->w;
     nn_bn_backward_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), din, acc, nn_grad(m, l, 0),
-                       nn_grad(m, l, 1), l->dy, l->y, nn_in_y(m, l, 0), nn_param(m, l, 0), s->mean,
-                       s->invstd, M, l->c, l->relu);
+                       nn_grad(m, l, 1), add ? add->dy : l->dy, add ? add->y : NULL,
+                       nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1), s->mean, s->invstd,
+                       M, l->c, l->relu, add ? &r : NULL);
 }
 
 static size_t bn_arena(const nn_layer *l, size_t B)
@@ -61,7 +82,7 @@ const nn_layer_ops nn_bn_ops = {
     .kind = "batchnorm",
     .forward = bn_fwd,
     .backward = bn_bwd,
-    .bwd_reads = NN_READS_IN | NN_READS_OUT_RELU,
+    .bwd_reads = NN_READS_IN, /* the ReLU's mask is recomputed from the input */
     .priv_size = sizeof(bn_state),
     .arena_floats = bn_arena,
     .arena_bind = bn_bind,

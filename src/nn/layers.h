@@ -283,29 +283,49 @@ void nn_bn_forward_train(float *out, float *mean, float *invstd, float *new_mean
 void nn_bn_forward_infer(float *out, const float *inp, const float *gamma, const float *beta,
                          const float *moving_mean, const float *moving_var, int M, int C, float eps,
                          bool relu);
-/* dgamma, dbeta overwritten; dinp (may be NULL; acc). dout masked if relu. */
-void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *dout,
-                    const float *out, const float *inp, const float *gamma, const float *mean,
+/* dgamma, dbeta overwritten; dinp (may be NULL; acc). relu: the forward's
+ * fused ReLU, whose mask is recomputed from inp, gamma, beta and the saved
+ * statistics (dout is not modified). */
+void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, const float *dout,
+                    const float *inp, const float *gamma, const float *beta, const float *mean,
                     const float *invstd, int M, int C, bool relu);
+
+/* A residual add fused into a batch norm without ReLU (model.c fuses a
+ * batch norm whose output only feeds a two-input add): the forward writes
+ * out = bn(inp) + res, then the add's ReLU when relu, in the same pass; the
+ * backward takes the add's gradient dout, masks it with out > 0 when relu
+ * (out: the add's output), writes or adds it (dres_acc) into dres (the
+ * other addend's gradient; NULL: none) and propagates it through the batch
+ * norm. The same bits as the batch norm followed by nn_sum_forward /
+ * nn_sum_backward. */
+typedef struct nn_bn_res {
+    const float *res; /* forward: the other addend */
+    float *dres;      /* backward: its gradient, or NULL */
+    bool dres_acc;    /* add into dres (a later consumer) rather than write it */
+    bool relu;        /* the add's ReLU */
+} nn_bn_res;
 
 /* The same on a thread pool (NULL: the caller): the per-channel sums go by
  * nn_bn_blocks(M, C) fixed blocks of rows whose partials are added in block
  * order, so the results are the same bits for every pool size (and the
- * same as the entry points above). red: nn_bn_red_doubles(M, C) doubles. */
+ * same as the entry points above). red: nn_bn_red_doubles(M, C) doubles.
+ * res: the fused residual add, or NULL (then relu is the batch norm's own
+ * ReLU; with res, relu must be false). */
 int nn_bn_blocks(int M, int C);
 size_t nn_bn_red_doubles(int M, int C);
 void nn_bn_forward_train_par(struct nn_pool *pool, double *red, float *out, float *mean,
                              float *invstd, float *new_mean, float *new_var, const float *inp,
                              const float *gamma, const float *beta, const float *moving_mean,
                              const float *moving_var, int M, int C, float momentum, float eps,
-                             bool relu);
+                             bool relu, const nn_bn_res *res);
 void nn_bn_forward_infer_par(struct nn_pool *pool, float *out, const float *inp, const float *gamma,
                              const float *beta, const float *moving_mean, const float *moving_var,
-                             int M, int C, float eps, bool relu);
+                             int M, int C, float eps, bool relu, const nn_bn_res *res);
+/* out: the add's output when res->relu (else unused). */
 void nn_bn_backward_par(struct nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
-                        float *dbeta, float *dout, const float *out, const float *inp,
-                        const float *gamma, const float *mean, const float *invstd, int M, int C,
-                        bool relu);
+                        float *dbeta, const float *dout, const float *out, const float *inp,
+                        const float *gamma, const float *beta, const float *mean,
+                        const float *invstd, int M, int C, bool relu, const nn_bn_res *res);
 
 /* ---- dropout (inverted) ----------------------------------------------------- */
 

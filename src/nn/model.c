@@ -9,6 +9,12 @@
  * backward it writes (first consumer) or adds (later consumers) into its
  * producers' dy, so a tensor that feeds several towers sums their gradients
  * without an extra pass.
+ *
+ * Graph fusion (fuse_layers): a batch norm without ReLU whose output only
+ * feeds the two-input add right after it computes that add too, in its own
+ * passes over the data (nn_bn_res; the add's forward and backward then do
+ * nothing). The plan (plan.c) gives the add's buffers the batch norm's
+ * times. Bitwise the same results as unfused (test nn-model).
  */
 #include <assert.h>
 #include <limits.h>
@@ -128,6 +134,44 @@ double *nn_red(nn_model *m, size_t n)
 const char *nn_in_name(const nn_model *m, int in)
 {
     return in == NN_INPUT ? "input" : m->layers[in].name;
+}
+
+/* ---- graph fusion ---------------------------------------------------------------- */
+
+static int fuse_mode = -1; /* -1: not read yet */
+
+int nn_fuse_use(int force)
+{
+    if (force == 0 || force == 1) fuse_mode = force;
+    if (fuse_mode < 0) {
+        const char *e = getenv("PSTRAIN_FUSE");
+        fuse_mode = e && e[0] == '0' && !e[1] ? 0 : 1;
+    }
+    return fuse_mode;
+}
+
+/* Marks each batch norm at i without ReLU whose only consumer is a
+ * two-input add at i + 1 (the ResNets' last batch norm of a block, or the
+ * projection's) and that add as fused (l->fuse, graph.h). The add's other
+ * input must be another layer than the batch norm's producer (else the
+ * fused backward would write that gradient twice in one pass). */
+static void fuse_layers(nn_model *m)
+{
+    if (!nn_fuse_use(-1)) return;
+    int *uses = pst_calloc((size_t)m->nlayers, sizeof(int));
+    for (int j = 0; j < m->nlayers; j++)
+        for (int k = 0; k < m->layers[j].nin; k++)
+            if (m->layers[j].in[k] >= 0) uses[m->layers[j].in[k]]++;
+    for (int i = 0; i + 1 < m->nlayers; i++) {
+        nn_layer *b = &m->layers[i], *a = &m->layers[i + 1];
+        if (b->ops != &nn_bn_ops || b->relu || uses[i] != 1 || a->ops != &nn_add_ops ||
+            a->nin != 2 || (a->in[0] != i && a->in[1] != i))
+            continue;
+        int other = a->in[a->in[0] == i ? 1 : 0];
+        if (other == i || other == b->in[0]) continue;
+        b->fuse = i + 2, a->fuse = i + 1;
+    }
+    free(uses);
 }
 
 /* ---- construction ------------------------------------------------------------ */
@@ -259,6 +303,7 @@ int nn_model_new_narrow(nn_model **out, const nn_model_cfg *cfg, int width_div, 
             goto fail;
         }
     }
+    fuse_layers(m);
     if (cfg->threads > 1 && nn_pool_new(&m->pool, cfg->threads, e) < 0) goto fail;
     m->err = NULL;
     m->params = pst_aligned_alloc(sizeof(float) * m->size);

@@ -14,6 +14,11 @@
  *                   (and masked in place) by its own backward.
  *   state           written by the training forward, read by backward; in
  *                   inference it lives during the forward only.
+ *   fused layers    a batch norm fused with the add after it (model.c): the
+ *                   add's output is born at the batch norm's forward, its
+ *                   gradient and output (the ReLU's mask) live until the
+ *                   batch norm's backward; the batch norm's own output and
+ *                   gradient are never touched (16-float placeholders).
  * Buffers are then packed greedily (largest first, each at the lowest
  * aligned offset free of every placed buffer whose lifetime intersects its
  * own), so that at any time point the live buffers never share a byte. In
@@ -79,8 +84,26 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
                 y_end = 2 * L - first_reader[i];
             if (reads_out(l) && 2 * L - i > y_end) y_end = 2 * L - i;
         }
-        add_buf(p, i, NN_BUF_Y, i, y_end, act);
-        if (train) add_buf(p, i, NN_BUF_DY, last ? L : 2 * L - last_use[i], 2 * L - i, act);
+        int dy_start = last ? L : 2 * L - last_use[i], dy_end = 2 * L - i;
+        if (l->fuse && l->fuse - 1 > i) {
+            /* a batch norm that computes the add after it (graph.h): it
+             * writes neither its output nor reads its gradient; placeholders
+             * keep the pointers valid */
+            add_buf(p, i, NN_BUF_Y, i, i, nn_arena_round(0));
+            if (train) add_buf(p, i, NN_BUF_DY, 2 * L - i, 2 * L - i, nn_arena_round(0));
+        } else {
+            int y_start = i;
+            if (l->fuse) {
+                /* the add computed by the batch norm before it: written at
+                 * t = i - 1; its gradient (and output, for the ReLU's mask)
+                 * read by that batch norm's backward at 2L - i + 1 */
+                y_start = i - 1;
+                if (train && l->relu && y_end < 2 * L - i + 1) y_end = 2 * L - i + 1;
+                dy_end = 2 * L - i + 1;
+            }
+            add_buf(p, i, NN_BUF_Y, y_start, y_end, act);
+            if (train) add_buf(p, i, NN_BUF_DY, dy_start, dy_end, act);
+        }
         if (l->ops->arena_floats)
             add_buf(p, i, NN_BUF_STATE, i, train ? 2 * L - i : i, l->ops->arena_floats(l, B));
     }

@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "layers.h"
+#include "pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 
@@ -434,19 +435,26 @@ static void test_bn(int M, int C, bool relu, float eps)
         float *dm = masked(c.R, c.y, n), *dxf = rand_vec(n, 1), *dgf = rand_vec(C, 1);
         float *dbf = rand_vec(C, 1);
         memcpy(dy, c.R, sizeof(float) * n);
-        nn_bn_backward(dxf, false, dgf, dbf, dy, c.y, c.x, c.gamma, c.mean, c.invstd, M, C, true);
+        nn_bn_backward(dxf, false, dgf, dbf, dy, c.x, c.gamma, c.beta, c.mean, c.invstd, M, C,
+                       true);
         c.relu = false;
         bn_loss(&c);
-        nn_bn_backward(dx, false, dg, dbeta, dm, c.y, c.x, c.gamma, c.mean, c.invstd, M, C, false);
+        nn_bn_backward(dx, false, dg, dbeta, dm, c.x, c.gamma, c.beta, c.mean, c.invstd, M, C,
+                       false);
         check_fused(tag, dx, dxf, n);
         check_fused(tag, dg, dgf, C);
         check_fused(tag, dbeta, dbf, C);
+        /* the mask is recomputed from x with the forward's expression: the
+         * same bits as masking with the stored output */
+        CHECK(memcmp(dx, dxf, sizeof(float) * n) == 0 && memcmp(dg, dgf, sizeof(float) * C) == 0 &&
+                  memcmp(dbeta, dbf, sizeof(float) * C) == 0,
+              "%s: the backward with the recomputed ReLU mask differs from the masked dout", tag);
         free(dm), free(dxf), free(dgf), free(dbf);
     }
     c.relu = false; /* finite differences on the plain layer */
     bn_loss(&c);
     memcpy(dy, c.R, sizeof(float) * n);
-    nn_bn_backward(dx, false, dg, dbeta, dy, c.y, c.x, c.gamma, c.mean, c.invstd, M, C, false);
+    nn_bn_backward(dx, false, dg, dbeta, dy, c.x, c.gamma, c.beta, c.mean, c.invstd, M, C, false);
     double tol = 0;
     snprintf(what, sizeof what, "%s dx", tag);
     grad_check(what, c.x, n, dx, bn_loss, &c, tol);
@@ -466,6 +474,69 @@ static void test_bn(int M, int C, bool relu, float eps)
     CHECK(maxe < 1e-4, "%s: inference error %g", tag, maxe);
     free(c.x), free(c.gamma), free(c.beta), free(c.mm), free(c.mv), free(c.y), free(c.R);
     free(c.mean), free(c.invstd), free(c.nm), free(c.nv), free(dx), free(dg), free(dbeta), free(dy);
+}
+
+/* The residual add fused into a batch norm (nn_bn_res) against the batch
+ * norm followed by nn_sum_forward / nn_sum_backward: the same bits, for
+ * the vector channels (chunks of 32 and 16), the rest (C % 16), with and
+ * without the add's ReLU, the other addend's gradient written, added or
+ * absent, dx written or added; and on a pool of 3 threads. */
+static void test_bn_res(int M, int C, bool relu, int dres_mode, bool acc)
+{
+    size_t n = (size_t)M * C;
+    float *x = rand_vec(n, 2), *r = rand_vec(n, 1), *dy = rand_vec(n, 1);
+    float *g = rand_vec(C, 1), *b = rand_vec(C, 1), *mm = rand_vec(C, 1), *mv = rand_vec(C, 0.5f);
+    for (int c = 0; c < C; c++) g[c] += 1.5f, mv[c] += 1.0f;
+    float *ybn = rand_vec(n, 0), *yref = rand_vec(n, 0), *y = rand_vec(n, 0);
+    float *st = rand_vec(8 * (size_t)C, 0); /* mean, invstd, nm, nv: reference, then fused */
+    double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
+    char tag[96];
+    snprintf(tag, sizeof tag, "bn+add M%d C%d%s dres %d%s", M, C, relu ? " relu" : "", dres_mode,
+             acc ? " acc" : "");
+    nn_bn_forward_train(ybn, st, st + C, st + 2 * C, st + 3 * C, x, g, b, mm, mv, M, C, 0.99f,
+                        1e-3f, false);
+    nn_sum_forward(yref, (const float *[]){ybn, r}, 2, n, relu);
+    nn_pool *pool = NULL;
+    pst_err e;
+    CHECK(nn_pool_new(&pool, 3, &e) == 0, "pool: %s", e.msg);
+    nn_bn_res res = {.res = r, .relu = relu};
+    for (int t = 0; t < 2; t++) {
+        nn_bn_forward_train_par(t ? pool : NULL, red, y, st + 4 * C, st + 5 * C, st + 6 * C,
+                                st + 7 * C, x, g, b, mm, mv, M, C, 0.99f, 1e-3f, false, &res);
+        CHECK(memcmp(y, yref, sizeof(float) * n) == 0, "%s: forward differs (%d threads)", tag,
+              t ? 3 : 1);
+        CHECK(memcmp(st, st + 4 * C, sizeof(float) * 4 * C) == 0,
+              "%s: statistics differ (%d threads)", tag, t ? 3 : 1);
+    }
+    /* backward: the add's, then the batch norm's */
+    float *dyc = pst_malloc(sizeof(float) * n), *dbn = rand_vec(n, 0);
+    float *dres0 = rand_vec(n, 1), *dref = pst_malloc(sizeof(float) * n);
+    float *dxref = rand_vec(n, 1), *dx0 = pst_malloc(sizeof(float) * n);
+    float *dg = rand_vec(C, 0), *db = rand_vec(C, 0);
+    memcpy(dyc, dy, sizeof(float) * n);
+    memcpy(dref, dres0, sizeof(float) * n);
+    memcpy(dx0, dxref, sizeof(float) * n);
+    nn_sum_backward((float *[]){dbn, dres_mode ? dref : NULL}, (bool[]){false, dres_mode == 2}, 2,
+                    dyc, yref, n, relu);
+    nn_bn_backward(dxref, acc, dg, db, dbn, x, g, b, st, st + C, M, C, false);
+    float *dx = pst_malloc(sizeof(float) * n), *dres = pst_malloc(sizeof(float) * n);
+    float *dg2 = rand_vec(C, 0), *db2 = rand_vec(C, 0);
+    for (int t = 0; t < 2; t++) {
+        memcpy(dx, dx0, sizeof(float) * n);
+        memcpy(dres, dres0, sizeof(float) * n);
+        nn_bn_res rb = {.dres = dres_mode ? dres : NULL, .dres_acc = dres_mode == 2, .relu = relu};
+        nn_bn_backward_par(t ? pool : NULL, red, dx, acc, dg2, db2, dy, y, x, g, b, st, st + C, M,
+                           C, false, &rb);
+        CHECK(memcmp(dx, dxref, sizeof(float) * n) == 0 &&
+                  memcmp(dg, dg2, sizeof(float) * C) == 0 &&
+                  memcmp(db, db2, sizeof(float) * C) == 0,
+              "%s: backward differs (%d threads)", tag, t ? 3 : 1);
+        CHECK(memcmp(dres, dref, sizeof(float) * n) == 0, "%s: the addend's gradient differs", tag);
+    }
+    nn_pool_free(pool);
+    free(x), free(r), free(dy), free(g), free(b), free(mm), free(mv), free(ybn), free(yref);
+    free(y), free(st), free(red), free(dyc), free(dbn), free(dres0), free(dref), free(dxref);
+    free(dx0), free(dg), free(db), free(dx), free(dres), free(dg2), free(db2);
 }
 
 /* A channel whose variance is near eps normalises differently with 1e-3
@@ -891,6 +962,15 @@ int main(void)
     test_bn_eps_matters();
     test_bn_large_mean();
     test_bn_wide();
+    test_bn(40, 16, true, 1e-3f); /* one 16-channel vector chunk */
+    test_bn(24, 40, true, 1e-3f); /* a 32-channel chunk and 8 channels in the scalar loop */
+    test_bn(30, 24, false, 1e-3f);
+    for (int relu = 0; relu < 2; relu++)
+        for (int dres = 0; dres < 3; dres++) {
+            test_bn_res(700, 16, relu, dres, dres == 1);
+            test_bn_res(300, 56, relu, dres, false); /* chunks of 32 and 16, 8 left */
+            test_bn_res(50, 5, relu, dres, true);
+        }
 
     test_relu_dropout();
     test_concat();

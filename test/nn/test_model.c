@@ -420,6 +420,52 @@ static void test_determinism_and_state(void)
     nn_model_free(a), nn_model_free(b), nn_model_free(c);
 }
 
+/* Graph fusion (model.c: a batch norm computes the residual add after it)
+ * against the unfused graph: the same loss, logits, gradient slab (with the
+ * new moving statistics) over two training steps, and the same evaluation;
+ * the fused model on the poison layout, so that an add buffer used outside
+ * its planned lifetime turns into NaN. */
+static void test_fusion(const spec *s, int div, int expect_fused)
+{
+    nn_fuse_use(0);
+    nn_model *a = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
+    nn_fuse_use(1);
+    nn_model *b = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
+    if (!a || !b) return;
+    nn_model_set_layout(b, NN_LAYOUT_POISON);
+    int fa = 0, fb = 0;
+    for (int i = 0; i < a->nlayers; i++) fa += a->layers[i].fuse != 0;
+    for (int i = 0; i < b->nlayers; i++) fb += b->layers[i].fuse != 0;
+    CHECK(fa == 0 && fb == 2 * expect_fused, "%s: %d / %d layers fused, expected 0 / %d", s->name,
+          fa, fb, 2 * expect_fused);
+    size_t size = nn_model_size(a), per = (size_t)s->h * s->w * s->c;
+    float *x = pst_malloc(sizeof(float) * s->n * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
+    for (int step = 0; step < 2; step++) {
+        fill_batch(x, y, s->n, per, s->k, 20 + (uint64_t)step);
+        float la = nn_model_train_step(a, x, y, s->n, step, NULL);
+        float lb = nn_model_train_step(b, x, y, s->n, step, NULL);
+        CHECK(la == lb, "%s step %d: fused loss %.9g, unfused %.9g", s->name, step, lb, la);
+        CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
+              "%s step %d: fused logits differ", s->name, step);
+        CHECK(memcmp(nn_model_grads(a), nn_model_grads(b), sizeof(float) * size) == 0,
+              "%s step %d: fused gradients differ", s->name, step);
+        /* a step of SGD on both, so that the second step starts elsewhere */
+        float *pa = nn_model_params(a), *pb = nn_model_params(b);
+        const float *ga = nn_model_grads(a);
+        for (size_t i = 0; i < size; i++) pa[i] = pb[i] = pa[i] - 0.1f * ga[i];
+    }
+    int ca = -1, cb = -2;
+    float ea = nn_model_eval(a, x, y, s->n, &ca, NULL),
+          eb = nn_model_eval(b, x, y, s->n, &cb, NULL);
+    CHECK(ea == eb && ca == cb, "%s eval: fused loss %.9g (%d correct), unfused %.9g (%d)", s->name,
+          eb, cb, ea, ca);
+    CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
+          "%s eval: fused logits differ", s->name);
+    free(x), free(y);
+    nn_model_free(a), nn_model_free(b);
+}
+
 /* Plain SGD on one fixed batch must drive the loss down. */
 static void test_fits_batch(const spec *s, float lr, int steps)
 {
@@ -499,6 +545,9 @@ int main(void)
     test_shapes_and_describe();
     test_layer_kinds();
     test_determinism_and_state();
+    test_fusion(&(spec){"resnet-20", 9, 10, 2, 4, 5}, 1, 9);
+    test_fusion(&(spec){"resnet-50", 40, 40, 3, 4, 3}, 16, 16);
+    test_fusion(&(spec){"inception-mini", 9, 9, 2, 3, 4}, 1, 0);
     const spec fit[] = {{"mlp", 8, 8, 1, 4, 16},
                         {"lenet5", 16, 16, 1, 4, 16},
                         {"inception-mini", 12, 12, 1, 4, 16}};

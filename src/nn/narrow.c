@@ -206,9 +206,26 @@ AVX512 static void nn_32(int M, int K, int R, const float *A, int lda, const flo
             _mm512_mask_storeu_ps(c + 16, km, vh);
         }
     }
-    if (i < M)
-        nn_port(M - i, K, R, A + (size_t)i * lda, lda, B, ldb, bias, relu, C + (size_t)i * ldc, ldc,
-                acc);
+    /* the last rows one at a time with the same arithmetic, so that a row's
+     * result does not depend on where a call's rows start or end */
+    for (; i < M; i++) {
+        __m512 l0 = zero, h0 = zero;
+        const float *a = A + (size_t)i * lda;
+        for (int r = 0; r < R; r++) {
+            __m512 a0 = _mm512_set1_ps(a[r]);
+            l0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(B + (size_t)r * ldb), l0);
+            h0 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(km, B + (size_t)r * ldb + 16), h0);
+        }
+        float *c = C + (size_t)i * ldc;
+        __m512 vl = _mm512_add_ps(l0, blo), vh = _mm512_add_ps(h0, bhi);
+        if (acc) {
+            vl = _mm512_add_ps(vl, _mm512_loadu_ps(c));
+            vh = _mm512_add_ps(vh, _mm512_maskz_loadu_ps(km, c + 16));
+        }
+        if (relu) vl = _mm512_max_ps(vl, zero), vh = _mm512_max_ps(vh, zero);
+        _mm512_storeu_ps(c, vl);
+        _mm512_mask_storeu_ps(c + 16, km, vh);
+    }
 }
 
 /* NB rows of C = A^T D, K <= 16, with U independent accumulators per row

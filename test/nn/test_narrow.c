@@ -1,7 +1,8 @@
 /* test_narrow.c - the narrow-side products (narrow.c), AVX-512 and portable
  * paths, against nn_gemm_ref: every K up to 32, odd M and R, remainders of
- * the register blocks, lda > R, bias, ReLU and accumulation; and the
- * convolution-row kernels against direct loops. */
+ * the register blocks, lda > R, bias, ReLU and accumulation; rows that
+ * do not depend on how a call's rows are split; and the convolution-row
+ * kernels against direct loops. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,31 @@ static void check_shape(int M, int K, int R, int pad, bool simd)
     free(BT), free(E), free(Eref);
 }
 
+/* A row of nn_narrow_nn does not depend on which rows share its call:
+ * rows [0, M) in one call and in two calls split at every a give the same
+ * bits (the convolutions cut a batch's rows into tasks by the shapes, and a
+ * different cut must not change a result). */
+static void check_row_split(int M, int K, int R, bool simd)
+{
+    float *A = rand_vec((size_t)M * R), *B = rand_vec((size_t)R * K), *bias = rand_vec(K);
+    float *C0 = rand_vec((size_t)M * K), *one = pst_malloc(sizeof(float) * M * K);
+    float *two = pst_malloc(sizeof(float) * M * K);
+    for (int acc = 0; acc < 2; acc++) {
+        memcpy(one, C0, sizeof(float) * M * K);
+        nn_narrow_nn(M, K, R, A, R, B, K, bias, true, one, K, acc);
+        for (int a = 1; a < M; a++) {
+            memcpy(two, C0, sizeof(float) * M * K);
+            nn_narrow_nn(a, K, R, A, R, B, K, bias, true, two, K, acc);
+            nn_narrow_nn(M - a, K, R, A + (size_t)a * R, R, B, K, bias, true, two + (size_t)a * K,
+                         K, acc);
+            CHECK(memcmp(one, two, sizeof(float) * M * K) == 0,
+                  "nn simd=%d M%d K%d R%d acc%d: rows split at %d differ from one call", simd, M, K,
+                  R, acc, a);
+        }
+    }
+    free(A), free(B), free(bias), free(C0), free(one), free(two);
+}
+
 /* The convolution-row kernels against direct loops: NR output rows read
  * from a padded image (rows SW*WpC apart, output rows ldo apart), with and
  * without accumulation, and one row's input gradient added into one. */
@@ -140,6 +166,7 @@ int main(void)
                                  {33, 32, 97}, {8, 16, 16},   {3, 17, 200}, {100, 5, 1}};
         for (size_t i = 0; i < PST_ARRAY_LEN(shapes); i++)
             check_shape(shapes[i][0], shapes[i][1], shapes[i][2], (int)i % 3, simd);
+        for (int K = 4; K <= NN_NARROW_MAX; K += 4) check_row_split(19, K, 37, simd);
         /*                OW SW C KH KW K */
         const int rows[][6] = {{10, 1, 6, 5, 5, 16},  {28, 1, 1, 5, 5, 6},  {7, 2, 3, 3, 3, 24},
                                {13, 1, 16, 3, 3, 32}, {1, 1, 2, 1, 4, 5},   {9, 3, 2, 2, 3, 17},

@@ -221,6 +221,45 @@ static bool fast_dcol_ok(const nn_conv_dims *d)
 
 /* ---- the dispatch: tasks on the pool (conv_tasks.c) -------------------- */
 
+/* Every loop of a layer gets CONV_MIN_TASKS near-equal tasks where the
+ * shape allows: with fewer (3 chunks of 27, 27 and 10 images, say), two
+ * threads wait for each other at the loop's end, and the pool cannot
+ * balance threads that run at different speeds. Where the images or rows
+ * are independent (forward, input gradient), the cut changes no result;
+ * the weight gradient's 1x1 GEMM path adds blocks of kernel rows, which
+ * leave every sum as it was. */
+#define CONV_MIN_TASKS 8
+#define CONV_MIN_ROWS 256     /* rows of a pointwise block, at least */
+#define CONV_WG_POINT_ROWS 16 /* kernel rows of a 1x1 GEMM weight-gradient block, at least */
+
+/* Blocks of images of the GEMM / narrow / one-channel forward and input
+ * gradient: a chunk (nn_conv_chunk) each at most, CONV_MIN_TASKS at least. */
+static int image_blocks(const nn_conv_dims *d)
+{
+    int chunk = nn_conv_chunk(d), nb = (d->N + chunk - 1) / chunk;
+    int want = d->N < CONV_MIN_TASKS ? d->N : CONV_MIN_TASKS;
+    return nb > want ? nb : want;
+}
+
+/* Row blocks of a pointwise product with nkb channel blocks: CONV_ROWS
+ * rows each at most; more, down to CONV_MIN_ROWS, for CONV_MIN_TASKS
+ * tasks. */
+static int point_row_blocks(int rows, int nkb)
+{
+    int nb = (rows + CONV_ROWS - 1) / CONV_ROWS, want = (CONV_MIN_TASKS + nkb - 1) / nkb;
+    int most = rows / CONV_MIN_ROWS > 1 ? rows / CONV_MIN_ROWS : 1;
+    if (want > most) want = most;
+    return nb > want ? nb : want;
+}
+
+/* Kernel-row blocks of the 1x1 GEMM weight gradient with S slices. */
+static int point_wgrad_row_blocks(const nn_conv_dims *d, int S)
+{
+    int want = (CONV_MIN_TASKS + S - 1) / S, most = d->C / CONV_WG_POINT_ROWS;
+    if (want > most) want = most;
+    return want > 1 ? want : 1;
+}
+
 static void conv_for(nn_pool *pool, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
     nn_pool_for(pool, ntasks, fn, arg);
@@ -247,8 +286,8 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
         nn_cv_pack_par(pool, wp, w, d, false);
         j.wp = wp, j.nkb = (d->K + 63) / 64;
         if (conv_is_pointwise(d)) {
-            int rows = d->N * d->H * d->W;
-            conv_for(pool, (rows + CONV_ROWS - 1) / CONV_ROWS * j.nkb, nn_cv_fwd_point_task, &j);
+            j.nrc = point_row_blocks(d->N * d->H * d->W, j.nkb);
+            conv_for(pool, j.nrc * j.nkb, nn_cv_fwd_point_task, &j);
             return;
         }
         j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
@@ -256,8 +295,8 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
         conv_for(pool, j.ngroups * j.nkb, nn_cv_fwd_fast_task, &j);
         return;
     }
-    j.chunk = nn_conv_chunk(d);
-    conv_for(pool, (d->N + j.chunk - 1) / j.chunk, nn_cv_fwd_gemm_task, &j);
+    j.nib = image_blocks(d);
+    conv_for(pool, j.nib, nn_cv_fwd_gemm_task, &j);
 }
 
 /* Blocks of kernel rows of the fast weight gradient: at most CONV_WG_ROWS
@@ -323,6 +362,9 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
         const int nkb = (K + 63) / 64;
         nn_cv_job_reset_tags(&j, pool);
         conv_for(pool, j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg), nn_cv_wgrad_fast_task, &j);
+    } else if (conv_is_pointwise(d)) {
+        j.nr = point_wgrad_row_blocks(d, j.S);
+        conv_for(pool, j.S * j.nr, nn_cv_wgrad_point_task, &j);
     } else {
         conv_for(pool, j.S, nn_cv_wgrad_gemm_task, &j);
     }
@@ -338,10 +380,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
         j.wp = wp;
         int nkb = (d->C + 63) / 64;
         nn_cv_job_reset_tags(&j, pool);
-        if (conv_is_pointwise(d))
-            conv_for(pool, (d->N * d->H * d->W + CONV_ROWS - 1) / CONV_ROWS * nkb,
-                     nn_cv_dgrad_point_task, &j);
-        else if (strided_pointwise(d))
+        if (conv_is_pointwise(d)) {
+            j.nrc = point_row_blocks(d->N * d->H * d->W, nkb);
+            conv_for(pool, j.nrc * nkb, nn_cv_dgrad_point_task, &j);
+        } else if (strided_pointwise(d))
             conv_for(pool, j.ngroups, nn_cv_dgrad_strided_point_task, &j);
         else
             conv_for(pool, j.ngroups * nkb, nn_cv_dgrad_fast_task, &j);
@@ -354,6 +396,6 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
         conv_for(pool, d->N, nn_cv_dgrad_dcol_task, &j);
         return;
     }
-    j.chunk = nn_conv_chunk(d);
-    conv_for(pool, (d->N + j.chunk - 1) / j.chunk, nn_cv_dgrad_gemm_task, &j);
+    j.nib = image_blocks(d);
+    conv_for(pool, j.nib, nn_cv_dgrad_gemm_task, &j);
 }

@@ -29,7 +29,8 @@
 #endif
 
 #define CONV_SLACK 16  /* floats after each scratch area */
-#define CONV_ROWS 1024 /* rows per task of a pointwise product */
+#define CONV_ROWS 1024 /* rows per task of a pointwise product, at most */
+#define CONV_TILE 12   /* rows of a register tile of the fast kernels */
 #define CONV_HDR 16    /* floats before each thread's scratch: a tag */
 #define CONV_RED 16384 /* floats per task of the weight-gradient reduction */
 
@@ -120,6 +121,9 @@ AVX512 void nn_cv_col2im_simd(float *dpad, const float *dcol, const nn_conv_dims
  * input gradient), dinp too (only dw). */
 void nn_cv_forward_gemm(float *out, const float *inp, const float *w, const float *b,
                         const nn_conv_dims *d, bool relu, float *scratch);
+/* dw[R][K] = x^T dy over `rows` pixels of a 1x1 layer, x's rows ldx apart
+ * (R of its columns: a block of input channels): narrow or BLIS. */
+void nn_cv_point_dw(float *dw, const float *x, int ldx, const float *dy, int rows, int R, int K);
 void nn_cv_backward_gemm(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
                          const float *inp, const float *w, const nn_conv_dims *d, bool relu,
                          float *scratch);
@@ -137,6 +141,7 @@ typedef struct conv_job {
     float *scratch;  /* thread t's: scratch + t*stride */
     size_t stride;
     int G, ngroups, nkb, S, nr, chunk, nrc;
+    int nib; /* GEMM path: blocks of images (forward, input gradient) */
     int kbg; /* weight gradient: channel blocks per task */
 } conv_job;
 
@@ -165,6 +170,7 @@ void nn_cv_fwd_gemm_task(void *arg, int task, int tid);
 void nn_cv_wgrad_fast_task(void *arg, int task, int tid);
 void nn_cv_wgrad_pad_task(void *arg, int task, int tid);
 void nn_cv_wgrad_gemm_task(void *arg, int task, int tid);
+void nn_cv_wgrad_point_task(void *arg, int task, int tid);
 void nn_cv_wgrad_reduce_task(void *arg, int task, int tid);
 void nn_cv_dgrad_fast_task(void *arg, int task, int tid);
 void nn_cv_dgrad_point_task(void *arg, int task, int tid);

@@ -6,14 +6,14 @@
  * thread runs it (tid picks the scratch), so results do not depend on the
  * thread count (pool.h's rule).
  *   forward          fast: (group of images, 64 output channels); pointwise:
- *                    (CONV_ROWS rows, 64 channels); GEMM: chunk of images
+ *                    (block of rows, 64 channels); GEMM: block of images
  *   weight gradient  fast: (slice of the batch, block of kernel rows, group
  *                    of 64-channel blocks), each slice into its own partial,
  *                    then the reduction adds the partials in slice order;
- *                    GEMM: slice
+ *                    GEMM: slice; GEMM, 1x1: (slice, block of kernel rows)
  *   input gradient   fast: (group of images of dy, 64 input channels);
  *                    pointwise: (rows, channels); projection: group; dcol:
- *                    image; GEMM: chunk of images
+ *                    image; GEMM: block of images
  */
 #include "conv_impl.h"
 
@@ -116,26 +116,39 @@ void nn_cv_fwd_fast_task(void *arg, int task, int tid)
     nn_cf_forward(o, pad, &g, j->wp, d->K, kb, j->b, j->relu, false);
 }
 
-/* forward, fast, pointwise: task = (CONV_ROWS rows, channel block), read in place */
+/* Rows [r0, r1) of block rc of a pointwise product cut into j->nrc blocks
+ * of whole register tiles (the last block ends at the last row). */
+static void point_rows(const conv_job *j, int rc, int *r0, int *r1)
+{
+    const int rows = j->d->N * j->d->H * j->d->W, tiles = (rows + CONV_TILE - 1) / CONV_TILE;
+    int lo, hi;
+    block_of(tiles, j->nrc, rc, &lo, &hi);
+    *r0 = lo * CONV_TILE;
+    *r1 = hi * CONV_TILE < rows ? hi * CONV_TILE : rows;
+}
+
+/* forward, fast, pointwise: task = (block of rows, channel block), read in place */
 void nn_cv_fwd_point_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    int rc = task / j->nkb, kb = task % j->nkb, rows = d->N * d->H * d->W;
-    int r0 = rc * CONV_ROWS, r1 = rows - r0 < CONV_ROWS ? rows : r0 + CONV_ROWS;
+    int rc = task / j->nkb, kb = task % j->nkb, r0, r1;
+    point_rows(j, rc, &r0, &r1);
     nn_cf_geom g = {1, r1 - r0, 0, d->C, 1, 0, d->C, 1, 0};
     nn_cf_forward(j->out + (size_t)r0 * d->K, j->inp + (size_t)r0 * d->C, &g, j->wp, d->K, kb, j->b,
                   j->relu, false);
     (void)tid;
 }
 
-/* forward, GEMM / narrow / one-channel path: task = chunk of images */
+/* forward, GEMM / narrow / one-channel path: task = block of images (of
+ * j->nib near-equal blocks; at most a chunk each) */
 void nn_cv_fwd_gemm_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    int n0 = task * j->chunk, nn = d->N - n0 < j->chunk ? d->N - n0 : j->chunk;
-    nn_conv_dims s = sub_batch(d, nn);
+    int n0, n1;
+    block_of(d->N, j->nib, task, &n0, &n1);
+    nn_conv_dims s = sub_batch(d, n1 - n0);
     nn_cv_forward_gemm(j->out + (size_t)n0 * d->OH * d->OW * d->K,
                        j->inp + (size_t)n0 * d->H * d->W * d->C, j->w, j->b, &s, j->relu,
                        job_front(j, tid));
@@ -200,6 +213,24 @@ void nn_cv_wgrad_gemm_task(void *arg, int task, int tid)
         j->inp + (size_t)a * d->H * d->W * d->C, j->w, &s, false, job_front(j, tid));
 }
 
+/* weight gradient of a 1x1 layer on the GEMM path: task = (slice of the
+ * batch, block of kernel rows, i.e. input channels): dw rows [r0, r1) =
+ * x[:, r0:r1]^T dy over the slice's pixels (a small batch of small images
+ * has one slice: the rows give the other threads work) */
+void nn_cv_wgrad_point_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int C = d->C, K = d->K, P = d->H * d->W, s = task / j->nr;
+    int a, e, r0, r1;
+    block_of(d->N, j->S, s, &a, &e);
+    block_of(C, j->nr, task % j->nr, &r0, &r1);
+    float *target = s == 0 ? j->dw : j->part + (size_t)(s - 1) * C * K;
+    nn_cv_point_dw(target + (size_t)r0 * K, j->inp + (size_t)a * P * C + r0, C,
+                   j->dout + (size_t)a * P * K, (e - a) * P, r1 - r0, K);
+    (void)tid;
+}
+
 /* dw += the partials of slices 1..S-1, in slice order: task = 16K floats */
 void nn_cv_wgrad_reduce_task(void *arg, int task, int tid)
 {
@@ -236,8 +267,8 @@ void nn_cv_dgrad_point_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    int nkb = (d->C + 63) / 64, rc = task / nkb, cb = task % nkb, rows = d->N * d->H * d->W;
-    int r0 = rc * CONV_ROWS, r1 = rows - r0 < CONV_ROWS ? rows : r0 + CONV_ROWS;
+    int nkb = (d->C + 63) / 64, rc = task / nkb, cb = task % nkb, r0, r1;
+    point_rows(j, rc, &r0, &r1);
     nn_cf_geom g = {1, r1 - r0, 0, d->K, 1, 0, d->K, 1, 0};
     nn_cf_forward(j->dinp + (size_t)r0 * d->C, j->dout + (size_t)r0 * d->K, &g, j->wp, d->C, cb,
                   NULL, false, j->acc);
@@ -308,13 +339,14 @@ void nn_cv_dgrad_dcol_task(void *arg, int task, int tid)
 #endif
 }
 
-/* input gradient, other paths: task = chunk of images */
+/* input gradient, other paths: task = block of images (as the forward's) */
 void nn_cv_dgrad_gemm_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    int n0 = task * j->chunk, nn = d->N - n0 < j->chunk ? d->N - n0 : j->chunk;
-    nn_conv_dims s = sub_batch(d, nn);
+    int n0, n1;
+    block_of(d->N, j->nib, task, &n0, &n1);
+    nn_conv_dims s = sub_batch(d, n1 - n0);
     nn_cv_backward_gemm(j->dinp + (size_t)n0 * d->H * d->W * d->C, j->acc, NULL, NULL,
                         (float *)j->dout + (size_t)n0 * d->OH * d->OW * d->K, NULL,
                         j->inp + (size_t)n0 * d->H * d->W * d->C, j->w, &s, false,

@@ -96,6 +96,14 @@ int main(void)
          * input gradient as a convolution of dy, dw in whole vectors */
         test_conv_threads(6, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(5, 10, 9, 16, 8, 3, 3, 1, 1, 1, 1, false);
+        /* narrow 1x1 layers (inception-mini's reductions): the weight
+         * gradient in blocks of input channels within one slice and within
+         * two; images in 8 blocks of 1-2 (odd rows per block); pointwise
+         * rows of the fast kernels in 6 blocks of whole tiles */
+        test_conv_threads(9, 7, 7, 128, 16, 1, 1, 1, 1, 0, 0, true);
+        test_conv_threads(12, 20, 20, 40, 12, 1, 1, 1, 1, 0, 0, false);
+        test_conv_threads(9, 5, 7, 20, 24, 1, 1, 1, 1, 0, 0, true);
+        test_conv_threads(9, 15, 13, 24, 40, 1, 1, 1, 1, 0, 0, false);
     }
     /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
      * 2), AVX-512 and portable: several blocks of tiles, odd sizes,

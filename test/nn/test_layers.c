@@ -944,6 +944,10 @@ int main(void)
          * channel blocks in one task) and several prefetched pixel blocks:
          * odd pixel counts, channels not multiples of 16, batch 1 */
         test_conv_paths(8, 45, 47, 24, 80, 1, 1, 1, 1, 0, 0);
+        /* narrow 1x1 layers: the narrow kernels against BLIS, the weight
+         * gradient in blocks of input channels */
+        test_conv_paths(9, 7, 7, 128, 16, 1, 1, 1, 1, 0, 0);
+        test_conv_paths(12, 20, 20, 40, 12, 1, 1, 1, 1, 0, 0);
         test_conv_paths(8, 92, 91, 20, 72, 1, 1, 2, 2, 0, 0);
         test_conv_paths(1, 40, 41, 200, 40, 1, 1, 1, 1, 0, 0);
         test_conv_paths(1, 33, 35, 40, 200, 1, 1, 1, 1, 0, 0);

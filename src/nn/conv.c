@@ -120,6 +120,35 @@ static size_t fast_floats(const nn_conv_dims *d)
     size_t wp = nn_cf_packed_floats(R, d->K), wpt = nn_cf_packed_floats(d->KH * d->KW * d->K, d->C);
     return fast_pad_floats(d) + align16(wp > wpt ? wp : wpt);
 }
+/* The input gradient of the other strided layers through the fast kernel
+ * (nn_cv_dgrad_dcolg_task): groups of images of at least CONV_GROUP_PIXELS
+ * output pixels, their padded gradients within CONV_GROUP_FLOATS, the
+ * groups of near-equal size (N = 8 at 7x7: two groups of 4, not 6 + 2). */
+static bool dcolg_ok(const nn_conv_dims *d);
+static int dcolg_group(const nn_conv_dims *d)
+{
+    size_t P = (size_t)d->OH * d->OW, per = img_floats(d);
+    size_t G = (CONV_GROUP_PIXELS + P - 1) / P, cap = CONV_GROUP_FLOATS / per;
+    if (G > cap) G = cap;
+    if (G > (size_t)d->N) G = (size_t)d->N;
+    if (G < 1) G = 1;
+    size_t ng = ((size_t)d->N + G - 1) / G;
+    return (int)(((size_t)d->N + ng - 1) / ng);
+}
+static size_t dcolg_pad_floats(const nn_conv_dims *d)
+{
+    return align16((size_t)dcolg_group(d) * img_floats(d) + CONV_SLACK);
+}
+static size_t dcolg_buf_floats(const nn_conv_dims *d)
+{
+    return align16((size_t)dcolg_group(d) * d->OH * d->OW * 64 + CONV_SLACK);
+}
+static size_t dcolg_floats(const nn_conv_dims *d)
+{
+    if (!dcolg_ok(d)) return 0;
+    return dcolg_pad_floats(d) + dcolg_buf_floats(d) +
+           align16(nn_cf_packed_floats(d->K, d->KH * d->KW * d->C));
+}
 static size_t gemm_floats(const nn_conv_dims *d)
 {
     return conv_is_pointwise(d) ? wt_floats(d) : col_floats(d) + pad_floats(d) + wt_floats(d);
@@ -127,8 +156,9 @@ static size_t gemm_floats(const nn_conv_dims *d)
 /* A thread's working area (after the header): either path's layout. */
 static size_t front_floats(const nn_conv_dims *d)
 {
-    size_t g = gemm_floats(d), f = fast_floats(d), wi = nn_wino_scratch(d);
+    size_t g = gemm_floats(d), f = fast_floats(d), wi = nn_wino_scratch(d), dg = dcolg_floats(d);
     if (wi > f) f = wi;
+    if (dg > f) f = dg;
     return align16(g > f ? g : f);
 }
 /* Slices of the batch whose weight gradients are summed separately (then
@@ -218,6 +248,11 @@ static bool fast_dcol_ok(const nn_conv_dims *d)
     return nn_cf_ok(d) && !fast_dgrad_ok(d) && !conv_is_pointwise(d) &&
            packed <= CONV_DCOL_PACKED && col_floats(d) >= dcol_block_floats(d) + packed;
 }
+/* The other strided (or over-padded) layers of the fast kernel. */
+static bool dcolg_ok(const nn_conv_dims *d)
+{
+    return nn_cf_ok(d) && !fast_dgrad_ok(d) && !conv_is_pointwise(d) && !fast_dcol_ok(d);
+}
 
 /* ---- the dispatch: tasks on the pool (conv_tasks.c) -------------------- */
 
@@ -299,20 +334,19 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
     conv_for(pool, j.nib, nn_cv_fwd_gemm_task, &j);
 }
 
-/* Blocks of kernel rows of the fast weight gradient: at most CONV_WG_ROWS
- * rows each; when `split` (the images are read in place or padded once for
- * all tasks), more, down to CONV_WG_MIN_ROWS rows, until the slices, row
- * blocks and channel blocks make CONV_WG_TASKS tasks: a layer of small
- * images has one slice, and one task would leave the other threads idle.
- * No sum changes with the cut (every dw element still sums its slice's
- * pixels in order), so the cut may depend on how the images are read. */
+/* Blocks of kernel rows of the fast weight gradient when its images are
+ * read in place or padded once for all tasks: at most CONV_WG_ROWS rows
+ * each, more, down to CONV_WG_MIN_ROWS rows, until the slices, row blocks
+ * and channel blocks make CONV_WG_TASKS tasks: a layer of small images has
+ * one slice, and one task would leave the other threads idle. No sum
+ * changes with the cut (every dw element still sums its slice's pixels in
+ * order), so the cut may depend on how the images are read. */
 #define CONV_WG_TASKS 8
 #define CONV_WG_MIN_ROWS 16
-static int wgrad_row_blocks(const nn_conv_dims *d, int S, bool split)
+static int wgrad_row_blocks(const nn_conv_dims *d, int S)
 {
     const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
     int nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS, per = S * nkb;
-    if (!split) return nr;
     int want = (CONV_WG_TASKS + per - 1) / per, most = R / CONV_WG_MIN_ROWS;
     if (want > most) want = most;
     return nr > want ? nr : want;
@@ -326,6 +360,17 @@ static int wgrad_kb_group(const nn_conv_dims *d, int S, int nr)
 {
     const int nkb = (d->K + 63) / 64;
     return d->KH == 1 && d->KW == 1 && S * nr >= CONV_WG_TASKS ? nkb : 1;
+}
+
+/* Input-channel ranges per slice of the fast weight gradient of padded
+ * images (nn_cv_wgrad_chan_task): enough for CONV_WG_TASKS tasks, each
+ * range KW*C' >= 16 floats wide (the register tiles' rows). */
+static int wgrad_chan_blocks(const nn_conv_dims *d, int S)
+{
+    int nch = (CONV_WG_TASKS + S - 1) / S, most = d->KW * d->C / 16;
+    if (nch > most) nch = most;
+    if (nch > d->C) nch = d->C;
+    return nch < 1 ? 1 : nch;
 }
 
 void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
@@ -357,11 +402,15 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             memset(j.shared + (size_t)d->N * img_floats(d), 0, sizeof(float) * CONV_SLACK);
             conv_for(pool, d->N, nn_cv_wgrad_pad_task, &j);
         }
-        j.nr = wgrad_row_blocks(d, j.S, unpadded(d) || j.shared);
-        j.kbg = wgrad_kb_group(d, j.S, j.nr);
-        const int nkb = (K + 63) / 64;
-        nn_cv_job_reset_tags(&j, pool);
-        conv_for(pool, j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg), nn_cv_wgrad_fast_task, &j);
+        if (unpadded(d) || j.shared) {
+            j.nr = wgrad_row_blocks(d, j.S);
+            j.kbg = wgrad_kb_group(d, j.S, j.nr);
+            const int nkb = (K + 63) / 64;
+            conv_for(pool, j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg), nn_cv_wgrad_fast_task, &j);
+        } else {
+            j.nch = wgrad_chan_blocks(d, j.S), j.padf = fast_pad_floats(d);
+            conv_for(pool, j.S * j.nch, nn_cv_wgrad_chan_task, &j);
+        }
     } else if (conv_is_pointwise(d)) {
         j.nr = point_wgrad_row_blocks(d, j.S);
         conv_for(pool, j.S * j.nr, nn_cv_wgrad_point_task, &j);
@@ -391,9 +440,18 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     }
     if (fast_dcol_ok(d)) {
         float *wp = job_front(&j, 0) + dcol_block_floats(d);
-        nn_cv_pack_transposed(wp, w, R, K);
+        nn_cv_pack_transposed(pool, wp, w, R, K);
         j.wp = wp;
         conv_for(pool, d->N, nn_cv_dgrad_dcol_task, &j);
+        return;
+    }
+    if (dcolg_ok(d)) {
+        j.G = dcolg_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
+        j.padf = dcolg_pad_floats(d);
+        float *wp = job_front(&j, 0) + j.padf + dcolg_buf_floats(d);
+        nn_cv_pack_transposed(pool, wp, w, R, K);
+        j.wp = wp;
+        conv_for(pool, j.ngroups, nn_cv_dgrad_dcolg_task, &j);
         return;
     }
     j.nib = image_blocks(d);

@@ -259,8 +259,9 @@ static INLINE const char *pf_take(cf_pf *s, int want, int *n)
     return p;
 }
 
-/* dW rows [r, r + n) (n <= MR, within one segment) x NV vectors (+)= the
- * pixels [p0, p0 + np) of one image; base[] holds their window starts.
+/* dW rows [r, r + n) (n <= MR, within one segment; dw points at row r's
+ * first channel) x NV vectors (+)= the pixels [p0, p0 + np) of one image;
+ * base[] holds their window starts.
  * Prefetches the npf lines at pf, one per pixel. */
 AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n, int seg, int WpC,
                                   const float *pad, const size_t *base, const float *dy, int ldd,
@@ -271,9 +272,8 @@ AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
-            c[i][v] = load && i < n
-                          ? _mm512_maskz_loadu_ps(mk[v], dw + (size_t)(r + i) * K + 16 * v)
-                          : _mm512_setzero_ps();
+            c[i][v] = load && i < n ? _mm512_maskz_loadu_ps(mk[v], dw + (size_t)i * K + 16 * v)
+                                    : _mm512_setzero_ps();
     const int kh = r / seg, j = r - kh * seg;
     const float *a0 = pad + (size_t)kh * WpC + j;
     for (int q = 0; q < np; q++) {
@@ -295,39 +295,44 @@ AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n
         if (i >= n) break;
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(dw + (size_t)(r + i) * K + 16 * v, mk[v], c[i][v]);
+            _mm512_mask_storeu_ps(dw + (size_t)i * K + 16 * v, mk[v], c[i][v]);
     }
 }
 
-/* Rows [r0, r1) in tiles of MR rows that stay within a segment; a short
- * tile at a segment's end is split into tiles of 4, 2 and 1 rows, so no
- * window is read past its segment. */
+/* Rows [r0, r1) in tiles of MR rows that stay within a segment and a run;
+ * a short tile at a segment's or run's end is split into tiles of 4, 2 and
+ * 1 rows, so no window is read past its segment. Row r of the windows is
+ * row (r / run) * run_ld + r % run of dw. */
 AVX512 static INLINE void dw_rows(int MR, int NV, float *dw, int K, int r0, int r1, int seg,
                                   int WpC, const float *pad, const size_t *base, const float *dy,
-                                  int ldd, int np, const __mmask16 *mk, bool load, cf_pf *pfs)
+                                  int ldd, int np, const __mmask16 *mk, bool load, cf_pf *pfs,
+                                  int run, int run_ld)
 {
     for (int r = r0; r < r1;) {
-        int j = r % seg, n = seg - j, npf;
+        int j = r % seg, n = seg - j, npf, u = r % run;
         if (n > r1 - r) n = r1 - r;
+        if (n > run - u) n = run - u;
+        float *dwr = dw + ((size_t)(r / run) * run_ld + u) * K;
         const char *pf = pf_take(pfs, np, &npf);
         if (n >= MR) {
-            dw_tile(MR, NV, dw, K, r, MR, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
+            dw_tile(MR, NV, dwr, K, r, MR, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += MR;
         } else if (n >= 4) {
-            dw_tile(4, NV, dw, K, r, 4, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
+            dw_tile(4, NV, dwr, K, r, 4, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += 4;
         } else if (n >= 2) {
-            dw_tile(2, NV, dw, K, r, 2, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
+            dw_tile(2, NV, dwr, K, r, 2, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += 2;
         } else {
-            dw_tile(1, NV, dw, K, r, 1, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
+            dw_tile(1, NV, dwr, K, r, 1, seg, WpC, pad, base, dy, ldd, np, mk, load, pf, npf);
             r += 1;
         }
     }
 }
 
 AVX512 static void cf_dw_simd(float *dw, const float *pad, const nn_cf_geom *g, const float *dy,
-                              int K, int kb0, int kb1, int r0, int r1, bool acc)
+                              int K, int kb0, int kb1, int r0, int r1, bool acc, int run,
+                              int run_ld)
 {
     const int P = g->nimg * g->OH * g->OW, nb = kb1 - kb0;
     /* dy's channel blocks of a pixel block, contiguous when K > 64 */
@@ -391,13 +396,16 @@ AVX512 static void cf_dw_simd(float *dw, const float *pad, const nn_cf_geom *g, 
             float *w = dw + k0;
             switch (NV) {
             case 4:
-                dw_rows(6, 4, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs);
+                dw_rows(6, 4, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs,
+                        run, run_ld);
                 break;
             case 3:
-                dw_rows(8, 3, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs);
+                dw_rows(8, 3, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs,
+                        run, run_ld);
                 break;
             default:
-                dw_rows(12, 2, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs);
+                dw_rows(12, 2, w, K, r0, r1, g->seg, g->WpC, pad, base, d, ldd, np, mk, load, &pfs,
+                        run, run_ld);
             }
         }
     }
@@ -414,13 +422,20 @@ void nn_cf_forward(float *out, const float *pad, const nn_cf_geom *g, const floa
 #endif
 }
 
+void nn_cf_dw_runs(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K,
+                   int kb0, int kb1, int r0, int r1, bool acc, int run, int run_ld)
+{
+#if CF_X86
+    cf_dw_simd(dw, pad, g, dy, K, kb0, kb1, r0, r1, acc, run, run_ld);
+#else
+    (void)dw, (void)pad, (void)g, (void)dy, (void)K, (void)kb0, (void)kb1, (void)r0, (void)r1,
+        (void)acc, (void)run, (void)run_ld;
+#endif
+}
+
 void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb0,
               int kb1, int r0, int r1, bool acc)
 {
-#if CF_X86
-    cf_dw_simd(dw, pad, g, dy, K, kb0, kb1, r0, r1, acc);
-#else
-    (void)dw, (void)pad, (void)g, (void)dy, (void)K, (void)kb0, (void)kb1, (void)r0, (void)r1,
-        (void)acc;
-#endif
+    const int R = g->KH * g->seg;
+    nn_cf_dw_runs(dw, pad, g, dy, K, kb0, kb1, r0, r1, acc, R, R);
 }

@@ -141,8 +141,10 @@ typedef struct conv_job {
     float *scratch;  /* thread t's: scratch + t*stride */
     size_t stride;
     int G, ngroups, nkb, S, nr, chunk, nrc;
-    int nib; /* GEMM path: blocks of images (forward, input gradient) */
-    int kbg; /* weight gradient: channel blocks per task */
+    int nib;     /* GEMM path: blocks of images (forward, input gradient) */
+    int kbg;     /* weight gradient: channel blocks per task */
+    int nch;     /* weight gradient, padded: input-channel ranges per slice */
+    size_t padf; /* floats of a thread's padded-image area */
 } conv_job;
 
 static inline float *job_front(const conv_job *j, int tid)
@@ -160,14 +162,16 @@ void nn_cv_job_reset_tags(const conv_job *j, nn_pool *pool);
 /* The kernel packed for the fast kernels on the pool, a block of 64 output
  * columns per task; flip = the input gradient's flipped, transposed kernel. */
 void nn_cv_pack_par(nn_pool *pool, float *wp, const float *w, const nn_conv_dims *d, bool flip);
-/* wp = w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel. */
-void nn_cv_pack_transposed(float *wp, const float *w, int R, int K);
+/* wp = w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel, on the pool
+ * (a block of 64 kernel rows per task). */
+void nn_cv_pack_transposed(nn_pool *pool, float *wp, const float *w, int R, int K);
 
 /* The tasks (nn_pool_for's fn) of each pass and path; conv.c says how many. */
 void nn_cv_fwd_fast_task(void *arg, int task, int tid);
 void nn_cv_fwd_point_task(void *arg, int task, int tid);
 void nn_cv_fwd_gemm_task(void *arg, int task, int tid);
 void nn_cv_wgrad_fast_task(void *arg, int task, int tid);
+void nn_cv_wgrad_chan_task(void *arg, int task, int tid);
 void nn_cv_wgrad_pad_task(void *arg, int task, int tid);
 void nn_cv_wgrad_gemm_task(void *arg, int task, int tid);
 void nn_cv_wgrad_point_task(void *arg, int task, int tid);
@@ -176,6 +180,7 @@ void nn_cv_dgrad_fast_task(void *arg, int task, int tid);
 void nn_cv_dgrad_point_task(void *arg, int task, int tid);
 void nn_cv_dgrad_strided_point_task(void *arg, int task, int tid);
 void nn_cv_dgrad_dcol_task(void *arg, int task, int tid);
+void nn_cv_dgrad_dcolg_task(void *arg, int task, int tid);
 void nn_cv_dgrad_gemm_task(void *arg, int task, int tid);
 
 #endif

@@ -167,7 +167,6 @@ void nn_cv_wgrad_fast_task(void *arg, int task, int tid)
     block_of(d->N, j->S, s, &a, &e);
     block_of(R, j->nr, task / nkg % j->nr, &r0, &r1);
     float *target = s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K;
-    float *pad = job_front(j, tid);
     const size_t img = img_floats(d), out_img = (size_t)d->OH * d->OW * d->K;
     if (j->shared) {
         /* the slice's images, padded once by nn_cv_wgrad_pad_task */
@@ -176,15 +175,70 @@ void nn_cv_wgrad_fast_task(void *arg, int task, int tid)
                  r1, false);
         return;
     }
+    /* unpadded: the images read in place (padded ones: nn_cv_wgrad_chan_task) */
     for (int n0 = a; n0 < e; n0 += j->G) {
         int ng = e - n0 < j->G ? e - n0 : j->G;
-        const float *src = j->inp + (size_t)n0 * d->H * d->W * d->C;
         nn_cf_geom g = direct_geom(d, ng);
-        if (!unpadded(d)) {
-            pad_group(j, tid, -1, pad, j->inp, d, n0, ng);
-            g = fast_geom(d, ng, img), src = pad;
+        nn_cf_dw(target, j->inp + (size_t)n0 * d->H * d->W * d->C, &g, j->dout + n0 * out_img, d->K,
+                 kb, kb1, r0, r1, n0 > a);
+    }
+}
+
+/* Image n's channels [c0, c0 + sub->C) of inp (shape d) as a whole padded
+ * image of sub->C channels (borders written as zeros: img_floats(sub)). */
+static void pad_channels(float *restrict pad, const float *inp, const nn_conv_dims *d,
+                         const nn_conv_dims *sub, int n, int c0)
+{
+    const int Hp = pad_h(d), Wp = pad_w(d), C = d->C, Cs = sub->C;
+    const int rows = d->H < Hp - d->PH ? d->H : Hp - d->PH;
+    const int cols = d->W < Wp - d->PW ? d->W : Wp - d->PW;
+    const float *img = inp + (size_t)n * d->H * d->W * C + c0;
+    for (int h = 0; h < Hp; h++) {
+        float *o = pad + (size_t)h * Wp * Cs;
+        int ih = h - d->PH;
+        if (ih < 0 || ih >= rows) {
+            memset(o, 0, sizeof(float) * Wp * Cs);
+            continue;
         }
-        nn_cf_dw(target, src, &g, j->dout + n0 * out_img, d->K, kb, kb1, r0, r1, n0 > a);
+        memset(o, 0, sizeof(float) * d->PW * Cs);
+        const float *src = img + (size_t)ih * d->W * C;
+        float *dst = o + (size_t)d->PW * Cs;
+        if (Cs == C)
+            memcpy(dst, src, sizeof(float) * cols * C);
+        else
+            for (int w = 0; w < cols; w++)
+                memcpy(dst + (size_t)w * Cs, src + (size_t)w * C, sizeof(float) * Cs);
+        memset(dst + (size_t)cols * Cs, 0, sizeof(float) * (Wp - d->PW - cols) * Cs);
+    }
+}
+
+/* weight gradient, fast, padded images (no shared padded batch): task =
+ * (slice of the batch, range of input channels), all output channels. The
+ * task pads only its channels of each image (a sub-image of C' channels),
+ * so a call copies the batch once, not once per block of kernel rows and
+ * output channels. The sub-image's window rows come in runs of C', one
+ * per tap, and land in rows tap*C + c0 of dw. No sum changes: every dw
+ * element still sums its slice's pixels in order. */
+void nn_cv_wgrad_chan_task(void *arg, int task, int tid)
+{
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64, s = task / j->nch;
+    int a, e, c0, c1;
+    block_of(d->N, j->S, s, &a, &e);
+    block_of(d->C, j->nch, task % j->nch, &c0, &c1);
+    nn_conv_dims sub = *d;
+    sub.C = c1 - c0;
+    const size_t img = img_floats(&sub), out_img = (size_t)d->OH * d->OW * d->K;
+    const int G = j->padf / img > 1 ? (int)(j->padf / img) : 1;
+    float *target = (s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K) + (size_t)c0 * d->K;
+    float *pad = job_front(j, tid);
+    for (int n0 = a; n0 < e; n0 += G) {
+        int ng = e - n0 < G ? e - n0 : G;
+        for (int i = 0; i < ng; i++) pad_channels(pad + i * img, j->inp, d, &sub, n0 + i, c0);
+        nn_cf_geom g = fast_geom(&sub, ng, img);
+        nn_cf_dw_runs(target, pad, &g, j->dout + n0 * out_img, d->K, 0, nkb, 0,
+                      d->KH * d->KW * sub.C, n0 > a, sub.C, d->C);
     }
 }
 
@@ -300,17 +354,73 @@ void nn_cv_dgrad_strided_point_task(void *arg, int task, int tid)
     }
 }
 
-void nn_cv_pack_transposed(float *wp, const float *w, int R, int K)
+/* Block rb of w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel:
+ * [K][64] of kernel rows [64 rb, 64 rb + 64), zeros past R; 16 k at a time,
+ * so a line of each source row goes into a 16 x 64 block that stays in L1. */
+#if CONV_X86
+/* dst[k][i] = src[i][k] for a 16 x 16 tile (rows lds / ldd floats apart):
+ * four stages, each swapping one bit of the row index with the same bit
+ * of the column index between pairs of registers. */
+AVX512 static void transpose16(float *dst, size_t ldd, const float *src, size_t lds)
 {
-    const int nrb = (R + 63) / 64;
-    for (int rb = 0; rb < nrb; rb++)
-        for (int k = 0; k < K; k++) {
-            float *o = wp + ((size_t)rb * K + k) * 64;
-            for (int i = 0; i < 64; i++) {
-                int r = rb * 64 + i;
-                o[i] = r < R ? w[(size_t)r * K + k] : 0.0f;
-            }
+    __m512 r[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int s = 1; s < 16; s <<= 1) {
+        int lo[16], hi[16];
+        for (int j = 0; j < 16; j++) {
+            lo[j] = j & s ? 16 + (j & ~s) : j;
+            hi[j] = j & s ? 16 + j : j | s;
         }
+        const __m512i il = _mm512_loadu_si512(lo), ih = _mm512_loadu_si512(hi);
+        for (int i = 0; i < 16; i++) {
+            if (i & s) continue;
+            __m512 a = r[i], b = r[i + s];
+            r[i] = _mm512_permutex2var_ps(a, il, b);
+            r[i + s] = _mm512_permutex2var_ps(a, ih, b);
+        }
+    }
+    for (int k = 0; k < 16; k++) _mm512_storeu_ps(dst + k * ldd, r[k]);
+}
+#endif
+
+static void pack_transposed_block(float *wp, const float *w, int R, int K, int rb)
+{
+    float *dst = wp + (size_t)rb * K * 64;
+    const int r0 = rb * 64, nr = R - r0 < 64 ? R - r0 : 64;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        const int nk = K - k0 < 16 ? K - k0 : 16;
+#if CONV_X86
+        if (nr == 64 && nk == 16 && nn_narrow_use_simd(-1)) {
+            for (int i0 = 0; i0 < 64; i0 += 16)
+                transpose16(dst + (size_t)k0 * 64 + i0, 64, w + (size_t)(r0 + i0) * K + k0, K);
+            continue;
+        }
+#endif
+        for (int i = 0; i < nr; i++)
+            for (int kk = 0; kk < nk; kk++)
+                dst[(size_t)(k0 + kk) * 64 + i] = w[(size_t)(r0 + i) * K + k0 + kk];
+        for (int kk = 0; kk < nk; kk++)
+            for (int i = nr; i < 64; i++) dst[(size_t)(k0 + kk) * 64 + i] = 0.0f;
+    }
+}
+
+typedef struct packt_job {
+    float *wp;
+    const float *w;
+    int R, K;
+} packt_job;
+
+static void packt_task(void *arg, int rb, int tid)
+{
+    const packt_job *p = arg;
+    pack_transposed_block(p->wp, p->w, p->R, p->K, rb);
+    (void)tid;
+}
+
+void nn_cv_pack_transposed(nn_pool *pool, float *wp, const float *w, int R, int K)
+{
+    packt_job p = {wp, w, R, K};
+    nn_pool_for(pool, (R + 63) / 64, packt_task, &p);
 }
 
 /* input gradient of a strided layer with a small kernel (conv.c's
@@ -351,4 +461,69 @@ void nn_cv_dgrad_gemm_task(void *arg, int task, int tid)
                         (float *)j->dout + (size_t)n0 * d->OH * d->OW * d->K, NULL,
                         j->inp + (size_t)n0 * d->H * d->W * d->C, j->w, &s, false,
                         job_front(j, tid));
+}
+
+#if CONV_X86
+/* dpad (+)= the dcol block [rows][64] of kernel rows [64 rb, 64 rb + 64)
+ * for the rows' output pixels (the group's images, their padded gradients
+ * img floats apart): each run of the block's rows within one tap is a
+ * contiguous run of channels of the padded gradient. */
+AVX512 static void dcolg_scatter(float *dpad, size_t img, const float *dcol, int rows,
+                                 const nn_conv_dims *d, int rb)
+{
+    const int C = d->C, R = d->KH * d->KW * C, Wp = pad_w(d), P = d->OH * d->OW;
+    const int r0 = rb * 64, r1 = R < r0 + 64 ? R : r0 + 64;
+    for (int r = r0; r < r1;) {
+        const int tap = r / C, c = r - tap * C, len = C - c < r1 - r ? C - c : r1 - r;
+        const int kh = tap / d->KW, kw = tap - kh * d->KW;
+        const size_t off = ((size_t)kh * Wp + kw) * C + c;
+        const int full = len / 16;
+        const __mmask16 tail = (__mmask16)((1u << (len % 16)) - 1);
+        for (int q = 0; q < rows; q++) {
+            const int n = q / P, p = q - n * P, oh = p / d->OW, ow = p - oh * d->OW;
+            float *o = dpad + n * img + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C + off;
+            const float *i = dcol + (size_t)q * 64 + (r - r0);
+            for (int v = 0; v < full; v++)
+                _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_loadu_ps(o + 16 * v),
+                                                           _mm512_loadu_ps(i + 16 * v)));
+            if (tail)
+                _mm512_mask_storeu_ps(o + 16 * full, tail,
+                                      _mm512_add_ps(_mm512_maskz_loadu_ps(tail, o + 16 * full),
+                                                    _mm512_maskz_loadu_ps(tail, i + 16 * full)));
+        }
+        r += len;
+    }
+}
+#endif
+
+/* input gradient of a strided layer with a large kernel (conv.c's
+ * dcolg_ok: ResNet-50's res4/res5 3x3/2, Inception's 6a/7a): task = group
+ * of images; w^T packed once per call (thread 0's scratch). For each
+ * block of 64 kernel rows (its packed w^T, [K][64], stays in L2): dcol
+ * [rows][64] = dy rows x that block for all the group's output pixels
+ * (nn_cf_forward), added into the group's padded image gradients. Each
+ * gradient element sums its terms in (block, pixel) order: fixed by the
+ * shapes. */
+void nn_cv_dgrad_dcolg_task(void *arg, int task, int tid)
+{
+#if CONV_X86
+    conv_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, R = d->KH * d->KW * d->C, P = d->OH * d->OW, nrb = (R + 63) / 64;
+    int n0, ng;
+    group_range(j, task, &n0, &ng);
+    const size_t img = img_floats(d);
+    float *dpad = job_front(j, tid), *dcol = dpad + j->padf;
+    memset(dpad, 0, sizeof(float) * ng * img);
+    const int rows = ng * P;
+    nn_cf_geom g = {1, rows, 0, K, 1, 0, K, 1, 0};
+    for (int rb = 0; rb < nrb; rb++) {
+        nn_cf_forward(dcol, j->dout + (size_t)n0 * P * K, &g, j->wp + (size_t)rb * K * 64, 64, 0,
+                      NULL, false, false);
+        dcolg_scatter(dpad, img, dcol, rows, d, rb);
+    }
+    for (int i = 0; i < ng; i++) nn_cv_unpad_image(j->dinp, j->acc, dpad + i * img, d, n0 + i);
+#else
+    (void)arg, (void)task, (void)tid;
+#endif
 }

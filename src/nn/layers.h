@@ -200,6 +200,11 @@ void nn_cf_forward(float *out, const float *pad, const nn_cf_geom *g, const floa
  * blocks are. */
 void nn_cf_dw(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K, int kb0,
               int kb1, int r0, int r1, bool acc);
+/* The same with the window rows in runs of `run` rows (the taps of a
+ * sub-image of run channels): row r lands in row (r / run) * run_ld +
+ * r % run of dw (nn_cf_dw: one run of all R rows). */
+void nn_cf_dw_runs(float *dw, const float *pad, const nn_cf_geom *g, const float *dy, int K,
+                   int kb0, int kb1, int r0, int r1, bool acc, int run, int run_ld);
 
 /* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with padding <= 2
  * (conv_wino.c): forward and input gradient as 16 products [tiles x C] x

@@ -104,6 +104,12 @@ int main(void)
         test_conv_threads(12, 20, 20, 40, 12, 1, 1, 1, 1, 0, 0, false);
         test_conv_threads(9, 5, 7, 20, 24, 1, 1, 1, 1, 0, 0, true);
         test_conv_threads(9, 15, 13, 24, 40, 1, 1, 1, 1, 0, 0, false);
+        /* strided, many kernel rows: the input gradient in image groups
+         * (3 + 2 images; 64-row blocks across taps); without the shared
+         * padded batch (t = 4) the weight gradient per input-channel range */
+        test_conv_threads(5, 15, 15, 128, 160, 3, 3, 2, 2, 1, 1, false);
+        test_conv_threads(4, 11, 11, 72, 300, 3, 3, 2, 2, 0, 0, true);
+        test_conv_threads(3, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1, false);
     }
     /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
      * 2), AVX-512 and portable: several blocks of tiles, odd sizes,

@@ -955,6 +955,18 @@ int main(void)
         test_conv_paths(3, 23, 21, 5, 70, 5, 5, 2, 2, 2, 2);
         test_conv_paths(2, 30, 29, 3, 64, 7, 7, 2, 2, 3, 3);
         test_conv_paths(2, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1);
+        /* strided, many kernel rows: the input gradient in image groups
+         * (two groups of 3 and 2; blocks of 64 kernel rows across taps
+         * when C = 72, K not a multiple of 16) */
+        test_conv_paths(5, 15, 15, 128, 160, 3, 3, 2, 2, 1, 1);
+        test_conv_paths(4, 11, 11, 72, 300, 3, 3, 2, 2, 0, 0);
+        /* the weight gradient of padded images per range of input channels
+         * (no shared padded batch): 8 ranges of 16, 7 of 5-6 channels */
+        nn_conv_shared_pad(0);
+        test_conv_paths(5, 15, 15, 128, 160, 3, 3, 2, 2, 1, 1);
+        test_conv_paths(3, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1);
+        test_conv_paths(2, 9, 10, 24, 40, 5, 5, 1, 1, 2, 2);
+        nn_conv_shared_pad(1);
         nn_narrow_use_simd(simd);
     }
 

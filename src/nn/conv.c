@@ -363,11 +363,19 @@ static int wgrad_kb_group(const nn_conv_dims *d, int S, int nr)
 }
 
 /* Input-channel ranges per slice of the fast weight gradient of padded
- * images (nn_cv_wgrad_chan_task): enough for CONV_WG_TASKS tasks, each
- * range KW*C' >= 16 floats wide (the register tiles' rows). */
+ * images and projections (nn_cv_wgrad_chan_task): with the groups of
+ * CONV_WG_CHAN_KB output-channel blocks, enough for CONV_WG_TASKS tasks,
+ * each range KW*C' >= 16 floats wide (the register tiles' rows). */
+#define CONV_WG_CHAN_KB 4 /* output-channel blocks per task: dy blocks of >= 128 pixels */
+static int wgrad_chan_kb(const nn_conv_dims *d)
+{
+    const int nkb = (d->K + 63) / 64;
+    return nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
+}
 static int wgrad_chan_blocks(const nn_conv_dims *d, int S)
 {
-    int nch = (CONV_WG_TASKS + S - 1) / S, most = d->KW * d->C / 16;
+    const int nkb = (d->K + 63) / 64, kbg = wgrad_chan_kb(d), per = S * ((nkb + kbg - 1) / kbg);
+    int nch = (CONV_WG_TASKS + per - 1) / per, most = d->KW * d->C / 16;
     if (nch > most) nch = most;
     if (nch > d->C) nch = d->C;
     return nch < 1 ? 1 : nch;
@@ -402,14 +410,16 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             memset(j.shared + (size_t)d->N * img_floats(d), 0, sizeof(float) * CONV_SLACK);
             conv_for(pool, d->N, nn_cv_wgrad_pad_task, &j);
         }
-        if (unpadded(d) || j.shared) {
+        if ((unpadded(d) && !strided_pointwise(d)) || j.shared) {
             j.nr = wgrad_row_blocks(d, j.S);
             j.kbg = wgrad_kb_group(d, j.S, j.nr);
             const int nkb = (K + 63) / 64;
             conv_for(pool, j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg), nn_cv_wgrad_fast_task, &j);
         } else {
             j.nch = wgrad_chan_blocks(d, j.S), j.padf = fast_pad_floats(d);
-            conv_for(pool, j.S * j.nch, nn_cv_wgrad_chan_task, &j);
+            j.kbg = wgrad_chan_kb(d);
+            const int nkg = ((K + 63) / 64 + j.kbg - 1) / j.kbg;
+            conv_for(pool, j.S * j.nch * nkg, nn_cv_wgrad_chan_task, &j);
         }
     } else if (conv_is_pointwise(d)) {
         j.nr = point_wgrad_row_blocks(d, j.S);

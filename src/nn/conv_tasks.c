@@ -212,32 +212,59 @@ static void pad_channels(float *restrict pad, const float *inp, const nn_conv_di
     }
 }
 
-/* weight gradient, fast, padded images (no shared padded batch): task =
- * (slice of the batch, range of input channels), all output channels. The
- * task pads only its channels of each image (a sub-image of C' channels),
- * so a call copies the batch once, not once per block of kernel rows and
- * output channels. The sub-image's window rows come in runs of C', one
- * per tap, and land in rows tap*C + c0 of dw. No sum changes: every dw
+/* Channels [c0, c0 + Cs) of the strided pixels (oh*SH, ow*SW) of image n
+ * of inp (a 1x1 layer of shape d) as dense rows [OH*OW][Cs]. */
+static void gather_channels(float *restrict o, const float *inp, const nn_conv_dims *d, int Cs,
+                            int n, int c0)
+{
+    const int C = d->C;
+    const float *img = inp + (size_t)n * d->H * d->W * C + c0;
+    for (int oh = 0; oh < d->OH; oh++)
+        for (int ow = 0; ow < d->OW; ow++, o += Cs)
+            memcpy(o, img + ((size_t)oh * d->SH * d->W + (size_t)ow * d->SW) * C,
+                   sizeof(float) * Cs);
+}
+
+/* weight gradient, fast, padded images (no shared padded batch) and
+ * projections: task = (slice of the batch, range of input channels, group
+ * of up to 4 blocks of 64 output channels). The task pads only its
+ * channels of each image (a sub-image of C' channels), so a call copies
+ * the batch once per group of output channels, not once per block of
+ * kernel rows and of output channels. The sub-image's window rows come in
+ * runs of C', one per tap, and land in rows tap*C + c0 of dw. A projection
+ * (1x1, stride > 1) gathers its strided pixels' channels into dense rows
+ * instead, which the kernel reads as one matrix. No sum changes: every dw
  * element still sums its slice's pixels in order. */
 void nn_cv_wgrad_chan_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64, s = task / j->nch;
+    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
+    const int nkg = (nkb + j->kbg - 1) / j->kbg, kb0 = task % nkg * j->kbg;
+    const int kb1 = nkb < kb0 + j->kbg ? nkb : kb0 + j->kbg, s = task / nkg / j->nch;
     int a, e, c0, c1;
     block_of(d->N, j->S, s, &a, &e);
-    block_of(d->C, j->nch, task % j->nch, &c0, &c1);
+    block_of(d->C, j->nch, task / nkg % j->nch, &c0, &c1);
     nn_conv_dims sub = *d;
     sub.C = c1 - c0;
-    const size_t img = img_floats(&sub), out_img = (size_t)d->OH * d->OW * d->K;
+    /* a projection: its strided pixels gathered into dense rows */
+    const bool gather = strided_pointwise(d);
+    const int P = d->OH * d->OW;
+    const size_t img = gather ? (size_t)P * sub.C : img_floats(&sub);
+    const size_t out_img = (size_t)d->OH * d->OW * d->K;
     const int G = j->padf / img > 1 ? (int)(j->padf / img) : 1;
     float *target = (s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K) + (size_t)c0 * d->K;
     float *pad = job_front(j, tid);
     for (int n0 = a; n0 < e; n0 += G) {
         int ng = e - n0 < G ? e - n0 : G;
-        for (int i = 0; i < ng; i++) pad_channels(pad + i * img, j->inp, d, &sub, n0 + i, c0);
+        for (int i = 0; i < ng; i++)
+            if (gather)
+                gather_channels(pad + i * img, j->inp, d, sub.C, n0 + i, c0);
+            else
+                pad_channels(pad + i * img, j->inp, d, &sub, n0 + i, c0);
         nn_cf_geom g = fast_geom(&sub, ng, img);
-        nn_cf_dw_runs(target, pad, &g, j->dout + n0 * out_img, d->K, 0, nkb, 0,
+        if (gather) g = (nn_cf_geom){1, ng * P, 0, sub.C, 1, 0, sub.C, 1, 0};
+        nn_cf_dw_runs(target, pad, &g, j->dout + n0 * out_img, d->K, kb0, kb1, 0,
                       d->KH * d->KW * sub.C, n0 > a, sub.C, d->C);
     }
 }

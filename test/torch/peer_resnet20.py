@@ -4,6 +4,10 @@ epoch on Fashion-MNIST with the settings `pstrain train --model resnet-20` uses
 by default, and prints the test accuracy (one JSON line).
 
     /usr/bin/python3 test/torch/peer_resnet20.py --seed 1 [--threads 2] [--epochs 1] [--init he]
+        [--lr-decay F --lr-decay-epochs E] [--warmup-epochs E]
+        [--moving-average-decay D [--no-averages]] [--diag] [--progress]
+
+The test's settings: --lr-decay 0.1 --lr-decay-epochs 0.75 (docs/torchvision.md).
 
 pstrain's settings, reproduced: SGD with momentum 0.9 (a = 0.9 a + g; w -= lr a,
 which is torch.optim.SGD's rule), lr 0.01, batch 64 with the last partial batch
@@ -19,6 +23,19 @@ pstrain applies). The shuffle and the random draws are PyTorch's own, from
 --seed. `--init he` draws pstrain's initialisers before 2026-12-01 instead
 (convolutions He truncated normal, |z| <= 2, variance 2/fan_in; the dense
 layer Glorot uniform, bias 0), the setting of the earlier measurements.
+
+The schedule and the averages follow pstrain's (src/nn/optim.c, README,
+Training recipes): --lr-decay F --lr-decay-epochs E is the staircase
+lr * F^floor(s / (E * 938)) of update s (0-based), --warmup-epochs E its
+linear warm-up from lr/10, both computed in double and rounded to float as
+lr_at does; --moving-average-decay D keeps pstrain's moving average of every
+variable and batch-norm moving statistic (d = min(D, (1 + t) / (10 + t)) in
+float after update t; average -= (average - variable) * (1 - d)) and tests
+with it (--no-averages: with the raw variables). --diag adds the raw
+variables' accuracy with the moving statistics and with statistics
+recomputed from the final weights (60 training batches of 500), to tell the
+statistics' lag from the weights' noise; --progress prints every 100 steps
+to stderr.
 """
 import argparse
 import gzip
@@ -71,6 +88,65 @@ def set_init(model, he):
                 mod.bias.zero_()
 
 
+def accuracy(model, x, y):
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, x.shape[0], 500):
+            correct += (model(x[i:i + 500]).argmax(1) == y[i:i + 500]).sum().item()
+    return correct / x.shape[0]
+
+
+def precise_bn(model, x):
+    """Batch-norm statistics recomputed with the final weights: the
+    cumulative mean over 60 training batches of 500 (diagnosis only)."""
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.reset_running_stats()
+            mod.momentum = None
+    model.train()
+    with torch.no_grad():
+        for i in range(0, 30000, 500):
+            model(x[i:i + 500])
+
+
+def lr_at(a, spe, step):
+    """pstrain's lr_at (src/nn/optim.c): the rate of update `step` (0-based):
+    staircase decay, then the warm-up factor, in double, rounded to float."""
+    base = float(np.float32(a.lr))
+    lr = base
+    if a.lr_decay not in (0.0, 1.0) and a.lr_decay_epochs > 0:
+        k = math.floor(step / (spe * float(np.float32(a.lr_decay_epochs))))
+        lr = base * float(np.float32(a.lr_decay)) ** k
+    if a.warmup_epochs > 0:
+        nw = float(np.float32(a.warmup_epochs)) * spe
+        if step < nw:
+            lr *= 0.1 + 0.9 * (step / nw)
+    return float(np.float32(lr))
+
+
+def ema_vars(model):
+    """Every variable pstrain averages: the trainable ones and the batch-norm
+    moving statistics (not torch's num_batches_tracked)."""
+    out = list(model.parameters())
+    for mod in model.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            out += [mod.running_mean, mod.running_var]
+    return out
+
+
+def ema_update(ema, avg, decay, t):
+    """pstrain's ema_decay_at and ema_apply after the update that makes the
+    global step t: d = min(D, (1 + t) / (10 + t)) in float32, then
+    average -= (average - variable) * (1 - d)."""
+    n = np.float32(t)
+    d = min(np.float32((np.float32(1) + n) / (np.float32(10) + n)), np.float32(decay))
+    one_d = float(np.float32(1) - d)
+    with torch.no_grad():
+        for v, m in zip(ema, avg):
+            m.sub_((m - v) * one_d)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1)
@@ -79,6 +155,13 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--init", choices=["torch", "he"], default="torch")
+    ap.add_argument("--lr-decay", type=float, default=1.0)
+    ap.add_argument("--lr-decay-epochs", type=float, default=0.0)
+    ap.add_argument("--warmup-epochs", type=float, default=0.0)
+    ap.add_argument("--moving-average-decay", type=float, default=0.0)
+    ap.add_argument("--no-averages", action="store_true")
+    ap.add_argument("--diag", action="store_true")
+    ap.add_argument("--progress", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -101,24 +184,45 @@ def main():
     lf = nn.CrossEntropyLoss()
     t0 = time.time()
     n, steps = xtr_t.shape[0], 0
+    spe = (n + a.batch - 1) // a.batch
+    ema = ema_vars(model) if a.moving_average_decay > 0 else None
+    avg = [v.detach().clone() for v in ema] if ema else None
     model.train()
     for _ in range(a.epochs):
         perm = torch.randperm(n)
         for i in range(0, n, a.batch):
             idx = perm[i:i + a.batch]
+            for g in opt.param_groups:
+                g["lr"] = lr_at(a, spe, steps)
             opt.zero_grad(set_to_none=True)
             loss = lf(model(xtr_t[idx]), ytr_t[idx])
             loss.backward()
             opt.step()
             steps += 1
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, xte_t.shape[0], 500):
-            correct += (model(xte_t[i:i + 500]).argmax(1) == yte_t[i:i + 500]).sum().item()
-    print(json.dumps({"model": "resnet-20", "seed": a.seed, "init": a.init, "epochs": a.epochs, "steps": steps,
+            if a.progress and steps % 100 == 0:
+                print("step %d loss %.4f lr %g %.0f s" % (steps, loss.item(), opt.param_groups[0]["lr"],
+                                                          time.time() - t0), file=sys.stderr, flush=True)
+            if ema:
+                ema_update(ema, avg, a.moving_average_decay, steps)
+    extra = {}
+    if a.diag:
+        # where the spread comes from: the raw variables with the moving
+        # statistics, and with statistics recomputed over the training set
+        extra["raw_moving_stats"] = accuracy(model, xte_t, yte_t)
+        saved = {k: v.clone() for k, v in model.state_dict().items()}
+        precise_bn(model, xtr_t)
+        extra["raw_precise_bn"] = accuracy(model, xte_t, yte_t)
+        model.load_state_dict(saved)
+    if ema and not a.no_averages:
+        with torch.no_grad():
+            for v, m in zip(ema, avg):
+                v.copy_(m)
+    correct = round(accuracy(model, xte_t, yte_t) * xte_t.shape[0])
+    print(json.dumps({"model": "resnet-20", "seed": a.seed, "init": a.init, "epochs": a.epochs,
+                      "lr": a.lr, "lr_decay": a.lr_decay, "lr_decay_epochs": a.lr_decay_epochs,
+                      "warmup_epochs": a.warmup_epochs, "moving_average_decay": a.moving_average_decay, "steps": steps,
                       "test_accuracy": correct / xte_t.shape[0], "final_loss": loss.item(),
-                      "seconds": round(time.time() - t0, 1), "torch": torch.__version__}))
+                      "seconds": round(time.time() - t0, 1), "torch": torch.__version__, **extra}))
 
 
 if __name__ == "__main__":

@@ -195,73 +195,156 @@ typedef struct bn_bw {
     const float *a, *bterm, *g;                 /* the dx pass */
 } bn_bw;
 
-/* dy masked at element o (16 lanes, channels c..c+15): the gradient of the
- * batch norm's output. The ReLU's mask is the forward's expression
- * (affine_rows) on the same floats. */
-AI vf16 vmasked(const bn_bw *b, size_t o, int c, vf16 x, const int mask)
-{
-    vf16 dy = vld(b->dy + o);
-    if (mask == MASK_RELU) return vkeep(x * vld(b->scale + c) + vld(b->shift + c), dy);
-    if (mask == MASK_OUT) return vkeep(vld(b->out + o), dy);
-    return dy;
-}
-
-AI float masked1(const bn_bw *b, size_t o, int c, const int mask)
-{
-    float dy = b->dy[o];
-    float keep = mask == MASK_RELU  ? b->x[o] * b->scale[c] + b->shift[c]
-                 : mask == MASK_OUT ? b->out[o]
-                                    : 1.0f;
-    return keep > 0.0f ? dy : 0.0f;
-}
-
-/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
- * the masked dy; d also into dres. */
-AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int c0, const int NG,
+AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int NG,
                    const int mask, const int dres)
 {
+    const float *restrict X = b->x, *restrict DY = b->dy, *restrict OUT = b->out;
+    float *restrict DR = b->dres;
     vd8 s[4], q[4];
+    vf16 mu[2], is[2], sc[2], sh[2];
+    for (int g = 0; g < NG; g++) {
+        mu[g] = vld(b->mean + 16 * g), is[g] = vld(b->invstd + 16 * g);
+        sc[g] = mask == MASK_RELU ? vld(b->scale + 16 * g) : (vf16){0};
+        sh[g] = mask == MASK_RELU ? vld(b->shift + 16 * g) : (vf16){0};
+    }
     for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
     for (int i = 0; i < M; i++) {
-        size_t o = (size_t)i * C + c0;
         for (int g = 0; g < NG; g++) {
-            int c = c0 + 16 * g;
-            size_t e = o + 16 * g;
-            vf16 x = vld(b->x + e);
-            vf16 d = vmasked(b, e, c, x, mask);
-            if (dres == DRES_SET) vst(b->dres + e, d);
-            if (dres == DRES_ADD) vst(b->dres + e, vld(b->dres + e) + d);
-            vf16 t = (x - vld(b->mean + c)) * vld(b->invstd + c);
+            size_t e = (size_t)i * C + 16 * g;
+            vf16 x = vld(X + e), d = vld(DY + e);
+            if (mask == MASK_RELU) d = vkeep(x * sc[g] + sh[g], d);
+            if (mask == MASK_OUT) d = vkeep(vld(OUT + e), d);
+            if (dres == DRES_SET) vst(DR + e, d);
+            if (dres == DRES_ADD) vst(DR + e, vld(DR + e) + d);
+            vf16 t = (x - mu[g]) * is[g];
             vd8 d0 = vlo(d), d1 = vhi(d);
             s[2 * g] += d0, s[2 * g + 1] += d1;
             q[2 * g] += d0 * vlo(t), q[2 * g + 1] += d1 * vhi(t);
         }
     }
-    for (int h = 0; h < 2 * NG; h++) vstd(sdy + c0 + 8 * h, s[h]), vstd(sdyx + c0 + 8 * h, q[h]);
+    for (int h = 0; h < 2 * NG; h++) vstd(sdy + 8 * h, s[h]), vstd(sdyx + 8 * h, q[h]);
 }
 
+/* The plain loop (more channels: enough independent sums per row that
+ * keeping them in memory does not stall; GCC vectorises it over c). The
+ * masked row goes through dm first: GCC 12 does not if-convert a float
+ * select whose result is widened to double. */
+AI void grad_plain(double *restrict sdy, double *restrict sdyx, const bn_bw *b, int M, int C,
+                   const int mask, const int dres)
+{
+    const float *restrict mean = b->mean, *restrict inv = b->invstd;
+    const float *restrict scale = b->scale, *restrict shift = b->shift;
+    float dm[BN_MAX_C];
+    for (int c = 0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
+    for (int i = 0; i < M; i++) {
+        size_t o = (size_t)i * C;
+        const float *restrict x = b->x + o, *restrict dy = b->dy + o;
+        const float *restrict out = mask == MASK_OUT ? b->out + o : NULL;
+        float *restrict dr = dres != DRES_NONE ? b->dres + o : NULL;
+        const float *restrict d = dy;
+        if (mask != MASK_NONE || dres != DRES_NONE) {
+            for (int c = 0; c < C; c++) {
+                float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
+                             : mask == MASK_OUT ? out[c]
+                                                : 1.0f;
+                float dv = dy[c], v = keep > 0.0f ? dv : 0.0f;
+                dm[c] = v;
+                if (dres == DRES_SET) dr[c] = v;
+                if (dres == DRES_ADD) dr[c] += v;
+            }
+            d = dm;
+        }
+        for (int c = 0; c < C; c++) {
+            sdy[c] += d[c];
+            sdyx[c] += (double)d[c] * ((x[c] - mean[c]) * inv[c]);
+        }
+    }
+}
+
+/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
+ * the masked dy; d also into dres. 16 or 32 channels: in registers. */
+/* Many channels, a multiple of 16: one pass over the rows, the sums in
+ * memory (enough independent sums per row that this does not stall). */
+AI void grad_wide(double *restrict sdy, double *restrict sdyx, const bn_bw *b, int M, int C,
+                  const int mask, const int dres)
+{
+    const float *restrict X = b->x, *restrict DY = b->dy, *restrict OUT = b->out;
+    float *restrict DR = b->dres;
+    for (int c = 0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
+    for (int i = 0; i < M; i++) {
+        for (int c = 0; c < C; c += 16) {
+            size_t e = (size_t)i * C + c;
+            vf16 x = vld(X + e), d = vld(DY + e);
+            if (mask == MASK_RELU) d = vkeep(x * vld(b->scale + c) + vld(b->shift + c), d);
+            if (mask == MASK_OUT) d = vkeep(vld(OUT + e), d);
+            if (dres == DRES_SET) vst(DR + e, d);
+            if (dres == DRES_ADD) vst(DR + e, vld(DR + e) + d);
+            vf16 t = (x - vld(b->mean + c)) * vld(b->invstd + c);
+            vd8 d0 = vlo(d), d1 = vhi(d), s0, s1, q0, q1;
+            memcpy(&s0, sdy + c, 64), memcpy(&s1, sdy + c + 8, 64);
+            memcpy(&q0, sdyx + c, 64), memcpy(&q1, sdyx + c + 8, 64);
+            s0 += d0, s1 += d1, q0 += d0 * vlo(t), q1 += d1 * vhi(t);
+            vstd(sdy + c, s0), vstd(sdy + c + 8, s1), vstd(sdyx + c, q0), vstd(sdyx + c + 8, q1);
+        }
+    }
+}
+
+/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
+ * the masked dy; d also into dres. 16 or 32 channels: in registers. */
 AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int mask,
                   const int dres)
 {
-    int c0 = 0;
-    for (int ng; (ng = chunk_groups(C - c0)) > 0; c0 += 16 * ng) {
-        if (ng == 2)
-            grad_chunk(sdy, sdyx, b, M, C, c0, 2, mask, dres);
-        else
-            grad_chunk(sdy, sdyx, b, M, C, c0, 1, mask, dres);
-    }
-    if (c0 == C) return;
-    for (int c = c0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
+    if (C == 16)
+        grad_chunk(sdy, sdyx, b, M, C, 1, mask, dres);
+    else if (C == 32)
+        grad_chunk(sdy, sdyx, b, M, C, 2, mask, dres);
+    else if (C % 16 == 0)
+        grad_wide(sdy, sdyx, b, M, C, mask, dres);
+    else
+        grad_plain(sdy, sdyx, b, M, C, mask, dres);
+}
+
+/* More than 32 channels: the mask (and the addend's gradient) in a pass of
+ * its own over a block, dy masked in place, so that the sums and dx then
+ * read a plain dy (the sums from L2). With the per-channel constants of
+ * many channels not in registers, the single pass measured slower. */
+AI void mask_rows(const bn_bw *b, float *dyw, int M, int C, const int mask, const int dres)
+{
+    const float *restrict scale = b->scale, *restrict shift = b->shift;
     for (int i = 0; i < M; i++) {
         size_t o = (size_t)i * C;
-        for (int c = c0; c < C; c++) {
-            float d = masked1(b, o + c, c, mask);
-            if (dres == DRES_SET) b->dres[o + c] = d;
-            if (dres == DRES_ADD) b->dres[o + c] += d;
-            sdy[c] += d;
-            sdyx[c] += (double)d * ((b->x[o + c] - b->mean[c]) * b->invstd[c]);
+        const float *restrict x = b->x + o, *restrict out = mask == MASK_OUT ? b->out + o : NULL;
+        float *restrict dy = dyw + o, *restrict dr = dres != DRES_NONE ? b->dres + o : NULL;
+        for (int c = 0; c < C; c++) {
+            float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
+                         : mask == MASK_OUT ? out[c]
+                                            : 1.0f;
+            float dv = dy[c], v = keep > 0.0f ? dv : 0.0f;
+            dy[c] = v;
+            if (dres == DRES_SET) dr[c] = v;
+            if (dres == DRES_ADD) dr[c] += v;
         }
     }
+}
+
+NN_CLONES static void bn_mask(const bn_bw *b, float *dyw, int M, int C, int mask, int dres)
+{
+#define MASK_ROWS(mk)                                                                              \
+    do {                                                                                           \
+        if (dres == DRES_SET)                                                                      \
+            mask_rows(b, dyw, M, C, mk, DRES_SET);                                                 \
+        else if (dres == DRES_ADD)                                                                 \
+            mask_rows(b, dyw, M, C, mk, DRES_ADD);                                                 \
+        else                                                                                       \
+            mask_rows(b, dyw, M, C, mk, DRES_NONE);                                                \
+    } while (0)
+    if (mask == MASK_RELU)
+        MASK_ROWS(MASK_RELU);
+    else if (mask == MASK_OUT)
+        MASK_ROWS(MASK_OUT);
+    else
+        MASK_ROWS(MASK_NONE);
+#undef MASK_ROWS
 }
 
 NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C,
@@ -285,22 +368,24 @@ NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, in
 #undef GRAD_ROWS
 }
 
-/* dx = a*d - bterm - (x - mean)*g (written or added), d the masked dy. */
+/* dx = a*d - bterm - (x - mean)*g (written or added), d the masked dy;
+ * elementwise, GCC vectorises it over c. */
 AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc)
 {
-    int cv = C / 16 * 16;
+    const float *restrict mean = b->mean, *restrict a = b->a, *restrict bt = b->bterm;
+    const float *restrict g = b->g, *restrict scale = b->scale, *restrict shift = b->shift;
     for (int i = 0; i < M; i++) {
         size_t o = (size_t)i * C;
-        for (int c = 0; c < cv; c += 16) {
-            vf16 x = vld(b->x + o + c);
-            vf16 d = vmasked(b, o + c, c, x, mask);
-            vf16 v = vld(b->a + c) * d - vld(b->bterm + c) - (x - vld(b->mean + c)) * vld(b->g + c);
-            vst(b->dx + o + c, acc ? vld(b->dx + o + c) + v : v);
-        }
-        for (int c = cv; c < C; c++) {
-            float d = masked1(b, o + c, c, mask);
-            float v = b->a[c] * d - b->bterm[c] - (b->x[o + c] - b->mean[c]) * b->g[c];
-            b->dx[o + c] = acc ? b->dx[o + c] + v : v;
+        const float *restrict x = b->x + o, *restrict dy = b->dy + o;
+        const float *restrict out = mask == MASK_OUT ? b->out + o : NULL;
+        float *restrict dx = b->dx + o;
+        for (int c = 0; c < C; c++) {
+            float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
+                         : mask == MASK_OUT ? out[c]
+                                            : 1.0f;
+            float dv = dy[c], d = keep > 0.0f ? dv : 0.0f;
+            float v = a[c] * d - bt[c] - (x[c] - mean[c]) * g[c];
+            dx[c] = acc ? dx[c] + v : v;
         }
     }
 }
@@ -334,6 +419,8 @@ typedef struct bn_job {
     const float *inp, *res;
     const float *scale, *shift; /* forward: the affine map */
     bn_bw bw;                   /* backward: pointers at row 0 */
+    float *dyw;                 /* backward: dy, masked in place when prepass */
+    bool prepass;               /* backward: mask (and dres) in a pass of its own */
     double *red;                /* [nb][2C] partials */
     int M, C, nb, mask, dres;
     bool relu, acc;
@@ -374,6 +461,11 @@ static void bn_grad_task(void *varg, int b, int tid)
     nn_pool_block(j->M, j->nb, b, &lo, &hi);
     bn_bw w = bw_at(&j->bw, (size_t)lo * j->C);
     double *part = j->red + (size_t)b * 2 * j->C;
+    if (j->prepass) {
+        bn_mask(&w, j->dyw + (size_t)lo * j->C, hi - lo, j->C, j->mask, j->dres);
+        bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, MASK_NONE, DRES_NONE);
+        return;
+    }
     bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, j->mask, j->dres);
 }
 
@@ -467,7 +559,7 @@ void nn_bn_forward_infer_par(nn_pool *pool, float *out, const float *inp, const 
 }
 
 void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
-                        float *dbeta, const float *dout, const float *out, const float *inp,
+                        float *dbeta, float *dout, const float *out, const float *inp,
                         const float *gamma, const float *beta, const float *mean,
                         const float *invstd, int M, int C, bool relu, const nn_bn_res *res)
 {
@@ -494,7 +586,9 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
                 .dres = !res || !res->dres ? DRES_NONE
                         : res->dres_acc    ? DRES_ADD
                                            : DRES_SET,
-                .acc = acc};
+                .acc = acc,
+                .dyw = dout};
+    j.prepass = C > 32 && (j.mask != MASK_NONE || j.dres != DRES_NONE);
     nn_pool_for(pool, j.nb, bn_grad_task, &j);
     bn_reduce(sdy, red, j.nb, C, 0);
     bn_reduce(sdyx, red, j.nb, C, C);
@@ -510,7 +604,9 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
     }
     if (!dinp) return;
     j.bw.a = a, j.bw.bterm = bterm, j.bw.g = g;
-    if (j.dres == DRES_SET) {
+    if (j.prepass) {
+        j.mask = MASK_NONE; /* dy is masked */
+    } else if (j.dres == DRES_SET) {
         /* the residual's gradient is the masked dy: read it back from there */
         j.bw.dy = j.bw.dres;
         j.mask = MASK_NONE;
@@ -540,7 +636,7 @@ void nn_bn_forward_infer(float *out, const float *inp, const float *gamma, const
                             NULL);
 }
 
-void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, const float *dout,
+void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *dout,
                     const float *inp, const float *gamma, const float *beta, const float *mean,
                     const float *invstd, int M, int C, bool relu)
 {

@@ -293,8 +293,8 @@ void nn_bn_forward_infer(float *out, const float *inp, const float *gamma, const
                          bool relu);
 /* dgamma, dbeta overwritten; dinp (may be NULL; acc). relu: the forward's
  * fused ReLU, whose mask is recomputed from inp, gamma, beta and the saved
- * statistics (dout is not modified). */
-void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, const float *dout,
+ * statistics (with more than 32 channels dout is masked in place). */
+void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *dout,
                     const float *inp, const float *gamma, const float *beta, const float *mean,
                     const float *invstd, int M, int C, bool relu);
 
@@ -304,8 +304,8 @@ void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, const fl
  * backward takes the add's gradient dout, masks it with out > 0 when relu
  * (out: the add's output), writes or adds it (dres_acc) into dres (the
  * other addend's gradient; NULL: none) and propagates it through the batch
- * norm. The same bits as the batch norm followed by nn_sum_forward /
- * nn_sum_backward. */
+ * norm (dout masked in place with more than 32 channels). The same bits as the batch norm followed
+ * by nn_sum_forward / nn_sum_backward. */
 typedef struct nn_bn_res {
     const float *res; /* forward: the other addend */
     float *dres;      /* backward: its gradient, or NULL */
@@ -331,7 +331,7 @@ void nn_bn_forward_infer_par(struct nn_pool *pool, float *out, const float *inp,
                              int M, int C, float eps, bool relu, const nn_bn_res *res);
 /* out: the add's output when res->relu (else unused). */
 void nn_bn_backward_par(struct nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
-                        float *dbeta, const float *dout, const float *out, const float *inp,
+                        float *dbeta, float *dout, const float *out, const float *inp,
                         const float *gamma, const float *beta, const float *mean,
                         const float *invstd, int M, int C, bool relu, const nn_bn_res *res);
 

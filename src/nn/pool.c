@@ -358,10 +358,12 @@ nn_pool_prof nn_pool_prof_read(void)
  * About one read's cost falls inside a task's interval and one outside
  * (between tasks), so that hundreds of tasks per step would add a
  * millisecond to the tasks and another to the serial time: each task's
- * time is taken less one read (the least of some back-to-back pairs,
- * steady to some tens of nanoseconds), and the reads' cost, two per task,
- * is added up apart (`clock`), for the caller to take off its own
- * measurements. */
+ * time is taken less one read, as measured between the loop's tasks (only
+ * reads lie there; a lone task: the least of some back-to-back pairs), and
+ * everything in the loop but the tasks, plus one read for the halves
+ * before the first and after the last, is added up apart (`clock`), for
+ * the caller to take off its own measurements. Checked against timing
+ * whole loops only: the serial parts agree to some 0.1 ms per step. */
 static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
     const int T = prof_threads;
@@ -369,15 +371,27 @@ static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void
     int next[NN_POOL_MAX_THREADS], hi[NN_POOL_MAX_THREADS];
     double *d = pst_malloc(sizeof(double) * (size_t)ntasks);
     prof_depth++;
+    double begin = 0, last = 0, gaps = 0;
     for (int t = 0; t < ntasks; t++) {
         double t0 = prof_now();
+        if (t == 0)
+            begin = t0;
+        else
+            gaps += t0 - last;
         fn(arg, t, 0);
-        double raw = prof_now() - t0;
-        d[t] = raw > prof_clock ? raw - prof_clock : 0.0;
-        prof.work += d[t];
-        prof.clock += raw - d[t] + prof_clock;
+        last = prof_now();
+        d[t] = last - t0;
     }
     prof_depth--;
+    /* a read's cost here: what lies between two tasks (reads with warm
+     * caches, as in nn_pool_prof_set, cost a fifth of a microsecond less) */
+    double one = ntasks > 1 ? gaps / (ntasks - 1) : prof_clock, tasks = 0;
+    for (int t = 0; t < ntasks; t++) {
+        d[t] = d[t] > one ? d[t] - one : 0.0;
+        tasks += d[t];
+    }
+    prof.work += tasks;
+    prof.clock += last - begin - tasks + one;
     for (int i = 0; i < T; i++) nn_pool_block(ntasks, T, i, &next[i], &hi[i]);
     for (int left = ntasks; left > 0; left--) {
         int first = 0;

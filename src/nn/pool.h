@@ -58,7 +58,7 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
 /* Runs fn(arg, lo, hi) over [0, n) cut into ranges, on the pool: for work
  * whose result does not depend on how [0, n) is cut (elementwise, or per
  * image with no sum across images). item_work: floats touched per item,
- * to keep ranges of at least some 16k floats. A NULL or one-thread pool
+ * to keep ranges of at least some 8k floats (up to 8 per thread). A NULL or one-thread pool
  * makes one call over [0, n). */
 void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, int lo, int hi),
                    void *arg);

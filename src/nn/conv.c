@@ -372,6 +372,15 @@ static int wgrad_chan_kb(const nn_conv_dims *d)
     const int nkb = (d->K + 63) / 64;
     return nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
 }
+/* An unpadded strided layer whose image exceeds CONV_IMG_L2 floats (512
+ * KB: Inception's 6a, 35x35x288) also takes the channel-range tasks: read
+ * in place, each 6-row tile walked its strided windows through an image
+ * that does not stay in L2; a sub-image of C' channels does. */
+#define CONV_IMG_L2 (128 * 1024)
+static bool wgrad_chan_unpadded(const nn_conv_dims *d)
+{
+    return (d->SH > 1 || d->SW > 1) && (size_t)d->H * d->W * d->C > CONV_IMG_L2;
+}
 static int wgrad_chan_blocks(const nn_conv_dims *d, int S)
 {
     const int nkb = (d->K + 63) / 64, kbg = wgrad_chan_kb(d), per = S * ((nkb + kbg - 1) / kbg);
@@ -410,7 +419,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             memset(j.shared + (size_t)d->N * img_floats(d), 0, sizeof(float) * CONV_SLACK);
             conv_for(pool, d->N, nn_cv_wgrad_pad_task, &j);
         }
-        if ((unpadded(d) && !strided_pointwise(d)) || j.shared) {
+        if ((unpadded(d) && !strided_pointwise(d) && !wgrad_chan_unpadded(d)) || j.shared) {
             j.nr = wgrad_row_blocks(d, j.S);
             j.kbg = wgrad_kb_group(d, j.S, j.nr);
             const int nkb = (K + 63) / 64;

@@ -110,6 +110,7 @@ int main(void)
         test_conv_threads(5, 15, 15, 128, 160, 3, 3, 2, 2, 1, 1, false);
         test_conv_threads(4, 11, 11, 72, 300, 3, 3, 2, 2, 0, 0, true);
         test_conv_threads(3, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1, false);
+        test_conv_threads(3, 33, 33, 130, 48, 3, 3, 2, 2, 0, 0, false); /* 6a-like */
     }
     /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
      * 2), AVX-512 and portable: several blocks of tiles, odd sizes,

@@ -967,6 +967,9 @@ int main(void)
         test_conv_paths(3, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1);
         test_conv_paths(2, 9, 10, 24, 40, 5, 5, 1, 1, 2, 2);
         nn_conv_shared_pad(1);
+        /* unpadded, strided, an image over 512 KB (Inception's 6a): the
+         * channel-range tasks too */
+        test_conv_paths(2, 33, 33, 130, 48, 3, 3, 2, 2, 0, 0);
         nn_narrow_use_simd(simd);
     }
 

@@ -264,8 +264,11 @@ void nn_cv_wgrad_chan_task(void *arg, int task, int tid)
                 pad_channels(pad + i * img, j->inp, d, &sub, n0 + i, c0);
         nn_cf_geom g = fast_geom(&sub, ng, img);
         if (gather) g = (nn_cf_geom){1, ng * P, 0, sub.C, 1, 0, sub.C, 1, 0};
-        nn_cf_dw_runs(target, pad, &g, j->dout + n0 * out_img, d->K, kb0, kb1, 0,
-                      d->KH * d->KW * sub.C, n0 > a, sub.C, d->C);
+        /* one range holding every channel: the rows are contiguous, one
+         * run (runs of C' = 3 floats left conv1's tiles mostly empty) */
+        const int rows = d->KH * d->KW * sub.C, run = sub.C == d->C ? rows : sub.C;
+        nn_cf_dw_runs(target, pad, &g, j->dout + n0 * out_img, d->K, kb0, kb1, 0, rows, n0 > a, run,
+                      sub.C == d->C ? rows : d->C);
     }
 }
 

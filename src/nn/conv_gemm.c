@@ -109,13 +109,7 @@ AVX512 void nn_cv_col2im_simd(float *dpad, const float *dcol, const nn_conv_dims
         for (int kh = 0; kh < KH; kh++) {
             float *o = dst + (size_t)kh * Wp * C;
             const float *i = row + kh * seg;
-            for (int v = 0; v < full; v++)
-                _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_loadu_ps(o + 16 * v),
-                                                           _mm512_loadu_ps(i + 16 * v)));
-            if (tail)
-                _mm512_mask_storeu_ps(o + 16 * full, tail,
-                                      _mm512_add_ps(_mm512_maskz_loadu_ps(tail, o + 16 * full),
-                                                    _mm512_maskz_loadu_ps(tail, i + 16 * full)));
+            conv_add_run(o, i, full, tail);
         }
     }
 }

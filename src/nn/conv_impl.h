@@ -24,6 +24,18 @@
 #define CONV_X86 1
 #include <immintrin.h>
 #define AVX512 __attribute__((target("avx512f")))
+/* o[0, 16 full + tail) += i[...]: a run of channels added into a padded
+ * gradient (col2im and the grouped strided input gradient's scatter) */
+AVX512 static inline void conv_add_run(float *o, const float *i, int full, __mmask16 tail)
+{
+    for (int v = 0; v < full; v++)
+        _mm512_storeu_ps(o + 16 * v,
+                         _mm512_add_ps(_mm512_loadu_ps(o + 16 * v), _mm512_loadu_ps(i + 16 * v)));
+    if (tail)
+        _mm512_mask_storeu_ps(o + 16 * full, tail,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(tail, o + 16 * full),
+                                            _mm512_maskz_loadu_ps(tail, i + 16 * full)));
+}
 #else
 #define CONV_X86 0
 #endif

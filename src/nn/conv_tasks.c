@@ -513,13 +513,7 @@ AVX512 static void dcolg_scatter(float *dpad, size_t img, const float *dcol, int
             const int n = q / P, p = q - n * P, oh = p / d->OW, ow = p - oh * d->OW;
             float *o = dpad + n * img + ((size_t)oh * d->SH * Wp + (size_t)ow * d->SW) * C + off;
             const float *i = dcol + (size_t)q * 64 + (r - r0);
-            for (int v = 0; v < full; v++)
-                _mm512_storeu_ps(o + 16 * v, _mm512_add_ps(_mm512_loadu_ps(o + 16 * v),
-                                                           _mm512_loadu_ps(i + 16 * v)));
-            if (tail)
-                _mm512_mask_storeu_ps(o + 16 * full, tail,
-                                      _mm512_add_ps(_mm512_maskz_loadu_ps(tail, o + 16 * full),
-                                                    _mm512_maskz_loadu_ps(tail, i + 16 * full)));
+            conv_add_run(o, i, full, tail);
         }
         r += len;
     }

@@ -1,0 +1,681 @@
+/*
+ * conv_wino2.c - Winograd F(2x2, 3x3) (Lavin & Gray 2016): the variant
+ * the driver (conv_wino.c) runs for the forward and input gradient of
+ * stride-1 3x3 convolutions, and the weight gradient.
+ *
+ * The output is cut into 2x2 tiles; tile (ty, tx) of image n reads the 4x4
+ * input patch d at rows 2ty - PH + [0, 4), columns 2tx - PW + [0, 4) (zero
+ * outside the image) and, for every channel pair (c, k),
+ *   y = A^T [ (G g G^T) . (B^T d B) ] A     (. elementwise, 4x4)
+ * with
+ *   B^T = | 1  0 -1  0 |   G = | 1    0    0  |   A^T = | 1  1  1  0 |
+ *         | 0  1  1  0 |       | 1/2  1/2  1/2 |         | 0  1 -1 -1 |
+ *         | 0 -1  1  0 |       | 1/2 -1/2  1/2 |
+ *         | 0  1  0 -1 |       | 0    0    1  |
+ * Summed over c, position by position: with V[pos][tile][c] = B^T d B and
+ * U[pos][c][k] = G g G^T, M[pos][tile][k] = sum_c V U is 16 matrix products
+ * [tiles x C] x [C x K], then y = A^T M A per tile and channel. 16 products
+ * of C x K per 4 outputs instead of 36: 2.25x fewer multiplications, paid
+ * for by the two transforms (additions only, O(C + K) per tile).
+ *
+ * Error: every coefficient of B, G and A is 0, +-1 or +-1/2, so the
+ * transforms only add; an output's rounding error is at most about
+ * (C + 8) u times A^T [ (|G||g||G^T|) . (|B^T||d||B|) ] A summed over c
+ * (|.| elementwise; u = 2^-24), which is at most 9 times the same bound's
+ * direct-convolution counterpart sum |g||d| (the row sums of |A^T|, |G|
+ * and |B^T| are 3, 3/2 and 2). test_wino.c checks every output against a
+ * double-precision direct convolution with that bound.
+ *
+ * Blocks: TB tiles (a multiple of 24, fixed by C and K so that a block's V
+ * and M stay in L2). U is built per input channel (forward) or per 16
+ * output channels (input gradient: the flipped, transposed kernel).
+ *
+ * The AVX-512 kernels are used when nn_narrow_use_simd says so; the
+ * portable ones compute the same sums in plain C (the tests compare both
+ * with a direct reference).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv_wino_impl.h"
+
+#define WI_POS 16   /* positions of a 4x4 transformed tile */
+#define WI_MR 24    /* TB is a multiple of every register-tile height (24, 12, 8, 6) */
+#define WI_L2 65536 /* floats of V + M per block, at most (256 KB) */
+
+/* Tiles per block: a multiple of WI_MR with V + M (16 TB (Cs + Ks) floats)
+ * within WI_L2, at least WI_MR, at most 96. Symmetric in C and K, so the
+ * forward and the input gradient share one scratch layout. */
+static int wino_tb(int C, int K)
+{
+    int tb = WI_L2 / (WI_POS * (wi_r16(C) + wi_r16(K))) / WI_MR * WI_MR;
+    if (tb > 4 * WI_MR) tb = 4 * WI_MR;
+    return tb < WI_MR ? WI_MR : tb;
+}
+
+static size_t u_floats(int C, int K)
+{
+    return (size_t)WI_POS * wi_r16(C) * wi_r16(K);
+}
+
+/* Slices of the tiles whose weight-gradient sums S[pos][c][k] are kept
+ * apart (then added in slice order): one per 256 tiles, at most N and as
+ * many as WI_PARTS floats of sums allow. */
+#define WI_PARTS (1u << 19)
+static int wgrad_slices(const nn_conv_dims *d)
+{
+    size_t nt = (size_t)d->N * ((d->OH + 1) / 2) * ((d->OW + 1) / 2);
+    size_t S = nt / 256, cap = WI_PARTS / u_floats(d->C, d->K);
+    if (S > cap) S = cap;
+    if (S > (size_t)d->N) S = (size_t)d->N;
+    if (S > 64) S = 64;
+    return S < 1 ? 1 : (int)S;
+}
+
+size_t nn_wi2_scratch(const nn_conv_dims *d, bool wgrad)
+{
+    size_t tb = (size_t)wino_tb(d->C, d->K), S = wgrad ? wgrad_slices(d) : 1;
+    return S * u_floats(d->C, d->K) + WI_POS * tb * (wi_r16(d->C) + wi_r16(d->K)) + 16;
+}
+
+/* ---- the kernel transform: U[pos][c][Ks] = G g G^T ---------------------- */
+
+/* U of 16 kernels at once: g[tap][i] (i < 16) -> u[pos][i], in double,
+ * rounded once (vectorised over i). */
+NN_CLONES static void u_16(float u[WI_POS][16], float g[9][16])
+{
+    double t[4][3][16];
+    for (int b = 0; b < 3; b++)
+        for (int i = 0; i < 16; i++) {
+            double g0 = g[b][i], g1 = g[3 + b][i], g2 = g[6 + b][i];
+            t[0][b][i] = g0;
+            t[1][b][i] = 0.5 * (g0 + g1 + g2);
+            t[2][b][i] = 0.5 * (g0 - g1 + g2);
+            t[3][b][i] = g2;
+        }
+    for (int a = 0; a < 4; a++)
+        for (int i = 0; i < 16; i++) {
+            double t0 = t[a][0][i], t1 = t[a][1][i], t2 = t[a][2][i];
+            u[4 * a][i] = (float)t0;
+            u[4 * a + 1][i] = (float)(0.5 * (t0 + t1 + t2));
+            u[4 * a + 2][i] = (float)(0.5 * (t0 - t1 + t2));
+            u[4 * a + 3][i] = (float)t2;
+        }
+}
+
+/* Task r of U: forward, row c = r of every position (16 k at a time, read
+ * and written contiguously); input gradient (flip: the layer's kernel
+ * w[3][3][K][C] flipped and transposed), columns k in [16r, 16r + 16) (16
+ * c at a time, transposed through a 16 x 16 block per position). */
+static void u_task(void *arg, int r, int tid)
+{
+    const wi_job *j = arg;
+    const int C = j->d->C, K = j->d->K, Ks = j->Ks;
+    float g[9][16], u[WI_POS][16];
+    (void)tid;
+    if (!j->flip) {
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            int m = K - k0 < 16 ? K - k0 : 16;
+            for (int t = 0; t < 9; t++)
+                for (int i = 0; i < 16; i++)
+                    g[t][i] = i < m ? j->w[((size_t)t * C + r) * K + k0 + i] : 0.0f;
+            u_16(u, g);
+            for (int p = 0; p < WI_POS; p++)
+                memcpy(j->U + ((size_t)p * C + r) * Ks + k0, u[p], sizeof(float) * 16);
+        }
+        return;
+    }
+    const int k0 = 16 * r, mk = K - k0 < 16 ? K - k0 : 16;
+    float blk[WI_POS][16][16]; /* [pos][c - c0][k - k0] */
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        int mc = C - c0 < 16 ? C - c0 : 16;
+        for (int kk = 0; kk < 16; kk++) {
+            /* g(c, k)[tap t] = w[8 - t][k][c] */
+            for (int t = 0; t < 9; t++)
+                for (int i = 0; i < 16; i++)
+                    g[t][i] = kk < mk && i < mc ? j->w[((size_t)(8 - t) * K + k0 + kk) * C + c0 + i]
+                                                : 0.0f;
+            u_16(u, g);
+            for (int p = 0; p < WI_POS; p++)
+                for (int i = 0; i < 16; i++) blk[p][i][kk] = u[p][i];
+        }
+        for (int p = 0; p < WI_POS; p++)
+            for (int i = 0; i < mc; i++)
+                memcpy(j->U + ((size_t)p * C + c0 + i) * Ks + k0, blk[p][i], sizeof(float) * 16);
+    }
+}
+
+/* ---- portable kernels ------------------------------------------------------ */
+
+/* V[pos][i][Cs] for tiles t0 + i, i < TB (zero past the last tile). */
+static void in_port(const wi_job *j, float *V, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int C = d->C, Cs = j->Cs;
+    const size_t ps = (size_t)j->TB * Cs;
+    for (int i = 0; i < j->TB; i++) {
+        if (i >= nt) {
+            for (int p = 0; p < WI_POS; p++)
+                memset(V + p * ps + (size_t)i * Cs, 0, sizeof(float) * Cs);
+            continue;
+        }
+        int h0, w0;
+        const float *img = wi_tile_src(j, t0 + i, &h0, &w0);
+        for (int c = 0; c < Cs; c++) {
+            float x[4][4], t[4][4];
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++) {
+                    int h = h0 + a, w = w0 + b;
+                    bool in = c < C && h >= 0 && h < d->H && w >= 0 && w < d->W;
+                    x[a][b] = in ? img[((size_t)h * d->W + w) * C + c] : 0.0f;
+                }
+            for (int b = 0; b < 4; b++) {
+                t[0][b] = x[0][b] - x[2][b];
+                t[1][b] = x[1][b] + x[2][b];
+                t[2][b] = x[2][b] - x[1][b];
+                t[3][b] = x[1][b] - x[3][b];
+            }
+            for (int a = 0; a < 4; a++) {
+                float *v = V + (size_t)i * Cs + c + (size_t)a * 4 * ps;
+                v[0] = t[a][0] - t[a][2];
+                v[ps] = t[a][1] + t[a][2];
+                v[2 * ps] = t[a][2] - t[a][1];
+                v[3 * ps] = t[a][1] - t[a][3];
+            }
+        }
+    }
+}
+
+/* M[pos][i][Ks] = V[pos][i][0, C) U[pos][0, C)[Ks], c in increasing order. */
+static void gemm_port(const wi_job *j, float *M, const float *V)
+{
+    const int C = j->d->C, Cs = j->Cs, Ks = j->Ks, TB = j->TB;
+    for (int p = 0; p < WI_POS; p++)
+        for (int i = 0; i < TB; i++) {
+            float *m = M + ((size_t)p * TB + i) * Ks;
+            const float *v = V + ((size_t)p * TB + i) * Cs;
+            const float *u = j->U + (size_t)p * C * Ks;
+            for (int k = 0; k < Ks; k++) m[k] = 0.0f;
+            for (int c = 0; c < C; c++)
+                for (int k = 0; k < Ks; k++) m[k] += v[c] * u[(size_t)c * Ks + k];
+        }
+}
+
+/* The output of tile t0 + i from M: A^T M A, + bias, acc, ReLU. */
+static void out_port(const wi_job *j, const float *M, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
+    const size_t ps = (size_t)j->TB * Ks;
+    for (int i = 0; i < nt; i++) {
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        for (int k = 0; k < K; k++) {
+            const float *m = M + (size_t)i * Ks + k;
+            float s[4][2], y[2][2];
+            for (int b = 0; b < 4; b++) {
+                s[b][0] = m[b * ps] + m[(4 + b) * ps] + m[(8 + b) * ps];
+                s[b][1] = m[(4 + b) * ps] - m[(8 + b) * ps] - m[(12 + b) * ps];
+            }
+            for (int a = 0; a < 2; a++) {
+                y[a][0] = s[0][a] + s[1][a] + s[2][a];
+                y[a][1] = s[1][a] - s[2][a] - s[3][a];
+            }
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) {
+                    int oh = 2 * ty + a, ow = 2 * tx + b;
+                    if (oh >= d->OH || ow >= d->OW) continue;
+                    float *o = j->out + (((size_t)n * d->OH + oh) * d->OW + ow) * K + k;
+                    float v = y[a][b] + (j->b ? j->b[k] : 0.0f);
+                    if (j->acc) v = *o + y[a][b];
+                    *o = j->relu && v < 0.0f ? 0.0f : v;
+                }
+        }
+    }
+}
+
+/* ---- AVX-512 kernels ------------------------------------------------------ */
+
+#if WI_X86
+AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int C = d->C, Cs = j->Cs, H = d->H, W = d->W;
+    const size_t ps = (size_t)j->TB * Cs;
+    const __m512 z = _mm512_setzero_ps();
+    for (int i = 0; i < j->TB; i++) {
+        if (i >= nt) {
+            for (int p = 0; p < WI_POS; p++)
+                for (int c = 0; c < Cs; c += 16)
+                    _mm512_storeu_ps(V + p * ps + (size_t)i * Cs + c, z);
+            continue;
+        }
+        int h0, w0;
+        const float *img = wi_tile_src(j, t0 + i, &h0, &w0);
+        bool inside = h0 >= 0 && w0 >= 0 && h0 + 4 <= H && w0 + 4 <= W;
+        bool ok[4][4];
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < 4; b++)
+                ok[a][b] = inside || (h0 + a >= 0 && h0 + a < H && w0 + b >= 0 && w0 + b < W);
+        const float *base = img + ((ptrdiff_t)h0 * W + w0) * C;
+        for (int c = 0; c < Cs; c += 16) {
+            __mmask16 m = C - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (C - c)) - 1);
+            __m512 x[4][4], t[4][4];
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++)
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++)
+                    x[a][b] = ok[a][b]
+                                  ? _mm512_maskz_loadu_ps(m, base + ((ptrdiff_t)a * W + b) * C + c)
+                                  : z;
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                t[0][b] = _mm512_sub_ps(x[0][b], x[2][b]);
+                t[1][b] = _mm512_add_ps(x[1][b], x[2][b]);
+                t[2][b] = _mm512_sub_ps(x[2][b], x[1][b]);
+                t[3][b] = _mm512_sub_ps(x[1][b], x[3][b]);
+            }
+            float *v = V + (size_t)i * Cs + c;
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++) {
+                _mm512_storeu_ps(v + (size_t)(4 * a) * ps, _mm512_sub_ps(t[a][0], t[a][2]));
+                _mm512_storeu_ps(v + (size_t)(4 * a + 1) * ps, _mm512_add_ps(t[a][1], t[a][2]));
+                _mm512_storeu_ps(v + (size_t)(4 * a + 2) * ps, _mm512_sub_ps(t[a][2], t[a][1]));
+                _mm512_storeu_ps(v + (size_t)(4 * a + 3) * ps, _mm512_sub_ps(t[a][1], t[a][3]));
+            }
+        }
+    }
+}
+
+/* MR tiles x NV vectors of M at one position: sum over c < C in order. */
+AVX512 static INLINE void gemm_tile(int MR, int NV, float *M, int Ks, const float *V, int Cs,
+                                    const float *U, int C)
+{
+    __m512 acc[24][4];
+#pragma GCC unroll 24
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++) {
+        __m512 u[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) u[v] = _mm512_loadu_ps(U + (size_t)c * Ks + 16 * v);
+#pragma GCC unroll 24
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(V[(size_t)i * Cs + c]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(x, u[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 24
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(M + (size_t)i * Ks + 16 * v, acc[i][v]);
+}
+
+AVX512 static void gemm_24x1(float *M, int Ks, const float *V, int Cs, const float *U, int C)
+{
+    gemm_tile(24, 1, M, Ks, V, Cs, U, C);
+}
+AVX512 static void gemm_12x2(float *M, int Ks, const float *V, int Cs, const float *U, int C)
+{
+    gemm_tile(12, 2, M, Ks, V, Cs, U, C);
+}
+AVX512 static void gemm_8x3(float *M, int Ks, const float *V, int Cs, const float *U, int C)
+{
+    gemm_tile(8, 3, M, Ks, V, Cs, U, C);
+}
+AVX512 static void gemm_6x4(float *M, int Ks, const float *V, int Cs, const float *U, int C)
+{
+    gemm_tile(6, 4, M, Ks, V, Cs, U, C);
+}
+
+static void gemm_simd(const wi_job *j, float *M, const float *V)
+{
+    const int C = j->d->C, Cs = j->Cs, Ks = j->Ks, TB = j->TB, nv = Ks / 16;
+    for (int p = 0; p < WI_POS; p++) {
+        const float *Vp = V + (size_t)p * TB * Cs, *Up = j->U + (size_t)p * C * Ks;
+        float *Mp = M + (size_t)p * TB * Ks;
+        for (int v0 = 0; v0 < nv; v0 += 4) {
+            int w = nv - v0 < 4 ? nv - v0 : 4, mr = w == 1 ? 24 : w == 2 ? 12 : w == 3 ? 8 : 6;
+            for (int i = 0; i < TB; i += mr) {
+                float *m = Mp + (size_t)i * Ks + 16 * v0;
+                const float *v = Vp + (size_t)i * Cs, *u = Up + 16 * v0;
+                if (w == 1)
+                    gemm_24x1(m, Ks, v, Cs, u, C);
+                else if (w == 2)
+                    gemm_12x2(m, Ks, v, Cs, u, C);
+                else if (w == 3)
+                    gemm_8x3(m, Ks, v, Cs, u, C);
+                else
+                    gemm_6x4(m, Ks, v, Cs, u, C);
+            }
+        }
+    }
+}
+
+AVX512 static void out_simd(const wi_job *j, const float *M, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
+    const size_t ps = (size_t)j->TB * Ks;
+    const __m512 z = _mm512_setzero_ps();
+    for (int i = 0; i < nt; i++) {
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        int oh0 = 2 * ty, ow0 = 2 * tx;
+        bool ok[2][2];
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) ok[a][b] = oh0 + a < d->OH && ow0 + b < d->OW;
+        float *o = j->out + (((size_t)n * d->OH + oh0) * d->OW + ow0) * K;
+        for (int k = 0; k < K; k += 16) {
+            __mmask16 mk = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+            const float *m = M + (size_t)i * Ks + k;
+            __m512 s[4][2], y[2][2];
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                __m512 m0 = _mm512_loadu_ps(m + b * ps), m1 = _mm512_loadu_ps(m + (4 + b) * ps),
+                       m2 = _mm512_loadu_ps(m + (8 + b) * ps),
+                       m3 = _mm512_loadu_ps(m + (12 + b) * ps);
+                s[b][0] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+                s[b][1] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+            }
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; a++) {
+                y[a][0] = _mm512_add_ps(_mm512_add_ps(s[0][a], s[1][a]), s[2][a]);
+                y[a][1] = _mm512_sub_ps(_mm512_sub_ps(s[1][a], s[2][a]), s[3][a]);
+            }
+            __m512 bv = j->b ? _mm512_maskz_loadu_ps(mk, j->b + k) : z;
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; a++)
+#pragma GCC unroll 2
+                for (int b = 0; b < 2; b++) {
+                    if (!ok[a][b]) continue;
+                    float *p = o + ((size_t)a * d->OW + b) * K + k;
+                    __m512 v = j->acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(mk, p), y[a][b])
+                                      : _mm512_add_ps(y[a][b], bv);
+                    if (j->relu) v = _mm512_max_ps(v, z);
+                    _mm512_mask_storeu_ps(p, mk, v);
+                }
+        }
+    }
+}
+#endif
+
+static int f2_setup(wi_job *j)
+{
+    const nn_conv_dims *d = j->d;
+    j->TB = wino_tb(d->C, d->K), j->Cs = wi_r16(d->C), j->Ks = wi_r16(d->K);
+    j->uf = u_floats(d->C, d->K);
+    return j->flip ? j->Ks / 16 : d->C;
+}
+
+#if WI_X86
+#define F2_SIMD(f) f
+#else
+#define F2_SIMD(f) NULL
+#endif
+
+const wi_variant nn_wi_f2 = {.m = 2,
+                             .pos = WI_POS,
+                             .setup = f2_setup,
+                             .u_task = u_task,
+                             .in = {in_port, F2_SIMD(in_simd)},
+                             .gemm = {gemm_port, F2_SIMD(gemm_simd)},
+                             .out = {out_port, F2_SIMD(out_simd)}};
+
+/* ---- the weight gradient ------------------------------------------------
+ * With Z = A dY A^T (the 2x2 dy tile to 4x4; A = [1 0; 1 1; 1 -1; 0 -1]):
+ *   dU[pos][c][k] = sum over tiles of V[pos][t][c] Z[pos][t][k]
+ *   dW[tap][c][k] = G^T dU G   (4x4 -> 3x3 for each c, k)
+ * (the gradient of y = A^T[U . V]A with U = G g G^T). The tiles are cut into
+ * S slices fixed by the shapes (wgrad_slices); slice s sums its tiles in
+ * order, block by block, into its own dU; then dU = dU_0 + dU_1 + ... in
+ * slice order and the G^T (.) G transform, by input channel. */
+
+/* Z[pos][i][Ks] for tiles t0 + i, i < nt (zero past them, and past OH, OW). */
+static void z_port(const wi_job *j, float *Z, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
+    const size_t ps = (size_t)j->TB * Ks;
+    for (int i = 0; i < j->TB; i++) {
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        for (int k = 0; k < Ks; k++) {
+            float y[2][2], q[2][4];
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) {
+                    int oh = 2 * ty + a, ow = 2 * tx + b;
+                    bool in = i < nt && k < K && oh < d->OH && ow < d->OW;
+                    y[a][b] = in ? j->dy[(((size_t)n * d->OH + oh) * d->OW + ow) * K + k] : 0.0f;
+                }
+            for (int a = 0; a < 2; a++) {
+                q[a][0] = y[a][0];
+                q[a][1] = y[a][0] + y[a][1];
+                q[a][2] = y[a][0] - y[a][1];
+                q[a][3] = -y[a][1];
+            }
+            float *z = Z + (size_t)i * Ks + k;
+            for (int b = 0; b < 4; b++) {
+                z[b * ps] = q[0][b];
+                z[(4 + b) * ps] = q[0][b] + q[1][b];
+                z[(8 + b) * ps] = q[0][b] - q[1][b];
+                z[(12 + b) * ps] = -q[1][b];
+            }
+        }
+    }
+}
+
+/* dU[pos][c][Ks] (+)= sum over i < nt of V[pos][i][c] Z[pos][i][k], i in order. */
+static void wgemm_port(const wi_job *j, float *dU, const float *V, const float *Z, int nt, bool acc)
+{
+    const int Cs = j->Cs, Ks = j->Ks, TB = j->TB;
+    for (int p = 0; p < WI_POS; p++)
+        for (int c = 0; c < Cs; c++) {
+            float *o = dU + ((size_t)p * Cs + c) * Ks;
+            if (!acc) memset(o, 0, sizeof(float) * Ks);
+            for (int i = 0; i < nt; i++) {
+                float v = V[((size_t)p * TB + i) * Cs + c];
+                const float *z = Z + ((size_t)p * TB + i) * Ks;
+                for (int k = 0; k < Ks; k++) o[k] += v * z[k];
+            }
+        }
+}
+
+#if WI_X86
+AVX512 static void z_simd(const wi_job *j, float *Z, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
+    const size_t ps = (size_t)j->TB * Ks;
+    const __m512 z0 = _mm512_setzero_ps();
+    for (int i = 0; i < j->TB; i++) {
+        float *z = Z + (size_t)i * Ks;
+        if (i >= nt) {
+            for (int p = 0; p < WI_POS; p++)
+                for (int k = 0; k < Ks; k += 16) _mm512_storeu_ps(z + p * ps + k, z0);
+            continue;
+        }
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        bool ok[2][2];
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) ok[a][b] = 2 * ty + a < d->OH && 2 * tx + b < d->OW;
+        const float *src = j->dy + (((size_t)n * d->OH + 2 * ty) * d->OW + 2 * tx) * K;
+        for (int k = 0; k < Ks; k += 16) {
+            __mmask16 m = K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1);
+            __m512 y[2][2], q[2][4];
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; a++)
+#pragma GCC unroll 2
+                for (int b = 0; b < 2; b++)
+                    y[a][b] = ok[a][b]
+                                  ? _mm512_maskz_loadu_ps(m, src + ((size_t)a * d->OW + b) * K + k)
+                                  : z0;
+#pragma GCC unroll 2
+            for (int a = 0; a < 2; a++) {
+                q[a][0] = y[a][0];
+                q[a][1] = _mm512_add_ps(y[a][0], y[a][1]);
+                q[a][2] = _mm512_sub_ps(y[a][0], y[a][1]);
+                q[a][3] = _mm512_sub_ps(z0, y[a][1]);
+            }
+#pragma GCC unroll 4
+            for (int b = 0; b < 4; b++) {
+                _mm512_storeu_ps(z + b * ps + k, q[0][b]);
+                _mm512_storeu_ps(z + (4 + b) * ps + k, _mm512_add_ps(q[0][b], q[1][b]));
+                _mm512_storeu_ps(z + (8 + b) * ps + k, _mm512_sub_ps(q[0][b], q[1][b]));
+                _mm512_storeu_ps(z + (12 + b) * ps + k, _mm512_sub_ps(z0, q[1][b]));
+            }
+        }
+    }
+}
+
+/* MR channels c x NV vectors of k of dU at one position, over nt tiles. */
+AVX512 static INLINE void wgemm_tile(int MR, int NV, float *dU, int Ks, const float *V, int Cs,
+                                     const float *Z, int nt, bool acc)
+{
+    __m512 s[16][3];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            s[i][v] = acc ? _mm512_loadu_ps(dU + (size_t)i * Ks + 16 * v) : _mm512_setzero_ps();
+    for (int t = 0; t < nt; t++) {
+        __m512 z[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) z[v] = _mm512_loadu_ps(Z + (size_t)t * Ks + 16 * v);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(V[(size_t)t * Cs + i]);
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++) s[i][v] = _mm512_fmadd_ps(x, z[v], s[i][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(dU + (size_t)i * Ks + 16 * v, s[i][v]);
+}
+
+AVX512 static void wgemm_16x1(float *dU, int Ks, const float *V, int Cs, const float *Z, int nt,
+                              bool acc)
+{
+    wgemm_tile(16, 1, dU, Ks, V, Cs, Z, nt, acc);
+}
+AVX512 static void wgemm_8x2(float *dU, int Ks, const float *V, int Cs, const float *Z, int nt,
+                             bool acc)
+{
+    wgemm_tile(8, 2, dU, Ks, V, Cs, Z, nt, acc);
+}
+AVX512 static void wgemm_8x3(float *dU, int Ks, const float *V, int Cs, const float *Z, int nt,
+                             bool acc)
+{
+    wgemm_tile(8, 3, dU, Ks, V, Cs, Z, nt, acc);
+}
+
+static void wgemm_simd(const wi_job *j, float *dU, const float *V, const float *Z, int nt, bool acc)
+{
+    const int Cs = j->Cs, Ks = j->Ks, TB = j->TB, nv = Ks / 16;
+    for (int p = 0; p < WI_POS; p++) {
+        const float *Vp = V + (size_t)p * TB * Cs, *Zp = Z + (size_t)p * TB * Ks;
+        float *Sp = dU + (size_t)p * Cs * Ks;
+        for (int v0 = 0; v0 < nv; v0 += 3) {
+            int w = nv - v0 < 3 ? nv - v0 : 3, mr = w == 1 ? 16 : 8;
+            for (int c = 0; c < Cs; c += mr) {
+                float *o = Sp + (size_t)c * Ks + 16 * v0;
+                const float *v = Vp + c, *z = Zp + 16 * v0;
+                if (w == 1)
+                    wgemm_16x1(o, Ks, v, Cs, z, nt, acc);
+                else if (w == 2)
+                    wgemm_8x2(o, Ks, v, Cs, z, nt, acc);
+                else
+                    wgemm_8x3(o, Ks, v, Cs, z, nt, acc);
+            }
+        }
+    }
+}
+#endif
+
+/* Slice s: its tiles, block by block, into dU_s (thread 0's scratch). */
+static void wslice_task(void *arg, int s, int tid)
+{
+    const wi_job *j = arg;
+    float *V = j->scratch + (size_t)tid * j->stride + (size_t)j->S * u_floats(j->d->C, j->d->K);
+    float *Z = V + (size_t)WI_POS * j->TB * j->Cs;
+    float *dU = j->U + (size_t)s * u_floats(j->d->C, j->d->K);
+    int a, e;
+    nn_pool_block(j->NT, j->S, s, &a, &e);
+    for (int t0 = a; t0 < e; t0 += j->TB) {
+        int nt = e - t0 < j->TB ? e - t0 : j->TB;
+#if WI_X86
+        if (j->simd) {
+            in_simd(j, V, t0, nt);
+            z_simd(j, Z, t0, nt);
+            wgemm_simd(j, dU, V, Z, nt, t0 > a);
+            continue;
+        }
+#endif
+        in_port(j, V, t0, nt);
+        z_port(j, Z, t0, nt);
+        wgemm_port(j, dU, V, Z, nt, t0 > a);
+    }
+    if (e == a) memset(dU, 0, sizeof(float) * WI_POS * j->Cs * j->Ks);
+}
+
+/* dw[tap][c][k] for input channel c: dU summed over the slices in order, then
+ * G^T dU G. */
+NN_CLONES static void wout_row(float *dw, const float *const *su, int S, int Cs, int C, int K,
+                               int Ks, int c)
+{
+    float buf[WI_POS][16];
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        int m = K - k0 < 16 ? K - k0 : 16;
+        for (int p = 0; p < WI_POS; p++) {
+            const size_t off = ((size_t)p * Cs + c) * Ks + k0;
+            for (int i = 0; i < 16; i++) buf[p][i] = su[0][off + i];
+            for (int s = 1; s < S; s++)
+                for (int i = 0; i < 16; i++) buf[p][i] += su[s][off + i];
+        }
+        for (int i = 0; i < m; i++) {
+            float t[4][3];
+            for (int a = 0; a < 4; a++) {
+                float x0 = buf[4 * a][i], x1 = buf[4 * a + 1][i], x2 = buf[4 * a + 2][i],
+                      x3 = buf[4 * a + 3][i];
+                t[a][0] = x0 + 0.5f * (x1 + x2);
+                t[a][1] = 0.5f * (x1 - x2);
+                t[a][2] = 0.5f * (x1 + x2) + x3;
+            }
+            for (int b = 0; b < 3; b++) {
+                dw[((size_t)(0 * 3 + b) * C + c) * K + k0 + i] =
+                    t[0][b] + 0.5f * (t[1][b] + t[2][b]);
+                dw[((size_t)(1 * 3 + b) * C + c) * K + k0 + i] = 0.5f * (t[1][b] - t[2][b]);
+                dw[((size_t)(2 * 3 + b) * C + c) * K + k0 + i] =
+                    0.5f * (t[1][b] + t[2][b]) + t[3][b];
+            }
+        }
+    }
+}
+
+static void wout_task(void *arg, int c, int tid)
+{
+    const wi_job *j = arg;
+    const float *su[64];
+    for (int s = 0; s < j->S; s++) su[s] = j->U + (size_t)s * u_floats(j->d->C, j->d->K);
+    wout_row(j->out, su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
+    (void)tid;
+}
+
+void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                   nn_pool *pool, float *scratch, size_t stride)
+{
+    wi_job j = {.d = d,
+                .inp = inp,
+                .dy = dout,
+                .out = dw,
+                .scratch = scratch,
+                .stride = stride,
+                .v = &nn_wi_f2};
+    j.simd = WI_X86 && nn_narrow_use_simd(-1);
+    j.TH = (d->OH + 1) / 2, j.TW = (d->OW + 1) / 2, j.NT = d->N * j.TH * j.TW;
+    f2_setup(&j);
+    j.S = wgrad_slices(d), j.U = scratch;
+    nn_pool_for(pool, j.S, wslice_task, &j);
+    nn_pool_for(pool, d->C, wout_task, &j);
+}

@@ -343,10 +343,10 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
  * order), so the cut may depend on how the images are read. */
 #define CONV_WG_TASKS 8
 #define CONV_WG_MIN_ROWS 16
-static int wgrad_row_blocks(const nn_conv_dims *d, int S)
+static int wgrad_row_blocks(const nn_conv_dims *d, int S, int kbg)
 {
     const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
-    int nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS, per = S * nkb;
+    int nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS, per = S * ((nkb + kbg - 1) / kbg);
     int want = (CONV_WG_TASKS + per - 1) / per, most = R / CONV_WG_MIN_ROWS;
     if (want > most) want = most;
     return nr > want ? nr : want;
@@ -355,18 +355,24 @@ static int wgrad_row_blocks(const nn_conv_dims *d, int S)
 /* Channel blocks per weight-gradient task: all of them for a 1x1 layer
  * whose slices and row blocks already make CONV_WG_TASKS tasks (each task
  * then reads its pixels' x and dy rows once, in order, instead of a 64-
- * channel stripe of dy per task), else one. */
-static int wgrad_kb_group(const nn_conv_dims *d, int S, int nr)
+ * channel stripe of dy per task); up to CONV_WG_CHAN_KB for the other 1x1
+ * layers, whose row blocks are then cut finer for CONV_WG_TASKS tasks: a
+ * task of one 64-channel block read its x rows (C floats apart, 4 KB at
+ * res4's C = 1024) once per channel block, from memory when the batch
+ * exceeds L3; else one. */
+#define CONV_WG_CHAN_KB 4 /* output-channel blocks per task: dy blocks of >= 128 pixels */
+static int wgrad_kb_group(const nn_conv_dims *d, int S)
 {
     const int nkb = (d->K + 63) / 64;
-    return d->KH == 1 && d->KW == 1 && S * nr >= CONV_WG_TASKS ? nkb : 1;
+    if (d->KH != 1 || d->KW != 1) return 1;
+    if (S * wgrad_row_blocks(d, S, 1) >= CONV_WG_TASKS) return nkb;
+    return nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
 }
 
 /* Input-channel ranges per slice of the fast weight gradient of padded
  * images and projections (nn_cv_wgrad_chan_task): with the groups of
  * CONV_WG_CHAN_KB output-channel blocks, enough for CONV_WG_TASKS tasks,
  * each range KW*C' >= 16 floats wide (the register tiles' rows). */
-#define CONV_WG_CHAN_KB 4 /* output-channel blocks per task: dy blocks of >= 128 pixels */
 static int wgrad_chan_kb(const nn_conv_dims *d)
 {
     const int nkb = (d->K + 63) / 64;
@@ -420,8 +426,8 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             conv_for(pool, d->N, nn_cv_wgrad_pad_task, &j);
         }
         if ((unpadded(d) && !strided_pointwise(d) && !wgrad_chan_unpadded(d)) || j.shared) {
-            j.nr = wgrad_row_blocks(d, j.S);
-            j.kbg = wgrad_kb_group(d, j.S, j.nr);
+            j.kbg = wgrad_kb_group(d, j.S);
+            j.nr = wgrad_row_blocks(d, j.S, j.kbg);
             const int nkb = (K + 63) / 64;
             conv_for(pool, j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg), nn_cv_wgrad_fast_task, &j);
         } else {

@@ -33,6 +33,7 @@
  * No window is read past its segment: an image without padding is read in
  * place.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "layers.h"
@@ -139,7 +140,7 @@ static bool dense_geom(const nn_cf_geom *g)
 AVX512 static INLINE void fwd_tile(int MR, int NV, float *out, int ldo, const float *pad, int p,
                                    int n, const size_t *base, int WpC, int seg, const float *wp,
                                    int r0, int r1, const __mmask16 *mk, const __m512 *bv, bool load,
-                                   bool relu, const size_t *pfb)
+                                   bool relu, const size_t *pfb, bool nt)
 {
     const float *a[12];
     float *o[12];
@@ -182,16 +183,21 @@ AVX512 static INLINE void fwd_tile(int MR, int NV, float *out, int ldo, const fl
     for (int i = 0; i < MR; i++) {
         if (i >= n) break;
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_ps(o[i] + 16 * v, mk[v],
-                                  relu ? _mm512_max_ps(c[i][v], zero) : c[i][v]);
+        for (int v = 0; v < NV; v++) {
+            __m512 y = relu ? _mm512_max_ps(c[i][v], zero) : c[i][v];
+            if (nt && mk[v] == (__mmask16)0xffff)
+                _mm512_stream_ps(o[i] + 16 * v, y);
+            else
+                _mm512_mask_storeu_ps(o[i] + 16 * v, mk[v], y);
+        }
     }
 }
 
 /* All pixels [0, OH*OW) of one image, channel block kb. */
 AVX512 static INLINE void fwd_block(int MR, int NV, float *out, int ldo, const float *pad, int P,
                                     const nn_cf_geom *g, int WpC, int seg, int R, const float *wp,
-                                    const __mmask16 *mk, const __m512 *bv, bool acc, bool relu)
+                                    const __mmask16 *mk, const __m512 *bv, bool acc, bool relu,
+                                    bool nt)
 {
     const int PB = 8 * MR; /* pixels per block: their outputs stay in L1/L2 */
     size_t base[8 * 12 + 4 * 12];
@@ -205,7 +211,8 @@ AVX512 static INLINE void fwd_block(int MR, int NV, float *out, int ldo, const f
             for (int p = p0; p < pe; p += MR)
                 fwd_tile(MR, NV, out, ldo, pad, p, pe - p < MR ? pe - p : MR, base + (p - p0), WpC,
                          seg, wp, r0, r1, mk, bv, acc || r0 > 0, relu && r1 == R,
-                         D && p + D * MR + MR <= pl ? base + (p - p0) + D * MR : NULL);
+                         D && p + D * MR + MR <= pl ? base + (p - p0) + D * MR : NULL,
+                         nt && r1 == R);
         }
     }
 }
@@ -226,19 +233,23 @@ AVX512 static void cf_forward_simd(float *out, const float *pad, const nn_cf_geo
     const int P = g->nimg * g->OH * g->OW, R = g->KH * g->seg;
     const float *wpk = wp + (size_t)kb * R * CF_NB;
     float *o = out + k0;
+    /* non-temporal stores: whole aligned vectors only; fenced before the
+     * call returns (the pool's hand-over then publishes them) */
+    const bool nt = g->stream && (uintptr_t)o % 64 == 0 && K % 16 == 0;
     switch (NV) {
     case 4:
-        fwd_block(6, 4, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+        fwd_block(6, 4, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu, nt);
         break;
     case 3:
-        fwd_block(8, 3, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+        fwd_block(8, 3, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu, nt);
         break;
     case 2:
-        fwd_block(12, 2, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+        fwd_block(12, 2, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu, nt);
         break;
     default:
-        fwd_block(12, 1, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu);
+        fwd_block(12, 1, o, K, pad, P, g, g->WpC, g->seg, R, wpk, mk, bv, acc, relu, nt);
     }
+    if (nt) _mm_sfence();
 }
 
 /* Lines of the next pixel block to prefetch into L2 while this one is

@@ -51,6 +51,17 @@ static inline bool conv_is_pointwise(const nn_conv_dims *d)
     return d->KH == 1 && d->KW == 1 && d->SH == 1 && d->SW == 1 && d->PH == 0 && d->PW == 0;
 }
 
+/* A pointwise pass whose output (N*H*W rows of `cols` floats) exceeds
+ * CONV_STREAM_FLOATS (32 MB, this machine's L3) is stored with
+ * non-temporal stores: written through the caches, each line was first
+ * read from memory (Inception 5b's 1x1 288 -> 64 input gradient at batch
+ * 32: 45 MB). Smaller outputs stay in the caches for the next layer. */
+#define CONV_STREAM_FLOATS (8u << 20)
+static inline bool conv_stream(const nn_conv_dims *d, int cols)
+{
+    return (size_t)d->N * d->H * d->W * cols > CONV_STREAM_FLOATS;
+}
+
 /* Rows and columns of the padded image that windows touch. */
 static inline int pad_h(const nn_conv_dims *d)
 {

@@ -65,15 +65,16 @@ static nn_conv_dims sub_batch(const nn_conv_dims *d, int n)
 static nn_cf_geom direct_geom(const nn_conv_dims *d, int ng)
 {
     const int C = d->C;
-    nn_cf_geom g = {d->OH,     d->OW, d->SH * d->W * C,       d->SW * C, d->KH, d->W * C,
-                    d->KW * C, ng,    (size_t)d->H * d->W * C};
+    nn_cf_geom g = {d->OH,     d->OW, d->SH * d->W * C,        d->SW * C, d->KH, d->W * C,
+                    d->KW * C, ng,    (size_t)d->H * d->W * C, false};
     return g;
 }
 
 static nn_cf_geom fast_geom(const nn_conv_dims *d, int ng, size_t img)
 {
     const int Wp = pad_w(d), C = d->C;
-    nn_cf_geom g = {d->OH, d->OW, d->SH * Wp * C, d->SW * C, d->KH, Wp * C, d->KW * C, ng, img};
+    nn_cf_geom g = {d->OH, d->OW, d->SH * Wp * C, d->SW * C, d->KH, Wp * C, d->KW * C,
+                    ng,    img,   false};
     return g;
 }
 
@@ -134,7 +135,7 @@ void nn_cv_fwd_point_task(void *arg, int task, int tid)
     const nn_conv_dims *d = j->d;
     int rc = task / j->nkb, kb = task % j->nkb, r0, r1;
     point_rows(j, rc, &r0, &r1);
-    nn_cf_geom g = {1, r1 - r0, 0, d->C, 1, 0, d->C, 1, 0};
+    nn_cf_geom g = {1, r1 - r0, 0, d->C, 1, 0, d->C, 1, 0, conv_stream(d, d->K)};
     nn_cf_forward(j->out + (size_t)r0 * d->K, j->inp + (size_t)r0 * d->C, &g, j->wp, d->K, kb, j->b,
                   j->relu, false);
     (void)tid;
@@ -263,7 +264,7 @@ void nn_cv_wgrad_chan_task(void *arg, int task, int tid)
             else
                 pad_channels(pad + i * img, j->inp, d, &sub, n0 + i, c0);
         nn_cf_geom g = fast_geom(&sub, ng, img);
-        if (gather) g = (nn_cf_geom){1, ng * P, 0, sub.C, 1, 0, sub.C, 1, 0};
+        if (gather) g = (nn_cf_geom){1, ng * P, 0, sub.C, 1, 0, sub.C, 1, 0, false};
         /* one range holding every channel: the rows are contiguous, one
          * run (runs of C' = 3 floats left conv1's tiles mostly empty) */
         const int rows = d->KH * d->KW * sub.C, run = sub.C == d->C ? rows : sub.C;
@@ -353,7 +354,7 @@ void nn_cv_dgrad_point_task(void *arg, int task, int tid)
     const nn_conv_dims *d = j->d;
     int nkb = (d->C + 63) / 64, rc = task / nkb, cb = task % nkb, r0, r1;
     point_rows(j, rc, &r0, &r1);
-    nn_cf_geom g = {1, r1 - r0, 0, d->K, 1, 0, d->K, 1, 0};
+    nn_cf_geom g = {1, r1 - r0, 0, d->K, 1, 0, d->K, 1, 0, conv_stream(d, d->C)};
     nn_cf_forward(j->dinp + (size_t)r0 * d->C, j->dout + (size_t)r0 * d->K, &g, j->wp, d->C, cb,
                   NULL, false, j->acc);
     (void)tid;
@@ -369,7 +370,7 @@ void nn_cv_dgrad_strided_point_task(void *arg, int task, int tid)
     int n0, ng;
     group_range(j, task, &n0, &ng);
     float *tmp = job_front(j, tid);
-    nn_cf_geom g = {1, ng * P, 0, d->K, 1, 0, d->K, 1, 0};
+    nn_cf_geom g = {1, ng * P, 0, d->K, 1, 0, d->K, 1, 0, false};
     for (int cb = 0; cb < nkb; cb++)
         nn_cf_forward(tmp, j->dout + (size_t)n0 * P * d->K, &g, j->wp, C, cb, NULL, false, false);
     for (int i = 0; i < ng; i++) {
@@ -468,7 +469,7 @@ void nn_cv_dgrad_dcol_task(void *arg, int task, int tid)
     const int PXB = nn_cv_dcol_pixels(d);
     for (int p0 = 0; p0 < P; p0 += PXB) {
         int np = P - p0 < PXB ? P - p0 : PXB;
-        nn_cf_geom g = {1, np, 0, K, 1, 0, K, 1, 0};
+        nn_cf_geom g = {1, np, 0, K, 1, 0, K, 1, 0, false};
         for (int rb = 0; rb < nrb; rb++)
             nn_cf_forward(dcol, dy + (size_t)p0 * K, &g, j->wp, R, rb, NULL, false, false);
         nn_cv_col2im_simd(pad, dcol, d, p0, np);
@@ -540,7 +541,7 @@ void nn_cv_dgrad_dcolg_task(void *arg, int task, int tid)
     float *dpad = job_front(j, tid), *dcol = dpad + j->padf;
     memset(dpad, 0, sizeof(float) * ng * img);
     const int rows = ng * P;
-    nn_cf_geom g = {1, rows, 0, K, 1, 0, K, 1, 0};
+    nn_cf_geom g = {1, rows, 0, K, 1, 0, K, 1, 0, false};
     for (int rb = 0; rb < nrb; rb++) {
         nn_cf_forward(dcol, j->dout + (size_t)n0 * P * K, &g, j->wp + (size_t)rb * K * 64, 64, 0,
                       NULL, false, false);

@@ -178,8 +178,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
  * of seg = KW*C floats, WpC apart; nothing outside the windows is read. */
 typedef struct nn_cf_geom {
     int OH, OW, SHWpC, SWC, KH, WpC, seg;
-    int nimg;   /* images in the call, consecutive in out / dy */
-    size_t img; /* floats from one padded image to the next */
+    int nimg;    /* images in the call, consecutive in out / dy */
+    size_t img;  /* floats from one padded image to the next */
+    bool stream; /* nn_cf_forward: store out with non-temporal stores where its
+                  * rows are 64-byte aligned (outputs larger than the caches) */
 } nn_cf_geom;
 bool nn_cf_ok(const nn_conv_dims *d);
 size_t nn_cf_packed_floats(int R, int K);

@@ -848,6 +848,38 @@ static void test_conv_paths(int N, int H, int W, int C, int K, int KH, int KW, i
     free(x), free(w), free(b), free(R), free(scratch), free(dy);
 }
 
+/* nn_cf_forward with non-temporal stores (g.stream, the pointwise passes
+ * whose output exceeds L3) stores the same bits as with ordinary stores,
+ * also with a partial last channel block and with rows that are not 64-byte
+ * aligned (which take the ordinary stores), and writes nothing outside its
+ * channel block. */
+static void test_cf_stream(void)
+{
+    const int rows = 53, C = 40, K = 80, nkb = (K + 63) / 64;
+    float *x = rand_vec((size_t)rows * C, 1), *w = rand_vec((size_t)C * K, 0.5f),
+          *b = rand_vec(K, 0.5f);
+    float *wp = pst_aligned_alloc(sizeof(float) * nn_cf_packed_floats(C, K));
+    nn_cf_pack(wp, w, C, K);
+    const size_t n = (size_t)rows * K + 16;
+    float *o[2] = {pst_aligned_alloc(sizeof(float) * n), pst_aligned_alloc(sizeof(float) * n)};
+    for (int shift = 0; shift < 2; shift++)
+        for (int relu = 0; relu < 2; relu++) {
+            for (int s = 0; s < 2; s++) {
+                for (size_t i = 0; i < n; i++) o[s][i] = -7.0f;
+                nn_cf_geom g = {1, rows, 0, C, 1, 0, C, 1, 0, s == 1};
+                for (int kb = 0; kb < nkb; kb++)
+                    nn_cf_forward(o[s] + shift, x, &g, wp, K, kb, b, relu, false);
+            }
+            CHECK(
+                memcmp(o[0], o[1], sizeof(float) * n) == 0,
+                "nn_cf_forward: non-temporal stores (shift %d, relu %d) differ from ordinary ones",
+                shift, relu);
+            CHECK(o[1][0] == -7.0f || shift == 0, "nn_cf_forward wrote before its output");
+            CHECK(o[1][(size_t)rows * K + shift] == -7.0f, "nn_cf_forward wrote past its output");
+        }
+    free(x), free(w), free(b), free(wp), free(o[0]), free(o[1]);
+}
+
 int main(void)
 {
     nn_blis_init();
@@ -970,6 +1002,10 @@ int main(void)
         /* unpadded, strided, an image over 512 KB (Inception's 6a): the
          * channel-range tasks too */
         test_conv_paths(2, 33, 33, 130, 48, 3, 3, 2, 2, 0, 0);
+        /* a 1x1 weight gradient with one slice and 5 channel blocks: tasks
+         * of 4 blocks and of 1 (groups of CONV_WG_CHAN_KB), 4 row blocks */
+        test_conv_paths(1, 5, 5, 256, 300, 1, 1, 1, 1, 0, 0);
+        test_cf_stream();
         nn_narrow_use_simd(simd);
     }
 

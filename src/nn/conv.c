@@ -51,12 +51,11 @@ static size_t wt_floats(const nn_conv_dims *d)
     return d->K <= NN_NARROW_MAX ? align16((size_t)d->K * d->KH * d->KW * d->C + CONV_SLACK) : 0;
 }
 
-/* The col area; the one-channel path keeps its transposed gradient there. */
+/* The col area. */
 static size_t col_floats(const nn_conv_dims *d)
 {
     size_t col = (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C;
-    size_t c1 = nn_conv1ch_scratch(d);
-    return align16((col > c1 ? col : c1) + CONV_SLACK);
+    return align16(col + CONV_SLACK);
 }
 
 static size_t pad_floats(const nn_conv_dims *d)

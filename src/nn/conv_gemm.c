@@ -337,13 +337,13 @@ void nn_cv_backward_gemm(float *dinp, bool acc, float *dw, float *db, float *dou
     const size_t npad = (size_t)pad_h(d) * pad_w(d) * d->C;
     float *col = scratch, *pad = nn_cv_scratch_pad(scratch, d), *wt = nn_cv_scratch_wt(scratch, d);
     if (!dinp && dw && nn_conv1ch_ok(d)) {
+        if (relu) nn_relu_mask(dout, out, (size_t)d->N * img_rows * K);
         memset(pad, 0, sizeof(float) * (npad + pad_slack(d)));
         memset(dw, 0, sizeof(float) * (size_t)R * K);
         if (db) memset(db, 0, sizeof(float) * K);
         for (int n = 0; n < d->N; n++) {
             nn_cv_pad_image(pad, inp, d, n);
-            size_t o = (size_t)n * img_rows * K;
-            nn_conv1ch_dw(dw, db, pad, pad_w(d), d, dout + o, out + o, relu, col);
+            nn_conv1ch_dw(dw, db, pad, pad_w(d), d, dout + (size_t)n * img_rows * K);
         }
         return;
     }

@@ -239,17 +239,16 @@ void nn_wino_dgrad(float *dinp, bool acc, const float *dout, const float *w, con
 void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                    nn_pool *pool, float *scratch, size_t stride);
 
-/* One-channel, stride-1 convolutions with K <= 16 vectorised along the
- * output row (conv1ch.c): whether they apply (AVX-512 only), their scratch
- * floats, the forward of one image from its zero-padded copy (rows Wp
- * floats apart, 16 floats of finite slack after it), and dw/db (added to)
- * of one image; g is scratch of nn_conv1ch_scratch floats. */
+/* One-channel, stride-1 convolutions with K <= 16, an output pixel's
+ * channels per vector (conv1ch.c): whether they apply (AVX-512 only), the
+ * forward of one image from its zero-padded copy (rows Wp floats apart),
+ * and dw/db (added to) of one image from dout (already masked under a
+ * fused ReLU), its pixels summed in order. */
 bool nn_conv1ch_ok(const nn_conv_dims *d);
-size_t nn_conv1ch_scratch(const nn_conv_dims *d);
 void nn_conv1ch_forward(float *out, const float *pad, int Wp, const nn_conv_dims *d, const float *w,
                         const float *bias, bool relu);
 void nn_conv1ch_dw(float *dw, float *db, const float *pad, int Wp, const nn_conv_dims *d,
-                   const float *dout, const float *out, bool relu, float *g);
+                   const float *dout);
 
 /* ---- pooling ---------------------------------------------------------------- */
 

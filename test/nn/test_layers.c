@@ -813,7 +813,9 @@ static void test_xent(float smoothing)
 }
 
 /* The AVX-512 kernels against the portable path on shapes of real layers:
- * forward, input and weight gradient agree to float rounding. */
+ * forward, input and weight gradient agree to float rounding, and so does
+ * the weight gradient of a call without an input gradient (a model's first
+ * layer: the one-channel kernels take it). */
 static void test_conv_paths(int N, int H, int W, int C, int K, int KH, int KW, int SH, int SW,
                             int PH, int PW)
 {
@@ -823,19 +825,24 @@ static void test_conv_paths(int N, int H, int W, int C, int K, int KH, int KW, i
            ny = (size_t)N * d.OH * d.OW * K;
     float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *b = rand_vec(K, 0.5f),
           *R = rand_vec(ny, 1), *scratch = rand_vec(nn_conv_scratch(&d), 0);
-    float *y[2], *dx[2], *dw[2], *dy = rand_vec(ny, 0);
+    float *y[2], *dx[2], *dw[2], *dw1[2], *dy = rand_vec(ny, 0);
     for (int mode = 0; mode < 2; mode++) {
         nn_narrow_use_simd(mode);
         y[mode] = rand_vec(ny, 1), dx[mode] = rand_vec(nx, 1), dw[mode] = rand_vec(nw, 1);
+        dw1[mode] = rand_vec(nw, 1);
         nn_conv2d_forward(y[mode], x, w, b, &d, true, NULL, scratch, 0);
         memcpy(dy, R, sizeof(float) * ny);
         nn_conv2d_backward(dx[mode], false, dw[mode], NULL, dy, y[mode], x, w, &d, true, NULL,
                            scratch, 0);
+        memcpy(dy, R, sizeof(float) * ny);
+        nn_conv2d_backward(NULL, false, dw1[mode], NULL, dy, y[mode], x, w, &d, true, NULL, scratch,
+                           0);
     }
-    const float *a[3] = {y[0], dx[0], dw[0]}, *f[3] = {y[1], dx[1], dw[1]};
-    size_t n[3] = {ny, nx, nw};
-    const char *what[3] = {"forward", "input gradient", "weight gradient"};
-    for (int t = 0; t < 3; t++) {
+    const float *a[4] = {y[0], dx[0], dw[0], dw1[0]}, *f[4] = {y[1], dx[1], dw[1], dw1[1]};
+    size_t n[4] = {ny, nx, nw, nw};
+    const char *what[4] = {"forward", "input gradient", "weight gradient",
+                           "weight gradient without dinp"};
+    for (int t = 0; t < 4; t++) {
         double maxe = 0, maxv = 0;
         for (size_t i = 0; i < n[t]; i++) {
             maxe = fmax(maxe, fabs((double)a[t][i] - f[t][i]));
@@ -844,7 +851,8 @@ static void test_conv_paths(int N, int H, int W, int C, int K, int KH, int KW, i
         CHECK(maxe <= 1e-5 * (1 + maxv), "conv %dx%dx%d->%d k%dx%d s%d,%d p%d,%d: %s differs by %g",
               H, W, C, K, KH, KW, SH, SW, PH, PW, what[t], maxe);
     }
-    for (int mode = 0; mode < 2; mode++) free(y[mode]), free(dx[mode]), free(dw[mode]);
+    for (int mode = 0; mode < 2; mode++)
+        free(y[mode]), free(dx[mode]), free(dw[mode]), free(dw1[mode]);
     free(x), free(w), free(b), free(R), free(scratch), free(dy);
 }
 
@@ -905,6 +913,9 @@ int main(void)
         test_conv(2, 9, 11, 1, 6, 5, 5, 1, 1, 2, 2, true,
                   false); /* one channel, as a first layer */
         test_conv(2, 8, 7, 1, 16, 3, 3, 1, 1, 1, 1, false, true); /* one channel, 16 outputs */
+        /* one channel: rows of 14 + 14 + 2 pixels (resnet-20's stem), 14 + 3 */
+        test_conv(2, 5, 30, 1, 16, 3, 3, 1, 1, 1, 1, true, true);
+        test_conv(2, 6, 17, 1, 12, 3, 3, 1, 1, 1, 1, false, false);
         test_conv(2, 6, 6, 3, 24, 3, 3, 1, 1, 1, 1, true, false); /* 17..32 outputs */
         test_conv(1, 5, 5, 2, 40, 3, 3, 2, 2, 1, 1, true, false);
         /* > 32 outputs: BLIS */                                    /* non-square everything */
@@ -962,6 +973,8 @@ int main(void)
         /*              N   H   W    C    K KH KW SH SW PH PW */
         test_conv_paths(3, 14, 14, 64, 64, 3, 3, 1, 1, 1, 1);
         test_conv_paths(3, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1); /* resnet-20 stage 1 */
+        test_conv_paths(3, 28, 28, 1, 16, 3, 3, 1, 1, 1, 1);  /* resnet-20's stem */
+        test_conv_paths(2, 9, 19, 1, 6, 5, 5, 1, 1, 2, 2);    /* LeNet's conv1: 2 dw passes */
         test_conv_paths(2, 10, 9, 16, 8, 3, 3, 1, 1, 1, 1);
         test_conv_paths(2, 9, 11, 8, 24, 3, 5, 1, 1, 1, 2);
         test_conv_paths(2, 14, 13, 48, 200, 1, 1, 1, 1, 0, 0);

@@ -143,6 +143,7 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
         s->snap_req = pst_malloc(sizeof *s->snap_req * (size_t)s->nsnap_req);
         for (int i = 0; i < s->nsnap_req; i++) s->snap_req[i] = MPI_REQUEST_NULL;
         ((int64_t *)s->base)[CTL_LOCKSEQ] = 2 * lay->first_version;
+        ((int64_t *)s->base)[CTL_STOP_T] = -1;  /* no request (a stop may lower T to 0) */
         ((int64_t *)s->base)[CTL_CKPT_AT] = -1; /* no request */
         ((int64_t *)s->base)[CTL_EVAL_AT] = -1;
     }
@@ -263,15 +264,27 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
     const bool lockstep = s->lay.lockstep;
     int64_t T = c->total_tickets;
     int64_t last_version = lockstep ? V0 + (T - tk0 + W - 1) / W : 0;
-    if (lockstep && T <= tk0) nended = W;
 
     for (;;) {
         MPI_OK(MPI_Win_sync(s->win));
         bool did = false;
-        int64_t stop_t = dist_load64(&ctl[CTL_STOP_T]);
-        if (lockstep && stop_t > 0 && stop_t < T) {
+        int64_t stop_t = dist_load64(&ctl[CTL_STOP_T]); /* -1: no request */
+        if (lockstep && stop_t >= 0 && stop_t < T) {
             T = stop_t;
             last_version = V0 + (T - tk0 + W - 1) / W;
+        }
+        /* Finished? Checked on every pass, not only after an update: a stop
+         * request may name a version this PS has already applied. The root
+         * computes the stop from the tickets it had published when its poll
+         * began; if it is slow before the request leaves (a checkpoint
+         * written in the same poll, a descheduled process), the workers
+         * drain the ring meanwhile and the PS reaches that version with the
+         * old T. It then gets no more gradients: had it waited for one more
+         * update to notice, it would never end (design.md §3.9). */
+        if (lockstep && version >= last_version && nended < W) {
+            dist_store64(&ctl[CTL_DONE], 1);
+            nended = W;
+            did = true;
         }
         for (int w = 0; w < W; w++) {
             volatile int64_t *stp = (volatile int64_t *)(s->base + stamp_off(w, 0));

@@ -25,6 +25,10 @@
 #                   bitwise equal results, exactly once
 #   signal          SIGUSR1 to mpirun mid-run: checkpoint, exit 0; the resumed
 #                   run ends bitwise equal to an uninterrupted one
+#   stop-at-start   a stop before the first batch (fresh and resumed runs;
+#                   lockstep, backup workers, async): the run ends at once
+#                   with a checkpoint of its start, and resuming it ends
+#                   bitwise equal to an uninterrupted run
 #   fashion         LeNet-5 on Fashion-MNIST, async, 2 workers, 1 epoch: acc >= 0.82
 #                   (and async momentum converges too: >= 0.75)
 set -eu
@@ -291,6 +295,31 @@ signal)
     # (this one writes ckpt-480 and prunes the old ones)
     run 5 $args --ps 2 --resume --checkpoint-dir "$TMP/ck" --dump "$TMP/r.bin" >/dev/null
     cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "signal + resume differs"; fail=1; }
+    ;;
+stop-at-start)
+    # The root's stop flag is set before training (test_dist --stop-at-start),
+    # so its first poll stops the run at the data cursor it started from.
+    # Lockstep PS then have nothing to apply: they used to wait forever for
+    # the first version (a fresh run's stop at ticket 0 was even taken for
+    # "no request"). Each run is bounded: a hang fails in 60 s.
+    srun() { np=$1; shift; timeout -k 5 60 $MPI -np "$np" "$TEST_DIST" train "$@"; }
+    a="--data $TMP/small.h5 --ps 1"
+    run 4 $a --dump "$TMP/ref.bin" >/dev/null
+    srun 4 $a --checkpoint-dir "$TMP/c0" --stop-at-start --expect-steps 0 >/dev/null ||
+        die "lockstep, fresh: the run stopped at its start failed or hung"
+    [ -f "$TMP/c0/ckpt-0.h5" ] || die "lockstep, fresh: no ckpt-0.h5 after the stop"
+    run 4 $a --resume-from "$TMP/c0/ckpt-0.h5" --dump "$TMP/r.bin" >/dev/null
+    cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "resumed from the stop at 0: differs"; fail=1; }
+    run 4 $a --steps 7 --checkpoint-dir "$TMP/c7" >/dev/null
+    srun 4 $a --resume-from "$TMP/c7/ckpt-7.h5" --checkpoint-dir "$TMP/c7b" --stop-at-start \
+        --expect-steps 7 >/dev/null || die "lockstep, resumed at 7: the stopped run failed or hung"
+    [ -f "$TMP/c7b/ckpt-7.h5" ] || die "lockstep, resumed at 7: no ckpt-7.h5 after the stop"
+    run 4 $a --resume-from "$TMP/c7b/ckpt-7.h5" --dump "$TMP/r.bin" >/dev/null
+    cmp "$TMP/ref.bin" "$TMP/r.bin" || { echo "resumed from the stop at 7: differs"; fail=1; }
+    srun 5 $a --replicas 2 --checkpoint-dir "$TMP/cb" --stop-at-start --expect-steps 0 >/dev/null ||
+        die "backup workers: the run stopped at its start failed or hung"
+    srun 4 $a --mode async --checkpoint-dir "$TMP/ca" --stop-at-start --expect-steps 0 >/dev/null ||
+        die "async: the run stopped at its start failed or hung"
     ;;
 fashion)
     : "${PSTRAIN_PREP:?}"

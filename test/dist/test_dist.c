@@ -8,19 +8,26 @@
  *       [--partition-bytes N] [--mode sync|async] [--optimizer O] [--lr X]
  *       [--epochs E] [--steps S] [--batch B] [--replicas R] [--seed S]
  *       [--dump FILE] [--trace FILE] [--single]
+ *       [--stop-at-start]
  *       checks: [--expect-once] [--expect-fail TEXT] [--min-accuracy X]
  *               [--expect-dropped] [--max-ps-cpu-fraction F] [--expect-steps S]
+ *
+ * --stop-at-start: the root's stop flag is set before training, as if a
+ * stop signal had come before the first batch: the root's first poll stops
+ * the run at its start (the data cursor it started from).
  *
  * The synthetic data set labels image i with i % K and draws its pixels
  * from i (test/data/h5test.h), so ids are easy to account for.
  */
 #include <mpi.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../data/h5test.h"
 #include "check.h"
 #include "pstrain/placement.h"
+#include "pstrain/signals.h"
 #include "pstrain/train.h"
 
 static int mkdata(int argc, char **argv)
@@ -52,7 +59,7 @@ int main(int argc, char **argv)
     cfg.quiet = true;
     cfg.pipe.prep_threads = 1;
     cfg.log_every = 0.5;
-    bool single = false, expect_once = false, expect_dropped = false;
+    bool single = false, expect_once = false, expect_dropped = false, stop_at_start = false;
     const char *expect_fail = NULL;
     double min_acc = -1, max_ps_cpu = -1, max_root_cpu = -1;
     int64_t expect_steps = -1;
@@ -122,6 +129,8 @@ int main(int argc, char **argv)
             max_root_cpu = atof(v), i++;
         else if (!strcmp(a, "--expect-steps"))
             expect_steps = atoll(v), i++;
+        else if (!strcmp(a, "--stop-at-start"))
+            stop_at_start = true;
         else {
             fprintf(stderr, "test_dist: unknown option %s\n", a);
             return 2;
@@ -129,6 +138,8 @@ int main(int argc, char **argv)
     }
     train_result res;
     pst_err e = {{0}};
+    /* (only the root's flag decides) */
+    if (stop_at_start && rank == 0) pst_stop_request(SIGUSR1);
     int rc = single ? train_single(&cfg, &res, &e) : dist_train(&cfg, &res, &e);
     if (expect_fail) {
         CHECK(rc < 0, "expected a refusal containing '%s'", expect_fail);

@@ -54,6 +54,7 @@
  * that it and the next block, prefetched meanwhile, stay in L2 */
 #define CF_DENSE_BYTES (320 * 1024)
 #define CF_PF_ROWS 16 /* dy rows ahead that the packing of dy prefetches */
+#define CF_PF_TILES 2 /* forward tiles ahead whose out rows an accumulating call prefetches */
 
 bool nn_cf_ok(const nn_conv_dims *d)
 {
@@ -208,11 +209,21 @@ AVX512 static INLINE void fwd_block(int MR, int NV, float *out, int ldo, const f
         cf_bases(base, p0, pl - p0, g);
         for (int r0 = 0; r0 < R; r0 += RB) {
             int r1 = R < r0 + RB ? R : r0 + RB;
-            for (int p = p0; p < pe; p += MR)
+            for (int p = p0; p < pe; p += MR) {
+                /* adding into out (an input gradient with two consumers):
+                 * the out rows of the tile after next are read from memory
+                 * ahead, not at the tile's start (1x1 layers' tiles are a
+                 * few hundred cycles, a miss as long) */
+                if (acc && r0 == 0)
+                    for (int q = p + CF_PF_TILES * MR; q < p + (CF_PF_TILES + 1) * MR && q < P; q++)
+                        for (int v = 0; v < NV; v++)
+                            _mm_prefetch((const char *)(out + (size_t)q * ldo + 16 * v),
+                                         _MM_HINT_T0);
                 fwd_tile(MR, NV, out, ldo, pad, p, pe - p < MR ? pe - p : MR, base + (p - p0), WpC,
                          seg, wp, r0, r1, mk, bv, acc || r0 > 0, relu && r1 == R,
                          D && p + D * MR + MR <= pl ? base + (p - p0) + D * MR : NULL,
                          nt && r1 == R);
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
  * thread CPU time (CLOCK_THREAD_CPUTIME_ID: on a shared machine wall time
  * also counts other processes). Built with the tests, not registered as one.
  *
- *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [filter ...]
+ *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [--threads T] [--acc] [filter ...]
  * Default: batch 8 and 32, every layer; a filter keeps the layers whose name
  * contains it. Each pass counts 2*N*OH*OW*K*KH*KW*C flops; the best of the
  * repetitions (at least 2, until --min-time CPU seconds) is reported, with %
@@ -12,12 +12,21 @@
  * fused multiply-adds at the widest vector width the CPU has (--peak G
  * gives a figure instead, e.g. a data-sheet number). wgrad is
  * nn_conv2d_backward without an input gradient; dgrad is the whole backward
- * minus that (the two run as separate passes over the data). */
+ * minus that (the two run as separate passes over the data).
+ * --threads T runs each pass on a pool of T threads and reports its work:
+ * the CPU time of all threads in the pool's tasks (pool.h's statistics)
+ * plus the caller's outside them, less its wait at the loops' ends. Against
+ * --threads 1 (the same code on the caller alone) this is the cost of
+ * splitting a layer (duplicated packing or padding, caches shared by the
+ * threads), measurable on a loaded machine where wall time is not.
+ * --acc: the input gradient adds into dx, as for a tensor with two
+ * consumers in a model (ResNet's block outputs, Inception's branches). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "layers.h"
+#include "pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 
@@ -77,6 +86,7 @@ static double cpu_now(void)
 }
 
 static double peak_gflops;
+static bool acc_dx; /* --acc */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* 12 independent accumulator chains: enough to keep two FMA pipes with a
@@ -129,7 +139,9 @@ static float *rand_buf(size_t n, nn_rng *r)
 typedef struct run {
     const nn_conv_dims *d;
     float *x, *w, *y, *dy, *dx, *dw, *scratch;
-    size_t ny;
+    size_t ny, stride; /* stride: floats of each thread's scratch */
+    nn_pool *pool;     /* --threads T > 1, else NULL */
+    bool acc;          /* --acc: the input gradient adds into dx */
 } run;
 
 enum { PASS_FWD, PASS_WGRAD, PASS_BWD };
@@ -138,15 +150,15 @@ static void pass(run *r, int which)
 {
     switch (which) {
     case PASS_FWD:
-        nn_conv2d_forward(r->y, r->x, r->w, NULL, r->d, false, NULL, r->scratch, 0);
+        nn_conv2d_forward(r->y, r->x, r->w, NULL, r->d, false, r->pool, r->scratch, r->stride);
         break;
     case PASS_WGRAD:
-        nn_conv2d_backward(NULL, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false, NULL,
-                           r->scratch, 0);
+        nn_conv2d_backward(NULL, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false, r->pool,
+                           r->scratch, r->stride);
         break;
     default:
-        nn_conv2d_backward(r->dx, false, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false, NULL,
-                           r->scratch, 0);
+        nn_conv2d_backward(r->dx, r->acc, r->dw, NULL, r->dy, r->y, r->x, r->w, r->d, false,
+                           r->pool, r->scratch, r->stride);
     }
 }
 
@@ -157,9 +169,17 @@ static double time_pass(run *r, int which, double min_time)
     pass(r, which);
     double best = 1e30, spent = 0;
     for (int rep = 0; rep < 2 || spent < min_time; rep++) {
+        nn_pool_stats_set(r->pool, true);
         double t0 = cpu_now();
         pass(r, which);
         double t = cpu_now() - t0;
+        if (r->pool) {
+            /* the workers' task time; the caller's wait at the loops' ends out */
+            nn_pool_stats st = nn_pool_stats_read(r->pool);
+            t -= st.wait;
+            for (int i = 1; i < nn_pool_threads(r->pool); i++) t += st.cpu[i];
+            nn_pool_stats_set(r->pool, false);
+        }
         spent += t;
         if (t < best) best = t;
         if (rep > 50) break;
@@ -167,17 +187,20 @@ static double time_pass(run *r, int which, double min_time)
     return best;
 }
 
-static void bench_layer(const layer *L, int N, double min_time)
+static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
 {
     nn_conv_dims d = {N, L->H, L->W, L->C, L->KH, L->KW, L->SH, L->SW, L->PH, L->PW, 0, 0, L->K};
     nn_conv_dims_finish(&d);
     nn_rng rng;
     nn_rng_seed(&rng, 7);
     size_t nx = (size_t)N * d.H * d.W * d.C, nw = (size_t)d.KH * d.KW * d.C * d.K;
-    run r = {&d, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (size_t)N * d.OH * d.OW * d.K};
+    const int T = nn_pool_threads(pool);
+    run r = {&d, NULL, NULL,  NULL, NULL, NULL, NULL, NULL, (size_t)N * d.OH * d.OW * d.K,
+             0,  pool, acc_dx};
+    r.stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
     r.x = rand_buf(nx, &rng), r.w = rand_buf(nw, &rng), r.y = rand_buf(r.ny, &rng);
     r.dy = rand_buf(r.ny, &rng), r.dx = rand_buf(nx, &rng), r.dw = rand_buf(nw, &rng);
-    r.scratch = rand_buf(nn_conv_scratch(&d), &rng);
+    r.scratch = rand_buf(r.stride * T, &rng);
     double flops = 2.0 * N * d.OH * d.OW * (double)d.K * d.KH * d.KW * d.C;
     double tf = time_pass(&r, PASS_FWD, min_time);
     double tw = time_pass(&r, PASS_WGRAD, min_time);
@@ -185,10 +208,10 @@ static void bench_layer(const layer *L, int N, double min_time)
     double td = tb - tw;
     if (td < 1e-9) td = 1e-9;
     double gf = flops / tf * 1e-9, gw = flops / tw * 1e-9, gd = flops / td * 1e-9;
-    printf("%-32s N%-3d %6.2f GF | fwd %7.2f ms %6.1f GF/s %3.0f%% | dgrad %7.2f ms %6.1f GF/s "
+    printf("%-32s N%-3d%s %6.2f GF | fwd %7.2f ms %6.1f GF/s %3.0f%% | dgrad %7.2f ms %6.1f GF/s "
            "%3.0f%% | wgrad %7.2f ms %6.1f GF/s %3.0f%%\n",
-           L->name, N, flops * 1e-9, 1e3 * tf, gf, 100 * gf / peak_gflops, 1e3 * td, gd,
-           100 * gd / peak_gflops, 1e3 * tw, gw, 100 * gw / peak_gflops);
+           L->name, N, T > 1 ? " work" : "", flops * 1e-9, 1e3 * tf, gf, 100 * gf / peak_gflops,
+           1e3 * td, gd, 100 * gd / peak_gflops, 1e3 * tw, gw, 100 * gw / peak_gflops);
     fflush(stdout);
     free(r.x), free(r.w), free(r.y), free(r.dy), free(r.dx), free(r.dw), free(r.scratch);
 }
@@ -199,6 +222,7 @@ int main(int argc, char **argv)
     nn_blis_init();
     int batches[8], nb = 0, nfilter = 0;
     double min_time = 0.3;
+    int threads = 1;
     const char *filters[16];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
@@ -208,6 +232,12 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--peak") == 0 && i + 1 < argc) {
             peak_gflops = atof(argv[++i]);
             if (!(peak_gflops > 0)) pst_die("bad --peak, want GFLOP/s > 0");
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1 ||
+                threads > NN_POOL_MAX_THREADS)
+                pst_die("bad --threads");
+        } else if (strcmp(argv[i], "--acc") == 0) {
+            acc_dx = true;
         } else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {
             min_time = atof(argv[++i]);
         } else if (nfilter < 16) {
@@ -218,13 +248,19 @@ int main(int argc, char **argv)
     const char *peak_from = "given";
     if (!peak_gflops) peak_gflops = measure_peak(), peak_from = "measured";
     if (!peak_gflops) peak_gflops = 1, peak_from = "unknown: % columns are GFLOP/s";
-    printf("conv kernels: %s, blis %s; thread CPU time, best repetition; peak %.0f GFLOP/s (%s)\n",
-           nn_narrow_use_simd(-1) ? "AVX-512" : "portable", nn_blis_arch(), peak_gflops, peak_from);
+    nn_pool *pool = NULL;
+    pst_err e;
+    if (threads > 1 && nn_pool_new(&pool, threads, &e) < 0) pst_die("%s", e.msg);
+    printf("conv kernels: %s, blis %s; thread CPU time%s, best repetition; peak %.0f GFLOP/s "
+           "(%s)\n",
+           nn_narrow_use_simd(-1) ? "AVX-512" : "portable", nn_blis_arch(),
+           threads > 1 ? " of all threads (work)" : "", peak_gflops, peak_from);
     for (int b = 0; b < nb; b++)
         for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
             bool keep = nfilter == 0;
             for (int f = 0; f < nfilter && !keep; f++) keep = strstr(layers[i].name, filters[f]);
-            if (keep) bench_layer(&layers[i], batches[b], min_time);
+            if (keep) bench_layer(&layers[i], batches[b], min_time, pool);
         }
+    nn_pool_free(pool);
     return 0;
 }

@@ -178,7 +178,10 @@ static void ps_role(dist_run *r, pst_err *e)
  * so that src/run never calls into the cluster layer. */
 int train_run(const train_cfg *cfg, train_result *res, pst_err *e)
 {
-    int size = 1;
+    /* a process that no launcher started does not initialise MPI (main.c) */
+    int init = 0, size = 1;
+    MPI_Initialized(&init);
+    if (!init) return train_single(cfg, res, e);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size == 1) return train_single(cfg, res, e);
     return dist_train(cfg, res, e);

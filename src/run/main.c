@@ -24,6 +24,24 @@ static bool launcher_rank_is_zero(void)
     return true;
 }
 
+/* True when an MPI launcher started this process: mpirun/mpiexec (Open MPI,
+ * MPICH's Hydra, Intel MPI) and srun with PMI or PMIx set one of these for
+ * each rank; srun without PMI sets only Slurm's own variables, so a step of
+ * several tasks counts too (MPI_Init then says what is missing, as before).
+ * Anything else is an MPI singleton, whose MPI_Init Open MPI serves by
+ * forking its runtime daemon (orted): about a second, for a world of one
+ * rank that one process never uses. Such a run does not initialise MPI. */
+static bool launched_by_mpi(void)
+{
+    const char *vars[] = {
+        "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT",
+        "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < PST_ARRAY_LEN(vars); i++)
+        if (getenv(vars[i])) return true;
+    const char *n = getenv("SLURM_STEP_NUM_TASKS");
+    return n && atoi(n) > 1;
+}
+
 #ifdef __SANITIZE_ADDRESS__
 /* Open MPI's plugins are dlopen'ed and unloaded at MPI_Finalize, leaving
  * process-lifetime allocations LeakSanitizer cannot attribute ("<unknown
@@ -71,12 +89,15 @@ static int cmd_train(int argc, char **argv)
     if (rc) return rc == 1 ? 0 : PST_EXIT_USAGE;
 
     int provided = 0, rank = 0, size = 1;
-    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
-        pst_error("MPI_Init_thread failed");
-        return 1;
+    const bool use_mpi = launched_by_mpi(); /* else one process, without MPI */
+    if (use_mpi) {
+        if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            pst_error("MPI_Init_thread failed");
+            return 1;
+        }
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size > 1) pst_set_die_hook(abort_hook);
 
     train_result res;
@@ -110,7 +131,7 @@ static int cmd_train(int argc, char **argv)
         }
     }
     train_result_free(&res);
-    MPI_Finalize();
+    if (use_mpi) MPI_Finalize();
     return rc;
 }
 

@@ -190,15 +190,17 @@ enum { DRES_NONE, DRES_SET, DRES_ADD };  /* the residual's gradient: none, writt
  * its first row). */
 typedef struct bn_bw {
     const float *x, *dy, *out; /* out: the add's output (MASK_OUT) */
+    const float *dy2;          /* the gradient's second part (dy + dy2), or NULL */
     float *dres, *dx;
     const float *mean, *invstd, *scale, *shift; /* scale, shift: MASK_RELU */
     const float *a, *bterm, *g;                 /* the dx pass */
 } bn_bw;
 
 AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int NG,
-                   const int mask, const int dres)
+                   const int mask, const int dres, const bool two)
 {
     const float *restrict X = b->x, *restrict DY = b->dy, *restrict OUT = b->out;
+    const float *restrict DY2 = b->dy2;
     float *restrict DR = b->dres;
     vd8 s[4], q[4];
     vf16 mu[2], is[2], sc[2], sh[2];
@@ -212,6 +214,7 @@ AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, cons
         for (int g = 0; g < NG; g++) {
             size_t e = (size_t)i * C + 16 * g;
             vf16 x = vld(X + e), d = vld(DY + e);
+            if (two) d = d + vld(DY2 + e);
             if (mask == MASK_RELU) d = vkeep(x * sc[g] + sh[g], d);
             if (mask == MASK_OUT) d = vkeep(vld(OUT + e), d);
             if (dres == DRES_SET) vst(DR + e, d);
@@ -230,7 +233,7 @@ AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, cons
  * masked row goes through dm first: GCC 12 does not if-convert a float
  * select whose result is widened to double. */
 AI void grad_plain(double *restrict sdy, double *restrict sdyx, const bn_bw *b, int M, int C,
-                   const int mask, const int dres)
+                   const int mask, const int dres, const bool two)
 {
     const float *restrict mean = b->mean, *restrict inv = b->invstd;
     const float *restrict scale = b->scale, *restrict shift = b->shift;
@@ -239,15 +242,16 @@ AI void grad_plain(double *restrict sdy, double *restrict sdyx, const bn_bw *b, 
     for (int i = 0; i < M; i++) {
         size_t o = (size_t)i * C;
         const float *restrict x = b->x + o, *restrict dy = b->dy + o;
+        const float *restrict dy2 = two ? b->dy2 + o : NULL;
         const float *restrict out = mask == MASK_OUT ? b->out + o : NULL;
         float *restrict dr = dres != DRES_NONE ? b->dres + o : NULL;
         const float *restrict d = dy;
-        if (mask != MASK_NONE || dres != DRES_NONE) {
+        if (mask != MASK_NONE || dres != DRES_NONE || two) {
             for (int c = 0; c < C; c++) {
                 float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
                              : mask == MASK_OUT ? out[c]
                                                 : 1.0f;
-                float dv = dy[c], v = keep > 0.0f ? dv : 0.0f;
+                float dv = two ? dy[c] + dy2[c] : dy[c], v = keep > 0.0f ? dv : 0.0f;
                 dm[c] = v;
                 if (dres == DRES_SET) dr[c] = v;
                 if (dres == DRES_ADD) dr[c] += v;
@@ -292,34 +296,36 @@ AI void grad_wide(double *restrict sdy, double *restrict sdyx, const bn_bw *b, i
 /* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
  * the masked dy; d also into dres. 16 or 32 channels: in registers. */
 AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int mask,
-                  const int dres)
+                  const int dres, const bool two)
 {
     if (C == 16)
-        grad_chunk(sdy, sdyx, b, M, C, 1, mask, dres);
+        grad_chunk(sdy, sdyx, b, M, C, 1, mask, dres, two);
     else if (C == 32)
-        grad_chunk(sdy, sdyx, b, M, C, 2, mask, dres);
-    else if (C % 16 == 0)
+        grad_chunk(sdy, sdyx, b, M, C, 2, mask, dres, two);
+    else if (C % 16 == 0 && !two) /* more channels with two parts: the prepass sums them */
         grad_wide(sdy, sdyx, b, M, C, mask, dres);
     else
-        grad_plain(sdy, sdyx, b, M, C, mask, dres);
+        grad_plain(sdy, sdyx, b, M, C, mask, dres, two);
 }
 
 /* More than 32 channels: the mask (and the addend's gradient) in a pass of
  * its own over a block, dy masked in place, so that the sums and dx then
  * read a plain dy (the sums from L2). With the per-channel constants of
  * many channels not in registers, the single pass measured slower. */
-AI void mask_rows(const bn_bw *b, float *dyw, int M, int C, const int mask, const int dres)
+AI void mask_rows(const bn_bw *b, float *dyw, int M, int C, const int mask, const int dres,
+                  const bool two)
 {
     const float *restrict scale = b->scale, *restrict shift = b->shift;
     for (int i = 0; i < M; i++) {
         size_t o = (size_t)i * C;
         const float *restrict x = b->x + o, *restrict out = mask == MASK_OUT ? b->out + o : NULL;
         float *restrict dy = dyw + o, *restrict dr = dres != DRES_NONE ? b->dres + o : NULL;
+        const float *restrict dy2 = two ? b->dy2 + o : NULL;
         for (int c = 0; c < C; c++) {
             float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
                          : mask == MASK_OUT ? out[c]
                                             : 1.0f;
-            float dv = dy[c], v = keep > 0.0f ? dv : 0.0f;
+            float dv = two ? dy[c] + dy2[c] : dy[c], v = keep > 0.0f ? dv : 0.0f;
             dy[c] = v;
             if (dres == DRES_SET) dr[c] = v;
             if (dres == DRES_ADD) dr[c] += v;
@@ -329,14 +335,18 @@ AI void mask_rows(const bn_bw *b, float *dyw, int M, int C, const int mask, cons
 
 NN_CLONES static void bn_mask(const bn_bw *b, float *dyw, int M, int C, int mask, int dres)
 {
+    const bool two = b->dy2 != NULL;
 #define MASK_ROWS(mk)                                                                              \
     do {                                                                                           \
         if (dres == DRES_SET)                                                                      \
-            mask_rows(b, dyw, M, C, mk, DRES_SET);                                                 \
+            two ? mask_rows(b, dyw, M, C, mk, DRES_SET, true)                                      \
+                : mask_rows(b, dyw, M, C, mk, DRES_SET, false);                                    \
         else if (dres == DRES_ADD)                                                                 \
-            mask_rows(b, dyw, M, C, mk, DRES_ADD);                                                 \
+            two ? mask_rows(b, dyw, M, C, mk, DRES_ADD, true)                                      \
+                : mask_rows(b, dyw, M, C, mk, DRES_ADD, false);                                    \
         else                                                                                       \
-            mask_rows(b, dyw, M, C, mk, DRES_NONE);                                                \
+            two ? mask_rows(b, dyw, M, C, mk, DRES_NONE, true)                                     \
+                : mask_rows(b, dyw, M, C, mk, DRES_NONE, false);                                   \
     } while (0)
     if (mask == MASK_RELU)
         MASK_ROWS(MASK_RELU);
@@ -350,14 +360,18 @@ NN_CLONES static void bn_mask(const bn_bw *b, float *dyw, int M, int C, int mask
 NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C,
                                    int mask, int dres)
 {
+    const bool two = b->dy2 != NULL;
 #define GRAD_ROWS(mk)                                                                              \
     do {                                                                                           \
         if (dres == DRES_SET)                                                                      \
-            grad_rows(sdy, sdyx, b, M, C, mk, DRES_SET);                                           \
+            two ? grad_rows(sdy, sdyx, b, M, C, mk, DRES_SET, true)                                \
+                : grad_rows(sdy, sdyx, b, M, C, mk, DRES_SET, false);                              \
         else if (dres == DRES_ADD)                                                                 \
-            grad_rows(sdy, sdyx, b, M, C, mk, DRES_ADD);                                           \
+            two ? grad_rows(sdy, sdyx, b, M, C, mk, DRES_ADD, true)                                \
+                : grad_rows(sdy, sdyx, b, M, C, mk, DRES_ADD, false);                              \
         else                                                                                       \
-            grad_rows(sdy, sdyx, b, M, C, mk, DRES_NONE);                                          \
+            two ? grad_rows(sdy, sdyx, b, M, C, mk, DRES_NONE, true)                               \
+                : grad_rows(sdy, sdyx, b, M, C, mk, DRES_NONE, false);                             \
     } while (0)
     if (mask == MASK_RELU)
         GRAD_ROWS(MASK_RELU);
@@ -370,20 +384,21 @@ NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, in
 
 /* dx = a*d - bterm - (x - mean)*g (written or added), d the masked dy;
  * elementwise, GCC vectorises it over c. */
-AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc)
+AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc, const bool two)
 {
     const float *restrict mean = b->mean, *restrict a = b->a, *restrict bt = b->bterm;
     const float *restrict g = b->g, *restrict scale = b->scale, *restrict shift = b->shift;
     for (int i = 0; i < M; i++) {
         size_t o = (size_t)i * C;
         const float *restrict x = b->x + o, *restrict dy = b->dy + o;
+        const float *restrict dy2 = two ? b->dy2 + o : NULL;
         const float *restrict out = mask == MASK_OUT ? b->out + o : NULL;
         float *restrict dx = b->dx + o;
         for (int c = 0; c < C; c++) {
             float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
                          : mask == MASK_OUT ? out[c]
                                             : 1.0f;
-            float dv = dy[c], d = keep > 0.0f ? dv : 0.0f;
+            float dv = two ? dy[c] + dy2[c] : dy[c], d = keep > 0.0f ? dv : 0.0f;
             float v = a[c] * d - bt[c] - (x[c] - mean[c]) * g[c];
             dx[c] = acc ? dx[c] + v : v;
         }
@@ -392,12 +407,21 @@ AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc)
 
 NN_CLONES static void bn_dx(const bn_bw *b, int M, int C, int mask, bool acc)
 {
+    const bool two = b->dy2 != NULL;
+#define DX_ROWS(mk)                                                                                \
+    do {                                                                                           \
+        if (acc)                                                                                   \
+            two ? dx_rows(b, M, C, mk, true, true) : dx_rows(b, M, C, mk, true, false);            \
+        else                                                                                       \
+            two ? dx_rows(b, M, C, mk, false, true) : dx_rows(b, M, C, mk, false, false);          \
+    } while (0)
     if (mask == MASK_RELU)
-        acc ? dx_rows(b, M, C, MASK_RELU, true) : dx_rows(b, M, C, MASK_RELU, false);
+        DX_ROWS(MASK_RELU);
     else if (mask == MASK_OUT)
-        acc ? dx_rows(b, M, C, MASK_OUT, true) : dx_rows(b, M, C, MASK_OUT, false);
+        DX_ROWS(MASK_OUT);
     else
-        acc ? dx_rows(b, M, C, MASK_NONE, true) : dx_rows(b, M, C, MASK_NONE, false);
+        DX_ROWS(MASK_NONE);
+#undef DX_ROWS
 }
 
 /* ---- blocks of rows: the per-channel sums are taken per block, then the
@@ -448,6 +472,7 @@ static bn_bw bw_at(const bn_bw *b, size_t o)
 {
     bn_bw r = *b;
     r.x += o, r.dy += o;
+    if (r.dy2) r.dy2 += o;
     if (r.out) r.out += o;
     if (r.dres) r.dres += o;
     if (r.dx) r.dx += o;
@@ -463,6 +488,7 @@ static void bn_grad_task(void *varg, int b, int tid)
     double *part = j->red + (size_t)b * 2 * j->C;
     if (j->prepass) {
         bn_mask(&w, j->dyw + (size_t)lo * j->C, hi - lo, j->C, j->mask, j->dres);
+        w.dy2 = NULL; /* summed into dy */
         bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, MASK_NONE, DRES_NONE);
         return;
     }
@@ -559,8 +585,8 @@ void nn_bn_forward_infer_par(nn_pool *pool, float *out, const float *inp, const 
 }
 
 void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
-                        float *dbeta, float *dout, const float *out, const float *inp,
-                        const float *gamma, const float *beta, const float *mean,
+                        float *dbeta, float *dout, const float *dout2, const float *out,
+                        const float *inp, const float *gamma, const float *beta, const float *mean,
                         const float *invstd, int M, int C, bool relu, const nn_bn_res *res)
 {
     assert(C <= BN_MAX_C && M > 0 && !(res && relu));
@@ -569,6 +595,7 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
     if (relu) bn_scale_shift(scale, shift, gamma, beta, mean, invstd, C);
     bn_job j = {.bw = {.x = inp,
                        .dy = dout,
+                       .dy2 = dout2,
                        .out = res && res->relu ? out : NULL,
                        .dres = res ? res->dres : NULL,
                        .dx = dinp,
@@ -588,7 +615,7 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
                                            : DRES_SET,
                 .acc = acc,
                 .dyw = dout};
-    j.prepass = C > 32 && (j.mask != MASK_NONE || j.dres != DRES_NONE);
+    j.prepass = C > 32 && (j.mask != MASK_NONE || j.dres != DRES_NONE || dout2);
     nn_pool_for(pool, j.nb, bn_grad_task, &j);
     bn_reduce(sdy, red, j.nb, C, 0);
     bn_reduce(sdyx, red, j.nb, C, C);
@@ -605,13 +632,16 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
     if (!dinp) return;
     j.bw.a = a, j.bw.bterm = bterm, j.bw.g = g;
     if (j.prepass) {
-        j.mask = MASK_NONE; /* dy is masked */
+        j.mask = MASK_NONE; /* dy is masked (and holds dy + dy2) */
+        j.bw.dy2 = NULL;
     } else if (j.dres == DRES_SET) {
-        /* the residual's gradient is the masked dy: read it back from there */
+        /* the residual's gradient is the masked dy (+ dy2): read it back
+         * from there */
         j.bw.dy = j.bw.dres;
+        j.bw.dy2 = NULL;
         j.mask = MASK_NONE;
     }
-    int streams = 3 + (j.mask == MASK_OUT);
+    int streams = 3 + (j.mask == MASK_OUT) + (j.bw.dy2 != NULL);
     nn_pool_range(pool, M, (size_t)streams * C, bn_dx_range, &j);
 }
 
@@ -641,7 +671,7 @@ void nn_bn_backward(float *dinp, bool acc, float *dgamma, float *dbeta, float *d
                     const float *invstd, int M, int C, bool relu)
 {
     double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
-    nn_bn_backward_par(NULL, red, dinp, acc, dgamma, dbeta, dout, NULL, inp, gamma, beta, mean,
-                       invstd, M, C, relu, NULL);
+    nn_bn_backward_par(NULL, red, dinp, acc, dgamma, dbeta, dout, NULL, NULL, inp, gamma, beta,
+                       mean, invstd, M, C, relu, NULL);
     free(red);
 }

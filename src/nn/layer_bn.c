@@ -5,7 +5,9 @@
  * default (TF's defaults in the Inception example; torchvision's ResNets
  * use 1e-5). Kernels: nn_bn_* (bn.c). A batch norm without ReLU may also
  * compute the residual add that follows it (graph fusion, model.c): then
- * it writes the add's output and reads the add's gradient. */
+ * it writes the add's output and reads the add's gradient. Its backward
+ * reads a gradient in two parts (split gradients, graph.h): its own, or
+ * the fused add's. */
 #include "graph.h"
 
 #define BN_MOMENTUM 0.99f
@@ -56,9 +58,9 @@ static void bn_bwd(nn_model *m, nn_layer *l, int n)
     float *din = nn_in_dy(m, l, 0, &acc);
     int M = n * l->h * l->w;
     nn_bn_backward_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), din, acc, nn_grad(m, l, 0),
-                       nn_grad(m, l, 1), add ? add->dy : l->dy, add ? add->y : NULL,
-                       nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1), s->mean, s->invstd,
-                       M, l->c, l->relu, add ? &r : NULL);
+                       nn_grad(m, l, 1), add ? add->dy : l->dy, nn_dy2(add ? add : l),
+                       add ? add->y : NULL, nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1),
+                       s->mean, s->invstd, M, l->c, l->relu, add ? &r : NULL);
 }
 
 static size_t bn_arena(const nn_layer *l, size_t B)

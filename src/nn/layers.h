@@ -330,10 +330,14 @@ void nn_bn_forward_train_par(struct nn_pool *pool, double *red, float *out, floa
 void nn_bn_forward_infer_par(struct nn_pool *pool, float *out, const float *inp, const float *gamma,
                              const float *beta, const float *moving_mean, const float *moving_var,
                              int M, int C, float eps, bool relu, const nn_bn_res *res);
-/* out: the add's output when res->relu (else unused). */
+/* out: the add's output when res->relu (else unused). dout2: the
+ * gradient's second part, or NULL: the gradient is dout + dout2 (a tensor
+ * with two consumers whose second one wrote its part apart, graph.h
+ * "split gradients"; dout then holds the masked sum when dout is masked in
+ * place). */
 void nn_bn_backward_par(struct nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
-                        float *dbeta, float *dout, const float *out, const float *inp,
-                        const float *gamma, const float *beta, const float *mean,
+                        float *dbeta, float *dout, const float *dout2, const float *out,
+                        const float *inp, const float *gamma, const float *beta, const float *mean,
                         const float *invstd, int M, int C, bool relu, const nn_bn_res *res);
 
 /* ---- dropout (inverted) ----------------------------------------------------- */

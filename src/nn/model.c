@@ -15,6 +15,13 @@
  * passes over the data (nn_bn_res; the add's forward and backward then do
  * nothing). The plan (plan.c) gives the add's buffers the batch norm's
  * times. Bitwise the same results as unfused (test nn-model).
+ *
+ * Split gradients (graph.h): a tensor with two consumers whose gradient is
+ * read by a batch norm's backward (the ResNets' block outputs: the next
+ * block's first convolution and its add; the stem) gets a second gradient
+ * buffer (plan.c): the second consumer writes its part there instead of
+ * adding it into the first, and the batch norm adds the two as it reads
+ * them. PSTRAIN_FUSE=1 fuses without splitting, 0 does neither.
  */
 #include <assert.h>
 #include <limits.h>
@@ -142,10 +149,10 @@ static int fuse_mode = -1; /* -1: not read yet */
 
 int nn_fuse_use(int force)
 {
-    if (force == 0 || force == 1) fuse_mode = force;
+    if (force >= 0 && force <= 2) fuse_mode = force;
     if (fuse_mode < 0) {
         const char *e = getenv("PSTRAIN_FUSE");
-        fuse_mode = e && e[0] == '0' && !e[1] ? 0 : 1;
+        fuse_mode = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] - '0' : 2;
     }
     return fuse_mode;
 }
@@ -170,6 +177,13 @@ static void fuse_layers(nn_model *m)
         int other = a->in[a->in[0] == i ? 1 : 0];
         if (other == i || other == b->in[0]) continue;
         b->fuse = i + 2, a->fuse = i + 1;
+    }
+    /* split gradients (graph.h): a tensor with two or more consumers whose
+     * gradient a batch norm's backward reads, its own or the fused add's */
+    for (int i = 0; i < m->nlayers && nn_fuse_use(-1) == 2; i++) {
+        nn_layer *l = &m->layers[i];
+        bool bn_reads = (l->ops == &nn_bn_ops && !l->fuse) || (l->ops == &nn_add_ops && l->fuse);
+        l->split = bn_reads && uses[i] >= 2;
     }
     free(uses);
 }
@@ -538,7 +552,7 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
     nn_layer *last = &m->layers[m->nlayers - 1];
     double loss = model_xent(m, last->dy, last->y, labels, n, last->c, ncorrect, NULL);
     nn_plan_after(m, m->nlayers);
-    for (int i = 0; i < m->nlayers; i++) m->layers[i].dy_written = false;
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].dy_written = m->layers[i].dy2_written = false;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         nn_layer *l = &m->layers[i];
         double t0 = m->profile ? cpu_now() : 0.0;

@@ -14,6 +14,9 @@
  *                   (and masked in place) by its own backward.
  *   state           written by the training forward, read by backward; in
  *                   inference it lives during the forward only.
+ *   dy2 of layer i  a split gradient's second part (graph.h): written by the
+ *                   backward of its second-to-last consumer (in forward
+ *                   order; the second one backward), read with dy.
  *   fused layers    a batch norm fused with the add after it (model.c): the
  *                   add's output is born at the batch norm's forward, its
  *                   gradient and output (the ReLU's mask) live until the
@@ -51,20 +54,26 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
 {
     const int L = m->nlayers;
     const size_t B = (size_t)m->cfg.max_batch;
-    /* per layer: the last consumer (forward order) and the first consumer
-     * that reads its inputs in backward (the last backward to read y) */
-    int *last_use = pst_malloc(sizeof(int) * (size_t)L * 2), *first_reader = last_use + L;
-    for (int i = 0; i < L; i++) last_use[i] = -1, first_reader[i] = L;
+    /* per layer: the last consumer (forward order), the one before it (an
+     * input slot each: a consumer taking a tensor twice counts twice) and
+     * the first consumer that reads its inputs in backward (the last
+     * backward to read y) */
+    int *last_use = pst_malloc(sizeof(int) * (size_t)L * 3), *first_reader = last_use + L;
+    int *next_use = last_use + 2 * L;
+    for (int i = 0; i < L; i++) last_use[i] = next_use[i] = -1, first_reader[i] = L;
     for (int j = 0; j < L; j++) {
         const nn_layer *c = &m->layers[j];
         for (int k = 0; k < c->nin; k++) {
             int i = c->in[k];
             if (i == NN_INPUT) continue;
-            if (j > last_use[i]) last_use[i] = j;
+            if (j >= last_use[i])
+                next_use[i] = last_use[i], last_use[i] = j;
+            else if (j > next_use[i])
+                next_use[i] = j;
             if ((c->ops->bwd_reads & NN_READS_IN) && j < first_reader[i]) first_reader[i] = j;
         }
     }
-    p->bufs = pst_malloc(sizeof(nn_buf) * (size_t)L * 3);
+    p->bufs = pst_malloc(sizeof(nn_buf) * (size_t)L * 4);
     p->nbufs = 0;
     p->train = train;
     int rc = 0;
@@ -103,6 +112,8 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
             }
             add_buf(p, i, NN_BUF_Y, y_start, y_end, act);
             if (train) add_buf(p, i, NN_BUF_DY, dy_start, dy_end, act);
+            if (train && l->split && next_use[i] >= 0)
+                add_buf(p, i, NN_BUF_DY2, 2 * L - next_use[i], dy_end, act);
         }
         if (l->ops->arena_floats)
             add_buf(p, i, NN_BUF_STATE, i, train ? 2 * L - i : i, l->ops->arena_floats(l, B));
@@ -176,7 +187,7 @@ static void pack(nn_plan *p, bool share)
 
 bool nn_plan_check(const nn_plan *p, const nn_model *m, char *why, size_t len)
 {
-    static const char *const kinds[] = {"output", "gradient", "state"};
+    static const char *const kinds[] = {"output", "gradient", "state", "second gradient"};
     for (int i = 0; i < p->nbufs; i++) {
         const nn_buf *a = &p->bufs[i];
         if (a->offset % NN_ARENA_ALIGN || a->offset + a->floats > p->floats) {
@@ -226,7 +237,7 @@ void nn_plan_bind(nn_model *m, const nn_plan *p)
     }
     if (m->layout == NN_LAYOUT_POISON) fill_nan(m->arena, m->arena_floats);
     if (m->bound == p) return;
-    for (int i = 0; i < m->nlayers; i++) m->layers[i].y = m->layers[i].dy = NULL;
+    for (int i = 0; i < m->nlayers; i++) m->layers[i].y = m->layers[i].dy = m->layers[i].dy2 = NULL;
     for (int i = 0; i < p->nbufs; i++) {
         const nn_buf *b = &p->bufs[i];
         nn_layer *l = &m->layers[b->layer];
@@ -235,6 +246,8 @@ void nn_plan_bind(nn_model *m, const nn_plan *p)
             l->y = at;
         else if (b->kind == NN_BUF_DY)
             l->dy = at;
+        else if (b->kind == NN_BUF_DY2)
+            l->dy2 = at;
         else
             l->ops->arena_bind(l, at);
     }

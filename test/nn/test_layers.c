@@ -525,8 +525,8 @@ static void test_bn_res(int M, int C, bool relu, int dres_mode, bool acc)
         memcpy(dx, dx0, sizeof(float) * n);
         memcpy(dres, dres0, sizeof(float) * n);
         nn_bn_res rb = {.dres = dres_mode ? dres : NULL, .dres_acc = dres_mode == 2, .relu = relu};
-        nn_bn_backward_par(t ? pool : NULL, red, dx, acc, dg2, db2, dy, y, x, g, b, st, st + C, M,
-                           C, false, &rb);
+        nn_bn_backward_par(t ? pool : NULL, red, dx, acc, dg2, db2, dy, NULL, y, x, g, b, st,
+                           st + C, M, C, false, &rb);
         CHECK(memcmp(dx, dxref, sizeof(float) * n) == 0 &&
                   memcmp(dg, dg2, sizeof(float) * C) == 0 &&
                   memcmp(db, db2, sizeof(float) * C) == 0,
@@ -537,6 +537,61 @@ static void test_bn_res(int M, int C, bool relu, int dres_mode, bool acc)
     free(x), free(r), free(dy), free(g), free(b), free(mm), free(mv), free(ybn), free(yref);
     free(y), free(st), free(red), free(dyc), free(dbn), free(dres0), free(dref), free(dxref);
     free(dx0), free(dg), free(db), free(dx), free(dres), free(dg2), free(db2);
+}
+
+/* A gradient in two parts (dout2, split gradients in graph.h) against the
+ * same backward on their sum, bitwise: the batch norm with or without its
+ * ReLU and fused with the add (its ReLU, the addend's gradient written or
+ * added), dx written or added, on 1 and 3 threads; 16 and 32 channels (in
+ * registers), 48 (the mask prepass), 56 (prepass, 8 in the scalar loop),
+ * 5 (scalar). */
+static void test_bn_two(int M, int C, int mode, bool acc)
+{
+    /* mode 0: batch norm; 1: + ReLU; 2: + add; 3: + add, ReLU, addend's
+     * gradient written; 4: + add, addend's gradient added */
+    size_t n = (size_t)M * C;
+    float *x = rand_vec(n, 2), *r = rand_vec(n, 1), *d1 = rand_vec(n, 1), *d2 = rand_vec(n, 1);
+    float *g = rand_vec(C, 1), *b = rand_vec(C, 1), *mm = rand_vec(C, 1), *mv = rand_vec(C, 0.5f);
+    for (int c = 0; c < C; c++) g[c] += 1.5f, mv[c] += 1.0f;
+    float *y = rand_vec(n, 0), *st = rand_vec(4 * (size_t)C, 0);
+    float *sum = pst_malloc(sizeof(float) * n), *dy = pst_malloc(sizeof(float) * n);
+    float *dx0 = rand_vec(n, 1), *dr0 = rand_vec(n, 1);
+    float *dx[2], *dr[2], *dg[2], *db[2];
+    for (int k = 0; k < 2; k++) {
+        dx[k] = pst_malloc(sizeof(float) * n), dr[k] = pst_malloc(sizeof(float) * n);
+        dg[k] = rand_vec(C, 0), db[k] = rand_vec(C, 0);
+    }
+    for (size_t i = 0; i < n; i++) sum[i] = d1[i] + d2[i];
+    double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
+    const bool relu = mode == 1, fused = mode >= 2;
+    nn_bn_res res = {.res = r, .relu = mode == 3};
+    nn_bn_forward_train_par(NULL, red, y, st, st + C, st + 2 * C, st + 3 * C, x, g, b, mm, mv, M, C,
+                            0.99f, 1e-3f, relu, fused ? &res : NULL);
+    nn_pool *pool = NULL;
+    pst_err e;
+    CHECK(nn_pool_new(&pool, 3, &e) == 0, "pool: %s", e.msg);
+    char tag[64];
+    snprintf(tag, sizeof tag, "bn two parts M%d C%d mode %d%s", M, C, mode, acc ? " acc" : "");
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 2; k++) { /* k = 0: on the sum; 1: on the two parts */
+            memcpy(dx[k], dx0, sizeof(float) * n), memcpy(dr[k], dr0, sizeof(float) * n);
+            memcpy(dy, k ? d1 : sum, sizeof(float) * n);
+            nn_bn_res rb = {
+                .dres = mode >= 3 ? dr[k] : NULL, .dres_acc = mode == 4, .relu = mode == 3};
+            nn_bn_backward_par(t ? pool : NULL, red, dx[k], acc, dg[k], db[k], dy, k ? d2 : NULL, y,
+                               x, g, b, st, st + C, M, C, relu, fused ? &rb : NULL);
+            if (k == 0) continue;
+            CHECK(memcmp(dx[0], dx[1], sizeof(float) * n) == 0 &&
+                      memcmp(dg[0], dg[1], sizeof(float) * C) == 0 &&
+                      memcmp(db[0], db[1], sizeof(float) * C) == 0,
+                  "%s: backward differs (%d threads)", tag, t ? 3 : 1);
+            CHECK(memcmp(dr[0], dr[1], sizeof(float) * n) == 0, "%s: the addend's gradient differs",
+                  tag);
+        }
+    nn_pool_free(pool);
+    free(x), free(r), free(d1), free(d2), free(g), free(b), free(mm), free(mv), free(y), free(st);
+    free(sum), free(dy), free(dx0), free(dr0), free(red);
+    for (int k = 0; k < 2; k++) free(dx[k]), free(dr[k]), free(dg[k]), free(db[k]);
 }
 
 /* A channel whose variance is near eps normalises differently with 1e-3
@@ -1039,6 +1094,13 @@ int main(void)
             test_bn_res(300, 56, relu, dres, false); /* chunks of 32 and 16, 8 left */
             test_bn_res(50, 5, relu, dres, true);
         }
+    for (int mode = 0; mode < 5; mode++) {
+        test_bn_two(700, 16, mode, mode == 1);
+        test_bn_two(400, 32, mode, false);
+        test_bn_two(300, 48, mode, mode == 2);
+        test_bn_two(300, 56, mode, false);
+        test_bn_two(50, 5, mode, mode == 0);
+    }
 
     test_relu_dropout();
     test_concat();

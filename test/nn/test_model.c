@@ -466,6 +466,64 @@ static void test_fusion(const spec *s, int div, int expect_fused)
     nn_model_free(a), nn_model_free(b);
 }
 
+/* Split gradients (graph.h: a tensor with two consumers whose gradient a
+ * batch norm reads takes the second consumer's part in a buffer of its
+ * own) against fusion alone: the expected layers split, the same loss and
+ * logits, gradients equal up to rounding (the sum dy + dy2 is taken in the
+ * batch norm, where a kernel that accumulated into dy added in another
+ * order), over two steps from the same parameters, the split model on the
+ * poison layout (a second part read outside its planned lifetime or left
+ * unwritten turns into NaN), and the same evaluation. */
+static void test_split(const spec *s, int div, int expect_split)
+{
+    nn_fuse_use(1);
+    nn_model *a = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
+    nn_fuse_use(2);
+    nn_model *b = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
+    if (!a || !b) return;
+    nn_model_set_layout(b, NN_LAYOUT_POISON);
+    int sa = 0, sb = 0;
+    for (int i = 0; i < a->nlayers; i++) sa += a->layers[i].split;
+    for (int i = 0; i < b->nlayers; i++) sb += b->layers[i].split;
+    CHECK(sa == 0 && sb == expect_split, "%s: %d / %d layers split, expected 0 / %d", s->name, sa,
+          sb, expect_split);
+    size_t size = nn_model_size(a), per = (size_t)s->h * s->w * s->c;
+    float *x = pst_malloc(sizeof(float) * s->n * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
+    for (int step = 0; step < 2; step++) {
+        fill_batch(x, y, s->n, per, s->k, 40 + (uint64_t)step);
+        float la = nn_model_train_step(a, x, y, s->n, step, NULL);
+        float lb = nn_model_train_step(b, x, y, s->n, step, NULL);
+        CHECK(la == lb, "%s step %d: split loss %.9g, fused %.9g", s->name, step, lb, la);
+        CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
+              "%s step %d: split logits differ", s->name, step);
+        const float *ga = nn_model_grads(a), *gb = nn_model_grads(b);
+        for (int v = 0; v < nn_model_nvars(a); v++) {
+            const nn_var *var = nn_model_var(a, v);
+            double big = 0, diff = 0;
+            for (size_t q = var->offset; q < var->offset + var->size; q++) {
+                big = fmax(big, fabs(ga[q]));
+                diff = isnan(gb[q]) ? INFINITY : fmax(diff, fabs((double)ga[q] - gb[q]));
+            }
+            CHECK(diff <= 1e-5 * big + 1e-12, "%s step %d: %s gradient differs by %g (largest %g)",
+                  s->name, step, var->name, diff, big);
+        }
+        /* a step of SGD from a's gradient on both: the same parameters */
+        float *pa = nn_model_params(a), *pb = nn_model_params(b);
+        for (size_t i = 0; i < size; i++) pa[i] = pb[i] = pa[i] - 0.1f * ga[i];
+        nn_model_apply_state(a, pb, ga, 0, size); /* the same moving statistics */
+        nn_model_apply_state(a, pa, ga, 0, size);
+    }
+    int ca = -1, cb = -2;
+    float ea = nn_model_eval(a, x, y, s->n, &ca, NULL),
+          eb = nn_model_eval(b, x, y, s->n, &cb, NULL);
+    CHECK(ea == eb && ca == cb, "%s eval: split loss %.9g (%d correct), fused %.9g (%d)", s->name,
+          eb, cb, ea, ca);
+    free(x), free(y);
+    nn_model_free(a), nn_model_free(b);
+    nn_fuse_use(2);
+}
+
 /* Plain SGD on one fixed batch must drive the loss down. */
 static void test_fits_batch(const spec *s, float lr, int steps)
 {
@@ -548,6 +606,9 @@ int main(void)
     test_fusion(&(spec){"resnet-20", 9, 10, 2, 4, 5}, 1, 9);
     test_fusion(&(spec){"resnet-50", 40, 40, 3, 4, 3}, 16, 16);
     test_fusion(&(spec){"inception-mini", 9, 9, 2, 3, 4}, 1, 0);
+    test_split(&(spec){"resnet-20", 9, 10, 2, 4, 5}, 1, 9);
+    test_split(&(spec){"resnet-50", 40, 40, 3, 4, 3}, 16, 15);
+    test_split(&(spec){"inception-mini", 9, 9, 2, 3, 4}, 1, 0);
     const spec fit[] = {{"mlp", 8, 8, 1, 4, 16},
                         {"lenet5", 16, 16, 1, 4, 16},
                         {"inception-mini", 12, 12, 1, 4, 16}};

@@ -5,7 +5,7 @@ by default, and prints the test accuracy (one JSON line).
 
     /usr/bin/python3 test/torch/peer_resnet20.py --seed 1 [--threads 2] [--epochs 1] [--init he]
         [--lr-decay F --lr-decay-epochs E] [--warmup-epochs E]
-        [--moving-average-decay D [--no-averages]] [--diag] [--progress]
+        [--moving-average-decay D[,D2...] [--no-averages]] [--diag] [--progress]
 
 The test's settings: --lr-decay 0.1 --lr-decay-epochs 0.75 (docs/torchvision.md).
 
@@ -31,7 +31,10 @@ linear warm-up from lr/10, both computed in double and rounded to float as
 lr_at does; --moving-average-decay D keeps pstrain's moving average of every
 variable and batch-norm moving statistic (d = min(D, (1 + t) / (10 + t)) in
 float after update t; average -= (average - variable) * (1 - d)) and tests
-with it (--no-averages: with the raw variables). --diag adds the raw
+with it (--no-averages: with the raw variables); several decays D,D2,... are
+kept side by side from the same training (the first is tested), and the
+output adds each one's accuracy (ema_<D>) and the raw variables' with the
+moving statistics (raw_accuracy). --diag adds the raw
 variables' accuracy with the moving statistics and with statistics
 recomputed from the final weights (60 training batches of 500), to tell the
 statistics' lag from the weights' noise; --progress prints every 100 steps
@@ -158,7 +161,8 @@ def main():
     ap.add_argument("--lr-decay", type=float, default=1.0)
     ap.add_argument("--lr-decay-epochs", type=float, default=0.0)
     ap.add_argument("--warmup-epochs", type=float, default=0.0)
-    ap.add_argument("--moving-average-decay", type=float, default=0.0)
+    ap.add_argument("--moving-average-decay", type=str, default="0",
+                    help="D or D1,D2,...: the first is tested; each gets ema_<D> in the output")
     ap.add_argument("--no-averages", action="store_true")
     ap.add_argument("--diag", action="store_true")
     ap.add_argument("--progress", action="store_true")
@@ -185,8 +189,10 @@ def main():
     t0 = time.time()
     n, steps = xtr_t.shape[0], 0
     spe = (n + a.batch - 1) // a.batch
-    ema = ema_vars(model) if a.moving_average_decay > 0 else None
-    avg = [v.detach().clone() for v in ema] if ema else None
+    decays = [float(d) for d in a.moving_average_decay.split(",")]
+    decays = [d for d in decays if d > 0]
+    ema = ema_vars(model) if decays else None
+    avgs = [[v.detach().clone() for v in ema] for _ in decays] if ema else []
     model.train()
     for _ in range(a.epochs):
         perm = torch.randperm(n)
@@ -202,8 +208,8 @@ def main():
             if a.progress and steps % 100 == 0:
                 print("step %d loss %.4f lr %g %.0f s" % (steps, loss.item(), opt.param_groups[0]["lr"],
                                                           time.time() - t0), file=sys.stderr, flush=True)
-            if ema:
-                ema_update(ema, avg, a.moving_average_decay, steps)
+            for d, avg in zip(decays, avgs):
+                ema_update(ema, avg, d, steps)
     extra = {}
     if a.diag:
         # where the spread comes from: the raw variables with the moving
@@ -213,14 +219,25 @@ def main():
         precise_bn(model, xtr_t)
         extra["raw_precise_bn"] = accuracy(model, xte_t, yte_t)
         model.load_state_dict(saved)
-    if ema and not a.no_averages:
-        with torch.no_grad():
-            for v, m in zip(ema, avg):
-                v.copy_(m)
+    if ema:
+        # every average's accuracy; the raw variables' (with the moving
+        # statistics) first, then the first average stays in place unless
+        # --no-averages
+        extra["raw_accuracy"] = accuracy(model, xte_t, yte_t)
+        raw = [v.detach().clone() for v in ema]
+        for d, avg in reversed(list(zip(decays, avgs))):
+            with torch.no_grad():
+                for v, m in zip(ema, avg):
+                    v.copy_(m)
+            extra["ema_%g" % d] = accuracy(model, xte_t, yte_t)
+        if a.no_averages:
+            with torch.no_grad():
+                for v, m in zip(ema, raw):
+                    v.copy_(m)
     correct = round(accuracy(model, xte_t, yte_t) * xte_t.shape[0])
     print(json.dumps({"model": "resnet-20", "seed": a.seed, "init": a.init, "epochs": a.epochs,
                       "lr": a.lr, "lr_decay": a.lr_decay, "lr_decay_epochs": a.lr_decay_epochs,
-                      "warmup_epochs": a.warmup_epochs, "moving_average_decay": a.moving_average_decay, "steps": steps,
+                      "warmup_epochs": a.warmup_epochs, "moving_average_decay": decays[0] if decays else 0.0, "steps": steps,
                       "test_accuracy": correct / xte_t.shape[0], "final_loss": loss.item(),
                       "seconds": round(time.time() - t0, 1), "torch": torch.__version__, **extra}))
 

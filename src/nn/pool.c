@@ -443,10 +443,11 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
     tls_tid = 0;
     run_tasks(p, 0);
     if (p->stats) {
-        double own = pst_now();
+        double own = pst_now(), own_cpu = cpu_now();
         wait_workers(p);
         double end = pst_now();
         p->tot.wait += end - own;
+        p->tot.wait_cpu += cpu_now() - own_cpu;
         p->tot.wall += end - p->t_pub;
         p->tot.loops++;
         p->tot.tasks += ntasks;

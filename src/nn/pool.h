@@ -99,6 +99,7 @@ typedef struct nn_pool_stats {
     long caller_slept; /* loops whose end the caller slept for */
     double wall;       /* seconds from publishing a loop to its end, on the caller */
     double wait;       /* of which: after the caller's own last task, until the workers end */
+    double wait_cpu;   /* the caller's CPU seconds in that wait (spinning) */
     double start;      /* sum over workers: publishing to their first task (wake-up) */
     double cpu[NN_POOL_MAX_THREADS];  /* CPU seconds of each thread in its tasks */
     double busy[NN_POOL_MAX_THREADS]; /* wall seconds of each thread in its tasks */

@@ -176,7 +176,7 @@ static double time_pass(run *r, int which, double min_time)
         if (r->pool) {
             /* the workers' task time; the caller's wait at the loops' ends out */
             nn_pool_stats st = nn_pool_stats_read(r->pool);
-            t -= st.wait;
+            t -= st.wait_cpu;
             for (int i = 1; i < nn_pool_threads(r->pool); i++) t += st.cpu[i];
             nn_pool_stats_set(r->pool, false);
         }

@@ -16,9 +16,11 @@
  *   C = 1, stride 1, K <= 16 (a grayscale input layer): conv1ch.c,
  *              vectorised along the output row.
  *   1x1, stride 1, no padding: a dense layer over the N*H*W rows.
- *   3x3, stride 1, 32-256 channels (nn_wino_ok): Winograd F(2x2, 3x3) in
- *              conv_wino.c for the forward and the input gradient, and the
- *              weight gradient of the smaller ones (nn_wino_wgrad_ok).
+ *   3x3, stride 1, 32-256 channels (nn_wino_ok): Winograd F(2x2, 3x3)
+ *              (conv_wino.c, conv_wino2.c) for the forward and the input
+ *              gradient, and the weight gradient of the smaller ones
+ *              (nn_wino_wgrad_ok); 16 -> 16 channels: F(4x4, 3x3)
+ *              (conv_wino4.c) for the forward and the input gradient.
  * The narrow and one-channel kernels are AVX-512 with portable versions.
  *
  * The tasks themselves are in conv_tasks.c, the im2col + BLIS path (one

@@ -61,8 +61,8 @@ static bool wino_faster(const nn_conv_dims *d)
            (size_t)d->C * d->K <= 65536 && tiles >= 256;
 }
 
-/* F(4x4) for this 16 -> 16 shape: mode 1 with AVX-512 (the input gradient
- * only, nn_wino_ok), or mode 3 (tests: also portable, also the forward). */
+/* F(4x4) for this 16 -> 16 shape: mode 1 with AVX-512 (where it measured
+ * faster than the direct kernels), or mode 3 (tests: also portable). */
 static bool wino4_use(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -70,16 +70,14 @@ static bool wino4_use(const nn_conv_dims *d)
     return mode == 3 || (mode == 1 && WI_X86 && nn_narrow_use_simd(-1));
 }
 
-/* The forward takes F(4x4) only in mode 3 (tests): in resnet-20's training
- * step at batch 4 (torch-trainstep-resnet-20) its rounding, amplified by
- * the batch norms, moved a variable's change by up to 1.4% from PyTorch's
- * (the limit is 0.1%; direct kernels 0.015%, F(2x2) on every layer 0.063%);
- * F(4x4) for the input gradient only gives 0.037%. */
+/* F(4x4) for 16 -> 16 layers (wino4_use) takes both passes: the forward
+ * with its products summed in double (nn_wi_f4d), the input gradient in
+ * float (nn_wi_f4); conv_wino4.c says why. */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
     if (mode == 0 || !nn_wino_shape(d)) return false;
-    return (mode == 3 && wino4_use(d)) || mode >= 2 || wino_faster(d);
+    return wino4_use(d) || mode >= 2 || wino_faster(d);
 }
 
 /* The weight gradient where it measured faster (section 12): the
@@ -98,7 +96,7 @@ bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 bool nn_wino_dgrad_ok(const nn_conv_dims *d)
 {
     /* the input-gradient convolution: padding 2 - P must be >= 0 */
-    return nn_wino_ok(d) || wino4_use(d);
+    return nn_wino_ok(d);
 }
 size_t nn_wino_scratch(const nn_conv_dims *d)
 {
@@ -113,7 +111,7 @@ static void block_task(void *arg, int task, int tid)
 {
     const wi_job *j = arg;
     float *V = j->scratch + (size_t)tid * j->stride + j->uf;
-    float *M = V + (size_t)j->v->pos * j->TB * j->Cs;
+    float *M = V + j->vf;
     int t0 = task * j->TB, nt = j->NT - t0 < j->TB ? j->NT - t0 : j->TB, s = j->simd;
     j->v->in[s](j, V, t0, nt);
     j->v->gemm[s](j, M, V);
@@ -143,7 +141,7 @@ void nn_wino_forward(float *out, const float *inp, const float *w, const float *
                 .scratch = scratch,
                 .stride = stride,
                 .relu = relu,
-                .v = nn_wino_use(-1) == 3 && wino4_use(d) ? &nn_wi_f4 : &nn_wi_f2};
+                .v = wino4_use(d) ? &nn_wi_f4d : &nn_wi_f2};
     wino_run(&j, pool);
 }
 

@@ -404,7 +404,7 @@ static int f2_setup(wi_job *j)
 {
     const nn_conv_dims *d = j->d;
     j->TB = wino_tb(d->C, d->K), j->Cs = wi_r16(d->C), j->Ks = wi_r16(d->K);
-    j->uf = u_floats(d->C, d->K);
+    j->uf = u_floats(d->C, d->K), j->vf = (size_t)WI_POS * j->TB * j->Cs;
     return j->flip ? j->Ks / 16 : d->C;
 }
 

@@ -1,62 +1,82 @@
 /*
- * conv_wino4.c - Winograd F(4x4, 3x3) for 16 -> 16 channels: the variant
- * the driver (conv_wino.c) runs where nn_wino_ok / nn_wino_dgrad_ok pick it.
+ * conv_wino4.c - Winograd F(4x4, 3x3) for 16 -> 16 channels (ResNet-20's
+ * first stage): the variants the driver (conv_wino.c) runs for the forward
+ * (nn_wi_f4d) and the input gradient (nn_wi_f4) of those layers.
  *
- * ResNet-20's first stage (16 -> 16 channels at 28x28): with F(2x2) a tile
- * has only 16 products of 16 x 16 (the transforms cost as much), while the
- * direct kernels spend 9 multiply-adds per output and channel pair. F(4x4,
- * 3x3) (Lavin & Gray's points 0, +-1, +-2) cuts the output into 4x4 tiles
- * read from 6x6 input patches:
- *   B^T = | 4  0 -5  0  1  0 |   G = |  1/4    0     0   |
- *         | 0 -4 -4  1  1  0 |       | -1/6  -1/6  -1/6  |
- *         | 0  4 -4 -1  1  0 |       | -1/6   1/6  -1/6  |
- *         | 0 -2 -1  2  1  0 |       |  1/24  1/12  1/6  |
- *         | 0  2 -1 -2  1  0 |       |  1/24 -1/12  1/6  |
- *         | 0  4  0 -5  0  1 |       |  0     0     1    |
- *   A^T = | 1  1  1  1  1  0 |
- *         | 0  1 -1  2 -2  0 |
- *         | 0  1  1  4  4  0 |
- *         | 0  1 -1  8 -8  1 |
- * 36 products [tiles x 16] x [16 x 16] per 16 outputs: 2.25 multiplies per
- * output and channel pair instead of 9; a channel vector is one register,
- * so both transforms are vector additions over 16 channels.
+ * With F(2x2) a 16-channel tile has only 16 products of 16 x 16 (the
+ * transforms cost as much), while the direct kernels spend 9 multiply-adds
+ * per output and channel pair. F(4x4, 3x3) cuts the output into 4x4 tiles
+ * read from 6x6 input patches, 36 products [tiles x 16] x [16 x 16] per
+ * tile: 2.25 multiplies per output and channel pair; a channel vector is
+ * one register, so both transforms are vector operations over 16 channels.
+ * Interpolation points 0, -1, 1, 1/2, -2 (and infinity), after Barabasz et
+ * al. 2020 ("Error analysis and improving the accuracy of Winograd
+ * convolution for deep neural networks"), the most accurate of the sets
+ * measured here (0, +-1, +-2; 0, +-1, +-1/2; 0, +-1, -1/2, 2):
+ *   B^T = | 1 -3/2  -2   3/2  1    0 |   G = |  1      0     0    |
+ *         | 0  1   -5/2  1/2  1    0 |       | -1/3   1/3  -1/3   |
+ *         | 0 -1    1/2  5/2  1    0 |       |  1/3   1/3   1/3   |
+ *         | 0 -2   -1    2    1    0 |       | -16/15 -8/15 -4/15 |
+ *         | 0  1/2 -1   -1/2  1    0 |       |  1/15  -2/15  4/15 |
+ *         | 0  1   -3/2 -2    3/2  1 |       |  0      0     1    |
+ *   A^T = | 1  1  1  1    1  0 |
+ *         | 0 -1  1  1/2 -2  0 |
+ *         | 0  1  1  1/4  4  0 |
+ *         | 0 -1  1  1/8 -8  1 |
+ * Lavin & Gray's points 0, +-1, +-2 (coefficients up to 5 in B^T and 8 in
+ * A^T) had a typical error 5x the direct kernels' and a largest error 10x.
  *
- * Error: the coefficients are no longer 0, +-1, +-1/2 but reach 5 (B^T)
- * and 8 (A^T): an output's rounding error is bounded by about 2 (C + 16) u
- * times A^T[(|G||g||G^T|) . (|B^T||d||B|)]A summed over c (|.|
- * elementwise); on random data the typical error is 4x F(2x2)'s (1e-6
- * relative). test_wino.c checks every output against a double-precision
- * direct convolution with that bound and the typical error with a sharper
- * limit. Used for the input gradient only: in resnet-20's training step
- * at batch 4 (torch-trainstep-resnet-20) the forward's error, amplified by
- * the batch norms, moved a variable's change by 1.4% from PyTorch's,
- * while with the input gradient alone the largest difference stays at
- * 0.037%, what F(2x2) on the other stages gave before (nn_wino_ok);
- * mode 3 runs the forward too (tests: the same kernels, unflipped).
+ * Error, measured (relative to the outputs' standard deviation, on ReLU
+ * outputs and He-initialised kernels; direct kernels 1.7e-7 typical and
+ * 2.3e-6 largest): points 0, +-1, +-2 in float 9e-7 and 2.5e-5; these
+ * points in float 5.8e-7 and 7e-6; these points with the products summed
+ * in double, M and A^T M A in double, rounded once (nn_wi_f4d) 2.6e-7
+ * and 2.4e-6. Most of the float error is the sum over the 16 channels
+ * (M), amplified by A^T's 4 and 8: summing M exactly alone takes it to
+ * 3.7e-7. test_wino.c checks every output against a double-precision
+ * direct convolution with the bound 2 (C + 16) u A^T[(|G||g||G^T|) .
+ * (|B^T||d||B|)]A (|.| elementwise) and the typical error with a sharper
+ * limit.
  *
- * Blocks: W4_TB tiles (V[36][TB][16] and M in L1/L2). U (36 x 16 x 16) is
- * built in double once per call, a task per input channel. */
+ * Why the forward sums in double: torch-trainstep-resnet-20's batch-4
+ * training step from far-from-identity batch norms has pre-ReLU values
+ * within 1e-6 of zero (3/sum 9e-7, 6/b1 1.4e-6, 5/b1 2.8e-6); an error
+ * that flips one of them moves a variable's change by 0.05-1.4% from
+ * PyTorch's (limit 0.1%). PyTorch itself with random errors of 2e-7,
+ * 5e-7 and 1e-6 (relative) added to the six 16 -> 16 convolutions' outputs
+ * failed that limit in 1 of 10, 4 of 10 and 2 of 4 draws. The float
+ * forward with points 0, +-1, +-2 failed it (1.4%, 5/c1/kernel); with the
+ * double sums it is at 9.3e-5, as close as the direct kernels (1.5e-4).
+ * The input gradient only moves gradients (the step stays at 9.3e-5) and
+ * keeps the float sums: they run 1.7x faster (forward at batch 64: 0.63
+ * against 1.09 ms per layer).
+ *
+ * Blocks: W4_TB tiles (V[36][TB][16] floats, M floats or doubles, in L2).
+ * U (36 x 16 x 16) is built in double once per call, a task per input
+ * channel, and kept in double (forward) or rounded once to float. */
 #include <string.h>
 
 #include "conv_wino_impl.h"
 
 #define W4_POS 36
-#define W4_TB 12 /* tiles per block: V and M (2 x 36 x 12 x 16 floats) in L1/L2 */
+#define W4_TB 12 /* tiles per block */
 #define W4_U (W4_POS * 16 * 16)
+#define W4_VM (W4_POS * W4_TB * 16) /* values of V, of M */
 
+/* floats per thread: U and M in double (the larger variant), V */
 size_t nn_wi4_scratch(void)
 {
-    return W4_U + 2 * W4_POS * W4_TB * 16 + 16;
+    return 2 * W4_U + W4_VM + 2 * W4_VM + 16;
 }
 
-/* u[p][16] = G g G^T for 16 kernels g[tap][16] at once, in double, rounded once */
-static void u4_16(float u[W4_POS][16], float g[9][16])
+/* u[p][16] = G g G^T for 16 kernels g[tap][16] at once, in double */
+static void u4_16(double u[W4_POS][16], float g[9][16])
 {
-    static const double G[6][3] = {{0.25, 0, 0},
-                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                   {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                   {1.0 / 24, -1.0 / 12, 1.0 / 6},
+    static const double G[6][3] = {{1, 0, 0},
+                                   {-1.0 / 3, 1.0 / 3, -1.0 / 3},
+                                   {1.0 / 3, 1.0 / 3, 1.0 / 3},
+                                   {-16.0 / 15, -8.0 / 15, -4.0 / 15},
+                                   {1.0 / 15, -2.0 / 15, 4.0 / 15},
                                    {0, 0, 1}};
     for (int a = 0; a < 6; a++)
         for (int b = 0; b < 6; b++)
@@ -64,40 +84,58 @@ static void u4_16(float u[W4_POS][16], float g[9][16])
                 double s = 0;
                 for (int r = 0; r < 3; r++)
                     for (int t = 0; t < 3; t++) s += G[a][r] * (double)g[3 * r + t][i] * G[b][t];
-                u[6 * a + b][i] = (float)s;
+                u[6 * a + b][i] = s;
             }
 }
 
 /* U[p][c][k] for input channel c = r: taps w[t][c][k], or (flip) the
- * layer's w[8 - t][k][c] (the layer's C and K are both 16) */
-static void u4_task(void *arg, int r, int tid)
+ * layer's w[8 - t][k][c] (the layer's C and K are both 16); in double
+ * (dbl) or rounded once to float */
+static void u4_row(const wi_job *j, int r, bool dbl)
 {
-    const wi_job *j = arg;
-    float g[9][16], u[W4_POS][16];
-    (void)tid;
+    float g[9][16];
+    double u[W4_POS][16];
     for (int t = 0; t < 9; t++)
         for (int i = 0; i < 16; i++)
             g[t][i] = j->flip ? j->w[((size_t)(8 - t) * 16 + i) * 16 + r]
                               : j->w[((size_t)t * 16 + r) * 16 + i];
     u4_16(u, g);
-    for (int p = 0; p < W4_POS; p++) memcpy(j->U + ((size_t)p * 16 + r) * 16, u[p], sizeof(u[p]));
+    for (int p = 0; p < W4_POS; p++)
+        for (int i = 0; i < 16; i++) {
+            size_t o = ((size_t)p * 16 + r) * 16 + i;
+            if (dbl)
+                ((double *)(void *)j->U)[o] = u[p][i];
+            else
+                j->U[o] = (float)u[p][i];
+        }
 }
 
-/* Image n, tile origin (h0, w0) of global tile t. */
+static void u4_task(void *arg, int r, int tid)
+{
+    (void)tid;
+    u4_row(arg, r, false);
+}
+
+static void u4d_task(void *arg, int r, int tid)
+{
+    (void)tid;
+    u4_row(arg, r, true);
+}
 
 /* t[0..5] = B^T x[0..5] (one channel), s = stride of x and t */
 static void bt6_port(float *t, const float *x, size_t s)
 {
     float x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s], x4 = x[4 * s], x5 = x[5 * s];
-    float a = x4 - 4 * x2, b = x3 - 4 * x1, c = x4 - x2, e = 2 * (x3 - x1);
-    t[0] = 4 * x0 - 5 * x2 + x4;
-    t[s] = a + b;
-    t[2 * s] = a - b;
-    t[3 * s] = c + e;
-    t[4 * s] = c - e;
-    t[5 * s] = 4 * x1 - 5 * x3 + x5;
+    float d31 = x3 - x1, d42 = x4 - x2;
+    t[0] = (x0 + x4) - 2 * x2 + 1.5f * d31;
+    t[s] = (x1 + x4) - 2.5f * x2 + 0.5f * x3;
+    t[2 * s] = (x4 - x1) + 0.5f * x2 + 2.5f * x3;
+    t[3 * s] = d42 + 2 * d31;
+    t[4 * s] = d42 - 0.5f * d31;
+    t[5 * s] = (x1 + x5) - 2 * x3 + 1.5f * d42;
 }
 
+/* V[p][i][c] for tiles t0 + i, i < W4_TB (zero past nt) */
 static void in4_port(const wi_job *j, float *V, int t0, int nt)
 {
     const nn_conv_dims *d = j->d;
@@ -124,7 +162,8 @@ static void in4_port(const wi_job *j, float *V, int t0, int nt)
     }
 }
 
-/* M[p][i][k] = sum over c in order of V[p][i][c] U[p][c][k] */
+/* M[p][i][k] = sum over c in order of V[p][i][c] U[p][c][k]: in float, or
+ * (4d) in double */
 static void gemm4_port(const wi_job *j, float *M, const float *V)
 {
     for (int p = 0; p < W4_POS; p++)
@@ -137,56 +176,93 @@ static void gemm4_port(const wi_job *j, float *M, const float *V)
         }
 }
 
-/* y[0..3] = A^T m[0..5], strides s (m) and sy (y) */
-static void at6_port(float *y, size_t sy, const float *m, size_t s)
+static void gemm4d_port(const wi_job *j, float *Mf, const float *V)
 {
-    float s12 = m[s] + m[2 * s], d12 = m[s] - m[2 * s], s34 = m[3 * s] + m[4 * s],
-          d34 = m[3 * s] - m[4 * s];
-    y[0] = m[0] + s12 + s34;
-    y[sy] = d12 + 2 * d34;
-    y[2 * sy] = s12 + 4 * s34;
-    y[3 * sy] = d12 + 8 * d34 + m[5 * s];
+    const double *U = (const double *)(const void *)j->U;
+    double *M = (double *)(void *)Mf;
+    for (int p = 0; p < W4_POS; p++)
+        for (int i = 0; i < W4_TB; i++) {
+            double *m = M + ((size_t)p * W4_TB + i) * 16;
+            const float *v = V + ((size_t)p * W4_TB + i) * 16;
+            const double *u = U + (size_t)p * 256;
+            for (int k = 0; k < 16; k++) m[k] = 0.0;
+            for (int c = 0; c < 16; c++)
+                for (int k = 0; k < 16; k++) m[k] += (double)v[c] * u[c * 16 + k];
+        }
 }
 
-/* Output pixel (oh, ow) of image n, channel k, from y: + bias, acc, ReLU */
-static void out4_port(const wi_job *j, const float *M, int t0, int nt)
+/* y[0..3] = A^T m[0..5], strides s (m) and sy (y); float and double */
+#define AT6_PORT(T, name)                                                                          \
+    static void name(T *y, size_t sy, const T *m, size_t s)                                        \
+    {                                                                                              \
+        T s12 = m[2 * s] + m[s], d21 = m[2 * s] - m[s], m3 = m[3 * s], m4 = m[4 * s];              \
+        y[0] = (m[0] + s12) + (m3 + m4);                                                           \
+        y[sy] = d21 + ((T)0.5 * m3 - 2 * m4);                                                      \
+        y[2 * sy] = s12 + ((T)0.25 * m3 + 4 * m4);                                                 \
+        y[3 * sy] = d21 + ((T)0.125 * m3 - 8 * m4) + m[5 * s];                                     \
+    }
+AT6_PORT(float, at6_port)
+AT6_PORT(double, at6d_port)
+
+/* Output pixel (oh, ow) of image n, channel k, from y (float, or double
+ * rounded once to float): + bias, acc, ReLU */
+static void out4_store(const wi_job *j, int t, int k, float y[4][4])
 {
     const nn_conv_dims *d = j->d;
-    const int per = j->TH * j->TW;
+    int per = j->TH * j->TW, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++) {
+            int oh = 4 * ty + a, ow = 4 * tx + b;
+            if (oh >= d->OH || ow >= d->OW) continue;
+            float *o = j->out + (((size_t)n * d->OH + oh) * d->OW + ow) * 16 + k;
+            float v = j->acc ? *o + y[a][b] : y[a][b] + (j->b ? j->b[k] : 0.0f);
+            *o = j->relu && v < 0.0f ? 0.0f : v;
+        }
+}
+
+static void out4_port(const wi_job *j, const float *M, int t0, int nt)
+{
     const size_t ps = (size_t)W4_TB * 16;
-    for (int i = 0; i < nt; i++) {
-        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+    for (int i = 0; i < nt; i++)
         for (int k = 0; k < 16; k++) {
             float m[36], s[4][6], y[4][4];
             for (int p = 0; p < W4_POS; p++) m[p] = M[p * ps + (size_t)i * 16 + k];
             for (int b = 0; b < 6; b++) at6_port(&s[0][b], 6, m + b, 6);
             for (int a = 0; a < 4; a++) at6_port(&y[a][0], 1, &s[a][0], 1);
-            for (int a = 0; a < 4; a++)
-                for (int b = 0; b < 4; b++) {
-                    int oh = 4 * ty + a, ow = 4 * tx + b;
-                    if (oh >= d->OH || ow >= d->OW) continue;
-                    float *o = j->out + (((size_t)n * d->OH + oh) * d->OW + ow) * 16 + k;
-                    float v = j->acc ? *o + y[a][b] : y[a][b] + (j->b ? j->b[k] : 0.0f);
-                    *o = j->relu && v < 0.0f ? 0.0f : v;
-                }
+            out4_store(j, t0 + i, k, y);
         }
-    }
+}
+
+static void out4d_port(const wi_job *j, const float *Mf, int t0, int nt)
+{
+    const size_t ps = (size_t)W4_TB * 16;
+    const double *M = (const double *)(const void *)Mf;
+    for (int i = 0; i < nt; i++)
+        for (int k = 0; k < 16; k++) {
+            double m[36], s[4][6], y[4][4];
+            float yf[4][4];
+            for (int p = 0; p < W4_POS; p++) m[p] = M[p * ps + (size_t)i * 16 + k];
+            for (int b = 0; b < 6; b++) at6d_port(&s[0][b], 6, m + b, 6);
+            for (int a = 0; a < 4; a++) at6d_port(&y[a][0], 1, &s[a][0], 1);
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++) yf[a][b] = (float)y[a][b];
+            out4_store(j, t0 + i, k, yf);
+        }
 }
 
 #if WI_X86
-/* t[0..5] = B^T x[0..5], 16 channels */
+/* t[0..5] = B^T x[0..5], 16 channels, the order of bt6_port */
 #define BT6(t, x)                                                                                  \
     do {                                                                                           \
-        const __m512 f4 = _mm512_set1_ps(4.0f), f5 = _mm512_set1_ps(5.0f);                         \
-        __m512 a_ = _mm512_fnmadd_ps(f4, x[2], x[4]), b_ = _mm512_fnmadd_ps(f4, x[1], x[3]);       \
-        __m512 c_ = _mm512_sub_ps(x[4], x[2]), e_ = _mm512_sub_ps(x[3], x[1]);                     \
-        e_ = _mm512_add_ps(e_, e_);                                                                \
-        t[0] = _mm512_fmadd_ps(f4, x[0], _mm512_fnmadd_ps(f5, x[2], x[4]));                        \
-        t[1] = _mm512_add_ps(a_, b_);                                                              \
-        t[2] = _mm512_sub_ps(a_, b_);                                                              \
-        t[3] = _mm512_add_ps(c_, e_);                                                              \
-        t[4] = _mm512_sub_ps(c_, e_);                                                              \
-        t[5] = _mm512_fmadd_ps(f4, x[1], _mm512_fnmadd_ps(f5, x[3], x[5]));                        \
+        const __m512 f2 = _mm512_set1_ps(2.0f), f15 = _mm512_set1_ps(1.5f),                        \
+                     f25 = _mm512_set1_ps(2.5f), f05 = _mm512_set1_ps(0.5f);                       \
+        __m512 d31 = _mm512_sub_ps(x[3], x[1]), d42 = _mm512_sub_ps(x[4], x[2]);                   \
+        t[0] = _mm512_fmadd_ps(f15, d31, _mm512_fnmadd_ps(f2, x[2], _mm512_add_ps(x[0], x[4])));   \
+        t[1] = _mm512_fmadd_ps(f05, x[3], _mm512_fnmadd_ps(f25, x[2], _mm512_add_ps(x[1], x[4]))); \
+        t[2] = _mm512_fmadd_ps(f25, x[3], _mm512_fmadd_ps(f05, x[2], _mm512_sub_ps(x[4], x[1])));  \
+        t[3] = _mm512_fmadd_ps(f2, d31, d42);                                                      \
+        t[4] = _mm512_fnmadd_ps(f05, d31, d42);                                                    \
+        t[5] = _mm512_fmadd_ps(f15, d42, _mm512_fnmadd_ps(f2, x[3], _mm512_add_ps(x[1], x[5])));   \
     } while (0)
 
 AVX512 static void in4_simd(const wi_job *j, float *V, int t0, int nt)
@@ -230,7 +306,7 @@ AVX512 static void in4_simd(const wi_job *j, float *V, int t0, int nt)
     }
 }
 
-/* 12 tiles x 16 k of M at position p: sum over c in order */
+/* 12 tiles x 16 k of M at position p: sum over c in order (float) */
 AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V)
 {
     for (int p = 0; p < W4_POS; p++) {
@@ -251,17 +327,59 @@ AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V)
     }
 }
 
-/* y[0..3] = A^T m[0..5], 16 channels */
-#define AT6(y, m)                                                                                  \
+/* the same in double: V of the position widened first, M[p][i][16] doubles */
+AVX512 static void gemm4d_simd(const wi_job *j, float *Mf, const float *V)
+{
+    const double *Ud = (const double *)(const void *)j->U;
+    double *Md = (double *)(void *)Mf;
+    double vd[W4_TB * 16];
+    for (int p = 0; p < W4_POS; p++) {
+        const double *U = Ud + (size_t)p * 256;
+        const float *v = V + (size_t)p * W4_TB * 16;
+#pragma GCC unroll 4
+        for (int q = 0; q < W4_TB * 16; q += 8)
+            _mm512_storeu_pd(vd + q, _mm512_cvtps_pd(_mm256_loadu_ps(v + q)));
+        __m512d acc[W4_TB][2];
+#pragma GCC unroll 12
+        for (int i = 0; i < W4_TB; i++) acc[i][0] = acc[i][1] = _mm512_setzero_pd();
+#pragma GCC unroll 2
+        for (int c = 0; c < 16; c++) {
+            __m512d u0 = _mm512_loadu_pd(U + c * 16), u1 = _mm512_loadu_pd(U + c * 16 + 8);
+#pragma GCC unroll 12
+            for (int i = 0; i < W4_TB; i++) {
+                __m512d x = _mm512_set1_pd(vd[i * 16 + c]);
+                acc[i][0] = _mm512_fmadd_pd(x, u0, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_pd(x, u1, acc[i][1]);
+            }
+        }
+        double *m = Md + (size_t)p * W4_TB * 16;
+#pragma GCC unroll 12
+        for (int i = 0; i < W4_TB; i++) {
+            _mm512_storeu_pd(m + i * 16, acc[i][0]);
+            _mm512_storeu_pd(m + i * 16 + 8, acc[i][1]);
+        }
+    }
+}
+
+/* y[0..3] = A^T m[0..5] (the order of at6_port): 16 floats, or 8 doubles */
+#define AT6(y, m, V, sfx)                                                                          \
     do {                                                                                           \
-        __m512 s12 = _mm512_add_ps(m[1], m[2]), d12 = _mm512_sub_ps(m[1], m[2]);                   \
-        __m512 s34 = _mm512_add_ps(m[3], m[4]), d34 = _mm512_sub_ps(m[3], m[4]);                   \
-        y[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), s34);                                       \
-        y[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34, d12);                                    \
-        y[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34, s12);                                    \
-        y[3] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), m[5]);               \
+        V s12 = _mm512_add_##sfx(m[2], m[1]), d21 = _mm512_sub_##sfx(m[2], m[1]);                  \
+        y[0] = _mm512_add_##sfx(_mm512_add_##sfx(m[0], s12), _mm512_add_##sfx(m[3], m[4]));        \
+        y[1] = _mm512_add_##sfx(                                                                   \
+            d21, _mm512_fnmadd_##sfx(_mm512_set1_##sfx(2), m[4],                                   \
+                                     _mm512_mul_##sfx(_mm512_set1_##sfx(0.5), m[3])));             \
+        y[2] = _mm512_add_##sfx(                                                                   \
+            s12, _mm512_fmadd_##sfx(_mm512_set1_##sfx(4), m[4],                                    \
+                                    _mm512_mul_##sfx(_mm512_set1_##sfx(0.25), m[3])));             \
+        y[3] = _mm512_add_##sfx(                                                                   \
+            _mm512_add_##sfx(                                                                      \
+                d21, _mm512_fnmadd_##sfx(_mm512_set1_##sfx(8), m[4],                               \
+                                         _mm512_mul_##sfx(_mm512_set1_##sfx(0.125), m[3]))),       \
+            m[5]);                                                                                 \
     } while (0)
 
+/* Output tile of M at i: + bias, acc, ReLU (16 channels, float) */
 AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
 {
     const nn_conv_dims *d = j->d;
@@ -278,7 +396,7 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
             __m512 x[6], y[4];
 #pragma GCC unroll 6
             for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_ps(m + (size_t)(6 * a + b) * ps);
-            AT6(y, x);
+            AT6(y, x, __m512, ps);
 #pragma GCC unroll 4
             for (int a = 0; a < 4; a++) s[a][b] = y[a];
         }
@@ -286,7 +404,7 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
 #pragma GCC unroll 4
         for (int a = 0; a < 4; a++) {
             __m512 y[4];
-            AT6(y, s[a]);
+            AT6(y, s[a], __m512, ps);
             if (oh0 + a >= d->OH) continue;
 #pragma GCC unroll 4
             for (int b = 0; b < 4; b++) {
@@ -300,11 +418,62 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
         }
     }
 }
+
+/* the same from M in double, 8 channels at a time, rounded once to float */
+AVX512 static void out4d_simd(const wi_job *j, const float *Mf, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int per = j->TH * j->TW;
+    const size_t ps = (size_t)W4_TB * 16;
+    const double *M = (const double *)(const void *)Mf;
+    const __m256 z = _mm256_setzero_ps();
+    for (int i = 0; i < nt; i++) {
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        int oh0 = 4 * ty, ow0 = 4 * tx;
+        float *o = j->out + (((size_t)n * d->OH + oh0) * d->OW + ow0) * 16;
+        for (int h = 0; h < 2; h++) {
+            const double *m = M + (size_t)i * 16 + 8 * h;
+            const __m256 bv = j->b ? _mm256_loadu_ps(j->b + 8 * h) : z;
+            __m512d s[4][6];
+#pragma GCC unroll 6
+            for (int b = 0; b < 6; b++) {
+                __m512d x[6], y[4];
+#pragma GCC unroll 6
+                for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_pd(m + (size_t)(6 * a + b) * ps);
+                AT6(y, x, __m512d, pd);
+#pragma GCC unroll 4
+                for (int a = 0; a < 4; a++) s[a][b] = y[a];
+            }
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++) {
+                __m512d y[4];
+                AT6(y, s[a], __m512d, pd);
+                if (oh0 + a >= d->OH) continue;
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) {
+                    if (ow0 + b >= d->OW) continue;
+                    float *q = o + ((size_t)a * d->OW + b) * 16 + 8 * h;
+                    __m256 yf = _mm512_cvtpd_ps(y[b]);
+                    __m256 v =
+                        j->acc ? _mm256_add_ps(_mm256_loadu_ps(q), yf) : _mm256_add_ps(yf, bv);
+                    if (j->relu) v = _mm256_max_ps(v, z);
+                    _mm256_storeu_ps(q, v);
+                }
+            }
+        }
+    }
+}
 #endif
 
 static int f4_setup(wi_job *j)
 {
-    j->TB = W4_TB, j->Cs = 16, j->Ks = 16, j->uf = W4_U;
+    j->TB = W4_TB, j->Cs = 16, j->Ks = 16, j->uf = W4_U, j->vf = W4_VM;
+    return 16;
+}
+
+static int f4d_setup(wi_job *j)
+{
+    j->TB = W4_TB, j->Cs = 16, j->Ks = 16, j->uf = 2 * W4_U, j->vf = W4_VM;
     return 16;
 }
 
@@ -321,3 +490,11 @@ const wi_variant nn_wi_f4 = {.m = 4,
                              .in = {in4_port, F4_SIMD(in4_simd)},
                              .gemm = {gemm4_port, F4_SIMD(gemm4_simd)},
                              .out = {out4_port, F4_SIMD(out4_simd)}};
+
+const wi_variant nn_wi_f4d = {.m = 4,
+                              .pos = W4_POS,
+                              .setup = f4d_setup,
+                              .u_task = u4d_task,
+                              .in = {in4_port, F4_SIMD(in4_simd)},
+                              .gemm = {gemm4d_port, F4_SIMD(gemm4d_simd)},
+                              .out = {out4d_port, F4_SIMD(out4d_simd)}};

@@ -40,7 +40,7 @@ typedef struct wi_job {
     int TH, TW, NT; /* output tiles per column, per row, in all */
     int TB, Cs, Ks; /* tiles per block, channels rounded up to 16 */
     int S;          /* weight gradient (F(2x2)): slices */
-    size_t uf;      /* floats of U */
+    size_t uf, vf;  /* floats of U, of a block's V (M follows it) */
     const wi_variant *v;
 } wi_job;
 
@@ -50,7 +50,7 @@ typedef void (*wi_out_fn)(const wi_job *j, const float *M, int t0, int nt);
 
 struct wi_variant {
     int m, pos; /* output tile m x m, transformed tile pos = (m + 2)^2 */
-    /* fills TB, Cs, Ks, uf from j->d and returns the tasks of u_task */
+    /* fills TB, Cs, Ks, uf, vf from j->d and returns the tasks of u_task */
     int (*setup)(wi_job *j);
     void (*u_task)(void *arg, int r, int tid);
     /* the kernels of a block: [0] portable, [1] AVX-512 (NULL without) */
@@ -59,7 +59,7 @@ struct wi_variant {
     wi_out_fn out[2];
 };
 
-extern const wi_variant nn_wi_f2, nn_wi_f4;
+extern const wi_variant nn_wi_f2, nn_wi_f4, nn_wi_f4d;
 
 static inline int wi_r16(int n)
 {

@@ -210,12 +210,12 @@ void nn_cf_dw_runs(float *dw, const float *pad, const nn_cf_geom *g, const float
 
 /* Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with padding <= 2
  * (conv_wino.c): forward and input gradient as 16 products [tiles x C] x
- * [C x K] between two transforms; F(4x4, 3x3) (36 products per 4x4 tile)
- * for the input gradient of 16 -> 16-channel layers. nn_wino_use(force):
- * 0 off, 1 where it measured faster than the direct kernels (default;
- * AVX-512 only), 2 F(2x2) on every shape it supports, also portable
- * (tests), 3 as 2 but F(4x4) for the forward and input gradient of every
- * 16 -> 16 layer (tests); -1 asks. The environment variable
+ * [C x K] between two transforms; F(4x4, 3x3) (36 products per 4x4 tile,
+ * conv_wino4.c) for both passes of 16 -> 16-channel layers.
+ * nn_wino_use(force): 0 off, 1 where it measured faster than the direct
+ * kernels (default; AVX-512 only), 2 F(2x2) on every shape it supports,
+ * also portable (tests), 3 as 2 but F(4x4) for every 16 -> 16 layer
+ * (tests, also portable); -1 asks. The environment variable
  * PSTRAIN_WINO=0/1/2/3 sets the start value (benchmarks: old against new
  * in one binary). nn_wino_ok / nn_wino_dgrad_ok: whether
  * conv.c's forward / input gradient go this way; nn_wino_scratch: floats per

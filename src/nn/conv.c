@@ -75,10 +75,15 @@ static size_t pad_floats(const nn_conv_dims *d)
 
 /* dw through the fast kernel: K > 16 output channels (narrower ones have
  * the narrow kernels) and window rows of 16 floats or more (a 3x3 kernel
- * over one channel would leave its register tiles nearly empty), AVX-512. */
+ * over one channel would leave its register tiles nearly empty), AVX-512.
+ * A padded layer with K = 24 or 32 and window rows of whole vectors takes
+ * the narrow kernel instead: the fast kernel's channel-range tasks left
+ * its 64-channel tiles half empty (resnet-20's 16->32 3x3/2: 46% -> 80-85%
+ * of peak); unpadded ones (Inception's 2a, 32->32 at 149^2, 76%) stay. */
 static bool fast_dw_ok(const nn_conv_dims *d)
 {
-    return CONV_X86 && d->K > 16 && d->KW * d->C >= 16 && nn_narrow_use_simd(-1);
+    return CONV_X86 && d->K > 16 && d->KW * d->C >= 16 && nn_narrow_use_simd(-1) &&
+           (unpadded(d) || !nn_narrow_conv_dw_ok(d->KW * d->C, d->K));
 }
 
 /* The input gradient through the fast kernel (a convolution of dy, or dy

@@ -119,8 +119,11 @@ void nn_narrow_dcol_row(float *dprow, const float *dy, int OW, int SWC, int KH, 
                         const float *WT, int K);
 /* dw[KH*seg][K] (+)= the windows of one padded image times its dy[OH*OW][K]
  * (implicit im2col; window (oh, ow) starts at pad + oh*SHWpC + ow*SWC).
- * Returns false, doing nothing, unless the AVX-512 kernel applies (K <= 16):
- * the caller then multiplies an explicit col matrix. */
+ * Returns false, doing nothing, unless the AVX-512 kernel applies
+ * (nn_narrow_conv_dw_ok: K <= 16, or K = 24 or 32 with window rows of
+ * whole vectors, seg % 16 == 0): the caller then multiplies an explicit col
+ * matrix. */
+bool nn_narrow_conv_dw_ok(int seg, int K);
 bool nn_narrow_conv_dw(float *dw, const float *pad, int OH, int OW, int SHWpC, int SWC, int KH,
                        int WpC, int seg, const float *dy, int K, bool acc);
 /* Whether the AVX-512 kernels run; force = 0 or 1 switches (tests), -1 asks. */

@@ -803,11 +803,17 @@ void nn_narrow_dcol_row(float *dprow, const float *dy, int OW, int SWC, int KH, 
     dcol_row_port(dprow, dy, OW, SWC, KH, WpC, seg, WT, K);
 }
 
+bool nn_narrow_conv_dw_ok(int seg, int K)
+{
+    return NARROW_X86 && nn_narrow_use_simd(-1) &&
+           (K <= 16 || (K <= NN_NARROW_MAX && K % 8 == 0 && seg % 16 == 0));
+}
+
 bool nn_narrow_conv_dw(float *dw, const float *pad, int OH, int OW, int SHWpC, int SWC, int KH,
                        int WpC, int seg, const float *dy, int K, bool acc)
 {
 #if NARROW_X86
-    if (K <= 16 && nn_narrow_use_simd(-1)) {
+    if (nn_narrow_conv_dw_ok(seg, K)) {
         conv_dw_simd(dw, pad, OH, OW, SHWpC, SWC, KH, WpC, seg, dy, K, acc);
         return true;
     }

@@ -87,6 +87,7 @@ int main(void)
         test_conv_threads(6, 10, 10, 4, 16, 5, 5, 1, 1, 2, 2, false);
         test_conv_threads(9, 12, 12, 1, 6, 5, 5, 1, 1, 2, 2, true);
         test_conv_threads(5, 28, 28, 1, 16, 3, 3, 1, 1, 1, 1, false); /* resnet-20's stem */
+        test_conv_threads(6, 28, 28, 16, 32, 3, 3, 2, 2, 1, 1, true); /* resnet-20 4/c1 */
         /* 1x1 with 8 weight-gradient slices: every channel block in one
          * task; stride 1 (prefetched pixel blocks) and 2 */
         test_conv_threads(8, 45, 47, 24, 80, 1, 1, 1, 1, 0, 0, true);

@@ -1006,6 +1006,7 @@ int main(void)
          * of dy (flipped kernel), dw with whole-vector window rows */
         test_conv(2, 7, 6, 16, 16, 3, 3, 1, 1, 1, 1, false, false); /* resnet-20 stage 1 */
         test_conv(2, 6, 7, 12, 8, 3, 3, 1, 1, 0, 0, true, true);    /* dy padded by 2 */
+        test_conv(2, 7, 6, 16, 32, 3, 3, 2, 2, 1, 1, false, true);  /* resnet-20 4/c1 */
         test_conv(2, 6, 6, 8, 24, 3, 5, 1, 1, 1, 2, false, false);  /* 17..32 dy channels */
 
         test_pool(true, 2, 6, 6, 3, 2, 2, 2, 0, false);
@@ -1029,7 +1030,11 @@ int main(void)
         test_conv_paths(3, 14, 14, 64, 64, 3, 3, 1, 1, 1, 1);
         test_conv_paths(3, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1); /* resnet-20 stage 1 */
         test_conv_paths(3, 28, 28, 1, 16, 3, 3, 1, 1, 1, 1);  /* resnet-20's stem */
-        test_conv_paths(2, 9, 19, 1, 6, 5, 5, 1, 1, 2, 2);    /* LeNet's conv1: 2 dw passes */
+        /* resnet-20's 16->32 3x3/2 (4/c1) and K = 24: narrow dw in 8-channel
+         * blocks of whole-vector window rows */
+        test_conv_paths(3, 28, 28, 16, 32, 3, 3, 2, 2, 1, 1);
+        test_conv_paths(2, 11, 12, 16, 24, 3, 3, 2, 2, 1, 1);
+        test_conv_paths(2, 9, 19, 1, 6, 5, 5, 1, 1, 2, 2); /* LeNet's conv1: 2 dw passes */
         test_conv_paths(2, 10, 9, 16, 8, 3, 3, 1, 1, 1, 1);
         test_conv_paths(2, 9, 11, 8, 24, 3, 5, 1, 1, 1, 2);
         test_conv_paths(2, 14, 13, 48, 200, 1, 1, 1, 1, 0, 0);

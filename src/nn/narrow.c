@@ -463,36 +463,43 @@ AVX512 static void conv_rows_16(float *out, size_t ldo, int NR, const float *pro
     if (r < NR) CONV16_ROWS(1)
 }
 
-/* The same for 16 < K <= 32: two registers per column, 4 columns at a time. */
-AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, int KH, int WpC,
-                               int seg, const float *W, int K, const float *bias, bool relu,
-                               bool acc)
+/* The same for 16 < K <= 32: two registers per output pixel (channels
+ * [0, 16) and [16, K)), RR rows x PX columns: 2*RR*PX independent sums (up
+ * to 24), each pair of weight vectors serving RR*PX pixels. Inlined with
+ * constant RR and PX. */
+__attribute__((always_inline)) AVX512 static inline void
+conv32_block(int RR, int PX, float *out, size_t ldo, const float *prow, size_t ldp, int ow, int SWC,
+             int KH, int WpC, int seg, const float *W, int K, __m512 blo, __m512 bhi, __mmask16 km,
+             bool relu, bool acc)
 {
-    const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 blo = bias ? _mm512_loadu_ps(bias) : zero;
-    const __m512 bhi = bias ? _mm512_maskz_loadu_ps(km, bias + 16) : zero;
-    for (int ow = 0; ow < OW; ow += 4) {
-        int nv = OW - ow < 4 ? OW - ow : 4;
-        __m512 l0 = blo, l1 = blo, l2 = blo, l3 = blo, h0 = bhi, h1 = bhi, h2 = bhi, h3 = bhi;
-        for (int kh = 0; kh < KH; kh++) {
-            const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
-            const float *b = W + (size_t)kh * seg * K;
-            for (int j = 0; j < seg; j++) {
-                __m512 wl = _mm512_loadu_ps(b + (size_t)j * K);
-                __m512 wh = _mm512_maskz_loadu_ps(km, b + (size_t)j * K + 16);
-                __m512 a0 = _mm512_set1_ps(a[j]), a1 = _mm512_set1_ps(a[SWC + j]);
-                __m512 a2 = _mm512_set1_ps(a[2 * SWC + j]), a3 = _mm512_set1_ps(a[3 * SWC + j]);
-                l0 = _mm512_fmadd_ps(a0, wl, l0), h0 = _mm512_fmadd_ps(a0, wh, h0);
-                l1 = _mm512_fmadd_ps(a1, wl, l1), h1 = _mm512_fmadd_ps(a1, wh, h1);
-                l2 = _mm512_fmadd_ps(a2, wl, l2), h2 = _mm512_fmadd_ps(a2, wh, h2);
-                l3 = _mm512_fmadd_ps(a3, wl, l3), h3 = _mm512_fmadd_ps(a3, wh, h3);
-            }
+    __m512 l[2][6], h[2][6];
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 6
+        for (int i = 0; i < PX; i++) l[r][i] = blo, h[r][i] = bhi;
+    for (int kh = 0; kh < KH; kh++) {
+        const float *a = prow + (size_t)kh * WpC + (size_t)ow * SWC;
+        const float *b = W + (size_t)kh * seg * K;
+        for (int j = 0; j < seg; j++) {
+            const __m512 wl = _mm512_loadu_ps(b + (size_t)j * K);
+            const __m512 wh = _mm512_maskz_loadu_ps(km, b + (size_t)j * K + 16);
+#pragma GCC unroll 2
+            for (int r = 0; r < RR; r++)
+#pragma GCC unroll 6
+                for (int i = 0; i < PX; i++) {
+                    const __m512 x = _mm512_set1_ps(a[r * ldp + (size_t)i * SWC + j]);
+                    l[r][i] = _mm512_fmadd_ps(x, wl, l[r][i]);
+                    h[r][i] = _mm512_fmadd_ps(x, wh, h[r][i]);
+                }
         }
-        __m512 ls[4] = {l0, l1, l2, l3}, hs[4] = {h0, h1, h2, h3};
-        for (int i = 0; i < nv; i++) {
-            float *o = out + (size_t)(ow + i) * K;
-            __m512 vl = ls[i], vh = hs[i];
+    }
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 6
+        for (int i = 0; i < PX; i++) {
+            float *o = out + r * ldo + (size_t)(ow + i) * K;
+            __m512 vl = l[r][i], vh = h[r][i];
             if (acc) {
                 vl = _mm512_add_ps(vl, _mm512_loadu_ps(o));
                 vh = _mm512_add_ps(vh, _mm512_maskz_loadu_ps(km, o + 16));
@@ -501,7 +508,42 @@ AVX512 static void conv_row_32(float *out, const float *prow, int OW, int SWC, i
             _mm512_storeu_ps(o, vl);
             _mm512_mask_storeu_ps(o + 16, km, vh);
         }
+}
+
+#define CONV32(RR, PX)                                                                             \
+    case PX:                                                                                       \
+        conv32_block(RR, PX, out, ldo, prow, ldp, ow, SWC, KH, WpC, seg, W, K, blo, bhi, km, relu, \
+                     acc);                                                                         \
+        break;
+#define CONV32_ROWS(RR)                                                                            \
+    for (int ow = 0, bi = 0; bi < nblocks; bi++) {                                                 \
+        int px = (OW - ow) / (nblocks - bi);                                                       \
+        switch (px) {                                                                              \
+            CONV32(RR, 1)                                                                          \
+            CONV32(RR, 2)                                                                          \
+            CONV32(RR, 3)                                                                          \
+            CONV32(RR, 4)                                                                          \
+            CONV32(RR, 5)                                                                          \
+            CONV32(RR, 6)                                                                          \
+        }                                                                                          \
+        ow += px;                                                                                  \
     }
+
+/* Every output pixel's sums in the same order as conv16_block's (bias,
+ * then the window in order); windows are read exactly (no column past OW). */
+AVX512 static void conv_rows_32(float *out, size_t ldo, int NR, const float *prow, size_t ldp,
+                                int OW, int SWC, int KH, int WpC, int seg, const float *W, int K,
+                                const float *bias, bool relu, bool acc)
+{
+    const __mmask16 km = (__mmask16)((1u << (K - 16)) - 1);
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512 blo = bias ? _mm512_loadu_ps(bias) : zero;
+    const __m512 bhi = bias ? _mm512_maskz_loadu_ps(km, bias + 16) : zero;
+    /* blocks of equal size (14 = 4 + 5 + 5), two rows at a time */
+    const int nblocks = (OW + 5) / 6;
+    int r = 0;
+    for (; r + 2 <= NR; r += 2, out += 2 * ldo, prow += 2 * ldp) CONV32_ROWS(2)
+    if (r < NR) CONV32_ROWS(1)
 }
 
 /* ROWS output columns rows[0..ROWS) of one output row: their dcol segments
@@ -781,9 +823,7 @@ void nn_narrow_conv_rows(float *out, size_t ldo, int NR, const float *prow, size
         if (K <= 16)
             conv_rows_16(out, ldo, NR, prow, ldp, OW, SWC, KH, WpC, seg, W, K, bias, relu, acc);
         else
-            for (int r = 0; r < NR; r++)
-                conv_row_32(out + r * ldo, prow + r * ldp, OW, SWC, KH, WpC, seg, W, K, bias, relu,
-                            acc);
+            conv_rows_32(out, ldo, NR, prow, ldp, OW, SWC, KH, WpC, seg, W, K, bias, relu, acc);
         return;
     }
 #endif

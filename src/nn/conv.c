@@ -106,18 +106,34 @@ static size_t fast_img_floats(const nn_conv_dims *d)
     return n;
 }
 /* Images per fast call: enough for CONV_GROUP_PIXELS output pixels (7x7
- * images then fill whole tiles), within CONV_GROUP_FLOATS; d->N caps it. */
-static int fast_group(const nn_conv_dims *d)
+ * images then fill whole tiles), within CONV_GROUP_FLOATS of `per` floats
+ * each; d->N caps it. Scratch areas are sized by this cap: it never
+ * decreases with N, so a scratch sized for the batch serves any call with
+ * fewer images (the evened groups below can grow when N shrinks: 4 + 4 at
+ * N = 8, one group of 6 at N = 6). */
+static int group_cap(const nn_conv_dims *d, size_t per)
 {
-    size_t P = (size_t)d->OH * d->OW, per = fast_img_floats(d);
+    size_t P = (size_t)d->OH * d->OW;
     size_t G = (CONV_GROUP_PIXELS + P - 1) / P, cap = CONV_GROUP_FLOATS / per;
     if (G > cap) G = cap;
     if (G > (size_t)d->N) G = (size_t)d->N;
     return G < 1 ? 1 : (int)G;
 }
+/* The groups of near-equal size, at most G images each (N = 8 at 7x7: two
+ * groups of 4, not 6 + 2, whose second thread then took tasks of the
+ * first group and padded its 6 images again). */
+static int even_group(int N, int G)
+{
+    int ng = (N + G - 1) / G;
+    return (N + ng - 1) / ng;
+}
+static int fast_group(const nn_conv_dims *d)
+{
+    return even_group(d->N, group_cap(d, fast_img_floats(d)));
+}
 static size_t fast_pad_floats(const nn_conv_dims *d)
 {
-    return align16((size_t)fast_group(d) * fast_img_floats(d) + CONV_SLACK);
+    return align16((size_t)group_cap(d, fast_img_floats(d)) * fast_img_floats(d) + CONV_SLACK);
 }
 static size_t fast_floats(const nn_conv_dims *d)
 {
@@ -133,21 +149,15 @@ static size_t fast_floats(const nn_conv_dims *d)
 static bool dcolg_ok(const nn_conv_dims *d);
 static int dcolg_group(const nn_conv_dims *d)
 {
-    size_t P = (size_t)d->OH * d->OW, per = img_floats(d);
-    size_t G = (CONV_GROUP_PIXELS + P - 1) / P, cap = CONV_GROUP_FLOATS / per;
-    if (G > cap) G = cap;
-    if (G > (size_t)d->N) G = (size_t)d->N;
-    if (G < 1) G = 1;
-    size_t ng = ((size_t)d->N + G - 1) / G;
-    return (int)(((size_t)d->N + ng - 1) / ng);
+    return even_group(d->N, group_cap(d, img_floats(d)));
 }
 static size_t dcolg_pad_floats(const nn_conv_dims *d)
 {
-    return align16((size_t)dcolg_group(d) * img_floats(d) + CONV_SLACK);
+    return align16((size_t)group_cap(d, img_floats(d)) * img_floats(d) + CONV_SLACK);
 }
 static size_t dcolg_buf_floats(const nn_conv_dims *d)
 {
-    return align16((size_t)dcolg_group(d) * d->OH * d->OW * 64 + CONV_SLACK);
+    return align16((size_t)group_cap(d, img_floats(d)) * d->OH * d->OW * 64 + CONV_SLACK);
 }
 static size_t dcolg_floats(const nn_conv_dims *d)
 {

@@ -66,6 +66,52 @@ static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW,
     free(x), free(w), free(b), free(R), free(dy);
 }
 
+/* A call with fewer images than the batch its scratch was sized for (a
+ * model's last, partial batch) stays within that scratch, whose image
+ * groups may then be larger than the batch's (7x7 outputs: groups of up to
+ * 6 images, evened to 4 + 4 at N = 8, one group of 6 at N = 6), and gives
+ * the bits of a scratch sized for the call, on 1 and 2 threads. */
+static void test_conv_small_batch(int B, int N, int H, int W, int C, int K, int KH, int KW, int S,
+                                  int P)
+{
+    nn_conv_dims db = {B, H, W, C, KH, KW, S, S, P, P, 0, 0, K}, d = db;
+    d.N = N;
+    nn_conv_dims_finish(&db), nn_conv_dims_finish(&d);
+    const size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K,
+                 ny = (size_t)N * d.OH * d.OW * K, guard = 1u << 18;
+    float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *R = rand_vec(ny, 1),
+          *dy = rand_vec(ny, 0);
+    float *y[3], *dx[3], *dw[3];
+    for (int t = 0; t < 3; t++) { /* 0: scratch for N, no pool; 1, 2 threads: for B */
+        nn_pool *pool = NULL;
+        pst_err e;
+        if (t > 0 && nn_pool_new(&pool, t, &e) < 0) pst_die("%s", e.msg);
+        const size_t stride = (nn_conv_scratch(t ? &db : &d) + 15) / 16 * 16;
+        const size_t n = stride * (t ? t : 1);
+        float *scratch = pst_aligned_alloc(sizeof(float) * (n + guard));
+        for (size_t i = 0; i < guard; i++) scratch[n + i] = 1234.5f;
+        y[t] = rand_vec(ny, 1), dx[t] = rand_vec(nx, 1), dw[t] = rand_vec(nw, 1);
+        nn_conv2d_forward(y[t], x, w, NULL, &d, false, pool, scratch, stride);
+        memcpy(dy, R, sizeof(float) * ny);
+        nn_conv2d_backward(dx[t], false, dw[t], NULL, dy, y[t], x, w, &d, false, pool, scratch,
+                           stride);
+        size_t bad = 0;
+        for (size_t i = 0; i < guard; i++) bad += scratch[n + i] != 1234.5f;
+        CHECK(bad == 0,
+              "conv N%d (scratch for %d) %dx%dx%d->%d: %zu floats written past the scratch", N, B,
+              H, W, C, K, bad);
+        free(scratch);
+        nn_pool_free(pool);
+    }
+    for (int t = 1; t < 3; t++)
+        CHECK(!memcmp(y[0], y[t], sizeof(float) * ny) &&
+                  !memcmp(dx[0], dx[t], sizeof(float) * nx) &&
+                  !memcmp(dw[0], dw[t], sizeof(float) * nw),
+              "conv N%d (scratch for %d) %dx%dx%d->%d on %d threads differs", N, B, H, W, C, K, t);
+    for (int t = 0; t < 3; t++) free(y[t]), free(dx[t]), free(dw[t]);
+    free(x), free(w), free(R), free(dy);
+}
+
 int main(void)
 {
     nn_blis_init();
@@ -113,6 +159,13 @@ int main(void)
         test_conv_threads(4, 11, 11, 72, 300, 3, 3, 2, 2, 0, 0, true);
         test_conv_threads(3, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1, false);
         test_conv_threads(3, 33, 33, 130, 48, 3, 3, 2, 2, 0, 0, false); /* 6a-like */
+    }
+    if (simd) {
+        /* 7x7 outputs, batch 8 in groups of 4 + 4, a last batch of 6 in one
+         * group: res5's 3x3 (the fast forward and input gradient) and its
+         * 3x3/2 (the grouped strided input gradient) */
+        test_conv_small_batch(8, 6, 7, 7, 128, 160, 3, 3, 1, 1);
+        test_conv_small_batch(8, 6, 14, 14, 128, 160, 3, 3, 2, 1);
     }
     /* Winograd F(2x2, 3x3) (conv_wino.c) on every 3x3 stride-1 shape (mode
      * 2), AVX-512 and portable: several blocks of tiles, odd sizes,

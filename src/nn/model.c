@@ -16,9 +16,10 @@
  * nothing). The plan (plan.c) gives the add's buffers the batch norm's
  * times. Bitwise the same results as unfused (test nn-model).
  *
- * Split gradients (graph.h): a tensor with two consumers whose gradient is
- * read by a batch norm's backward (the ResNets' block outputs: the next
- * block's first convolution and its add; the stem) gets a second gradient
+ * Split gradients (graph.h): a tensor of at most 64 channels with two
+ * consumers whose gradient is read by a batch norm's backward (resnet-20's
+ * block outputs: the next block's first convolution and its add; the stem)
+ * gets a second gradient
  * buffer (plan.c): the second consumer writes its part there instead of
  * adding it into the first, and the batch norm adds the two as it reads
  * them. PSTRAIN_FUSE=1 fuses without splitting, 0 does neither.
@@ -178,12 +179,13 @@ static void fuse_layers(nn_model *m)
         if (other == i || other == b->in[0]) continue;
         b->fuse = i + 2, a->fuse = i + 1;
     }
-    /* split gradients (graph.h): a tensor with two or more consumers whose
-     * gradient a batch norm's backward reads, its own or the fused add's */
+    /* split gradients (graph.h): a tensor of at most NN_SPLIT_MAX_C
+     * channels with two or more consumers whose gradient a batch norm's
+     * backward reads, its own or the fused add's */
     for (int i = 0; i < m->nlayers && nn_fuse_use(-1) == 2; i++) {
         nn_layer *l = &m->layers[i];
         bool bn_reads = (l->ops == &nn_bn_ops && !l->fuse) || (l->ops == &nn_add_ops && l->fuse);
-        l->split = bn_reads && uses[i] >= 2;
+        l->split = bn_reads && uses[i] >= 2 && l->c <= NN_SPLIT_MAX_C;
     }
     free(uses);
 }

@@ -88,6 +88,8 @@ run_bg() {
             kill -0 $p 2>/dev/null || exit 0
             sleep 0.1
         done
+        # the ranks first: mpirun killed with -9 would leave them spinning
+        for c in $(pgrep -P $p); do kill -9 $c 2>/dev/null; done
         kill -9 $p 2>/dev/null && echo "FAIL: pid $p still running after 120 s: killed"
     ) &
 }

@@ -242,6 +242,15 @@ void nn_cv_forward_gemm(float *out, const float *inp, const float *w, const floa
          * the kernel's rows aligned (a variable's slab offset need not be) */
         if ((uintptr_t)w % 64) w = memcpy(nn_cv_scratch_wt(scratch, d), w, sizeof(float) * R * K);
         const int Wp = pad_w(d), C = d->C;
+        if (unpadded(d)) {
+            /* windows inside the image (a 1x1/2 projection): read in place */
+            for (int n = 0; n < d->N; n++)
+                nn_narrow_conv_rows(out + (size_t)n * img_rows * K, (size_t)d->OW * K, d->OH,
+                                    inp + (size_t)n * d->H * d->W * C, (size_t)d->SH * d->W * C,
+                                    d->OW, d->SW * C, d->KH, d->W * C, d->KW * C, w, K, b, relu,
+                                    false);
+            return;
+        }
         for (int n = 0; n < d->N; n++) {
             nn_cv_pad_image(pad, inp, d, n);
             nn_narrow_conv_rows(out + (size_t)n * img_rows * K, (size_t)d->OW * K, d->OH, pad,

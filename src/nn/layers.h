@@ -106,8 +106,8 @@ void nn_narrow_nt(int M, int R, int K, const float *D, const float *BT, float *C
  * + bias + sum over kh < KH and j < seg of
  * prow[r*ldp + kh*WpC + ow*SWC + j] * W[kh*seg + j][K], then ReLU.
  * (SWC = stride*C, WpC = padded row length, seg = KW*C, ldp = stride*WpC.)
- * May read up to 8*SWC floats past the last window: the padded image needs
- * that slack. */
+ * Reads no float outside the windows: an unpadded image may be read in
+ * place. */
 void nn_narrow_conv_rows(float *out, size_t ldo, int NR, const float *prow, size_t ldp, int OW,
                          int SWC, int KH, int WpC, int seg, const float *W, int K,
                          const float *bias, bool relu, bool acc);

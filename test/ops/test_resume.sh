@@ -37,24 +37,9 @@ cleanup() {
 trap cleanup EXIT
 bad() { echo "FAIL: $*"; fail=1; }
 
-# A small data set: the first 2048 train / 512 test images of Fashion-MNIST,
-# cut from the idx files (header with the new count + the first images).
-cut_idx() { # src.gz dst count item_bytes header_bytes
-    local src=$1 dst=$2 n=$3 item=$4 hdr=$5
-    {
-        gzip -dc "$src" | head -c 4
-        printf "%08x" "$n" | sed 's/../\\x&/g' | xargs -0 printf
-        gzip -dc "$src" | head -c "$hdr" | tail -c +9
-        gzip -dc "$src" | tail -c +$((hdr + 1)) | head -c $((n * item))
-    } >"$dst"
-}
-cut_idx "$fm/train-images-idx3-ubyte.gz" "$tmp/tr-img" 2048 784 16
-cut_idx "$fm/train-labels-idx1-ubyte.gz" "$tmp/tr-lab" 2048 1 8
-cut_idx "$fm/t10k-images-idx3-ubyte.gz" "$tmp/te-img" 512 784 16
-cut_idx "$fm/t10k-labels-idx1-ubyte.gz" "$tmp/te-lab" 512 1 8
-"${PSTRAIN_PREP:?}" idx --train-images "$tmp/tr-img" --train-labels "$tmp/tr-lab" \
-    --test-images "$tmp/te-img" --test-labels "$tmp/te-lab" -o "$tmp/d.h5" >/dev/null ||
-    { bad "pstrain-prep idx of the cut files"; exit 1; }
+# a small data set (small_fm.sh): the first 2048 train / 512 test images
+. "$(dirname "${BASH_SOURCE[0]}")/small_fm.sh"
+small_fm_h5 "$fm" "$tmp" || { fail=1; exit 1; }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BLIS_NUM_THREADS=1
 if [ "$mode" = dist ]; then

@@ -91,11 +91,11 @@ AI vf16 vkeep(vf16 keep, vf16 d)
     return (vf16)((vi16)d & m);
 }
 
-/* The widest chunk (16 or 32 channels, as groups of 16) that fits in the
+/* The widest chunk (16-64 channels, as groups of 16) that fits in the
  * n channels left; 0 when fewer than 16 are left. */
 static int chunk_groups(int n)
 {
-    return n >= 32 ? 2 : n >= 16 ? 1 : 0;
+    return n >= 64 ? 4 : n / 16;
 }
 
 /* ---- the forward's output: y = x*scale[c] + shift[c] (+ res), then ReLU ---- */
@@ -119,18 +119,52 @@ AI void affine_rows(float *out, const float *inp, const float *res, const float 
     }
 }
 
+/* 16-64 channels: the same expression with scale and shift in registers
+ * (the loop above reloads them and recomputes the row's pointers per row,
+ * which cost more than the row's arithmetic here). */
+AI void affine_chunk(float *out, const float *inp, const float *res, const float *scale,
+                     const float *shift, int M, const int NG, const bool has_res, const bool relu)
+{
+    const int C = 16 * NG;
+    vf16 sc[4], sh[4];
+    for (int g = 0; g < NG; g++) sc[g] = vld(scale + 16 * g), sh[g] = vld(shift + 16 * g);
+    for (int i = 0; i < M; i++) {
+        for (int g = 0; g < NG; g++) {
+            size_t e = (size_t)i * C + 16 * g;
+            vf16 v = vld(inp + e) * sc[g] + sh[g];
+            if (has_res) v = v + vld(res + e);
+            vst(out + e, relu ? vkeep(v, v) : v);
+        }
+    }
+}
+
+AI void affine_any(float *out, const float *inp, const float *res, const float *scale,
+                   const float *shift, int M, int C, const bool has_res, const bool relu)
+{
+    if (C == 16)
+        affine_chunk(out, inp, res, scale, shift, M, 1, has_res, relu);
+    else if (C == 32)
+        affine_chunk(out, inp, res, scale, shift, M, 2, has_res, relu);
+    else if (C == 48)
+        affine_chunk(out, inp, res, scale, shift, M, 3, has_res, relu);
+    else if (C == 64)
+        affine_chunk(out, inp, res, scale, shift, M, 4, has_res, relu);
+    else
+        affine_rows(out, inp, res, scale, shift, M, C, has_res, relu);
+}
+
 NN_CLONES static void bn_affine(float *out, const float *inp, const float *res, const float *scale,
                                 const float *shift, int M, int C, bool relu)
 {
     if (res) {
         if (relu)
-            affine_rows(out, inp, res, scale, shift, M, C, true, true);
+            affine_any(out, inp, res, scale, shift, M, C, true, true);
         else
-            affine_rows(out, inp, res, scale, shift, M, C, true, false);
+            affine_any(out, inp, res, scale, shift, M, C, true, false);
     } else if (relu) {
-        affine_rows(out, inp, NULL, scale, shift, M, C, false, true);
+        affine_any(out, inp, NULL, scale, shift, M, C, false, true);
     } else {
-        affine_rows(out, inp, NULL, scale, shift, M, C, false, false);
+        affine_any(out, inp, NULL, scale, shift, M, C, false, false);
     }
 }
 
@@ -141,7 +175,7 @@ NN_CLONES static void bn_affine(float *out, const float *inp, const float *res, 
 AI void sums_chunk(double *sum, double *sq, const float *inp, const float *s0, int M, int C, int c0,
                    const int NG)
 {
-    vd8 s[4], q[4], sh[4];
+    vd8 s[8], q[8], sh[8];
     for (int g = 0; g < NG; g++) {
         vf16 v = vld(s0 + c0 + 16 * g);
         sh[2 * g] = vlo(v), sh[2 * g + 1] = vhi(v);
@@ -164,7 +198,11 @@ NN_CLONES static void bn_sums(double *restrict sum, double *restrict sq, const f
 {
     int c0 = 0;
     for (int ng; (ng = chunk_groups(C - c0)) > 0; c0 += 16 * ng) {
-        if (ng == 2)
+        if (ng == 4)
+            sums_chunk(sum, sq, inp, s0, M, C, c0, 4);
+        else if (ng == 3)
+            sums_chunk(sum, sq, inp, s0, M, C, c0, 3);
+        else if (ng == 2)
             sums_chunk(sum, sq, inp, s0, M, C, c0, 2);
         else
             sums_chunk(sum, sq, inp, s0, M, C, c0, 1);
@@ -202,8 +240,8 @@ AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, cons
     const float *restrict X = b->x, *restrict DY = b->dy, *restrict OUT = b->out;
     const float *restrict DY2 = b->dy2;
     float *restrict DR = b->dres;
-    vd8 s[4], q[4];
-    vf16 mu[2], is[2], sc[2], sh[2];
+    vd8 s[8], q[8];
+    vf16 mu[4], is[4], sc[4], sh[4];
     for (int g = 0; g < NG; g++) {
         mu[g] = vld(b->mean + 16 * g), is[g] = vld(b->invstd + 16 * g);
         sc[g] = mask == MASK_RELU ? vld(b->scale + 16 * g) : (vf16){0};
@@ -302,6 +340,10 @@ AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const
         grad_chunk(sdy, sdyx, b, M, C, 1, mask, dres, two);
     else if (C == 32)
         grad_chunk(sdy, sdyx, b, M, C, 2, mask, dres, two);
+    else if (C == 48)
+        grad_chunk(sdy, sdyx, b, M, C, 3, mask, dres, two);
+    else if (C == 64)
+        grad_chunk(sdy, sdyx, b, M, C, 4, mask, dres, two);
     else if (C % 16 == 0 && !two) /* more channels with two parts: the prepass sums them */
         grad_wide(sdy, sdyx, b, M, C, mask, dres);
     else
@@ -405,15 +447,59 @@ AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc, co
     }
 }
 
+/* 16-64 channels: the same expressions with the per-channel constants in
+ * registers (the plain loop's per-row overhead cost more than its
+ * arithmetic at 16 channels). */
+AI void dx_chunk(const bn_bw *b, int M, const int NG, const int mask, const bool acc,
+                 const bool two)
+{
+    const int C = 16 * NG;
+    const float *restrict X = b->x, *restrict DY = b->dy, *restrict DY2 = b->dy2;
+    const float *restrict OUT = b->out;
+    float *restrict DX = b->dx;
+    vf16 mu[4], av[4], bt[4], gv[4], sc[4], sh[4];
+    for (int g = 0; g < NG; g++) {
+        mu[g] = vld(b->mean + 16 * g), av[g] = vld(b->a + 16 * g);
+        bt[g] = vld(b->bterm + 16 * g), gv[g] = vld(b->g + 16 * g);
+        sc[g] = mask == MASK_RELU ? vld(b->scale + 16 * g) : (vf16){0};
+        sh[g] = mask == MASK_RELU ? vld(b->shift + 16 * g) : (vf16){0};
+    }
+    for (int i = 0; i < M; i++) {
+        for (int g = 0; g < NG; g++) {
+            size_t e = (size_t)i * C + 16 * g;
+            vf16 x = vld(X + e), d = vld(DY + e);
+            if (two) d = d + vld(DY2 + e);
+            if (mask == MASK_RELU) d = vkeep(x * sc[g] + sh[g], d);
+            if (mask == MASK_OUT) d = vkeep(vld(OUT + e), d);
+            vf16 v = av[g] * d - bt[g] - (x - mu[g]) * gv[g];
+            vst(DX + e, acc ? vld(DX + e) + v : v);
+        }
+    }
+}
+
+AI void dx_any(const bn_bw *b, int M, int C, const int mask, const bool acc, const bool two)
+{
+    if (C == 16)
+        dx_chunk(b, M, 1, mask, acc, two);
+    else if (C == 32)
+        dx_chunk(b, M, 2, mask, acc, two);
+    else if (C == 48)
+        dx_chunk(b, M, 3, mask, acc, two);
+    else if (C == 64)
+        dx_chunk(b, M, 4, mask, acc, two);
+    else
+        dx_rows(b, M, C, mask, acc, two);
+}
+
 NN_CLONES static void bn_dx(const bn_bw *b, int M, int C, int mask, bool acc)
 {
     const bool two = b->dy2 != NULL;
 #define DX_ROWS(mk)                                                                                \
     do {                                                                                           \
         if (acc)                                                                                   \
-            two ? dx_rows(b, M, C, mk, true, true) : dx_rows(b, M, C, mk, true, false);            \
+            two ? dx_any(b, M, C, mk, true, true) : dx_any(b, M, C, mk, true, false);              \
         else                                                                                       \
-            two ? dx_rows(b, M, C, mk, false, true) : dx_rows(b, M, C, mk, false, false);          \
+            two ? dx_any(b, M, C, mk, false, true) : dx_any(b, M, C, mk, false, false);            \
     } while (0)
     if (mask == MASK_RELU)
         DX_ROWS(MASK_RELU);
@@ -422,6 +508,14 @@ NN_CLONES static void bn_dx(const bn_bw *b, int M, int C, int mask, bool acc)
     else
         DX_ROWS(MASK_NONE);
 #undef DX_ROWS
+}
+
+/* The channel counts whose backward sums keep their accumulators in
+ * registers (grad_rows): one pass does the mask, the two parts and the
+ * addend's gradient too, no prepass. */
+static bool bn_chunked(int C)
+{
+    return C == 16 || C == 32 || C == 48 || C == 64;
 }
 
 /* ---- blocks of rows: the per-channel sums are taken per block, then the
@@ -615,7 +709,7 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
                                            : DRES_SET,
                 .acc = acc,
                 .dyw = dout};
-    j.prepass = C > 32 && (j.mask != MASK_NONE || j.dres != DRES_NONE || dout2);
+    j.prepass = !bn_chunked(C) && C > 32 && (j.mask != MASK_NONE || j.dres != DRES_NONE || dout2);
     nn_pool_for(pool, j.nb, bn_grad_task, &j);
     bn_reduce(sdy, red, j.nb, C, 0);
     bn_reduce(sdyx, red, j.nb, C, C);

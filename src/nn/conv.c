@@ -20,7 +20,7 @@
  *              (conv_wino.c, conv_wino2.c) for the forward and the input
  *              gradient, and the weight gradient of the smaller ones
  *              (nn_wino_wgrad_ok); 16 -> 16 channels: F(4x4, 3x3)
- *              (conv_wino4.c) for the forward and the input gradient.
+ *              (conv_wino4.c) for all three passes.
  * The narrow and one-channel kernels are AVX-512 with portable versions.
  *
  * The tasks themselves are in conv_tasks.c, the im2col + BLIS path (one

@@ -3,8 +3,9 @@
  * Gray 2016): which layers take them (nn_wino_ok, nn_wino_dgrad_ok,
  * nn_wino_wgrad_ok), their scratch, and the driver that runs a variant,
  * F(2x2, 3x3) (conv_wino2.c) or F(4x4, 3x3) (conv_wino4.c), for the
- * forward and the input gradient. The weight gradient is F(2x2)'s
- * (conv_wino2.c).
+ * forward and the input gradient. The weight gradients have their own
+ * drivers: F(2x2)'s (conv_wino2.c) and, for 16 -> 16 layers, F(4x4)'s
+ * (conv_wino4.c).
  *
  * A variant with m x m output tiles transforms each (m + 2) x (m + 2) input
  * patch (B^T d B) and each kernel (G g G^T, into U), multiplies them
@@ -70,9 +71,10 @@ static bool wino4_use(const nn_conv_dims *d)
     return mode == 3 || (mode == 1 && WI_X86 && nn_narrow_use_simd(-1));
 }
 
-/* F(4x4) for 16 -> 16 layers (wino4_use) takes both passes: the forward
- * with its products summed in double (nn_wi_f4d), the input gradient in
- * float (nn_wi_f4); conv_wino4.c says why. */
+/* F(4x4) for 16 -> 16 layers (wino4_use) takes all three passes: the
+ * forward with its products summed in double (nn_wi_f4d), the input
+ * gradient in float (nn_wi_f4), the weight gradient in float blocks summed
+ * in slices (nn_wi4_wgrad); conv_wino4.c says why. */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -89,7 +91,7 @@ bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
     if (mode == 0 || !nn_wino_shape(d)) return false;
-    return mode >= 2 ||
+    return wino4_use(d) || mode >= 2 ||
            (wino_faster(d) && (size_t)d->C * d->K <= 4096 && (size_t)d->OH * d->OW <= 3136);
 }
 
@@ -101,8 +103,16 @@ bool nn_wino_dgrad_ok(const nn_conv_dims *d)
 size_t nn_wino_scratch(const nn_conv_dims *d)
 {
     if (!nn_wino_dgrad_ok(d) && !nn_wino_wgrad_ok(d)) return 0;
-    size_t f2 = nn_wi2_scratch(d, nn_wino_wgrad_ok(d)), f4 = wino4_use(d) ? nn_wi4_scratch() : 0;
-    return f2 > f4 ? f2 : f4;
+    return wino4_use(d) ? nn_wi4_scratch(d) : nn_wi2_scratch(d, nn_wino_wgrad_ok(d));
+}
+
+void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                   nn_pool *pool, float *scratch, size_t stride)
+{
+    if (wino4_use(d))
+        nn_wi4_wgrad(dw, dout, inp, d, pool, scratch, stride);
+    else
+        nn_wi2_wgrad(dw, dout, inp, d, pool, scratch, stride);
 }
 
 /* ---- the driver ------------------------------------------------------------- */

@@ -662,8 +662,8 @@ static void wout_task(void *arg, int c, int tid)
     (void)tid;
 }
 
-void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
-                   nn_pool *pool, float *scratch, size_t stride)
+void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                  nn_pool *pool, float *scratch, size_t stride)
 {
     wi_job j = {.d = d,
                 .inp = inp,

@@ -238,7 +238,7 @@ void nn_wino_dgrad(float *dinp, bool acc, const float *dout, const float *w, con
                    nn_pool *pool, float *scratch, size_t stride);
 /* dw (overwritten) of the same layer (nn_wino_wgrad_ok), dout already
  * masked: the tiles in slices fixed by d, each summed in order, the slices
- * in order. */
+ * in order (F(4x4) for the 16 -> 16 layers that take it). */
 void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                    nn_pool *pool, float *scratch, size_t stride);
 

@@ -179,9 +179,11 @@ int main(void)
         test_conv_threads(6, 13, 11, 19, 40, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(9, 7, 7, 64, 64, 3, 3, 1, 1, 1, 1, false);
         test_conv_threads(6, 24, 23, 16, 24, 3, 3, 1, 1, 1, 1, true); /* 3 dw slices */
-        /* F(4x4, 3x3) on 16 -> 16 (mode 3): many blocks, partial tiles */
+        /* F(4x4, 3x3) on 16 -> 16 (mode 3): many blocks, partial tiles,
+         * several weight-gradient slices (one per 256 tiles) */
         nn_wino_use(3);
         test_conv_threads(6, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, true);
+        test_conv_threads(11, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, false); /* 2 dw slices */
         test_conv_threads(5, 9, 7, 16, 16, 3, 3, 1, 1, 0, 2, false);
         nn_wino_use(1);
     }

@@ -399,7 +399,12 @@ AVX512 static void maxpool_2x2_backward_simd(float *dinp, bool acc, const float 
     }
 }
 
-/* Any window: 16 channels per vector, the window's positions in registers. */
+/* Any window: up to 64 channels (four vectors, four independent compare
+ * chains) per pass over the window's positions, which are scanned in
+ * row-major order with a strict > as in the portable loop: the first
+ * maximum wins, so the argmax (and with it the backward) is bitwise that of
+ * the portable code. */
+#define MAXPOOL_AHEAD 4
 AVX512 static void maxpool_simd(float *out, int32_t *argmax, const float *inp,
                                 const nn_pool_dims *d)
 {
@@ -416,23 +421,46 @@ AVX512 static void maxpool_simd(float *out, int32_t *argmax, const float *inp,
                 w0 = w0 < 0 ? 0 : w0;
                 w1 = w1 > W ? W : w1;
                 size_t o = (((size_t)n * OH + oh) * OW + ow) * C;
-                for (int c0 = 0; c0 < C; c0 += 16) {
-                    int left = C - c0;
-                    __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                /* the pixels that enter the windows MAXPOOL_AHEAD outputs
+                 * on: the hardware prefetcher alone left the loads
+                 * waiting on memory (three input rows interleaved) */
+                int wp = w1 + MAXPOOL_AHEAD * d->SW;
+                if (wp + d->SW <= W)
+                    for (int h = h0; h < h1; h++)
+                        for (int q = 0; q < d->SW * C; q += 16)
+                            _mm_prefetch((const char *)(img + (size_t)(h * W + wp) * C + q),
+                                         _MM_HINT_T0);
+                for (int c0 = 0; c0 < C; c0 += 64) {
+                    __mmask16 m[4];
+                    __m512 best[4];
+                    __m512i idx[4];
                     int off0 = (h0 * W + w0) * C + c0;
-                    __m512 best = _mm512_maskz_loadu_ps(m, img + off0);
-                    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(off0), iota);
+                    for (int v = 0; v < 4; v++) {
+                        int left = C - c0 - 16 * v;
+                        m[v] = left >= 16  ? (__mmask16)0xffff
+                               : left <= 0 ? (__mmask16)0
+                                           : (__mmask16)((1u << left) - 1);
+                        best[v] = _mm512_maskz_loadu_ps(m[v], img + off0 + 16 * v);
+                        idx[v] = _mm512_add_epi32(_mm512_set1_epi32(off0 + 16 * v), iota);
+                    }
                     for (int h = h0; h < h1; h++)
                         for (int w = w0; w < w1; w++) {
                             int off = (h * W + w) * C + c0;
-                            __m512 v = _mm512_maskz_loadu_ps(m, img + off);
-                            __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
-                            best = _mm512_mask_blend_ps(gt, best, v);
-                            idx = _mm512_mask_blend_epi32(
-                                gt, idx, _mm512_add_epi32(_mm512_set1_epi32(off), iota));
+                            if (off == off0) continue; /* the first position initialised */
+                            __m512i io = _mm512_add_epi32(_mm512_set1_epi32(off), iota);
+                            for (int v = 0; v < 4; v++) {
+                                __m512 x = _mm512_maskz_loadu_ps(m[v], img + off + 16 * v);
+                                __mmask16 gt =
+                                    _mm512_mask_cmp_ps_mask(m[v], x, best[v], _CMP_GT_OQ);
+                                best[v] = _mm512_mask_mov_ps(best[v], gt, x);
+                                idx[v] = _mm512_mask_add_epi32(idx[v], gt, io,
+                                                               _mm512_set1_epi32(16 * v));
+                            }
                         }
-                    _mm512_mask_storeu_ps(out + o + c0, m, best);
-                    _mm512_mask_storeu_epi32(argmax + o + c0, m, idx);
+                    for (int v = 0; v < 4; v++) {
+                        _mm512_mask_storeu_ps(out + o + c0 + 16 * v, m[v], best[v]);
+                        _mm512_mask_storeu_epi32(argmax + o + c0 + 16 * v, m[v], idx[v]);
+                    }
                 }
             }
         }
@@ -549,13 +577,32 @@ void nn_maxpool_backward(float *dinp, bool acc, const float *dout, const int32_t
         return;
     }
 #endif
-    size_t img_in = (size_t)d->H * d->W * d->C, img_out = (size_t)d->OH * d->OW * d->C;
-    if (!acc) memset(dinp, 0, sizeof(float) * img_in * d->N);
+    const size_t WC = (size_t)d->W * d->C, img_in = (size_t)d->H * WC;
+    const size_t row_out = (size_t)d->OW * d->C, img_out = (size_t)d->OH * row_out;
     for (int n = 0; n < d->N; n++) {
         float *restrict di = dinp + n * img_in;
-        const float *restrict dy = dout + n * img_out;
-        const int32_t *restrict a = argmax + n * img_out;
-        for (size_t i = 0; i < img_out; i++) di[a[i]] += dy[i];
+        /* Without acc, the input rows are cleared just before the first
+         * output row whose windows reach them, so that they are in cache
+         * for the scatter: no separate pass over the whole gradient
+         * (resnet-50: 25.7 MB per batch of 8). The scatter stays scalar: a
+         * 16-channel version (compare each window position with the
+         * argmax, masked add) measured slower, its masks unpredictable. */
+        int cleared = 0;
+        for (int oh = 0; oh < d->OH; oh++) {
+            if (!acc) {
+                int h1 = oh * d->SH - d->PH + d->KH;
+                h1 = h1 > d->H ? d->H : h1;
+                if (h1 > cleared)
+                    memset(di + cleared * WC, 0, sizeof(float) * (size_t)(h1 - cleared) * WC);
+                cleared = h1 > cleared ? h1 : cleared;
+            }
+            const float *restrict dy = dout + n * img_out + oh * row_out;
+            const int32_t *restrict a = argmax + n * img_out + oh * row_out;
+            for (size_t i = 0; i < row_out; i++) di[a[i]] += dy[i];
+        }
+        /* rows below the last window */
+        if (!acc && cleared < d->H)
+            memset(di + cleared * WC, 0, sizeof(float) * (size_t)(d->H - cleared) * WC);
     }
 }
 

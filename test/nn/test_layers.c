@@ -362,6 +362,55 @@ static void test_pool(bool max, int N, int H, int W, int C, int KH, int KW, int 
     free(c.x), free(c.y), free(c.R), free(c.arg), free(dx), free(dx2), free(prior);
 }
 
+/* Max pool against a reference scan, bitwise, on an image full of ties
+ * (integers through a ReLU: mostly zeros, as after resnet-50's bn1): the
+ * argmax is the first maximum in row-major window order, and the backward
+ * without acc overwrites every input gradient, also rows and columns no
+ * window reaches (dx starts as NaN), with acc adds in output order. */
+static void test_maxpool_bits(int N, int H, int W, int C, int K, int S, int P)
+{
+    nn_pool_dims d = {N, H, W, C, K, K, S, S, P, P, 0, 0, false};
+    nn_pool_dims_finish(&d);
+    size_t nx = (size_t)N * H * W * C, ny = (size_t)N * d.OH * d.OW * C;
+    float *x = pst_malloc(sizeof(float) * nx), *y = pst_malloc(sizeof(float) * ny);
+    float *dy = rand_vec(ny, 1), *dx = pst_malloc(sizeof(float) * nx);
+    float *ref = pst_malloc(sizeof(float) * nx), *prior = rand_vec(nx, 1);
+    int32_t *arg = pst_malloc(sizeof(int32_t) * ny), *rarg = pst_malloc(sizeof(int32_t) * ny);
+    for (size_t i = 0; i < nx; i++) {
+        int v = (int)(nn_rng_next(&rng) % 6) - 3;
+        x[i] = v > 0 ? (float)v : 0.0f;
+    }
+    for (int n = 0; n < N; n++)
+        for (int oh = 0; oh < d.OH; oh++)
+            for (int ow = 0; ow < d.OW; ow++)
+                for (int c = 0; c < C; c++) {
+                    int best = -1;
+                    for (int h = oh * S - P; h < oh * S - P + K; h++)
+                        for (int w = ow * S - P; w < ow * S - P + K; w++) {
+                            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                            int off = (h * W + w) * C + c;
+                            if (best < 0 ||
+                                x[(size_t)n * H * W * C + off] > x[(size_t)n * H * W * C + best])
+                                best = off;
+                        }
+                    rarg[((n * d.OH + oh) * d.OW + ow) * C + c] = best;
+                }
+    char what[64];
+    snprintf(what, sizeof what, "maxpool bits N%d %dx%dx%d k%d s%d p%d", N, H, W, C, K, S, P);
+    nn_maxpool_forward(y, arg, x, &d);
+    CHECK(memcmp(arg, rarg, sizeof(int32_t) * ny) == 0, "%s: argmax", what);
+    for (int acc = 0; acc <= 1; acc++) {
+        for (size_t i = 0; i < nx; i++)
+            ref[i] = acc ? prior[i] : 0.0f, dx[i] = acc ? prior[i] : NAN;
+        for (int n = 0; n < N; n++)
+            for (size_t i = 0; i < ny / N; i++)
+                ref[(size_t)n * H * W * C + rarg[n * ny / N + i]] += dy[n * ny / N + i];
+        nn_maxpool_backward(dx, acc, dy, arg, &d);
+        CHECK(memcmp(dx, ref, sizeof(float) * nx) == 0, "%s: backward%s", what, acc ? " acc" : "");
+    }
+    free(x), free(y), free(dy), free(dx), free(ref), free(prior), free(arg), free(rarg);
+}
+
 /* count_include_pad by value: on a constant image the corner of a 3x3/1
  * pad 1 window sees 4 of 9 positions: 4/9 counted, 1 not. */
 static void test_pool_count_pad_values(void)
@@ -1025,6 +1074,9 @@ int main(void)
         test_pool(false, 2, 6, 5, 18, 3, 3, 1, 1, true);
         test_pool(false, 1, 7, 7, 2, 3, 3, 2, 1, true);
         test_pool_count_pad_values();
+        test_maxpool_bits(2, 10, 9, 70, 3, 2, 1);  /* resnet-50's pool; 64 + 6 channels */
+        test_maxpool_bits(1, 10, 11, 20, 3, 2, 0); /* the last row and column in no window */
+        test_maxpool_bits(2, 7, 6, 3, 3, 1, 1);
     }
     nn_narrow_use_simd(simd);
     if (simd) {

@@ -156,5 +156,12 @@ void nn_model_set_profiling(nn_model *m, bool on);
  * report adds the parallel share and the predicted speedup. 0: off. */
 void nn_model_set_profile_threads(nn_model *m, int threads);
 void nn_model_profile_report(nn_model *m, FILE *out);
+/* With profiling on, every convolution's forward and backward also runs a
+ * second time right after the first, with the same inputs, and the report
+ * adds its CPU time (columns "fwd rerun", "bwd rerun"): the same call with
+ * the caches, TLB and predictors as the first left them, against the state
+ * the preceding layers left (bench_model --rerun). The second backward is
+ * checked bitwise against the first; results are those of one call. */
+void nn_model_set_profile_rerun(nn_model *m, bool on);
 
 #endif

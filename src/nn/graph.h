@@ -99,6 +99,7 @@ struct nn_layer {
     double f_fwd, f_bwd;    /* profiling: flops summed over calls (ops->flops) */
     double w_fwd, w_bwd;    /* profiling: task CPU time of its parallel loops */
     double s_fwd, s_bwd;    /* profiling: those tasks on profile_threads threads */
+    double r_fwd, r_bwd;    /* profiling with rerun: the immediate second call */
     nn_layer_par par[2];    /* profiling on a pool: forward, backward */
 };
 
@@ -198,6 +199,8 @@ struct nn_model {
     int64_t step;
     bool profile;
     int profile_threads; /* predict this many threads (0: no prediction) */
+    bool profile_rerun;  /* convolutions run twice, the second time timed apart */
+    float *rerun_buf;    /* its snapshots: grads, then 2 of the largest input gradient */
     int64_t profiled_steps;
     bool failed; /* a builder failed; err holds why */
     pst_err *err;

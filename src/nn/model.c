@@ -345,6 +345,7 @@ void nn_model_free(nn_model *m)
     free(m->info);
     free(m->params);
     free(m->grads);
+    free(m->rerun_buf);
     free(m->arena);
     nn_plan_free(&m->plan_train);
     nn_plan_free(&m->plan_infer);
@@ -435,6 +436,59 @@ static void par_end(const nn_model *m, const par_mark *k, nn_layer_par *par)
     par->tasks += s.tasks - k->s.tasks;
 }
 
+/* ---- profiling with rerun (nn_model_set_profile_rerun) ---- */
+
+typedef struct rerun_mark {
+    nn_layer *p; /* the producer of the input, NULL for the model's input */
+    bool written, written2;
+    float *din;        /* the input gradient the backward will write or add to */
+    size_t nin, ngrad; /* floats of din and of the layer's gradients */
+} rerun_mark;
+
+static float *rerun_space(nn_model *m, size_t floats)
+{
+    free(m->rerun_buf);
+    m->rerun_buf = pst_aligned_alloc(sizeof(float) * (floats ? floats : 1));
+    return m->rerun_buf;
+}
+
+/* Before the first backward: which input gradient it writes (nn_in_dy's
+ * choice), and that buffer's content when the backward adds to it. */
+static void rerun_before(nn_model *m, nn_layer *l, int n, rerun_mark *r)
+{
+    memset(r, 0, sizeof *r);
+    for (int k = 0; k < l->nvar; k++) r->ngrad += m->vars[l->var0 + k].size;
+    if (l->in[0] != NN_INPUT) {
+        nn_layer *p = &m->layers[l->in[0]];
+        r->p = p, r->written = p->dy_written, r->written2 = p->dy2_written;
+        r->din = p->dy_written && p->dy2 ? p->dy2 : p->dy;
+        r->nin = (size_t)n * p->h * p->w * p->c;
+    }
+    float *b = rerun_space(m, r->ngrad + 3 * r->nin);
+    if (r->din) memcpy(b, r->din, sizeof(float) * r->nin);
+}
+
+/* After the first backward: keep its results, restore what it changed,
+ * run it again timed, and check that it wrote the same bits. */
+static void rerun_bwd(nn_model *m, nn_layer *l, int n, rerun_mark *r)
+{
+    float *before = m->rerun_buf, *din1 = before + r->nin, *g1 = din1 + r->nin;
+    if (r->din) memcpy(din1, r->din, sizeof(float) * r->nin);
+    for (int k = 0, o = 0; k < l->nvar; o += (int)m->vars[l->var0 + k].size, k++)
+        memcpy(g1 + o, nn_grad(m, l, k), sizeof(float) * m->vars[l->var0 + k].size);
+    if (r->p) {
+        r->p->dy_written = r->written, r->p->dy2_written = r->written2;
+        memcpy(r->din, before, sizeof(float) * r->nin);
+    }
+    double r0 = cpu_now();
+    l->ops->backward(m, l, n);
+    l->r_bwd += cpu_now() - r0;
+    bool same = !r->din || !memcmp(din1, r->din, sizeof(float) * r->nin);
+    for (int k = 0, o = 0; k < l->nvar; o += (int)m->vars[l->var0 + k].size, k++)
+        same = same && !memcmp(g1 + o, nn_grad(m, l, k), sizeof(float) * m->vars[l->var0 + k].size);
+    if (!same) pst_die("profile rerun: the second backward of %s wrote other bits", l->name);
+}
+
 /* ---- steps --------------------------------------------------------------------------- */
 
 static void forward(nn_model *m, const float *x, int n, bool train)
@@ -452,6 +506,12 @@ static void forward(nn_model *m, const float *x, int n, bool train)
             l->t_fwd += cpu_now() - t0 - (p1.clock - p0.clock);
             l->w_fwd += p1.work - p0.work, l->s_fwd += p1.span - p0.span;
             if (l->ops->flops) l->f_fwd += l->ops->flops(l, n, false);
+            if (m->profile_rerun && l->ops == &nn_conv_ops) {
+                /* the same call again: it writes the same output */
+                double r0 = cpu_now();
+                l->ops->forward(m, l, n, train);
+                l->r_fwd += cpu_now() - r0;
+            }
         }
         nn_plan_after(m, i);
     }
@@ -557,6 +617,9 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
     for (int i = 0; i < m->nlayers; i++) m->layers[i].dy_written = m->layers[i].dy2_written = false;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         nn_layer *l = &m->layers[i];
+        rerun_mark rm;
+        bool rerun = m->profile && m->profile_rerun && l->ops == &nn_conv_ops;
+        if (rerun) rerun_before(m, l, n, &rm);
         double t0 = m->profile ? cpu_now() : 0.0;
         nn_pool_prof p0 = nn_pool_prof_read();
         par_mark k = par_begin(m);
@@ -568,6 +631,7 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
             l->w_bwd += p1.work - p0.work, l->s_bwd += p1.span - p0.span;
             if (l->ops->flops) l->f_bwd += l->ops->flops(l, n, true);
         }
+        if (rerun) rerun_bwd(m, l, n, &rm);
         nn_plan_after(m, 2 * m->nlayers - i);
     }
     /* L2 weight decay on kernels: loss += wd/2 |w|^2, grad += wd w */
@@ -670,6 +734,11 @@ void nn_model_set_profiling(nn_model *m, bool on)
     profile_pool(m);
 }
 
+void nn_model_set_profile_rerun(nn_model *m, bool on)
+{
+    m->profile_rerun = on;
+}
+
 void nn_model_set_profile_threads(nn_model *m, int threads)
 {
     m->profile_threads = threads;
@@ -758,7 +827,7 @@ void nn_model_profile_report(nn_model *m, FILE *out)
         profile_report_par(m, out);
         return;
     }
-    double tf = 0, tb = 0, pf = 0, pb = 0;
+    double tf = 0, tb = 0, pf = 0, pb = 0, rf = 0, rb = 0;
     bool pred = m->profile_threads > 1 && !m->pool;
     for (int i = 0; i < m->nlayers; i++) {
         const nn_layer *l = &m->layers[i];
@@ -790,12 +859,20 @@ void nn_model_profile_report(nn_model *m, FILE *out)
                     100.0 * l->w_bwd / (l->t_bwd + 1e-12), l->t_fwd / (qf + 1e-12),
                     l->t_bwd / (qb + 1e-12));
         }
+        if (m->profile_rerun && (l->r_fwd > 0 || l->r_bwd > 0))
+            fprintf(out, "  rerun %8.1f %8.1f", 1e6 * l->r_fwd / steps, 1e6 * l->r_bwd / steps);
         fprintf(out, "\n");
-        l->t_fwd = l->t_bwd = l->f_fwd = l->f_bwd = 0;
+        rf += l->r_fwd, rb += l->r_bwd;
+        l->t_fwd = l->t_bwd = l->f_fwd = l->f_bwd = l->r_fwd = l->r_bwd = 0;
         l->w_fwd = l->w_bwd = l->s_fwd = l->s_bwd = 0;
     }
     fprintf(out, "  %-28s %-10s %10.1f %10.1f (per step, %lld steps)\n", "total", "",
             1e6 * tf / steps, 1e6 * tb / steps, (long long)steps);
+    if (m->profile_rerun)
+        fprintf(out,
+                "  reruns (each convolution called again at once, same inputs; not in the "
+                "totals): fwd %.1f us, bwd %.1f us per step\n",
+                1e6 * rf / steps, 1e6 * rb / steps);
     if (pred) {
         nn_pool_prof p = nn_pool_prof_read();
         fprintf(out,

@@ -4,7 +4,8 @@
  * thread CPU time (CLOCK_THREAD_CPUTIME_ID: on a shared machine wall time
  * also counts other processes). Built with the tests, not registered as one.
  *
- *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [--threads T] [--acc] [filter ...]
+ *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [--threads T] [--acc]
+ *              [--mean] [--cold MB] [filter ...]
  * Default: batch 8 and 32, every layer; a filter keeps the layers whose name
  * contains it. Each pass counts 2*N*OH*OW*K*KH*KW*C flops; the best of the
  * repetitions (at least 2, until --min-time CPU seconds) is reported, with %
@@ -20,7 +21,13 @@
  * splitting a layer (duplicated packing or padding, caches shared by the
  * threads), measurable on a loaded machine where wall time is not.
  * --acc: the input gradient adds into dx, as for a tensor with two
- * consumers in a model (ResNet's block outputs, Inception's branches). */
+ * consumers in a model (ResNet's block outputs, Inception's branches).
+ * --mean: also the mean of the repetitions (a model's profile is a mean;
+ * on a loaded machine the best repetition is well below it).
+ * --cold MB: before each repetition, write and read back MB megabytes
+ * (untimed), so that the pass finds none of its data in the caches: the
+ * opposite bound to the best repetition, which finds all of it there (see
+ * docs/mpi-facts.md, "resnet-20's convolutions inside the model"). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -86,7 +93,8 @@ static double cpu_now(void)
 }
 
 static double peak_gflops;
-static bool acc_dx; /* --acc */
+static bool acc_dx;    /* --acc */
+static bool show_mean; /* --mean */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* 12 independent accumulator chains: enough to keep two FMA pipes with a
@@ -162,13 +170,28 @@ static void pass(run *r, int which)
     }
 }
 
+/* --cold MB: before each timed repetition, write a buffer of that many
+ * MB and read it back, so the pass starts with none of its data in the
+ * caches (nor in the TLB), as a layer may find them inside a model. */
+static size_t cold_floats;
+static float *cold_buf;
+static void evict(void)
+{
+    float s = 0.0f;
+    for (size_t i = 0; i < cold_floats; i += 16) cold_buf[i] = (float)i;
+    for (size_t i = 0; i < cold_floats; i += 16) s += cold_buf[i];
+    __asm__ volatile("" : : "x"(s));
+}
+
 /* Best CPU seconds of one pass: one warm-up, then at least 2 repetitions
  * and until min_time seconds have been spent. */
-static double time_pass(run *r, int which, double min_time)
+static double time_pass(run *r, int which, double min_time, double *mean)
 {
     pass(r, which);
     double best = 1e30, spent = 0;
-    for (int rep = 0; rep < 2 || spent < min_time; rep++) {
+    int rep = 0;
+    for (; rep < 2 || spent < min_time; rep++) {
+        if (cold_floats) evict();
         nn_pool_stats_set(r->pool, true);
         double t0 = cpu_now();
         pass(r, which);
@@ -182,8 +205,12 @@ static double time_pass(run *r, int which, double min_time)
         }
         spent += t;
         if (t < best) best = t;
-        if (rep > 50) break;
+        if (rep > 50) {
+            rep++;
+            break;
+        }
     }
+    *mean = spent / rep;
     return best;
 }
 
@@ -202,9 +229,10 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
     r.dy = rand_buf(r.ny, &rng), r.dx = rand_buf(nx, &rng), r.dw = rand_buf(nw, &rng);
     r.scratch = rand_buf(r.stride * T, &rng);
     double flops = 2.0 * N * d.OH * d.OW * (double)d.K * d.KH * d.KW * d.C;
-    double tf = time_pass(&r, PASS_FWD, min_time);
-    double tw = time_pass(&r, PASS_WGRAD, min_time);
-    double tb = time_pass(&r, PASS_BWD, min_time);
+    double mf, mw, mb;
+    double tf = time_pass(&r, PASS_FWD, min_time, &mf);
+    double tw = time_pass(&r, PASS_WGRAD, min_time, &mw);
+    double tb = time_pass(&r, PASS_BWD, min_time, &mb);
     double td = tb - tw;
     if (td < 1e-9) td = 1e-9;
     double gf = flops / tf * 1e-9, gw = flops / tw * 1e-9, gd = flops / td * 1e-9;
@@ -212,6 +240,10 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
            "%3.0f%% | wgrad %7.2f ms %6.1f GF/s %3.0f%%\n",
            L->name, N, T > 1 ? " work" : "", flops * 1e-9, 1e3 * tf, gf, 100 * gf / peak_gflops,
            1e3 * td, gd, 100 * gd / peak_gflops, 1e3 * tw, gw, 100 * gw / peak_gflops);
+    if (show_mean)
+        printf("%-32s      mean of the repetitions: fwd %7.2f ms, whole backward %7.2f ms (best "
+               "%.2f), wgrad %7.2f ms\n",
+               "", 1e3 * mf, 1e3 * mb, 1e3 * tb, 1e3 * mw);
     fflush(stdout);
     free(r.x), free(r.w), free(r.y), free(r.dy), free(r.dx), free(r.dw), free(r.scratch);
 }
@@ -236,6 +268,14 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1 ||
                 threads > NN_POOL_MAX_THREADS)
                 pst_die("bad --threads");
+        } else if (strcmp(argv[i], "--cold") == 0 && i + 1 < argc) {
+            int mb = 0;
+            if (pst_parse_int(argv[++i], &mb) < 0 || mb < 1) pst_die("bad --cold, want MB >= 1");
+            cold_floats = (size_t)mb << 18;
+            cold_buf = pst_aligned_alloc(sizeof(float) * cold_floats);
+            memset(cold_buf, 0, sizeof(float) * cold_floats);
+        } else if (strcmp(argv[i], "--mean") == 0) {
+            show_mean = true;
         } else if (strcmp(argv[i], "--acc") == 0) {
             acc_dx = true;
         } else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {

@@ -4,7 +4,7 @@
  * tests, not registered as one (a benchmark, not a check).
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
- *               [--threads T] [--predict P] [model ...]
+ *               [--threads T] [--predict P] [--rerun] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 the img/s by CPU time counts the calling
  * thread only: the wall-time figures need an otherwise idle machine. The
@@ -17,7 +17,13 @@
  * predicts the speedup on P threads (default 2; 0: off) from the thread
  * CPU time of every task of the parallel loops, list-scheduled as the pool
  * hands them out, plus what runs outside the loops (serial): a measure of
- * how well each layer is split that a loaded machine does not disturb. */
+ * how well each layer is split that a loaded machine does not disturb.
+ * --rerun (one thread; no prediction): the profile also calls every
+ * convolution's forward and backward a second time right after the first
+ * and prints that call's CPU time ("rerun"): the layer with the caches as
+ * it left them itself, against what the layers before it left; the
+ * difference is what a layer pays for running inside the model (see
+ * docs/mpi-facts.md, "resnet-20's convolutions inside the model"). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,6 +35,7 @@
 #include "pstrain/optim.h"
 
 static int warmup = 20, classes = 10, predict = 2; /* --warmup, --classes, --predict */
+static bool rerun;                                 /* --rerun */
 #define WINDOW 20
 
 static double cpu_now(void)
@@ -94,7 +101,8 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
            nn_model_trainable_size(m), nn_blis_arch());
     /* per-layer breakdown over a second, profiled run */
     nn_model_set_profiling(m, true);
-    nn_model_set_profile_threads(m, predict);
+    nn_model_set_profile_threads(m, rerun ? 0 : predict);
+    nn_model_set_profile_rerun(m, rerun);
     int psteps = steps < 50 ? steps : 50;
     for (int s = 0; s < psteps; s++)
         nn_model_train_step(m, x + (size_t)(s % nbatches) * batch * per,
@@ -127,6 +135,8 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &predict) < 0 || predict < 0) pst_die("bad --predict");
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1) pst_die("bad --threads");
+        } else if (strcmp(argv[i], "--rerun") == 0) {
+            rerun = true;
         } else if (nmodels < 8) {
             models[nmodels++] = argv[i];
         }

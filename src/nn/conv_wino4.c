@@ -84,26 +84,54 @@ static void u4_16(double u[W4_POS][16], float g[9][16])
             }
 }
 
+/* The same, two-staged ((G g) G^T, 162 multiply-adds per kernel instead of
+ * 324) and vectorised over the 16 kernels, rounded once to float: for
+ * the wider layers (C or K above 16), whose U has up to 16x the 16 -> 16
+ * layers' kernels (u4_16, scalar, kept there: its bits are the forward's) */
+NN_CLONES static void u4w_16(float u[W4_POS][16], float g[9][16])
+{
+    double t[6][3][16];
+    for (int a = 0; a < 6; a++)
+        for (int c = 0; c < 3; c++)
+            for (int i = 0; i < 16; i++)
+                t[a][c][i] = G4[a][0] * g[c][i] + G4[a][1] * g[3 + c][i] + G4[a][2] * g[6 + c][i];
+    for (int a = 0; a < 6; a++)
+        for (int b = 0; b < 6; b++)
+            for (int i = 0; i < 16; i++)
+                u[6 * a + b][i] =
+                    (float)(t[a][0][i] * G4[b][0] + t[a][1][i] * G4[b][1] + t[a][2][i] * G4[b][2]);
+}
+
 /* U[p][c][k] for input channel c = r: taps w[t][c][k], or (flip) the
- * layer's w[8 - t][k][c] (the layer's C and K are both 16); in double
- * (dbl) or rounded once to float */
+ * layer's w[8 - t][k][c] (the job's C and K are the layer's K and C); in
+ * double (dbl) or rounded once to float */
 static void u4_row(const wi_job *j, int r, bool dbl)
 {
+    const int C = j->d->C, K = j->d->K;
     float g[9][16];
     double u[W4_POS][16];
-    for (int t = 0; t < 9; t++)
-        for (int i = 0; i < 16; i++)
-            g[t][i] = j->flip ? j->w[((size_t)(8 - t) * 16 + i) * 16 + r]
-                              : j->w[((size_t)t * 16 + r) * 16 + i];
-    u4_16(u, g);
-    for (int p = 0; p < W4_POS; p++)
-        for (int i = 0; i < 16; i++) {
-            size_t o = ((size_t)p * 16 + r) * 16 + i;
-            if (dbl)
-                ((double *)(void *)j->U)[o] = u[p][i];
-            else
-                j->U[o] = (float)u[p][i];
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        for (int t = 0; t < 9; t++)
+            for (int i = 0; i < 16; i++)
+                g[t][i] = j->flip ? j->w[((size_t)(8 - t) * K + k0 + i) * C + r]
+                                  : j->w[((size_t)t * C + r) * K + k0 + i];
+        if (C != 16 || K != 16) {
+            float uf[W4_POS][16];
+            u4w_16(uf, g);
+            for (int p = 0; p < W4_POS; p++)
+                memcpy(j->U + ((size_t)p * C + r) * K + k0, uf[p], sizeof(float) * 16);
+            continue;
         }
+        u4_16(u, g);
+        for (int p = 0; p < W4_POS; p++)
+            for (int i = 0; i < 16; i++) {
+                size_t o = ((size_t)p * C + r) * K + k0 + i;
+                if (dbl)
+                    ((double *)(void *)j->U)[o] = u[p][i];
+                else
+                    j->U[o] = (float)u[p][i];
+            }
+    }
 }
 
 static void u4_task(void *arg, int r, int tid)
@@ -135,25 +163,27 @@ static void bt6_port(float *t, const float *x, size_t s)
 static void in4_tiles_port(const wi_job *j, float *V, int t0, int nt, int tb)
 {
     const nn_conv_dims *d = j->d;
-    const size_t ps = (size_t)tb * 16;
+    const int C = d->C;
+    const size_t ps = (size_t)tb * C;
     for (int i = 0; i < tb; i++) {
         if (i >= nt) {
-            for (int p = 0; p < W4_POS; p++) memset(V + p * ps + (size_t)i * 16, 0, 64);
+            for (int p = 0; p < W4_POS; p++)
+                memset(V + p * ps + (size_t)i * C, 0, sizeof(float) * C);
             continue;
         }
         int h0, w0;
         const float *img = wi_tile_src(j, t0 + i, &h0, &w0);
-        for (int c = 0; c < 16; c++) {
+        for (int c = 0; c < C; c++) {
             float x[6][6], t[6][6];
             for (int a = 0; a < 6; a++)
                 for (int b = 0; b < 6; b++) {
                     int h = h0 + a, w = w0 + b;
                     bool in = h >= 0 && h < d->H && w >= 0 && w < d->W;
-                    x[a][b] = in ? img[((size_t)h * d->W + w) * 16 + c] : 0.0f;
+                    x[a][b] = in ? img[((size_t)h * d->W + w) * C + c] : 0.0f;
                 }
             for (int b = 0; b < 6; b++) bt6_port(&t[0][b], &x[0][b], 6);
             for (int a = 0; a < 6; a++) bt6_port(&x[a][0], &t[a][0], 1);
-            for (int p = 0; p < W4_POS; p++) V[p * ps + (size_t)i * 16 + c] = x[p / 6][p % 6];
+            for (int p = 0; p < W4_POS; p++) V[p * ps + (size_t)i * C + c] = x[p / 6][p % 6];
         }
     }
 }
@@ -167,13 +197,14 @@ static void in4_port(const wi_job *j, float *V, int t0, int nt)
  * (4d) in double */
 static void gemm4_port(const wi_job *j, float *M, const float *V)
 {
+    const int C = j->d->C, K = j->d->K;
     for (int p = 0; p < W4_POS; p++)
         for (int i = 0; i < W4_TB; i++) {
-            float *m = M + ((size_t)p * W4_TB + i) * 16;
-            const float *v = V + ((size_t)p * W4_TB + i) * 16, *u = j->U + (size_t)p * 256;
-            for (int k = 0; k < 16; k++) m[k] = 0.0f;
-            for (int c = 0; c < 16; c++)
-                for (int k = 0; k < 16; k++) m[k] += v[c] * u[c * 16 + k];
+            float *m = M + ((size_t)p * W4_TB + i) * K;
+            const float *v = V + ((size_t)p * W4_TB + i) * C, *u = j->U + (size_t)p * C * K;
+            for (int k = 0; k < K; k++) m[k] = 0.0f;
+            for (int c = 0; c < C; c++)
+                for (int k = 0; k < K; k++) m[k] += v[c] * u[(size_t)c * K + k];
         }
 }
 
@@ -215,7 +246,7 @@ static void out4_store(const wi_job *j, int t, int k, float y[4][4])
         for (int b = 0; b < 4; b++) {
             int oh = 4 * ty + a, ow = 4 * tx + b;
             if (oh >= d->OH || ow >= d->OW) continue;
-            float *o = j->out + (((size_t)n * d->OH + oh) * d->OW + ow) * 16 + k;
+            float *o = j->out + (((size_t)n * d->OH + oh) * d->OW + ow) * d->K + k;
             float v = j->acc ? *o + y[a][b] : y[a][b] + (j->b ? j->b[k] : 0.0f);
             *o = j->relu && v < 0.0f ? 0.0f : v;
         }
@@ -223,11 +254,12 @@ static void out4_store(const wi_job *j, int t, int k, float y[4][4])
 
 static void out4_port(const wi_job *j, const float *M, int t0, int nt)
 {
-    const size_t ps = (size_t)W4_TB * 16;
+    const int K = j->d->K;
+    const size_t ps = (size_t)W4_TB * K;
     for (int i = 0; i < nt; i++)
-        for (int k = 0; k < 16; k++) {
+        for (int k = 0; k < K; k++) {
             float m[36], s[4][6], y[4][4];
-            for (int p = 0; p < W4_POS; p++) m[p] = M[p * ps + (size_t)i * 16 + k];
+            for (int p = 0; p < W4_POS; p++) m[p] = M[p * ps + (size_t)i * K + k];
             for (int b = 0; b < 6; b++) at6_port(&s[0][b], 6, m + b, 6);
             for (int a = 0; a < 4; a++) at6_port(&y[a][0], 1, &s[a][0], 1);
             out4_store(j, t0 + i, k, y);
@@ -266,70 +298,121 @@ static void out4d_port(const wi_job *j, const float *Mf, int t0, int nt)
         t[5] = _mm512_fmadd_ps(f15, d42, _mm512_fnmadd_ps(f2, x[3], _mm512_add_ps(x[1], x[5])));   \
     } while (0)
 
-AVX512 static INLINE void in4_tiles_simd(const wi_job *j, float *V, int t0, int nt, int tb)
+/* V[p] (stride ps) of one tile from its 6 x 6 patch of 16 channels at src:
+ * rows rs floats apart, pixels cs apart */
+AVX512 static INLINE void in4_tile(float *v, size_t ps, const float *src, size_t rs, size_t cs)
+{
+    __m512 t[6][6];
+#pragma GCC unroll 6
+    for (int b = 0; b < 6; b++) {
+        __m512 x[6], y[6];
+#pragma GCC unroll 6
+        for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_ps(src + a * rs + b * cs);
+        BT6(y, x);
+#pragma GCC unroll 6
+        for (int a = 0; a < 6; a++) t[a][b] = y[a];
+    }
+#pragma GCC unroll 6
+    for (int a = 0; a < 6; a++) {
+        __m512 y[6];
+        BT6(y, t[a]);
+#pragma GCC unroll 6
+        for (int b = 0; b < 6; b++) _mm512_storeu_ps(v + (size_t)(6 * a + b) * ps, y[b]);
+    }
+}
+
+/* Tiles inside the image read it in place; a border tile's patch is first
+ * copied, zero-padded, into a local 6 x 6 buffer (the same values and
+ * arithmetic: per-load border tests in the transform cost more than it).
+ * C channels (a multiple of 16), 16 at a time. */
+AVX512 static INLINE void in4_tiles_simd(const wi_job *j, float *V, int t0, int nt, int tb, int C)
 {
     const nn_conv_dims *d = j->d;
     const int H = d->H, W = d->W;
-    const size_t ps = (size_t)tb * 16;
+    const size_t ps = (size_t)tb * C;
     const __m512 z = _mm512_setzero_ps();
+    float patch[W4_POS * 16] __attribute__((aligned(64)));
     for (int i = 0; i < tb; i++) {
+        float *v = V + (size_t)i * C;
         if (i >= nt) {
-            for (int p = 0; p < W4_POS; p++) _mm512_storeu_ps(V + p * ps + (size_t)i * 16, z);
+            for (int p = 0; p < W4_POS; p++)
+                for (int c0 = 0; c0 < C; c0 += 16) _mm512_storeu_ps(v + p * ps + c0, z);
             continue;
         }
         int h0, w0;
         const float *img = wi_tile_src(j, t0 + i, &h0, &w0);
-        bool inside = h0 >= 0 && w0 >= 0 && h0 + 6 <= H && w0 + 6 <= W;
-        __m512 t[6][6];
-#pragma GCC unroll 6
-        for (int b = 0; b < 6; b++) {
-            __m512 x[6], y[6];
-            bool colok = w0 + b >= 0 && w0 + b < W;
-#pragma GCC unroll 6
-            for (int a = 0; a < 6; a++) {
-                int h = h0 + a, w = w0 + b;
-                x[a] = inside || (colok && h >= 0 && h < H)
-                           ? _mm512_loadu_ps(img + ((ptrdiff_t)h * W + w) * 16)
-                           : z;
-            }
-            BT6(y, x);
-#pragma GCC unroll 6
-            for (int a = 0; a < 6; a++) t[a][b] = y[a];
+        if (h0 >= 0 && w0 >= 0 && h0 + 6 <= H && w0 + 6 <= W) {
+            const float *src = img + ((size_t)h0 * W + w0) * C;
+            for (int c0 = 0; c0 < C; c0 += 16)
+                in4_tile(v + c0, ps, src + c0, (size_t)W * C, (size_t)C);
+            continue;
         }
-        float *v = V + (size_t)i * 16;
-#pragma GCC unroll 6
-        for (int a = 0; a < 6; a++) {
-            __m512 y[6];
-            BT6(y, t[a]);
-#pragma GCC unroll 6
-            for (int b = 0; b < 6; b++) _mm512_storeu_ps(v + (size_t)(6 * a + b) * ps, y[b]);
+        for (int c0 = 0; c0 < C; c0 += 16) {
+            for (int a = 0; a < 6; a++)
+                for (int b = 0; b < 6; b++) {
+                    int h = h0 + a, w = w0 + b;
+                    bool in = h >= 0 && h < H && w >= 0 && w < W;
+                    _mm512_store_ps(patch + (6 * a + b) * 16,
+                                    in ? _mm512_loadu_ps(img + ((size_t)h * W + w) * C + c0) : z);
+                }
+            in4_tile(v + c0, ps, patch, 6 * 16, 16);
         }
     }
 }
 
 AVX512 static void in4_simd(const wi_job *j, float *V, int t0, int nt)
 {
-    in4_tiles_simd(j, V, t0, nt, W4_TB);
+    in4_tiles_simd(j, V, t0, nt, W4_TB, j->d->C);
 }
 
-/* 12 tiles x 16 k of M at position p: sum over c in order (float) */
+/* MR tiles x NV vectors of k of M at one position: sum over c in order
+ * (float) */
+AVX512 static INLINE void gemm4_tile(int MR, int NV, float *M, int K, const float *V, int C,
+                                     const float *U)
+{
+    __m512 acc[12][4];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int c = 0; c < C; c++) {
+        __m512 u[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) u[v] = _mm512_loadu_ps(U + (size_t)c * K + 16 * v);
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(V[(size_t)i * C + c]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(x, u[v], acc[i][v]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(M + (size_t)i * K + 16 * v, acc[i][v]);
+}
+
+/* M[p] for the W4_TB tiles: 12 x 1 vectors (K = 16: C = 16 unrolled), 12 x
+ * 2 (32), 6 x 3 (48), 6 x 4 (64) */
 AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V)
 {
+    const int C = j->d->C, K = j->d->K;
     for (int p = 0; p < W4_POS; p++) {
-        const float *U = j->U + (size_t)p * 256, *v = V + (size_t)p * W4_TB * 16;
-        __m512 acc[W4_TB];
-#pragma GCC unroll 12
-        for (int i = 0; i < W4_TB; i++) acc[i] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-        for (int c = 0; c < 16; c++) {
-            __m512 u = _mm512_loadu_ps(U + c * 16);
-#pragma GCC unroll 12
-            for (int i = 0; i < W4_TB; i++)
-                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(v[i * 16 + c]), u, acc[i]);
-        }
-        float *m = M + (size_t)p * W4_TB * 16;
-#pragma GCC unroll 12
-        for (int i = 0; i < W4_TB; i++) _mm512_storeu_ps(m + i * 16, acc[i]);
+        const float *U = j->U + (size_t)p * C * K, *v = V + (size_t)p * W4_TB * C;
+        float *m = M + (size_t)p * W4_TB * K;
+        if (K == 16 && C == 16)
+            gemm4_tile(12, 1, m, 16, v, 16, U);
+        else if (K == 16)
+            gemm4_tile(12, 1, m, K, v, C, U);
+        else if (K == 32)
+            gemm4_tile(12, 2, m, K, v, C, U);
+        else
+            for (int i = 0; i < W4_TB; i += 6)
+                if (K == 48)
+                    gemm4_tile(6, 3, m + (size_t)i * K, K, v + (size_t)i * C, C, U);
+                else
+                    gemm4_tile(6, 4, m + (size_t)i * K, K, v + (size_t)i * C, C, U);
     }
 }
 
@@ -389,40 +472,42 @@ AVX512 static void gemm4d_simd(const wi_job *j, float *Mf, const float *V)
 AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
 {
     const nn_conv_dims *d = j->d;
-    const int per = j->TH * j->TW;
-    const size_t ps = (size_t)W4_TB * 16;
-    const __m512 z = _mm512_setzero_ps(), bv = j->b ? _mm512_loadu_ps(j->b) : z;
-    for (int i = 0; i < nt; i++) {
-        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
-        int oh0 = 4 * ty, ow0 = 4 * tx;
-        const float *m = M + (size_t)i * 16;
-        __m512 s[4][6];
+    const int per = j->TH * j->TW, K = d->K;
+    const size_t ps = (size_t)W4_TB * K;
+    const __m512 z = _mm512_setzero_ps();
+    for (int i = 0; i < nt; i++)
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+            int oh0 = 4 * ty, ow0 = 4 * tx;
+            const __m512 bv = j->b ? _mm512_loadu_ps(j->b + k0) : z;
+            const float *m = M + (size_t)i * K + k0;
+            __m512 s[4][6];
 #pragma GCC unroll 6
-        for (int b = 0; b < 6; b++) {
-            __m512 x[6], y[4];
+            for (int b = 0; b < 6; b++) {
+                __m512 x[6], y[4];
 #pragma GCC unroll 6
-            for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_ps(m + (size_t)(6 * a + b) * ps);
-            AT6(y, x, __m512, ps);
+                for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_ps(m + (size_t)(6 * a + b) * ps);
+                AT6(y, x, __m512, ps);
 #pragma GCC unroll 4
-            for (int a = 0; a < 4; a++) s[a][b] = y[a];
-        }
-        float *o = j->out + (((size_t)n * d->OH + oh0) * d->OW + ow0) * 16;
+                for (int a = 0; a < 4; a++) s[a][b] = y[a];
+            }
+            float *o = j->out + (((size_t)n * d->OH + oh0) * d->OW + ow0) * K + k0;
 #pragma GCC unroll 4
-        for (int a = 0; a < 4; a++) {
-            __m512 y[4];
-            AT6(y, s[a], __m512, ps);
-            if (oh0 + a >= d->OH) continue;
+            for (int a = 0; a < 4; a++) {
+                __m512 y[4];
+                AT6(y, s[a], __m512, ps);
+                if (oh0 + a >= d->OH) continue;
 #pragma GCC unroll 4
-            for (int b = 0; b < 4; b++) {
-                if (ow0 + b >= d->OW) continue;
-                float *q = o + ((size_t)a * d->OW + b) * 16;
-                __m512 v =
-                    j->acc ? _mm512_add_ps(_mm512_loadu_ps(q), y[b]) : _mm512_add_ps(y[b], bv);
-                if (j->relu) v = _mm512_max_ps(v, z);
-                _mm512_storeu_ps(q, v);
+                for (int b = 0; b < 4; b++) {
+                    if (ow0 + b >= d->OW) continue;
+                    float *q = o + ((size_t)a * d->OW + b) * K;
+                    __m512 v =
+                        j->acc ? _mm512_add_ps(_mm512_loadu_ps(q), y[b]) : _mm512_add_ps(y[b], bv);
+                    if (j->relu) v = _mm512_max_ps(v, z);
+                    _mm512_storeu_ps(q, v);
+                }
             }
         }
-    }
 }
 
 /* the same from M in double, 8 channels at a time, rounded once to float */
@@ -504,6 +589,8 @@ static int w4_slices(const nn_conv_dims *d)
  * gradient's (the slices' dU in thread 0's area, then V and Z) */
 size_t nn_wi4_scratch(const nn_conv_dims *d)
 {
+    if (d->C != 16 || d->K != 16) /* the float variant alone (input gradient) */
+        return (size_t)W4_POS * (d->C * d->K + W4_TB * (d->C + d->K)) + 16;
     size_t f = 2 * W4_U + W4_VM + 2 * W4_VM + 16, w = (size_t)w4_slices(d) * W4_U + 2 * W4_WVZ + 16;
     return f > w ? f : w;
 }
@@ -640,7 +727,7 @@ AVX512 static INLINE void wgemm4_simd(float *dU, const float *V, const float *Z,
 AVX512 static void w4_block_simd(const wi_job *j, float *dU, float *V, float *Z, int t0, int nt,
                                  bool acc)
 {
-    in4_tiles_simd(j, V, t0, nt, W4_WTB);
+    in4_tiles_simd(j, V, t0, nt, W4_WTB, 16);
     z4_simd(j, Z, t0, nt);
     wgemm4_simd(dU, V, Z, nt, acc);
 }
@@ -722,8 +809,10 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
 
 static int f4_setup(wi_job *j)
 {
-    j->TB = W4_TB, j->Cs = 16, j->Ks = 16, j->uf = W4_U, j->vf = W4_VM;
-    return 16;
+    const int C = j->d->C, K = j->d->K;
+    j->TB = W4_TB, j->Cs = C, j->Ks = K;
+    j->uf = (size_t)W4_POS * C * K, j->vf = (size_t)W4_POS * W4_TB * C;
+    return C;
 }
 
 static int f4d_setup(wi_job *j)

@@ -185,6 +185,9 @@ int main(void)
         test_conv_threads(6, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(11, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, false); /* 2 dw slices */
         test_conv_threads(5, 9, 7, 16, 16, 3, 3, 1, 1, 0, 2, false);
+        /* F(4x4)'s input gradient of 32 to 64 channels */
+        test_conv_threads(9, 7, 7, 64, 64, 3, 3, 1, 1, 1, 1, false);
+        test_conv_threads(6, 14, 13, 32, 48, 3, 3, 1, 1, 1, 1, true);
         nn_wino_use(1);
     }
     nn_narrow_use_simd(simd);

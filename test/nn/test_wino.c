@@ -234,8 +234,12 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
     nn_conv_dims_finish(&d);
     CHECK(nn_wino_ok(&d), "wino N%d %dx%dx%d->%d p%d,%d: not taken in mode %d", N, H, W, C, K, PH,
           PW, nn_wino_use(-1));
-    /* mode 3 (and 1 with AVX-512) take F(4x4) for 16 -> 16 */
-    tile_m = nn_wino_use(-1) == 3 && C == 16 && K == 16 ? 4 : 2;
+    /* mode 3 (and 1 with AVX-512) take F(4x4) for 16 -> 16, and for the
+     * input gradient of C and K multiples of 16 up to 64 */
+    const bool mode3 = nn_wino_use(-1) == 3;
+    const int fwd_m = mode3 && C == 16 && K == 16 ? 4 : 2;
+    const int dgrad_m = mode3 && C % 16 == 0 && K % 16 == 0 && C <= 64 && K <= 64 ? 4 : 2;
+    tile_m = fwd_m;
     size_t nx = (size_t)N * H * W * C, nw = (size_t)9 * C * K, ny = (size_t)N * d.OH * d.OW * K;
     float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *b = rand_vec(K, 0.5f);
     float *dy = rand_vec(ny, 1), *dyc = pst_malloc(sizeof(float) * ny);
@@ -280,6 +284,7 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
     nn_conv_dims g = {N, d.OH, d.OW, K, 3, 3, 1, 1, 2 - PH, 2 - PW, 0, 0, C};
     nn_conv_dims_finish(&g);
     CHECK(g.OH == H && g.OW == W, "transposed dims");
+    tile_m = dgrad_m;
     float *wf = pst_malloc(sizeof(float) * nw);
     for (int t = 0; t < 9; t++)
         for (int c = 0; c < C; c++)
@@ -342,6 +347,12 @@ int main(void)
         test_wino(5, 28, 28, 16, 16, 1, 1, false, false);
         test_wino(1, 2, 3, 16, 16, 1, 1, true, false);
         test_wino(11, 28, 27, 16, 16, 1, 0, false, false); /* 2 weight-gradient slices */
+        /* F(4x4)'s input gradient of 32 to 64 channels (F(2x2) forward and
+         * weight gradient) */
+        test_wino(3, 7, 7, 64, 64, 1, 1, true, true);
+        test_wino(2, 14, 13, 32, 32, 1, 0, false, false);
+        test_wino(1, 9, 10, 32, 64, 1, 1, true, false);
+        test_wino(2, 6, 11, 48, 16, 0, 2, false, true);
         nn_wino_use(2);
     }
     nn_narrow_use_simd(simd);

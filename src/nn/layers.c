@@ -469,7 +469,7 @@ AVX512 static void maxpool_simd(float *out, int32_t *argmax, const float *inp,
 
 /* Average pool forward (scale = 1/positions inside the image) and backward. */
 AVX512 static void avgpool_simd(float *out, const float *inp, float *dinp, const float *dout,
-                                const nn_pool_dims *d)
+                                const nn_pool_dims *d, bool fresh)
 {
     const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
     for (int n = 0; n < d->N; n++) {
@@ -500,8 +500,9 @@ AVX512 static void avgpool_simd(float *out, const float *inp, float *dinp, const
                         for (int h = h0; h < h1; h++)
                             for (int w = w0; w < w1; w++) {
                                 float *p = dinp + img_off + ((size_t)h * W + w) * C + c0;
-                                _mm512_mask_storeu_ps(
-                                    p, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), g));
+                                __m512 v =
+                                    fresh ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, p);
+                                _mm512_mask_storeu_ps(p, m, _mm512_add_ps(v, g));
                             }
                     }
                 }
@@ -612,7 +613,7 @@ void nn_avgpool_forward(float *out, const float *inp, const nn_pool_dims *d)
     assert(d->PH < d->KH && d->PW < d->KW);
 #if LAYERS_X86
     if (nn_narrow_use_simd(-1)) {
-        avgpool_simd(out, inp, NULL, NULL, d);
+        avgpool_simd(out, inp, NULL, NULL, d, false);
         return;
     }
 #endif
@@ -643,13 +644,18 @@ void nn_avgpool_forward(float *out, const float *inp, const nn_pool_dims *d)
 void nn_avgpool_backward(float *dinp, bool acc, const float *dout, const nn_pool_dims *d)
 {
     const int H = d->H, W = d->W, C = d->C, OH = d->OH, OW = d->OW;
-    if (!acc) memset(dinp, 0, sizeof(float) * (size_t)d->N * H * W * C);
 #if LAYERS_X86
+    /* windows that tile the image (a global pool): each input gradient is
+     * 0 + its one term, written without a clearing pass */
+    bool tiled = d->PH == 0 && d->PW == 0 && (OH == 1 || d->SH == d->KH) &&
+                 (OW == 1 || d->SW == d->KW) && OH * d->KH == H && OW * d->KW == W;
     if (nn_narrow_use_simd(-1)) {
-        avgpool_simd(NULL, NULL, dinp, dout, d);
+        if (!acc && !tiled) memset(dinp, 0, sizeof(float) * (size_t)d->N * H * W * C);
+        avgpool_simd(NULL, NULL, dinp, dout, d, !acc && tiled);
         return;
     }
 #endif
+    if (!acc) memset(dinp, 0, sizeof(float) * (size_t)d->N * H * W * C);
     for (int n = 0; n < d->N; n++) {
         float *img = dinp + (size_t)n * H * W * C;
         for (int oh = 0; oh < OH; oh++) {

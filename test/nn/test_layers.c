@@ -411,6 +411,32 @@ static void test_maxpool_bits(int N, int H, int W, int C, int K, int S, int P)
     free(x), free(y), free(dy), free(dx), free(ref), free(prior), free(arg), free(rarg);
 }
 
+/* Average pool backward, AVX-512 against portable, bitwise: a pool whose
+ * windows tile the image (global) writes its input gradient without a
+ * clearing pass (dx starts as NaN), the others clear it first. */
+static void test_avgpool_bits(int N, int H, int W, int C, int K, int S, int P)
+{
+    nn_pool_dims d = {N, H, W, C, K, K, S, S, P, P, 0, 0, false};
+    if (K == 0) d.KH = H, d.KW = W; /* global */
+    nn_pool_dims_finish(&d);
+    size_t nx = (size_t)N * H * W * C, ny = (size_t)N * d.OH * d.OW * C;
+    float *dy = rand_vec(ny, 1), *prior = rand_vec(nx, 1), *dx[2];
+    bool simd = nn_narrow_use_simd(-1);
+    for (int acc = 0; acc <= 1; acc++) {
+        for (int v = 0; v < 2; v++) {
+            dx[v] = pst_malloc(sizeof(float) * nx);
+            for (size_t i = 0; i < nx; i++) dx[v][i] = acc ? prior[i] : NAN;
+            nn_narrow_use_simd(v == 0 ? simd : 0);
+            nn_avgpool_backward(dx[v], acc, dy, &d);
+        }
+        nn_narrow_use_simd(simd);
+        CHECK(memcmp(dx[0], dx[1], sizeof(float) * nx) == 0 && dx[1][nx - 1] == dx[1][nx - 1],
+              "avgpool bits N%d %dx%dx%d k%d s%d p%d%s", N, H, W, C, d.KH, S, P, acc ? " acc" : "");
+        free(dx[0]), free(dx[1]);
+    }
+    free(dy), free(prior);
+}
+
 /* count_include_pad by value: on a constant image the corner of a 3x3/1
  * pad 1 window sees 4 of 9 positions: 4/9 counted, 1 not. */
 static void test_pool_count_pad_values(void)
@@ -1077,6 +1103,10 @@ int main(void)
         test_maxpool_bits(2, 10, 9, 70, 3, 2, 1);  /* resnet-50's pool; 64 + 6 channels */
         test_maxpool_bits(1, 10, 11, 20, 3, 2, 0); /* the last row and column in no window */
         test_maxpool_bits(2, 7, 6, 3, 3, 1, 1);
+        test_avgpool_bits(2, 7, 7, 40, 0, 1, 0); /* global, as resnet-50's */
+        test_avgpool_bits(1, 6, 4, 18, 2, 2, 0); /* 2x2/2 windows tile the image */
+        test_avgpool_bits(2, 5, 5, 20, 2, 2, 0); /* a row and a column in no window */
+        test_avgpool_bits(1, 6, 5, 18, 3, 1, 1); /* overlapping windows */
     }
     nn_narrow_use_simd(simd);
     if (simd) {

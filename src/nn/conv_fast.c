@@ -298,20 +298,38 @@ AVX512 static INLINE void dw_tile(int MR, int NV, float *dw, int K, int r, int n
                                     : _mm512_setzero_ps();
     const int kh = r / seg, j = r - kh * seg;
     const float *a0 = pad + (size_t)kh * WpC + j;
-    for (int q = 0; q < np; q++) {
-        if (q < npf) _mm_prefetch(pf + (size_t)64 * q, _MM_HINT_T1);
-        __m512 d[4];
+    /* A full block of channels loads dy unmasked: the masked loads kept
+     * their four masks on the stack, reloaded at every pixel (perf: the
+     * stem's dw loop). The same values either way. */
+    if (mk[NV - 1] == (__mmask16)0xffff)
+        for (int q = 0; q < np; q++) {
+            if (q < npf) _mm_prefetch(pf + (size_t)64 * q, _MM_HINT_T1);
+            __m512 d[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            d[v] = _mm512_maskz_loadu_ps(mk[v], dy + (size_t)q * ldd + 16 * v);
-        const float *a = a0 + base[q];
+            for (int v = 0; v < NV; v++) d[v] = _mm512_loadu_ps(dy + (size_t)q * ldd + 16 * v);
+            const float *a = a0 + base[q];
 #pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(a[i]);
+            for (int i = 0; i < MR; i++) {
+                __m512 x = _mm512_set1_ps(a[i]);
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, d[v], c[i][v]);
+                for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, d[v], c[i][v]);
+            }
         }
-    }
+    else
+        for (int q = 0; q < np; q++) {
+            if (q < npf) _mm_prefetch(pf + (size_t)64 * q, _MM_HINT_T1);
+            __m512 d[4];
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                d[v] = _mm512_maskz_loadu_ps(mk[v], dy + (size_t)q * ldd + 16 * v);
+            const float *a = a0 + base[q];
+#pragma GCC unroll 12
+            for (int i = 0; i < MR; i++) {
+                __m512 x = _mm512_set1_ps(a[i]);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) c[i][v] = _mm512_fmadd_ps(x, d[v], c[i][v]);
+            }
+        }
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         if (i >= n) break;

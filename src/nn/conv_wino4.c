@@ -71,24 +71,11 @@ static const double G4[6][3] = {{1, 0, 0},
                                 {1.0 / 15, -2.0 / 15, 4.0 / 15},
                                 {0, 0, 1}};
 
-/* u[p][16] = G g G^T for 16 kernels g[tap][16] at once, in double */
-static void u4_16(double u[W4_POS][16], float g[9][16])
-{
-    for (int a = 0; a < 6; a++)
-        for (int b = 0; b < 6; b++)
-            for (int i = 0; i < 16; i++) {
-                double s = 0;
-                for (int r = 0; r < 3; r++)
-                    for (int t = 0; t < 3; t++) s += G4[a][r] * (double)g[3 * r + t][i] * G4[b][t];
-                u[6 * a + b][i] = s;
-            }
-}
-
-/* The same, two-staged ((G g) G^T, 162 multiply-adds per kernel instead of
- * 324) and vectorised over the 16 kernels, rounded once to float: for
- * the wider layers (C or K above 16), whose U has up to 16x the 16 -> 16
- * layers' kernels (u4_16, scalar, kept there: its bits are the forward's) */
-NN_CLONES static void u4w_16(float u[W4_POS][16], float g[9][16])
+/* u[p][16] = G g G^T for 16 kernels g[tap][16] at once, in double: in two
+ * stages ((G g) G^T, 162 multiply-adds per kernel instead of 324),
+ * vectorised over the 16 kernels (a 64 x 64 layer's U in nine-tap scalar
+ * sums took 0.6 ms per call) */
+NN_CLONES static void u4_16(double u[W4_POS][16], float g[9][16])
 {
     double t[6][3][16];
     for (int a = 0; a < 6; a++)
@@ -99,7 +86,7 @@ NN_CLONES static void u4w_16(float u[W4_POS][16], float g[9][16])
         for (int b = 0; b < 6; b++)
             for (int i = 0; i < 16; i++)
                 u[6 * a + b][i] =
-                    (float)(t[a][0][i] * G4[b][0] + t[a][1][i] * G4[b][1] + t[a][2][i] * G4[b][2]);
+                    t[a][0][i] * G4[b][0] + t[a][1][i] * G4[b][1] + t[a][2][i] * G4[b][2];
 }
 
 /* U[p][c][k] for input channel c = r: taps w[t][c][k], or (flip) the
@@ -115,13 +102,6 @@ static void u4_row(const wi_job *j, int r, bool dbl)
             for (int i = 0; i < 16; i++)
                 g[t][i] = j->flip ? j->w[((size_t)(8 - t) * K + k0 + i) * C + r]
                                   : j->w[((size_t)t * C + r) * K + k0 + i];
-        if (C != 16 || K != 16) {
-            float uf[W4_POS][16];
-            u4w_16(uf, g);
-            for (int p = 0; p < W4_POS; p++)
-                memcpy(j->U + ((size_t)p * C + r) * K + k0, uf[p], sizeof(float) * 16);
-            continue;
-        }
         u4_16(u, g);
         for (int p = 0; p < W4_POS; p++)
             for (int i = 0; i < 16; i++) {

@@ -134,53 +134,13 @@ void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv
 
 /* ---- the driver ------------------------------------------------------------- */
 
-/* The float offset of row r (clipped to the image) of image n. */
-static size_t row_at(int n, int r, int H, int W, int C)
-{
-    r = r < 0 ? 0 : r > H ? H : r;
-    return ((size_t)n * H + (size_t)r) * W * C;
-}
-
-/* The rows of input and output that the tiles [t0, t1) reach, as float
- * offsets [*ilo, *ihi) and [*olo, *ohi) (NHWC: one range, also across
- * images). */
-static void block_rows(const wi_job *j, int t0, int t1, size_t *ilo, size_t *ihi, size_t *olo,
-                       size_t *ohi)
-{
-    const nn_conv_dims *d = j->d;
-    const int m = j->v->m, per = j->TH * j->TW;
-    int n0 = t0 / per, h0 = t0 % per / j->TW, n1 = (t1 - 1) / per, h1 = (t1 - 1) % per / j->TW;
-    *ilo = row_at(n0, h0 * m - d->PH, d->H, d->W, d->C);
-    *ihi = row_at(n1, h1 * m - d->PH + m + 2, d->H, d->W, d->C);
-    *olo = row_at(n0, h0 * m, d->OH, d->OW, d->K);
-    *ohi = row_at(n1, h1 * m + m, d->OH, d->OW, d->K);
-}
-
-/* Inside a model a block's rows come from L3 or memory (the layer before
- * wrote 3.2 MB, the output buffer was last written a step ago): the rows
- * that the next block adds to this one's, input and output, are requested
- * before this block's work (docs/mpi-facts.md, "resnet-20's convolutions
- * inside the model"). Hints only: the results do not change. */
-static void prefetch_next(const wi_job *j, int t0, int nt)
-{
-    if (t0 + nt >= j->NT) return;
-    int t2 = t0 + nt + j->TB < j->NT ? t0 + nt + j->TB : j->NT;
-    size_t ilo, ihi, olo, ohi, ilo2, ihi2, olo2, ohi2;
-    block_rows(j, t0, t0 + nt, &ilo, &ihi, &olo, &ohi);
-    block_rows(j, t0 + nt, t2, &ilo2, &ihi2, &olo2, &ohi2);
-    for (size_t o = ihi > ilo2 ? ihi : ilo2; o < ihi2; o += 16)
-        __builtin_prefetch(j->inp + o, 0, 2);
-    for (size_t o = ohi > olo2 ? ohi : olo2; o < ohi2; o += 16)
-        __builtin_prefetch(j->out + o, 1, 2);
-}
-
 static void block_task(void *arg, int task, int tid)
 {
     const wi_job *j = arg;
     float *V = j->scratch + (size_t)tid * j->stride + j->uf;
     float *M = V + j->vf;
     int t0 = task * j->TB, nt = j->NT - t0 < j->TB ? j->NT - t0 : j->TB, s = j->simd;
-    prefetch_next(j, t0, nt);
+    wi_prefetch_next(j, t0, nt, j->TB);
     j->v->in[s](j, V, t0, nt);
     j->v->gemm[s](j, M, V);
     j->v->out[s](j, M, t0, nt);

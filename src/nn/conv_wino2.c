@@ -604,6 +604,7 @@ static void wslice_task(void *arg, int s, int tid)
     nn_pool_block(j->NT, j->S, s, &a, &e);
     for (int t0 = a; t0 < e; t0 += j->TB) {
         int nt = e - t0 < j->TB ? e - t0 : j->TB;
+        wi_prefetch_next(j, t0, nt, j->TB);
 #if WI_X86
         if (j->simd) {
             in_simd(j, V, t0, nt);

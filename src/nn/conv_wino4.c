@@ -723,6 +723,7 @@ static void w4_slice_task(void *arg, int s, int tid)
     nn_pool_block(j->NT, j->S, s, &a, &e);
     for (int t0 = a; t0 < e; t0 += W4_WTB) {
         int nt = e - t0 < W4_WTB ? e - t0 : W4_WTB;
+        wi_prefetch_next(j, t0, nt, W4_WTB);
 #if WI_X86
         if (j->simd) {
             w4_block_simd(j, dU, V, Z, t0, nt, t0 > a);

@@ -61,6 +61,53 @@ struct wi_variant {
 
 extern const wi_variant nn_wi_f2, nn_wi_f4, nn_wi_f4d;
 
+/* The float offset of row r (clipped to the image) of image n. */
+static inline size_t wi_row_at(int n, int r, int H, int W, int C)
+{
+    r = r < 0 ? 0 : r > H ? H : r;
+    return ((size_t)n * H + (size_t)r) * W * C;
+}
+
+/* The rows of input and output that the tiles [t0, t1) reach, as float
+ * offsets [*ilo, *ihi) and [*olo, *ohi) (NHWC: one range, also across
+ * images). */
+static inline void wi_block_rows(const wi_job *j, int t0, int t1, size_t *ilo, size_t *ihi,
+                                 size_t *olo, size_t *ohi)
+{
+    const nn_conv_dims *d = j->d;
+    const int m = j->v->m, per = j->TH * j->TW;
+    int n0 = t0 / per, h0 = t0 % per / j->TW, n1 = (t1 - 1) / per, h1 = (t1 - 1) % per / j->TW;
+    *ilo = wi_row_at(n0, h0 * m - d->PH, d->H, d->W, d->C);
+    *ihi = wi_row_at(n1, h1 * m - d->PH + m + 2, d->H, d->W, d->C);
+    *olo = wi_row_at(n0, h0 * m, d->OH, d->OW, d->K);
+    *ohi = wi_row_at(n1, h1 * m + m, d->OH, d->OW, d->K);
+}
+
+/* Inside a model a block's rows come from L3 or memory (the layer before
+ * wrote 3.2 MB, the output buffer was last written a step ago): the rows
+ * that the next block of tb tiles adds to this one's, of the input and of
+ * the output (the forward's and input gradient's, written; the weight
+ * gradient's dy, read), are requested before this block's work
+ * (docs/mpi-facts.md, "resnet-20's convolutions inside the model"). Hints
+ * only: the results do not change. */
+static inline void wi_prefetch_next(const wi_job *j, int t0, int nt, int tb)
+{
+    if (t0 + nt >= j->NT) return;
+    int t2 = t0 + nt + tb < j->NT ? t0 + nt + tb : j->NT;
+    size_t ilo, ihi, olo, ohi, ilo2, ihi2, olo2, ohi2;
+    wi_block_rows(j, t0, t0 + nt, &ilo, &ihi, &olo, &ohi);
+    wi_block_rows(j, t0 + nt, t2, &ilo2, &ihi2, &olo2, &ohi2);
+    for (size_t o = ihi > ilo2 ? ihi : ilo2; o < ihi2; o += 16)
+        __builtin_prefetch(j->inp + o, 0, 2);
+    if (j->dy) {
+        for (size_t o = ohi > olo2 ? ohi : olo2; o < ohi2; o += 16)
+            __builtin_prefetch(j->dy + o, 0, 2);
+    } else {
+        for (size_t o = ohi > olo2 ? ohi : olo2; o < ohi2; o += 16)
+            __builtin_prefetch(j->out + o, 1, 2);
+    }
+}
+
 static inline int wi_r16(int n)
 {
     return (n + 15) / 16 * 16;

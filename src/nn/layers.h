@@ -217,8 +217,9 @@ void nn_cf_dw_runs(float *dw, const float *pad, const nn_cf_geom *g, const float
  * conv_wino4.c) for both passes of 16 -> 16-channel layers.
  * nn_wino_use(force): 0 off, 1 where it measured faster than the direct
  * kernels (default; AVX-512 only), 2 F(2x2) on every shape it supports,
- * also portable (tests), 3 as 2 but F(4x4) for every 16 -> 16 layer
- * (tests, also portable); -1 asks. The environment variable
+ * also portable (tests), 3 as 2 but F(4x4) for every 16 -> 16 layer and
+ * for the input gradient of every layer whose C and K are multiples of 16
+ * up to 64 (tests, also portable); -1 asks. The environment variable
  * PSTRAIN_WINO=0/1/2/3 sets the start value (benchmarks: old against new
  * in one binary). nn_wino_ok / nn_wino_dgrad_ok: whether
  * conv.c's forward / input gradient go this way; nn_wino_scratch: floats per

@@ -23,7 +23,7 @@ train "$tmp/ref.log" "${ARGS[@]}" --quiet --checkpoint-dir "$tmp/ref" --summary-
     { bad "reference run failed"; finish; }
 
 say "$rounds kills (KILL9_SEED=$seed)"
-last=0 tmps=0 done_early=0
+last=0 resume_at=0 tmps=0 done_early=0
 for ((r = 1; r <= rounds; r++)); do
     # Round 1 is killed 0.3..1.5 s after its start (start-up, or early
     # training). Later rounds first wait until the run wrote a checkpoint of
@@ -53,12 +53,13 @@ for ((r = 1; r <= rounds; r++)); do
     fi
     wait $pid 2>/dev/null
     crash_free "$tmp/run$r.log" || bad "round $r: crash report before the kill"
-    n=0
+    n=0 newest=0
     for f in "$D"/ckpt-*.h5; do
         [ -e "$f" ] || continue
         n=$((n + 1))
-        "$CKPT_CHECK" "$f" >/dev/null 2>"$tmp/check.err" ||
+        s=$("$CKPT_CHECK" "$f" 2>"$tmp/check.err") ||
             bad "round $r: $f does not verify: $(cat "$tmp/check.err")"
+        [ "${s:-0}" -gt "$newest" ] && newest=$s
     done
     t=$(ls -A "$D" 2>/dev/null | grep -c '\.tmp')
     [ "$t" -gt 0 ] && tmps=$((tmps + 1))
@@ -70,15 +71,18 @@ for ((r = 1; r <= rounds; r++)); do
     check "round $r: latest went back from step $last to $step" test "${step:-0}" -ge "$last"
     echo "  round $r (every $every): killed ${delay} s after $([ $r = 1 ] && echo its start || echo its first checkpoint); latest step ${step:-?}, $n checkpoints, $t temporaries"
     last=${step:-0}
+    # A kill between a checkpoint's rename and the update of DIR/latest
+    # leaves a complete file newer than the pointer: --resume takes it.
+    resume_at=$((newest > last ? newest : last))
 done
 echo "  $tmps of $rounds kills left a temporary file (killed while writing a checkpoint)"
 
 say "resume to the end"
 train "$tmp/final.log" "${ARGS[@]}" --checkpoint-dir "$D" --checkpoint-every 20 --resume \
     --summary-json "$tmp/final.json" || bad "final resumed run failed"
-if [ $done_early = 0 ] && [ "$last" -gt 0 ]; then
-    check "the final run resumed from step $last" \
-        grep -q "resumed from $D/ckpt-$last.h5 at step $last" "$tmp/final.log"
+if [ $done_early = 0 ] && [ "$resume_at" -gt 0 ]; then
+    check "the final run resumed from step $resume_at (latest named $last)" \
+        grep -q "resumed from $D/ckpt-$resume_at.h5 at step $resume_at" "$tmp/final.log"
 elif [ $done_early = 0 ]; then
     check "no checkpoint was left, yet the final run says it resumed" \
         bash -c '! grep -q "resumed from" "$1"' _ "$tmp/final.log"

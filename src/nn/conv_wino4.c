@@ -1,8 +1,10 @@
 /*
- * conv_wino4.c - Winograd F(4x4, 3x3) for 16 -> 16 channels (ResNet-20's
- * first stage): the variants the driver (conv_wino.c) runs for the forward
- * (nn_wi_f4d) and the input gradient (nn_wi_f4) of those layers, and their
- * weight gradient (nn_wi4_wgrad, at the end).
+ * conv_wino4.c - Winograd F(4x4, 3x3): for 16 -> 16 channels (ResNet-20's
+ * first stage) the variants the driver (conv_wino.c) runs for the forward
+ * (nn_wi_f4d) and the input gradient (nn_wi_f4), and their weight gradient
+ * (nn_wi4_wgrad, at the end); nn_wi_f4 also takes the input gradient of
+ * layers with 32 to 64 channels (multiples of 16) where F(2x2) ran before
+ * (conv_wino.c's wino4_dgrad_use).
  *
  * With F(2x2) a 16-channel tile has only 16 products of 16 x 16 (the
  * transforms cost as much), while the direct kernels spend 9 multiply-adds

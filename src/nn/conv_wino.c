@@ -148,10 +148,7 @@ static void block_task(void *arg, int task, int tid)
 
 static void wino_run(wi_job *j, nn_pool *pool)
 {
-    const nn_conv_dims *d = j->d;
-    const int m = j->v->m;
-    j->simd = WI_X86 && nn_narrow_use_simd(-1);
-    j->TH = (d->OH + m - 1) / m, j->TW = (d->OW + m - 1) / m, j->NT = d->N * j->TH * j->TW;
+    wi_tile(j);
     int nu = j->v->setup(j);
     j->U = j->scratch;
     nn_pool_for(pool, nu, j->v->u_task, j);

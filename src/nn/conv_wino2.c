@@ -673,8 +673,7 @@ void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
                 .scratch = scratch,
                 .stride = stride,
                 .v = &nn_wi_f2};
-    j.simd = WI_X86 && nn_narrow_use_simd(-1);
-    j.TH = (d->OH + 1) / 2, j.TW = (d->OW + 1) / 2, j.NT = d->N * j.TH * j.TW;
+    wi_tile(&j);
     f2_setup(&j);
     j.S = wgrad_slices(d), j.U = scratch;
     nn_pool_for(pool, j.S, wslice_task, &j);

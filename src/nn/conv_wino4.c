@@ -783,8 +783,7 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
                 .scratch = scratch,
                 .stride = stride,
                 .v = &nn_wi_f4};
-    j.simd = WI_X86 && nn_narrow_use_simd(-1);
-    j.TH = (d->OH + 3) / 4, j.TW = (d->OW + 3) / 4, j.NT = d->N * j.TH * j.TW;
+    wi_tile(&j);
     j.S = w4_slices(d), j.U = scratch;
     nn_pool_for(pool, j.S, w4_slice_task, &j);
     nn_pool_for(pool, 16, w4_out_task, &j);

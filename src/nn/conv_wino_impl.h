@@ -39,7 +39,7 @@ typedef struct wi_job {
     bool relu, acc, flip, simd;
     int TH, TW, NT; /* output tiles per column, per row, in all */
     int TB, Cs, Ks; /* tiles per block, channels rounded up to 16 */
-    int S;          /* weight gradient (F(2x2)): slices */
+    int S;          /* weight gradient: slices */
     size_t uf, vf;  /* floats of U, of a block's V (M follows it) */
     const wi_variant *v;
 } wi_job;
@@ -60,6 +60,16 @@ struct wi_variant {
 };
 
 extern const wi_variant nn_wi_f2, nn_wi_f4, nn_wi_f4d;
+
+/* The kernel path and the tiling of j->d by the variant's m x m output
+ * tiles: what every Winograd pass sets up first. */
+static inline void wi_tile(wi_job *j)
+{
+    const nn_conv_dims *d = j->d;
+    const int m = j->v->m;
+    j->simd = WI_X86 && nn_narrow_use_simd(-1);
+    j->TH = (d->OH + m - 1) / m, j->TW = (d->OW + m - 1) / m, j->NT = d->N * j->TH * j->TW;
+}
 
 /* The float offset of row r (clipped to the image) of image n. */
 static inline size_t wi_row_at(int n, int r, int H, int W, int C)

@@ -67,7 +67,7 @@ root_rank_pid() { # launcher pid -> the pid of rank 0
 
 for W in $workers; do
     np=$((W + 2))
-    steps=$((240 / W)) # 240 batches: about 4 epochs of 64
+    steps=$((480 / W)) # 480 batches: 7.5 epochs of 64; the stop comes after the first 10
     common=(train --data "$tmp/d.h5" --model lenet5 --batch 32 --optimizer momentum --lr 0.02
         --seed 77 --log-every 1000 --ps 1 --steps $steps)
     launch=(mpirun --oversubscribe -np $np "$PSTRAIN")
@@ -76,15 +76,25 @@ for W in $workers; do
         { cat "$tmp/A$W.log"; bad "W=$W: the uninterrupted run"; continue; }
     for ((i = 1; i <= tries; i++)); do
         d=$tmp/S$W-$i
-        (exec "${launch[@]}" "${common[@]}" --checkpoint-dir "$d" --checkpoint-every 20 >"$d.log" 2>&1) &
+        (exec "${launch[@]}" "${common[@]}" --checkpoint-dir "$d" --checkpoint-every 10 >"$d.log" 2>&1) &
         pid=$!
         bg_pids+=("$pid")
-        for ((t = 0; t < 1200; t++)); do # training runs once the first checkpoint exists
-            [ -s "$d/latest" ] && break
+        # rank 0 is looked up before training starts, so that nothing slow
+        # (pgrep, /proc reads on a loaded machine) lies between the first
+        # checkpoint and the SIGSTOP: on a fast machine the whole run takes
+        # well under a second, and CI once saw the run end before the stop
+        root=
+        for ((t = 0; t < 1200; t++)); do
+            root=$(root_rank_pid $pid) && break
             kill -0 $pid 2>/dev/null || break
             sleep 0.05
         done
-        root=$(root_rank_pid $pid) || { cat "$d.log"; bad "W=$W try $i: no rank 0 under pid $pid"; kill_job $pid; continue; }
+        [ -n "$root" ] || { cat "$d.log"; bad "W=$W try $i: no rank 0 under pid $pid"; kill_job $pid; continue; }
+        for ((t = 0; t < 6000; t++)); do # training runs once the first checkpoint exists
+            [ -s "$d/latest" ] && break
+            kill -0 $pid 2>/dev/null || break
+            sleep 0.01
+        done
         kill -STOP "$root"
         sleep 1 # the workers and the PS drain the ring meanwhile
         kill -USR1 "$root"

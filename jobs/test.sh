@@ -80,19 +80,26 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 python3 - "$build" "$asan" "$tsan" <<'PY'
 import json, sys
 passed = failed = skipped = 0
+bad = []
 for d in sys.argv[1:]:
     try:
         lines = open(f"{d}/meson-logs/testlog.json").read().splitlines()
     except OSError:
         continue
     for line in lines:
-        r = json.loads(line).get("result")
+        t = json.loads(line)
+        r = t.get("result")
         if r in ("OK", "EXPECTEDFAIL"):
             passed += 1
         elif r == "SKIP":
             skipped += 1
         else:
             failed += 1
+            bad.append(f"{d}: {t.get('name')} ({r}, {t.get('duration', 0):.1f} s)")
+# the names of the failures just above the last line, where a CI excerpt
+# (which keeps only the end of the output) still shows them
+for b in bad:
+    print(f"failed: {b}")
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 PY
 exit $status

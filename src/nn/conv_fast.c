@@ -41,7 +41,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CF_X86 1
 #include <immintrin.h>
-#define AVX512 __attribute__((target("avx512f,fma")))
+#define AVX512 __attribute__((target("avx512f,fma,prfchw")))
 #define INLINE __attribute__((always_inline)) inline
 #else
 #define CF_X86 0
@@ -213,12 +213,19 @@ AVX512 static INLINE void fwd_block(int MR, int NV, float *out, int ldo, const f
                 /* adding into out (an input gradient with two consumers):
                  * the out rows of the tile after next are read from memory
                  * ahead, not at the tile's start (1x1 layers' tiles are a
-                 * few hundred cycles, a miss as long) */
+                 * few hundred cycles, a miss as long). Writing them (not
+                 * streamed): fetched ahead for writing too, else each
+                 * line's read-for-ownership waits at the tile's stores
+                 * (res2's 1x1 256->64 input gradient 5.8 -> 4.5 ms) */
                 if (acc && r0 == 0)
                     for (int q = p + CF_PF_TILES * MR; q < p + (CF_PF_TILES + 1) * MR && q < P; q++)
                         for (int v = 0; v < NV; v++)
                             _mm_prefetch((const char *)(out + (size_t)q * ldo + 16 * v),
                                          _MM_HINT_T0);
+                else if (!nt && r0 == 0)
+                    for (int q = p + CF_PF_TILES * MR; q < p + (CF_PF_TILES + 1) * MR && q < P; q++)
+                        for (int v = 0; v < NV; v++)
+                            __builtin_prefetch(out + (size_t)q * ldo + 16 * v, 1, 3);
                 fwd_tile(MR, NV, out, ldo, pad, p, pe - p < MR ? pe - p : MR, base + (p - p0), WpC,
                          seg, wp, r0, r1, mk, bv, acc || r0 > 0, relu && r1 == R,
                          D && p + D * MR + MR <= pl ? base + (p - p0) + D * MR : NULL,

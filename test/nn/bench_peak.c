@@ -36,6 +36,7 @@
  * rate by CPU time is printed too, but a hypervisor's steal is not always
  * taken out of it). Run it on an idle machine. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,12 +246,149 @@ static result measure(int test, int nt, const int *cpus, int ncpus, size_t float
     return r;
 }
 
+/* ---- data written by one CPU and read by another ---- */
+
+typedef struct share_job {
+    int cpu, me;
+    float *buf;
+    size_t n;
+    int rounds;
+    _Atomic int *turn;
+    double read_s; /* seconds reading what the other thread wrote */
+    double ping_s; /* seconds of the ping-pong */
+} share_job;
+
+#define PING_ROUNDS 200000
+
+static double read_pass(const float *x, size_t n)
+{
+    double w0 = pst_now();
+#ifdef HAVE_AVX512_LOOPS
+    if (avx512)
+        load_avx512(x, n, 1);
+    else
+#endif
+        load_portable(x, n, 1);
+    return pst_now() - w0;
+}
+
+static void write_pass(float *x, size_t n, int r)
+{
+    for (size_t i = 0; i < n; i++) x[i] = (float)r;
+}
+
+static void pin(int cpu)
+{
+    if (cpu < 0) return;
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    pthread_setaffinity_np(pthread_self(), sizeof s, &s);
+}
+
+/* Rounds r = 0, 1, ...: thread r % 2 writes the buffer and passes the
+ * turn; the other reads it, timed, and writes it in the next round. Then a
+ * ping-pong of one cache line (an atomic counter, each thread waiting for
+ * its parity). */
+static void *share_main(void *varg)
+{
+    share_job *j = varg;
+    pin(j->cpu);
+    j->read_s = 0;
+    for (int r = 0; r < j->rounds; r++) {
+        if (r % 2 == j->me) {
+            while (atomic_load_explicit(j->turn, memory_order_acquire) != r) {
+            }
+            if (r > 0) j->read_s += read_pass(j->buf, j->n);
+            write_pass(j->buf, j->n, r);
+            atomic_store_explicit(j->turn, r + 1, memory_order_release);
+        }
+    }
+    while (atomic_load_explicit(j->turn, memory_order_acquire) != j->rounds) {
+    }
+    if (j->me == 1) atomic_store_explicit(j->turn, -1, memory_order_release);
+    while (atomic_load_explicit(j->turn, memory_order_acquire) != -1) {
+    }
+    /* ping-pong: thread me moves the counter from 2k + me to 2k + me + 1 */
+    if (j->me == 0) atomic_store_explicit(j->turn, 0, memory_order_release);
+    while (atomic_load_explicit(j->turn, memory_order_acquire) < 0) {
+    }
+    double w0 = pst_now();
+    for (int k = 0; k < PING_ROUNDS; k++) {
+        int want = 2 * k + j->me;
+        while (atomic_load_explicit(j->turn, memory_order_acquire) != want) {
+        }
+        atomic_store_explicit(j->turn, want + 1, memory_order_release);
+    }
+    j->ping_s = pst_now() - w0;
+    return NULL;
+}
+
+/* The same buffer written and read back by one thread: the read's GB/s. */
+static double local_read(int cpu, size_t n, int rounds)
+{
+    float *x = pst_aligned_alloc(sizeof(float) * n);
+    double s = 0;
+    for (int r = 0; r < rounds; r++) {
+        write_pass(x, n, r);
+        if (r > 0) s += read_pass(x, n);
+    }
+    free(x);
+    (void)cpu;
+    return 1e-9 * 4.0 * (double)n * (rounds - 1) / s;
+}
+
+static void *local_main(void *varg)
+{
+    share_job *j = varg;
+    pin(j->cpu);
+    j->read_s = local_read(j->cpu, j->n, j->rounds);
+    return NULL;
+}
+
+static void share_test(const int *cpus, int ncpus, size_t n, int rounds)
+{
+    if (ncpus < 2) {
+        printf("share: needs 2 CPUs in the affinity mask, has %d: skipped\n", ncpus);
+        return;
+    }
+    double best_local = 0, best_remote = 0, best_ping = 1e30;
+    for (int q = 0; q < rounds; q++) {
+        share_job l = {cpus[0], 0, NULL, n, 2001, NULL, 0, 0};
+        pthread_t th;
+        if (pthread_create(&th, NULL, local_main, &l) != 0) pst_die("cannot start a thread");
+        pthread_join(th, NULL);
+        if (l.read_s > best_local) best_local = l.read_s;
+        _Atomic int turn = 0;
+        float *buf = pst_aligned_alloc(sizeof(float) * n);
+        write_pass(buf, n, 0);
+        share_job j[2];
+        pthread_t t2[2];
+        for (int i = 0; i < 2; i++) {
+            j[i] = (share_job){cpus[i], i, buf, n, 2001, &turn, 0, 0};
+            if (pthread_create(&t2[i], NULL, share_main, &j[i]) != 0)
+                pst_die("cannot start a thread");
+        }
+        for (int i = 0; i < 2; i++) pthread_join(t2[i], NULL);
+        free(buf);
+        double remote = 1e-9 * 4.0 * (double)n * 2000 / (j[0].read_s + j[1].read_s);
+        if (remote > best_remote) best_remote = remote;
+        double ping = (j[0].ping_s > j[1].ping_s ? j[0].ping_s : j[1].ping_s) / (2.0 * PING_ROUNDS);
+        if (ping < best_ping) best_ping = ping;
+    }
+    printf("share  GB/s     read of %.0f KiB just written by the same CPU %.1f, by CPU %d for CPU "
+           "%d and back %.1f (ratio %.2f); a cache line handed between the two: %.0f ns one "
+           "way\n",
+           4.0 * (double)n / 1024, best_local, cpus[0], cpus[1], best_remote,
+           best_remote / best_local, 1e9 * best_ping);
+}
+
 int main(int argc, char **argv)
 {
     pst_set_progname("bench_peak");
     int threads = 0, rounds = 3;
     double seconds = 1.0, l1_kb = 16, l2_kb = 0, mb = 1024;
-    bool want[NTEST] = {false}, any = false;
+    bool want[NTEST] = {false}, any = false, share = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1 || threads > 64)
@@ -272,18 +410,22 @@ int main(int argc, char **argv)
                 pst_die("bad --mb '%s': expected MB in [1, 65536]", argv[i]);
         } else if (strcmp(argv[i], "--portable") == 0) {
             portable = true;
+        } else if (strcmp(argv[i], "share") == 0) {
+            share = any = true;
         } else {
             int t = 0;
             while (t < NTEST && strcmp(argv[i], test_name[t])) t++;
             if (t == NTEST)
                 pst_die("unknown argument '%s': expected an option or a test (fma, l1, l2, "
-                        "triad)",
+                        "triad, share)",
                         argv[i]);
             want[t] = any = true;
         }
     }
-    if (!any)
+    if (!any) {
         for (int t = 0; t < NTEST; t++) want[t] = true;
+        share = true;
+    }
 #ifdef HAVE_AVX512_LOOPS
     __builtin_cpu_init();
     avx512 = !portable && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
@@ -343,5 +485,6 @@ int main(int argc, char **argv)
                    a->pinned && z->pinned ? "" : "  (not pinned)");
         }
     }
+    if (share) share_test(cpus, ncpus, floats[T_L2], rounds);
     return 0;
 }

@@ -86,9 +86,9 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
 }
 
 /* F(4x4) for 16 -> 16 layers (wino4_use) takes all three passes: the
- * forward with its products summed in double (nn_wi_f4d), the input
- * gradient in float (nn_wi_f4), the weight gradient in float blocks summed
- * in slices (nn_wi4_wgrad); conv_wino4.c says why. */
+ * forward and the input gradient in float (nn_wi_f4), the weight gradient
+ * in float blocks summed in slices (nn_wi4_wgrad); conv_wino4.c says how
+ * accurate they are and why that is accepted. */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -166,7 +166,7 @@ void nn_wino_forward(float *out, const float *inp, const float *w, const float *
                 .scratch = scratch,
                 .stride = stride,
                 .relu = relu,
-                .v = wino4_use(d) ? &nn_wi_f4d : &nn_wi_f2};
+                .v = wino4_use(d) ? &nn_wi_f4 : &nn_wi_f2};
     wino_run(&j, pool);
 }
 

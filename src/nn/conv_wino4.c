@@ -1,7 +1,7 @@
 /*
  * conv_wino4.c - Winograd F(4x4, 3x3): for 16 -> 16 channels (ResNet-20's
- * first stage) the variants the driver (conv_wino.c) runs for the forward
- * (nn_wi_f4d) and the input gradient (nn_wi_f4), and their weight gradient
+ * first stage) the variant the driver (conv_wino.c) runs for the forward
+ * and the input gradient (nn_wi_f4), and their weight gradient
  * (nn_wi4_wgrad, at the end); nn_wi_f4 also takes the input gradient of
  * layers with 32 to 64 channels (multiples of 16) where F(2x2) ran before
  * (conv_wino.c's wino4_dgrad_use).
@@ -32,31 +32,28 @@
  * Error, measured (relative to the outputs' standard deviation, on ReLU
  * outputs and He-initialised kernels; direct kernels 1.7e-7 typical and
  * 2.3e-6 largest): points 0, +-1, +-2 in float 9e-7 and 2.5e-5; these
- * points in float 5.8e-7 and 7e-6; these points with the products summed
- * in double, M and A^T M A in double, rounded once (nn_wi_f4d) 2.6e-7
- * and 2.4e-6. Most of the float error is the sum over the 16 channels
- * (M), amplified by A^T's 4 and 8: summing M exactly alone takes it to
- * 3.7e-7. test_wino.c checks every output against a double-precision
- * direct convolution with the bound 2 (C + 16) u A^T[(|G||g||G^T|) .
- * (|B^T||d||B|)]A (|.| elementwise) and the typical error with a sharper
- * limit.
+ * points in float 5.8e-7 and 7e-6; with the products summed in double, M
+ * and A^T M A in double, rounded once (the forward until 2026-12-01)
+ * 2.6e-7 and 2.4e-6. Most of the float error is the sum over the 16
+ * channels (M), amplified by A^T's 4 and 8: summing M exactly alone takes
+ * it to 3.7e-7. For 16 -> 16 the sum runs in two chains (c = 0..7 and
+ * 8..15, added at the end): as fast as one chain (12 tiles' chains already
+ * hide the FMA latency) and 4.2-5.7e-7 instead of 5.6-6.5e-7 on
+ * test_wino.c's shapes. test_wino.c checks every output against a
+ * double-precision direct convolution with the bound 2 (C + 16) u
+ * A^T[(|G||g||G^T|) . (|B^T||d||B|)]A (|.| elementwise) and the typical
+ * error with a sharper limit.
  *
- * Why the forward sums in double: torch-trainstep-resnet-20's batch-4
- * training step from far-from-identity batch norms has pre-ReLU values
- * within 1e-6 of zero (3/sum 9e-7, 6/b1 1.4e-6, 5/b1 2.8e-6); an error
- * that flips one of them moves a variable's change by 0.05-1.4% from
- * PyTorch's (limit 0.1%). PyTorch itself with random errors of 2e-7,
- * 5e-7 and 1e-6 (relative) added to the six 16 -> 16 convolutions' outputs
- * failed that limit in 1 of 10, 4 of 10 and 2 of 4 draws. The float
- * forward with points 0, +-1, +-2 failed it (1.4%, 5/c1/kernel); with the
- * double sums it is at 9.3e-5, as close as the direct kernels (1.5e-4).
- * The input gradient only moves gradients (the step stays at 9.3e-5) and
- * keeps the float sums: they run 1.7x faster (forward at batch 64: 0.63
- * against 1.09 ms per layer).
+ * The forward runs in float since 2026-12-01, a deliberate trade (1.6x
+ * faster than the double sums, about 2 ms of resnet-20's step at batch 64)
+ * argued in docs/design.md section 12: the double sums were there for
+ * torch-trainstep-resnet-20, which then compared a step with pre-ReLU
+ * values within 1e-6 of zero (any error could flip a ReLU); it now keeps
+ * them 1e-3 away and passes at 1.1e-5 (limit 2e-4).
  *
- * Blocks: W4_TB tiles (V[36][TB][16] floats, M floats or doubles, in L2).
- * U (36 x 16 x 16) is built in double once per call, a task per input
- * channel, and kept in double (forward) or rounded once to float. */
+ * Blocks: W4_TB tiles (V[36][TB][C] and M[36][TB][K] floats, in L2).
+ * U (36 x C x K) is built in double once per call, a task per input
+ * channel, and rounded once to float. */
 #include <string.h>
 
 #include "conv_wino_impl.h"
@@ -64,7 +61,6 @@
 #define W4_POS 36
 #define W4_TB 12 /* tiles per block */
 #define W4_U (W4_POS * 16 * 16)
-#define W4_VM (W4_POS * W4_TB * 16) /* values of V, of M */
 
 static const double G4[6][3] = {{1, 0, 0},
                                 {-1.0 / 3, 1.0 / 3, -1.0 / 3},
@@ -92,10 +88,12 @@ NN_CLONES static void u4_16(double u[W4_POS][16], float g[9][16])
 }
 
 /* U[p][c][k] for input channel c = r: taps w[t][c][k], or (flip) the
- * layer's w[8 - t][k][c] (the job's C and K are the layer's K and C); in
- * double (dbl) or rounded once to float */
-static void u4_row(const wi_job *j, int r, bool dbl)
+ * layer's w[8 - t][k][c] (the job's C and K are the layer's K and C),
+ * computed in double and rounded once to float */
+static void u4_task(void *arg, int r, int tid)
 {
+    const wi_job *j = arg;
+    (void)tid;
     const int C = j->d->C, K = j->d->K;
     float g[9][16];
     double u[W4_POS][16];
@@ -106,26 +104,8 @@ static void u4_row(const wi_job *j, int r, bool dbl)
                                   : j->w[((size_t)t * C + r) * K + k0 + i];
         u4_16(u, g);
         for (int p = 0; p < W4_POS; p++)
-            for (int i = 0; i < 16; i++) {
-                size_t o = ((size_t)p * C + r) * K + k0 + i;
-                if (dbl)
-                    ((double *)(void *)j->U)[o] = u[p][i];
-                else
-                    j->U[o] = (float)u[p][i];
-            }
+            for (int i = 0; i < 16; i++) j->U[((size_t)p * C + r) * K + k0 + i] = (float)u[p][i];
     }
-}
-
-static void u4_task(void *arg, int r, int tid)
-{
-    (void)tid;
-    u4_row(arg, r, false);
-}
-
-static void u4d_task(void *arg, int r, int tid)
-{
-    (void)tid;
-    u4_row(arg, r, true);
 }
 
 /* t[0..5] = B^T x[0..5] (one channel), s = stride of x and t */
@@ -175,51 +155,43 @@ static void in4_port(const wi_job *j, float *V, int t0, int nt)
     in4_tiles_port(j, V, t0, nt, W4_TB);
 }
 
-/* M[p][i][k] = sum over c in order of V[p][i][c] U[p][c][k]: in float, or
- * (4d) in double */
+/* The sum over c of a 16 -> 16 layer runs in two chains, c = 0..7 and
+ * 8..15, added at the end (the header says why); other shapes in one. */
+static int w4_half(int C, int K)
+{
+    return C == 16 && K == 16 ? 8 : C;
+}
+
+/* M[p][i][k] = sum over c in order of V[p][i][c] U[p][c][k] (in float; in
+ * two chains for 16 -> 16) */
 static void gemm4_port(const wi_job *j, float *M, const float *V)
 {
-    const int C = j->d->C, K = j->d->K;
+    const int C = j->d->C, K = j->d->K, h = w4_half(C, K);
     for (int p = 0; p < W4_POS; p++)
         for (int i = 0; i < W4_TB; i++) {
-            float *m = M + ((size_t)p * W4_TB + i) * K;
+            float *m = M + ((size_t)p * W4_TB + i) * K, m2[64];
             const float *v = V + ((size_t)p * W4_TB + i) * C, *u = j->U + (size_t)p * C * K;
-            for (int k = 0; k < K; k++) m[k] = 0.0f;
-            for (int c = 0; c < C; c++)
+            for (int k = 0; k < K; k++) m[k] = 0.0f, m2[k] = 0.0f;
+            for (int c = 0; c < h; c++)
                 for (int k = 0; k < K; k++) m[k] += v[c] * u[(size_t)c * K + k];
+            if (h == C) continue;
+            for (int c = h; c < C; c++)
+                for (int k = 0; k < K; k++) m2[k] += v[c] * u[(size_t)c * K + k];
+            for (int k = 0; k < K; k++) m[k] += m2[k];
         }
 }
 
-static void gemm4d_port(const wi_job *j, float *Mf, const float *V)
+/* y[0..3] = A^T m[0..5], strides s (m) and sy (y) */
+static void at6_port(float *y, size_t sy, const float *m, size_t s)
 {
-    const double *U = (const double *)(const void *)j->U;
-    double *M = (double *)(void *)Mf;
-    for (int p = 0; p < W4_POS; p++)
-        for (int i = 0; i < W4_TB; i++) {
-            double *m = M + ((size_t)p * W4_TB + i) * 16;
-            const float *v = V + ((size_t)p * W4_TB + i) * 16;
-            const double *u = U + (size_t)p * 256;
-            for (int k = 0; k < 16; k++) m[k] = 0.0;
-            for (int c = 0; c < 16; c++)
-                for (int k = 0; k < 16; k++) m[k] += (double)v[c] * u[c * 16 + k];
-        }
+    float s12 = m[2 * s] + m[s], d21 = m[2 * s] - m[s], m3 = m[3 * s], m4 = m[4 * s];
+    y[0] = (m[0] + s12) + (m3 + m4);
+    y[sy] = d21 + (0.5f * m3 - 2 * m4);
+    y[2 * sy] = s12 + (0.25f * m3 + 4 * m4);
+    y[3 * sy] = d21 + (0.125f * m3 - 8 * m4) + m[5 * s];
 }
 
-/* y[0..3] = A^T m[0..5], strides s (m) and sy (y); float and double */
-#define AT6_PORT(T, name)                                                                          \
-    static void name(T *y, size_t sy, const T *m, size_t s)                                        \
-    {                                                                                              \
-        T s12 = m[2 * s] + m[s], d21 = m[2 * s] - m[s], m3 = m[3 * s], m4 = m[4 * s];              \
-        y[0] = (m[0] + s12) + (m3 + m4);                                                           \
-        y[sy] = d21 + ((T)0.5 * m3 - 2 * m4);                                                      \
-        y[2 * sy] = s12 + ((T)0.25 * m3 + 4 * m4);                                                 \
-        y[3 * sy] = d21 + ((T)0.125 * m3 - 8 * m4) + m[5 * s];                                     \
-    }
-AT6_PORT(float, at6_port)
-AT6_PORT(double, at6d_port)
-
-/* Output pixel (oh, ow) of image n, channel k, from y (float, or double
- * rounded once to float): + bias, acc, ReLU */
+/* Output pixel (oh, ow) of image n, channel k, from y: + bias, acc, ReLU */
 static void out4_store(const wi_job *j, int t, int k, float y[4][4])
 {
     const nn_conv_dims *d = j->d;
@@ -245,23 +217,6 @@ static void out4_port(const wi_job *j, const float *M, int t0, int nt)
             for (int b = 0; b < 6; b++) at6_port(&s[0][b], 6, m + b, 6);
             for (int a = 0; a < 4; a++) at6_port(&y[a][0], 1, &s[a][0], 1);
             out4_store(j, t0 + i, k, y);
-        }
-}
-
-static void out4d_port(const wi_job *j, const float *Mf, int t0, int nt)
-{
-    const size_t ps = (size_t)W4_TB * 16;
-    const double *M = (const double *)(const void *)Mf;
-    for (int i = 0; i < nt; i++)
-        for (int k = 0; k < 16; k++) {
-            double m[36], s[4][6], y[4][4];
-            float yf[4][4];
-            for (int p = 0; p < W4_POS; p++) m[p] = M[p * ps + (size_t)i * 16 + k];
-            for (int b = 0; b < 6; b++) at6d_port(&s[0][b], 6, m + b, 6);
-            for (int a = 0; a < 4; a++) at6d_port(&y[a][0], 1, &s[a][0], 1);
-            for (int a = 0; a < 4; a++)
-                for (int b = 0; b < 4; b++) yf[a][b] = (float)y[a][b];
-            out4_store(j, t0 + i, k, yf);
         }
 }
 
@@ -375,16 +330,36 @@ AVX512 static INLINE void gemm4_tile(int MR, int NV, float *M, int K, const floa
         for (int v = 0; v < NV; v++) _mm512_storeu_ps(M + (size_t)i * K + 16 * v, acc[i][v]);
 }
 
-/* M[p] for the W4_TB tiles: 12 x 1 vectors (K = 16: C = 16 unrolled), 12 x
- * 2 (32), 6 x 3 (48), 6 x 4 (64) */
+/* 16 -> 16: the W4_TB tiles' M at one position in two chains, c = 0..7
+ * and 8..15 (24 registers), added at the end (the order of gemm4_port) */
+AVX512 static INLINE void gemm4_tile16(float *M, const float *V, const float *U)
+{
+    __m512 a0[W4_TB], a1[W4_TB];
+#pragma GCC unroll 12
+    for (int i = 0; i < W4_TB; i++) a0[i] = a1[i] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        __m512 u0 = _mm512_loadu_ps(U + c * 16), u1 = _mm512_loadu_ps(U + (c + 8) * 16);
+#pragma GCC unroll 12
+        for (int i = 0; i < W4_TB; i++) {
+            a0[i] = _mm512_fmadd_ps(_mm512_set1_ps(V[i * 16 + c]), u0, a0[i]);
+            a1[i] = _mm512_fmadd_ps(_mm512_set1_ps(V[i * 16 + c + 8]), u1, a1[i]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < W4_TB; i++) _mm512_storeu_ps(M + i * 16, _mm512_add_ps(a0[i], a1[i]));
+}
+
+/* M[p] for the W4_TB tiles: 12 x 1 vectors (K = 16; C = 16 in two chains),
+ * 12 x 2 (32), 6 x 3 (48), 6 x 4 (64) */
 AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V)
 {
     const int C = j->d->C, K = j->d->K;
     for (int p = 0; p < W4_POS; p++) {
         const float *U = j->U + (size_t)p * C * K, *v = V + (size_t)p * W4_TB * C;
         float *m = M + (size_t)p * W4_TB * K;
-        if (K == 16 && C == 16)
-            gemm4_tile(12, 1, m, 16, v, 16, U);
+        if (w4_half(C, K) < C)
+            gemm4_tile16(m, v, U);
         else if (K == 16)
             gemm4_tile(12, 1, m, K, v, C, U);
         else if (K == 32)
@@ -398,55 +373,18 @@ AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V)
     }
 }
 
-/* the same in double: V of the position widened first, M[p][i][16] doubles */
-AVX512 static void gemm4d_simd(const wi_job *j, float *Mf, const float *V)
-{
-    const double *Ud = (const double *)(const void *)j->U;
-    double *Md = (double *)(void *)Mf;
-    double vd[W4_TB * 16];
-    for (int p = 0; p < W4_POS; p++) {
-        const double *U = Ud + (size_t)p * 256;
-        const float *v = V + (size_t)p * W4_TB * 16;
-#pragma GCC unroll 4
-        for (int q = 0; q < W4_TB * 16; q += 8)
-            _mm512_storeu_pd(vd + q, _mm512_cvtps_pd(_mm256_loadu_ps(v + q)));
-        __m512d acc[W4_TB][2];
-#pragma GCC unroll 12
-        for (int i = 0; i < W4_TB; i++) acc[i][0] = acc[i][1] = _mm512_setzero_pd();
-#pragma GCC unroll 2
-        for (int c = 0; c < 16; c++) {
-            __m512d u0 = _mm512_loadu_pd(U + c * 16), u1 = _mm512_loadu_pd(U + c * 16 + 8);
-#pragma GCC unroll 12
-            for (int i = 0; i < W4_TB; i++) {
-                __m512d x = _mm512_set1_pd(vd[i * 16 + c]);
-                acc[i][0] = _mm512_fmadd_pd(x, u0, acc[i][0]);
-                acc[i][1] = _mm512_fmadd_pd(x, u1, acc[i][1]);
-            }
-        }
-        double *m = Md + (size_t)p * W4_TB * 16;
-#pragma GCC unroll 12
-        for (int i = 0; i < W4_TB; i++) {
-            _mm512_storeu_pd(m + i * 16, acc[i][0]);
-            _mm512_storeu_pd(m + i * 16 + 8, acc[i][1]);
-        }
-    }
-}
-
-/* y[0..3] = A^T m[0..5] (the order of at6_port): 16 floats, or 8 doubles */
-#define AT6(y, m, V, sfx)                                                                          \
+/* y[0..3] = A^T m[0..5] (the order of at6_port), 16 floats */
+#define AT6(y, m)                                                                                  \
     do {                                                                                           \
-        V s12 = _mm512_add_##sfx(m[2], m[1]), d21 = _mm512_sub_##sfx(m[2], m[1]);                  \
-        y[0] = _mm512_add_##sfx(_mm512_add_##sfx(m[0], s12), _mm512_add_##sfx(m[3], m[4]));        \
-        y[1] = _mm512_add_##sfx(                                                                   \
-            d21, _mm512_fnmadd_##sfx(_mm512_set1_##sfx(2), m[4],                                   \
-                                     _mm512_mul_##sfx(_mm512_set1_##sfx(0.5), m[3])));             \
-        y[2] = _mm512_add_##sfx(                                                                   \
-            s12, _mm512_fmadd_##sfx(_mm512_set1_##sfx(4), m[4],                                    \
-                                    _mm512_mul_##sfx(_mm512_set1_##sfx(0.25), m[3])));             \
-        y[3] = _mm512_add_##sfx(                                                                   \
-            _mm512_add_##sfx(                                                                      \
-                d21, _mm512_fnmadd_##sfx(_mm512_set1_##sfx(8), m[4],                               \
-                                         _mm512_mul_##sfx(_mm512_set1_##sfx(0.125), m[3]))),       \
+        __m512 s12 = _mm512_add_ps(m[2], m[1]), d21 = _mm512_sub_ps(m[2], m[1]);                   \
+        y[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), _mm512_add_ps(m[3], m[4]));                 \
+        y[1] = _mm512_add_ps(d21, _mm512_fnmadd_ps(_mm512_set1_ps(2), m[4],                        \
+                                                   _mm512_mul_ps(_mm512_set1_ps(0.5f), m[3])));    \
+        y[2] = _mm512_add_ps(s12, _mm512_fmadd_ps(_mm512_set1_ps(4), m[4],                         \
+                                                  _mm512_mul_ps(_mm512_set1_ps(0.25f), m[3])));    \
+        y[3] = _mm512_add_ps(                                                                      \
+            _mm512_add_ps(d21, _mm512_fnmadd_ps(_mm512_set1_ps(8), m[4],                           \
+                                                _mm512_mul_ps(_mm512_set1_ps(0.125f), m[3]))),     \
             m[5]);                                                                                 \
     } while (0)
 
@@ -469,7 +407,7 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
                 __m512 x[6], y[4];
 #pragma GCC unroll 6
                 for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_ps(m + (size_t)(6 * a + b) * ps);
-                AT6(y, x, __m512, ps);
+                AT6(y, x);
 #pragma GCC unroll 4
                 for (int a = 0; a < 4; a++) s[a][b] = y[a];
             }
@@ -477,7 +415,7 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
 #pragma GCC unroll 4
             for (int a = 0; a < 4; a++) {
                 __m512 y[4];
-                AT6(y, s[a], __m512, ps);
+                AT6(y, s[a]);
                 if (oh0 + a >= d->OH) continue;
 #pragma GCC unroll 4
                 for (int b = 0; b < 4; b++) {
@@ -492,50 +430,6 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
         }
 }
 
-/* the same from M in double, 8 channels at a time, rounded once to float */
-AVX512 static void out4d_simd(const wi_job *j, const float *Mf, int t0, int nt)
-{
-    const nn_conv_dims *d = j->d;
-    const int per = j->TH * j->TW;
-    const size_t ps = (size_t)W4_TB * 16;
-    const double *M = (const double *)(const void *)Mf;
-    const __m256 z = _mm256_setzero_ps();
-    for (int i = 0; i < nt; i++) {
-        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
-        int oh0 = 4 * ty, ow0 = 4 * tx;
-        float *o = j->out + (((size_t)n * d->OH + oh0) * d->OW + ow0) * 16;
-        for (int h = 0; h < 2; h++) {
-            const double *m = M + (size_t)i * 16 + 8 * h;
-            const __m256 bv = j->b ? _mm256_loadu_ps(j->b + 8 * h) : z;
-            __m512d s[4][6];
-#pragma GCC unroll 6
-            for (int b = 0; b < 6; b++) {
-                __m512d x[6], y[4];
-#pragma GCC unroll 6
-                for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_pd(m + (size_t)(6 * a + b) * ps);
-                AT6(y, x, __m512d, pd);
-#pragma GCC unroll 4
-                for (int a = 0; a < 4; a++) s[a][b] = y[a];
-            }
-#pragma GCC unroll 4
-            for (int a = 0; a < 4; a++) {
-                __m512d y[4];
-                AT6(y, s[a], __m512d, pd);
-                if (oh0 + a >= d->OH) continue;
-#pragma GCC unroll 4
-                for (int b = 0; b < 4; b++) {
-                    if (ow0 + b >= d->OW) continue;
-                    float *q = o + ((size_t)a * d->OW + b) * 16 + 8 * h;
-                    __m256 yf = _mm512_cvtpd_ps(y[b]);
-                    __m256 v =
-                        j->acc ? _mm256_add_ps(_mm256_loadu_ps(q), yf) : _mm256_add_ps(yf, bv);
-                    if (j->relu) v = _mm256_max_ps(v, z);
-                    _mm256_storeu_ps(q, v);
-                }
-            }
-        }
-    }
-}
 #endif
 
 /* ---- the weight gradient ------------------------------------------------
@@ -567,13 +461,14 @@ static int w4_slices(const nn_conv_dims *d)
     return S < 1 ? 1 : (int)S;
 }
 
-/* floats per thread: the forward's (U and M in double, V) or the weight
- * gradient's (the slices' dU in thread 0's area, then V and Z) */
+/* floats per thread: the forward's and input gradient's (U, V and M) or,
+ * for 16 -> 16, the weight gradient's if larger (the slices' dU in thread
+ * 0's area, then V and Z) */
 size_t nn_wi4_scratch(const nn_conv_dims *d)
 {
-    if (d->C != 16 || d->K != 16) /* the float variant alone (input gradient) */
-        return (size_t)W4_POS * (d->C * d->K + W4_TB * (d->C + d->K)) + 16;
-    size_t f = 2 * W4_U + W4_VM + 2 * W4_VM + 16, w = (size_t)w4_slices(d) * W4_U + 2 * W4_WVZ + 16;
+    size_t f = (size_t)W4_POS * (d->C * d->K + W4_TB * (d->C + d->K)) + 16;
+    if (d->C != 16 || d->K != 16) return f; /* the input gradient alone */
+    size_t w = (size_t)w4_slices(d) * W4_U + 2 * W4_WVZ + 16;
     return f > w ? f : w;
 }
 
@@ -797,12 +692,6 @@ static int f4_setup(wi_job *j)
     return C;
 }
 
-static int f4d_setup(wi_job *j)
-{
-    j->TB = W4_TB, j->Cs = 16, j->Ks = 16, j->uf = 2 * W4_U, j->vf = W4_VM;
-    return 16;
-}
-
 #if WI_X86
 #define F4_SIMD(f) f
 #else
@@ -816,11 +705,3 @@ const wi_variant nn_wi_f4 = {.m = 4,
                              .in = {in4_port, F4_SIMD(in4_simd)},
                              .gemm = {gemm4_port, F4_SIMD(gemm4_simd)},
                              .out = {out4_port, F4_SIMD(out4_simd)}};
-
-const wi_variant nn_wi_f4d = {.m = 4,
-                              .pos = W4_POS,
-                              .setup = f4d_setup,
-                              .u_task = u4d_task,
-                              .in = {in4_port, F4_SIMD(in4_simd)},
-                              .gemm = {gemm4d_port, F4_SIMD(gemm4d_simd)},
-                              .out = {out4d_port, F4_SIMD(out4d_simd)}};

@@ -59,7 +59,7 @@ struct wi_variant {
     wi_out_fn out[2];
 };
 
-extern const wi_variant nn_wi_f2, nn_wi_f4, nn_wi_f4d;
+extern const wi_variant nn_wi_f2, nn_wi_f4;
 
 /* The kernel path and the tiling of j->d by the variant's m x m output
  * tiles: what every Winograd pass sets up first. */

@@ -218,14 +218,16 @@ static double rms_rel(const float *got, const double *ref, size_t n)
 
 /* The bound above is a worst case, loose by ~500x on random data (F(4x4)'s
  * |B^T|, |A^T| reach 5/2 and 8): a coefficient 1e-5 off stays under it.
- * The typical error is sharper: measured at most 3.2e-7 (F(2x2)), 3.1e-7
- * (F(4x4)'s forward, summed in double), 7.3e-7 (its input gradient, in
- * float) and 7.6e-7 (its weight gradient; the direct kernels' 1.1-5e-7)
- * on these shapes; a coefficient of the weight gradient's transforms 1e-5
- * off gives 1.2-5e-5. fwd: the forward's limit. */
+ * The typical error is sharper: measured at most 3.2e-7 (F(2x2)), 5.7e-7
+ * (F(4x4)'s forward in float, AVX-512; 6.4e-7 portable; 3.1e-7 when it
+ * summed in double, before 2026-12-01: docs/design.md section 12 says why
+ * float was chosen), 7.3e-7 (its input gradient) and 7.6e-7 (its weight
+ * gradient; the direct kernels' 1.1-5e-7) on these shapes; a coefficient
+ * of B^T, G or A^T 1e-5 off gives 1.2-5e-5 (forward: 1.6e-6 and more).
+ * fwd: the forward's limit. */
 static double rms_tol(bool fwd)
 {
-    return tile_m == 2 ? 1e-6 : fwd ? 6e-7 : 1.5e-6;
+    return tile_m == 2 ? 1e-6 : fwd ? 8e-7 : 1.5e-6;
 }
 
 static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool relu, bool acc)

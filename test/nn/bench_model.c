@@ -4,7 +4,7 @@
  * tests, not registered as one (a benchmark, not a check).
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
- *               [--threads T] [--predict P] [--rerun] [model ...]
+ *               [--threads T] [--predict P] [--rerun] [--unplanned] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 the img/s by CPU time counts the calling
  * thread only: the wall-time figures need an otherwise idle machine. The
@@ -23,11 +23,16 @@
  * and prints that call's CPU time ("rerun"): the layer with the caches as
  * it left them itself, against what the layers before it left; the
  * difference is what a layer pays for running inside the model (see
- * docs/mpi-facts.md, "resnet-20's convolutions inside the model"). */
+ * docs/mpi-facts.md, "resnet-20's convolutions inside the model").
+ * --unplanned: every activation buffer gets its own bytes (the layout of
+ * bench_memory --unplanned) instead of the plan's shared arena: whether
+ * reusing memory across layers costs (caches, or lines another thread
+ * wrote last). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "graph.h"
 #include "layers.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
@@ -36,6 +41,7 @@
 
 static int warmup = 20, classes = 10, predict = 2; /* --warmup, --classes, --predict */
 static bool rerun;                                 /* --rerun */
+static bool unplanned;                             /* --unplanned */
 #define WINDOW 20
 
 static double cpu_now(void)
@@ -51,6 +57,7 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);
+    if (unplanned) nn_model_set_layout(m, NN_LAYOUT_PRIVATE);
     size_t per = (size_t)h * w * c, size = nn_model_size(m);
     int nbatches = 8; /* a few different batches, as a data stream would give */
     float *x = pst_aligned_alloc(sizeof(float) * nbatches * batch * per);
@@ -137,6 +144,8 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1) pst_die("bad --threads");
         } else if (strcmp(argv[i], "--rerun") == 0) {
             rerun = true;
+        } else if (strcmp(argv[i], "--unplanned") == 0) {
+            unplanned = true;
         } else if (nmodels < 8) {
             models[nmodels++] = argv[i];
         }

@@ -1,8 +1,9 @@
 /*
  * conv_wino4.c - Winograd F(4x4, 3x3): for 16 -> 16 channels (ResNet-20's
  * first stage) the variant the driver (conv_wino.c) runs for the forward
- * and the input gradient (nn_wi_f4), and their weight gradient
- * (nn_wi4_wgrad, at the end); nn_wi_f4 also takes the input gradient of
+ * and the input gradient (nn_wi_f4); their weight gradient (nn_wi4_wgrad)
+ * is in conv_wino4_wgrad.c, the input transform both use in
+ * conv_wino4_impl.h. nn_wi_f4 also takes the input gradient of
  * layers with 32 to 64 channels (multiples of 16) where F(2x2) ran before
  * (conv_wino.c's wino4_dgrad_use).
  *
@@ -54,20 +55,7 @@
  * Blocks: W4_TB tiles (V[36][TB][C] and M[36][TB][K] floats, in L2).
  * U (36 x C x K) is built in double once per call, a task per input
  * channel, and rounded once to float. */
-#include <string.h>
-
-#include "conv_wino_impl.h"
-
-#define W4_POS 36
-#define W4_TB 12 /* tiles per block */
-#define W4_U (W4_POS * 16 * 16)
-
-static const double G4[6][3] = {{1, 0, 0},
-                                {-1.0 / 3, 1.0 / 3, -1.0 / 3},
-                                {1.0 / 3, 1.0 / 3, 1.0 / 3},
-                                {-16.0 / 15, -8.0 / 15, -4.0 / 15},
-                                {1.0 / 15, -2.0 / 15, 4.0 / 15},
-                                {0, 0, 1}};
+#include "conv_wino4_impl.h"
 
 /* u[p][16] = G g G^T for 16 kernels g[tap][16] at once, in double: in two
  * stages ((G g) G^T, 162 multiply-adds per kernel instead of 324),
@@ -105,48 +93,6 @@ static void u4_task(void *arg, int r, int tid)
         u4_16(u, g);
         for (int p = 0; p < W4_POS; p++)
             for (int i = 0; i < 16; i++) j->U[((size_t)p * C + r) * K + k0 + i] = (float)u[p][i];
-    }
-}
-
-/* t[0..5] = B^T x[0..5] (one channel), s = stride of x and t */
-static void bt6_port(float *t, const float *x, size_t s)
-{
-    float x0 = x[0], x1 = x[s], x2 = x[2 * s], x3 = x[3 * s], x4 = x[4 * s], x5 = x[5 * s];
-    float d31 = x3 - x1, d42 = x4 - x2;
-    t[0] = (x0 + x4) - 2 * x2 + 1.5f * d31;
-    t[s] = (x1 + x4) - 2.5f * x2 + 0.5f * x3;
-    t[2 * s] = (x4 - x1) + 0.5f * x2 + 2.5f * x3;
-    t[3 * s] = d42 + 2 * d31;
-    t[4 * s] = d42 - 0.5f * d31;
-    t[5 * s] = (x1 + x5) - 2 * x3 + 1.5f * d42;
-}
-
-/* V[p][i][c] for tiles t0 + i, i < tb (zero past nt) */
-static void in4_tiles_port(const wi_job *j, float *V, int t0, int nt, int tb)
-{
-    const nn_conv_dims *d = j->d;
-    const int C = d->C;
-    const size_t ps = (size_t)tb * C;
-    for (int i = 0; i < tb; i++) {
-        if (i >= nt) {
-            for (int p = 0; p < W4_POS; p++)
-                memset(V + p * ps + (size_t)i * C, 0, sizeof(float) * C);
-            continue;
-        }
-        int h0, w0;
-        const float *img = wi_tile_src(j, t0 + i, &h0, &w0);
-        for (int c = 0; c < C; c++) {
-            float x[6][6], t[6][6];
-            for (int a = 0; a < 6; a++)
-                for (int b = 0; b < 6; b++) {
-                    int h = h0 + a, w = w0 + b;
-                    bool in = h >= 0 && h < d->H && w >= 0 && w < d->W;
-                    x[a][b] = in ? img[((size_t)h * d->W + w) * C + c] : 0.0f;
-                }
-            for (int b = 0; b < 6; b++) bt6_port(&t[0][b], &x[0][b], 6);
-            for (int a = 0; a < 6; a++) bt6_port(&x[a][0], &t[a][0], 1);
-            for (int p = 0; p < W4_POS; p++) V[p * ps + (size_t)i * C + c] = x[p / 6][p % 6];
-        }
     }
 }
 
@@ -221,82 +167,6 @@ static void out4_port(const wi_job *j, const float *M, int t0, int nt)
 }
 
 #if WI_X86
-/* t[0..5] = B^T x[0..5], 16 channels, the order of bt6_port */
-#define BT6(t, x)                                                                                  \
-    do {                                                                                           \
-        const __m512 f2 = _mm512_set1_ps(2.0f), f15 = _mm512_set1_ps(1.5f),                        \
-                     f25 = _mm512_set1_ps(2.5f), f05 = _mm512_set1_ps(0.5f);                       \
-        __m512 d31 = _mm512_sub_ps(x[3], x[1]), d42 = _mm512_sub_ps(x[4], x[2]);                   \
-        t[0] = _mm512_fmadd_ps(f15, d31, _mm512_fnmadd_ps(f2, x[2], _mm512_add_ps(x[0], x[4])));   \
-        t[1] = _mm512_fmadd_ps(f05, x[3], _mm512_fnmadd_ps(f25, x[2], _mm512_add_ps(x[1], x[4]))); \
-        t[2] = _mm512_fmadd_ps(f25, x[3], _mm512_fmadd_ps(f05, x[2], _mm512_sub_ps(x[4], x[1])));  \
-        t[3] = _mm512_fmadd_ps(f2, d31, d42);                                                      \
-        t[4] = _mm512_fnmadd_ps(f05, d31, d42);                                                    \
-        t[5] = _mm512_fmadd_ps(f15, d42, _mm512_fnmadd_ps(f2, x[3], _mm512_add_ps(x[1], x[5])));   \
-    } while (0)
-
-/* V[p] (stride ps) of one tile from its 6 x 6 patch of 16 channels at src:
- * rows rs floats apart, pixels cs apart */
-AVX512 static INLINE void in4_tile(float *v, size_t ps, const float *src, size_t rs, size_t cs)
-{
-    __m512 t[6][6];
-#pragma GCC unroll 6
-    for (int b = 0; b < 6; b++) {
-        __m512 x[6], y[6];
-#pragma GCC unroll 6
-        for (int a = 0; a < 6; a++) x[a] = _mm512_loadu_ps(src + a * rs + b * cs);
-        BT6(y, x);
-#pragma GCC unroll 6
-        for (int a = 0; a < 6; a++) t[a][b] = y[a];
-    }
-#pragma GCC unroll 6
-    for (int a = 0; a < 6; a++) {
-        __m512 y[6];
-        BT6(y, t[a]);
-#pragma GCC unroll 6
-        for (int b = 0; b < 6; b++) _mm512_storeu_ps(v + (size_t)(6 * a + b) * ps, y[b]);
-    }
-}
-
-/* Tiles inside the image read it in place; a border tile's patch is first
- * copied, zero-padded, into a local 6 x 6 buffer (the same values and
- * arithmetic: per-load border tests in the transform cost more than it).
- * C channels (a multiple of 16), 16 at a time. */
-AVX512 static INLINE void in4_tiles_simd(const wi_job *j, float *V, int t0, int nt, int tb, int C)
-{
-    const nn_conv_dims *d = j->d;
-    const int H = d->H, W = d->W;
-    const size_t ps = (size_t)tb * C;
-    const __m512 z = _mm512_setzero_ps();
-    float patch[W4_POS * 16] __attribute__((aligned(64)));
-    for (int i = 0; i < tb; i++) {
-        float *v = V + (size_t)i * C;
-        if (i >= nt) {
-            for (int p = 0; p < W4_POS; p++)
-                for (int c0 = 0; c0 < C; c0 += 16) _mm512_storeu_ps(v + p * ps + c0, z);
-            continue;
-        }
-        int h0, w0;
-        const float *img = wi_tile_src(j, t0 + i, &h0, &w0);
-        if (h0 >= 0 && w0 >= 0 && h0 + 6 <= H && w0 + 6 <= W) {
-            const float *src = img + ((size_t)h0 * W + w0) * C;
-            for (int c0 = 0; c0 < C; c0 += 16)
-                in4_tile(v + c0, ps, src + c0, (size_t)W * C, (size_t)C);
-            continue;
-        }
-        for (int c0 = 0; c0 < C; c0 += 16) {
-            for (int a = 0; a < 6; a++)
-                for (int b = 0; b < 6; b++) {
-                    int h = h0 + a, w = w0 + b;
-                    bool in = h >= 0 && h < H && w >= 0 && w < W;
-                    _mm512_store_ps(patch + (6 * a + b) * 16,
-                                    in ? _mm512_loadu_ps(img + ((size_t)h * W + w) * C + c0) : z);
-                }
-            in4_tile(v + c0, ps, patch, 6 * 16, 16);
-        }
-    }
-}
-
 AVX512 static void in4_simd(const wi_job *j, float *V, int t0, int nt)
 {
     in4_tiles_simd(j, V, t0, nt, W4_TB, j->d->C);
@@ -432,256 +302,14 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
 
 #endif
 
-/* ---- the weight gradient ------------------------------------------------
- * With Z = A dY A^T (the 4x4 dy tile to 6x6; A is A^T transposed) and V
- * the forward's input transform:
- *   dU[p][c][k] = sum over tiles of V[p][t][c] Z[p][t][k]
- *   dW[tap][c][k] = G^T dU G   (6x6 -> 3x3 for each c, k)
- * (the gradient of y = A^T[U . V]A with U = G g G^T): 36 x 16 x 16
- * multiply-adds per 4x4 tile against the direct kernels' 16 x 9 x 16 x 16.
- * The tiles are cut into S slices fixed by the shapes (w4_slices: one per
- * 256 tiles, 12 at batch 64 and 28x28, their sums 442 KB); slice s sums
- * its tiles W4_WTB at a time, each block in float from zero (in order),
- * and adds the block sums in order into its own dU (thread 0's scratch):
- * 16 + 16 sequential additions per 256 tiles instead of 256. Then, per
- * input channel c, the slices are added in slice order in double and
- * G^T dU G is taken in double, rounded once. Typical error at resnet-20's
- * shape (test_wino.c's data, batch 64): 8.2-8.5e-7, the direct kernels'
- * 3.6-5.1e-7; a slice summing its tiles in one chain gave 1.2e-6, slices
- * of 64 tiles 6.8-7.2e-7 with 2 MB of sums (slower). */
-#define W4_WTB 16            /* tiles per block (V and Z: 36 KB each) */
-#define W4_WPARTS (1u << 19) /* floats of slice sums, at most (2 MB) */
-#define W4_WVZ (W4_POS * W4_WTB * 16)
-
-static int w4_slices(const nn_conv_dims *d)
-{
-    size_t nt = (size_t)d->N * ((d->OH + 3) / 4) * ((d->OW + 3) / 4);
-    size_t S = nt / 256, cap = W4_WPARTS / W4_U;
-    if (S > cap) S = cap;
-    return S < 1 ? 1 : (int)S;
-}
-
 /* floats per thread: the forward's and input gradient's (U, V and M) or,
- * for 16 -> 16, the weight gradient's if larger (the slices' dU in thread
- * 0's area, then V and Z) */
+ * for 16 -> 16, the weight gradient's if larger (conv_wino4_wgrad.c) */
 size_t nn_wi4_scratch(const nn_conv_dims *d)
 {
     size_t f = (size_t)W4_POS * (d->C * d->K + W4_TB * (d->C + d->K)) + 16;
     if (d->C != 16 || d->K != 16) return f; /* the input gradient alone */
-    size_t w = (size_t)w4_slices(d) * W4_U + 2 * W4_WVZ + 16;
+    size_t w = nn_wi4_wgrad_scratch(d);
     return f > w ? f : w;
-}
-
-/* t[0..5] = A y[0..3] (one channel), strides st (t) and s (y); the powers
- * of 2 nested so that each product is exact */
-static void az6_port(float *t, size_t st, const float *y, size_t s)
-{
-    float y0 = y[0], y1 = y[s], y2 = y[2 * s], y3 = y[3 * s], e = y0 + y2, o = y1 + y3;
-    t[0] = y0;
-    t[st] = e - o;
-    t[2 * st] = e + o;
-    t[3 * st] = y0 + 0.5f * (y1 + 0.5f * (y2 + 0.5f * y3));
-    t[4 * st] = y0 - 2 * (y1 - 2 * (y2 - 2 * y3));
-    t[5 * st] = y3;
-}
-
-/* Z[p][i][k] for tiles t0 + i, i < W4_WTB (zero past nt, OH and OW) */
-static void z4_port(const wi_job *j, float *Z, int t0, int nt)
-{
-    const nn_conv_dims *d = j->d;
-    const int per = j->TH * j->TW;
-    const size_t ps = (size_t)W4_WTB * 16;
-    for (int i = 0; i < W4_WTB; i++) {
-        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
-        for (int k = 0; k < 16; k++) {
-            float y[4][4], q[4][6], z[6][6];
-            for (int a = 0; a < 4; a++)
-                for (int b = 0; b < 4; b++) {
-                    int oh = 4 * ty + a, ow = 4 * tx + b;
-                    bool in = i < nt && oh < d->OH && ow < d->OW;
-                    y[a][b] = in ? j->dy[(((size_t)n * d->OH + oh) * d->OW + ow) * 16 + k] : 0.0f;
-                }
-            for (int a = 0; a < 4; a++) az6_port(&q[a][0], 1, &y[a][0], 1);
-            for (int b = 0; b < 6; b++) az6_port(&z[0][b], 6, &q[0][b], 6);
-            for (int p = 0; p < W4_POS; p++) Z[p * ps + (size_t)i * 16 + k] = z[p / 6][p % 6];
-        }
-    }
-}
-
-/* dU[p][c][k] (+)= the block's sum over i < nt of V[p][i][c] Z[p][i][k],
- * i in order, from zero (dU adds whole blocks) */
-static void wgemm4_port(float *dU, const float *V, const float *Z, int nt, bool acc)
-{
-    for (int p = 0; p < W4_POS; p++)
-        for (int c = 0; c < 16; c++) {
-            float *o = dU + ((size_t)p * 16 + c) * 16, s[16] = {0};
-            for (int i = 0; i < nt; i++) {
-                float v = V[((size_t)p * W4_WTB + i) * 16 + c];
-                const float *z = Z + ((size_t)p * W4_WTB + i) * 16;
-                for (int k = 0; k < 16; k++) s[k] += v * z[k];
-            }
-            for (int k = 0; k < 16; k++) o[k] = acc ? o[k] + s[k] : s[k];
-        }
-}
-
-#if WI_X86
-/* t[0..5] = A y[0..3], 16 channels, the order of az6_port */
-#define AZ6(t, y)                                                                                  \
-    do {                                                                                           \
-        const __m512 h = _mm512_set1_ps(0.5f), f2 = _mm512_set1_ps(2.0f);                          \
-        __m512 e = _mm512_add_ps(y[0], y[2]), o = _mm512_add_ps(y[1], y[3]);                       \
-        t[0] = y[0];                                                                               \
-        t[1] = _mm512_sub_ps(e, o);                                                                \
-        t[2] = _mm512_add_ps(e, o);                                                                \
-        t[3] = _mm512_fmadd_ps(h, _mm512_fmadd_ps(h, _mm512_fmadd_ps(h, y[3], y[2]), y[1]), y[0]); \
-        t[4] = _mm512_fnmadd_ps(f2, _mm512_fnmadd_ps(f2, _mm512_fnmadd_ps(f2, y[3], y[2]), y[1]),  \
-                                y[0]);                                                             \
-        t[5] = y[3];                                                                               \
-    } while (0)
-
-AVX512 static INLINE void z4_simd(const wi_job *j, float *Z, int t0, int nt)
-{
-    const nn_conv_dims *d = j->d;
-    const int per = j->TH * j->TW, OH = d->OH, OW = d->OW;
-    const size_t ps = (size_t)W4_WTB * 16;
-    const __m512 zero = _mm512_setzero_ps();
-    for (int i = 0; i < W4_WTB; i++) {
-        float *z = Z + (size_t)i * 16;
-        if (i >= nt) {
-            for (int p = 0; p < W4_POS; p++) _mm512_storeu_ps(z + p * ps, zero);
-            continue;
-        }
-        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
-        int oh0 = 4 * ty, ow0 = 4 * tx;
-        bool inside = oh0 + 4 <= OH && ow0 + 4 <= OW;
-        const float *src = j->dy + (((size_t)n * OH + oh0) * OW + ow0) * 16;
-        __m512 q[6][4];
-#pragma GCC unroll 4
-        for (int a = 0; a < 4; a++) {
-            __m512 y[4], u[6];
-#pragma GCC unroll 4
-            for (int b = 0; b < 4; b++)
-                y[b] = inside || (oh0 + a < OH && ow0 + b < OW)
-                           ? _mm512_loadu_ps(src + ((size_t)a * OW + b) * 16)
-                           : zero;
-            AZ6(u, y);
-#pragma GCC unroll 6
-            for (int b = 0; b < 6; b++) q[b][a] = u[b];
-        }
-#pragma GCC unroll 6
-        for (int b = 0; b < 6; b++) {
-            __m512 u[6];
-            AZ6(u, q[b]);
-#pragma GCC unroll 6
-            for (int a = 0; a < 6; a++) _mm512_storeu_ps(z + (size_t)(6 * a + b) * ps, u[a]);
-        }
-    }
-}
-
-/* 16 c x 16 k of dU at each position, over nt tiles (the order of
- * wgemm4_port) */
-AVX512 static INLINE void wgemm4_simd(float *dU, const float *V, const float *Z, int nt, bool acc)
-{
-    for (int p = 0; p < W4_POS; p++) {
-        const float *v = V + (size_t)p * W4_WTB * 16, *z = Z + (size_t)p * W4_WTB * 16;
-        float *o = dU + (size_t)p * 256;
-        __m512 s[16];
-#pragma GCC unroll 16
-        for (int c = 0; c < 16; c++) s[c] = _mm512_setzero_ps();
-        for (int i = 0; i < nt; i++) {
-            __m512 zv = _mm512_loadu_ps(z + 16 * i);
-#pragma GCC unroll 16
-            for (int c = 0; c < 16; c++)
-                s[c] = _mm512_fmadd_ps(_mm512_set1_ps(v[16 * i + c]), zv, s[c]);
-        }
-#pragma GCC unroll 16
-        for (int c = 0; c < 16; c++)
-            _mm512_storeu_ps(o + 16 * c,
-                             acc ? _mm512_add_ps(_mm512_loadu_ps(o + 16 * c), s[c]) : s[c]);
-    }
-}
-
-AVX512 static void w4_block_simd(const wi_job *j, float *dU, float *V, float *Z, int t0, int nt,
-                                 bool acc)
-{
-    in4_tiles_simd(j, V, t0, nt, W4_WTB, 16);
-    z4_simd(j, Z, t0, nt);
-    wgemm4_simd(dU, V, Z, nt, acc);
-}
-#endif
-
-/* Slice s: its tiles, block by block, into dU_s. */
-static void w4_slice_task(void *arg, int s, int tid)
-{
-    const wi_job *j = arg;
-    float *V = j->scratch + (size_t)tid * j->stride + (size_t)j->S * W4_U, *Z = V + W4_WVZ;
-    float *dU = j->U + (size_t)s * W4_U;
-    int a, e;
-    nn_pool_block(j->NT, j->S, s, &a, &e);
-    for (int t0 = a; t0 < e; t0 += W4_WTB) {
-        int nt = e - t0 < W4_WTB ? e - t0 : W4_WTB;
-        wi_prefetch_next(j, t0, nt, W4_WTB);
-#if WI_X86
-        if (j->simd) {
-            w4_block_simd(j, dU, V, Z, t0, nt, t0 > a);
-            continue;
-        }
-#endif
-        in4_tiles_port(j, V, t0, nt, W4_WTB);
-        z4_port(j, Z, t0, nt);
-        wgemm4_port(dU, V, Z, nt, t0 > a);
-    }
-    if (e == a) memset(dU, 0, sizeof(float) * W4_U);
-}
-
-/* dw[tap][c][k] for input channel c: the slices' dU added in order and
- * G^T dU G, in double, rounded once */
-NN_CLONES static void w4_out_row(float *dw, const float *dU, int S, int c)
-{
-    double m[W4_POS][16], q[6][3][16];
-    for (int p = 0; p < W4_POS; p++) {
-        const float *u = dU + ((size_t)p * 16 + c) * 16;
-        for (int i = 0; i < 16; i++) m[p][i] = u[i];
-        for (int s = 1; s < S; s++)
-            for (int i = 0; i < 16; i++) m[p][i] += u[(size_t)s * W4_U + i];
-    }
-    for (int a = 0; a < 6; a++)
-        for (int t = 0; t < 3; t++)
-            for (int i = 0; i < 16; i++) {
-                double x = 0;
-                for (int b = 0; b < 6; b++) x += m[6 * a + b][i] * G4[b][t];
-                q[a][t][i] = x;
-            }
-    for (int r = 0; r < 3; r++)
-        for (int t = 0; t < 3; t++)
-            for (int i = 0; i < 16; i++) {
-                double x = 0;
-                for (int a = 0; a < 6; a++) x += G4[a][r] * q[a][t][i];
-                dw[((size_t)(3 * r + t) * 16 + c) * 16 + i] = (float)x;
-            }
-}
-
-static void w4_out_task(void *arg, int c, int tid)
-{
-    const wi_job *j = arg;
-    (void)tid;
-    w4_out_row(j->out, j->U, j->S, c);
-}
-
-void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
-                  nn_pool *pool, float *scratch, size_t stride)
-{
-    wi_job j = {.d = d,
-                .inp = inp,
-                .dy = dout,
-                .out = dw,
-                .scratch = scratch,
-                .stride = stride,
-                .v = &nn_wi_f4};
-    wi_tile(&j);
-    j.S = w4_slices(d), j.U = scratch;
-    nn_pool_for(pool, j.S, w4_slice_task, &j);
-    nn_pool_for(pool, 16, w4_out_task, &j);
 }
 
 static int f4_setup(wi_job *j)

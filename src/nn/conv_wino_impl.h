@@ -139,7 +139,7 @@ size_t nn_wi2_scratch(const nn_conv_dims *d, bool wgrad);
 size_t nn_wi4_scratch(const nn_conv_dims *d);
 
 /* The weight gradients (layers.h's nn_wino_wgrad): F(2x2) (conv_wino2.c)
- * and F(4x4) for 16 -> 16 (conv_wino4.c). */
+ * and F(4x4) for 16 -> 16 (conv_wino4_wgrad.c). */
 void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                   nn_pool *pool, float *scratch, size_t stride);
 void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,

@@ -234,6 +234,30 @@ typedef struct bn_bw {
     const float *a, *bterm, *g;                 /* the dx pass */
 } bn_bw;
 
+/* The masked dy, d = keep > 0 ? dy (+ dy2) : 0, keep = x*scale + shift
+ * (the forward's own expression: MASK_RELU), the add's output (MASK_OUT)
+ * or 1: what every backward pass reads as the gradient. dmask16: the 16
+ * channels at element e (x: their input, sc/sh: their scale and shift);
+ * dmask1: channel c of a row (pointers at the row). The same expression
+ * per lane, so the vector and the plain loops give the same bits. */
+AI vf16 dmask16(const float *dy, const float *dy2, const float *out, size_t e, vf16 x, vf16 sc,
+                vf16 sh, const int mask, const bool two)
+{
+    vf16 d = vld(dy + e);
+    if (two) d = d + vld(dy2 + e);
+    if (mask == MASK_RELU) d = vkeep(x * sc + sh, d);
+    if (mask == MASK_OUT) d = vkeep(vld(out + e), d);
+    return d;
+}
+
+AI float dmask1(const float *x, const float *dy, const float *dy2, const float *out,
+                const float *scale, const float *shift, int c, const int mask, const bool two)
+{
+    float keep = mask == MASK_RELU ? x[c] * scale[c] + shift[c] : mask == MASK_OUT ? out[c] : 1.0f;
+    float dv = two ? dy[c] + dy2[c] : dy[c];
+    return keep > 0.0f ? dv : 0.0f;
+}
+
 AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int NG,
                    const int mask, const int dres, const bool two)
 {
@@ -251,10 +275,7 @@ AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, cons
     for (int i = 0; i < M; i++) {
         for (int g = 0; g < NG; g++) {
             size_t e = (size_t)i * C + 16 * g;
-            vf16 x = vld(X + e), d = vld(DY + e);
-            if (two) d = d + vld(DY2 + e);
-            if (mask == MASK_RELU) d = vkeep(x * sc[g] + sh[g], d);
-            if (mask == MASK_OUT) d = vkeep(vld(OUT + e), d);
+            vf16 x = vld(X + e), d = dmask16(DY, DY2, OUT, e, x, sc[g], sh[g], mask, two);
             if (dres == DRES_SET) vst(DR + e, d);
             if (dres == DRES_ADD) vst(DR + e, vld(DR + e) + d);
             vf16 t = (x - mu[g]) * is[g];
@@ -286,10 +307,7 @@ AI void grad_plain(double *restrict sdy, double *restrict sdyx, const bn_bw *b, 
         const float *restrict d = dy;
         if (mask != MASK_NONE || dres != DRES_NONE || two) {
             for (int c = 0; c < C; c++) {
-                float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
-                             : mask == MASK_OUT ? out[c]
-                                                : 1.0f;
-                float dv = two ? dy[c] + dy2[c] : dy[c], v = keep > 0.0f ? dv : 0.0f;
+                float v = dmask1(x, dy, dy2, out, scale, shift, c, mask, two);
                 dm[c] = v;
                 if (dres == DRES_SET) dr[c] = v;
                 if (dres == DRES_ADD) dr[c] += v;
@@ -303,24 +321,18 @@ AI void grad_plain(double *restrict sdy, double *restrict sdyx, const bn_bw *b, 
     }
 }
 
-/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
- * the masked dy; d also into dres. 16 or 32 channels: in registers. */
-/* Many channels, a multiple of 16: one pass over the rows, the sums in
- * memory (enough independent sums per row that this does not stall). */
-AI void grad_wide(double *restrict sdy, double *restrict sdyx, const bn_bw *b, int M, int C,
-                  const int mask, const int dres)
+/* Many channels, a multiple of 16, dy as it is (no mask, no addend: with
+ * these, channels past 64 take the mask prepass first): one pass over the
+ * rows, the sums in memory (enough independent sums per row that this
+ * does not stall). */
+AI void grad_wide(double *restrict sdy, double *restrict sdyx, const bn_bw *b, int M, int C)
 {
-    const float *restrict X = b->x, *restrict DY = b->dy, *restrict OUT = b->out;
-    float *restrict DR = b->dres;
+    const float *restrict X = b->x, *restrict DY = b->dy;
     for (int c = 0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
     for (int i = 0; i < M; i++) {
         for (int c = 0; c < C; c += 16) {
             size_t e = (size_t)i * C + c;
             vf16 x = vld(X + e), d = vld(DY + e);
-            if (mask == MASK_RELU) d = vkeep(x * vld(b->scale + c) + vld(b->shift + c), d);
-            if (mask == MASK_OUT) d = vkeep(vld(OUT + e), d);
-            if (dres == DRES_SET) vst(DR + e, d);
-            if (dres == DRES_ADD) vst(DR + e, vld(DR + e) + d);
             vf16 t = (x - vld(b->mean + c)) * vld(b->invstd + c);
             vd8 d0 = vlo(d), d1 = vhi(d), s0, s1, q0, q1;
             memcpy(&s0, sdy + c, 64), memcpy(&s1, sdy + c + 8, 64);
@@ -332,7 +344,7 @@ AI void grad_wide(double *restrict sdy, double *restrict sdyx, const bn_bw *b, i
 }
 
 /* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
- * the masked dy; d also into dres. 16 or 32 channels: in registers. */
+ * the masked dy; d also into dres. 16-64 channels: in registers. */
 AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int mask,
                   const int dres, const bool two)
 {
@@ -344,8 +356,8 @@ AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const
         grad_chunk(sdy, sdyx, b, M, C, 3, mask, dres, two);
     else if (C == 64)
         grad_chunk(sdy, sdyx, b, M, C, 4, mask, dres, two);
-    else if (C % 16 == 0 && !two) /* more channels with two parts: the prepass sums them */
-        grad_wide(sdy, sdyx, b, M, C, mask, dres);
+    else if (C % 16 == 0 && mask == MASK_NONE && dres == DRES_NONE && !two)
+        grad_wide(sdy, sdyx, b, M, C);
     else
         grad_plain(sdy, sdyx, b, M, C, mask, dres, two);
 }
@@ -364,64 +376,12 @@ AI void mask_rows(const bn_bw *b, float *dyw, int M, int C, const int mask, cons
         float *restrict dy = dyw + o, *restrict dr = dres != DRES_NONE ? b->dres + o : NULL;
         const float *restrict dy2 = two ? b->dy2 + o : NULL;
         for (int c = 0; c < C; c++) {
-            float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
-                         : mask == MASK_OUT ? out[c]
-                                            : 1.0f;
-            float dv = two ? dy[c] + dy2[c] : dy[c], v = keep > 0.0f ? dv : 0.0f;
+            float v = dmask1(x, dy, dy2, out, scale, shift, c, mask, two);
             dy[c] = v;
             if (dres == DRES_SET) dr[c] = v;
             if (dres == DRES_ADD) dr[c] += v;
         }
     }
-}
-
-NN_CLONES static void bn_mask(const bn_bw *b, float *dyw, int M, int C, int mask, int dres)
-{
-    const bool two = b->dy2 != NULL;
-#define MASK_ROWS(mk)                                                                              \
-    do {                                                                                           \
-        if (dres == DRES_SET)                                                                      \
-            two ? mask_rows(b, dyw, M, C, mk, DRES_SET, true)                                      \
-                : mask_rows(b, dyw, M, C, mk, DRES_SET, false);                                    \
-        else if (dres == DRES_ADD)                                                                 \
-            two ? mask_rows(b, dyw, M, C, mk, DRES_ADD, true)                                      \
-                : mask_rows(b, dyw, M, C, mk, DRES_ADD, false);                                    \
-        else                                                                                       \
-            two ? mask_rows(b, dyw, M, C, mk, DRES_NONE, true)                                     \
-                : mask_rows(b, dyw, M, C, mk, DRES_NONE, false);                                   \
-    } while (0)
-    if (mask == MASK_RELU)
-        MASK_ROWS(MASK_RELU);
-    else if (mask == MASK_OUT)
-        MASK_ROWS(MASK_OUT);
-    else
-        MASK_ROWS(MASK_NONE);
-#undef MASK_ROWS
-}
-
-NN_CLONES static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C,
-                                   int mask, int dres)
-{
-    const bool two = b->dy2 != NULL;
-#define GRAD_ROWS(mk)                                                                              \
-    do {                                                                                           \
-        if (dres == DRES_SET)                                                                      \
-            two ? grad_rows(sdy, sdyx, b, M, C, mk, DRES_SET, true)                                \
-                : grad_rows(sdy, sdyx, b, M, C, mk, DRES_SET, false);                              \
-        else if (dres == DRES_ADD)                                                                 \
-            two ? grad_rows(sdy, sdyx, b, M, C, mk, DRES_ADD, true)                                \
-                : grad_rows(sdy, sdyx, b, M, C, mk, DRES_ADD, false);                              \
-        else                                                                                       \
-            two ? grad_rows(sdy, sdyx, b, M, C, mk, DRES_NONE, true)                               \
-                : grad_rows(sdy, sdyx, b, M, C, mk, DRES_NONE, false);                             \
-    } while (0)
-    if (mask == MASK_RELU)
-        GRAD_ROWS(MASK_RELU);
-    else if (mask == MASK_OUT)
-        GRAD_ROWS(MASK_OUT);
-    else
-        GRAD_ROWS(MASK_NONE);
-#undef GRAD_ROWS
 }
 
 /* dx = a*d - bterm - (x - mean)*g (written or added), d the masked dy;
@@ -437,10 +397,7 @@ AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc, co
         const float *restrict out = mask == MASK_OUT ? b->out + o : NULL;
         float *restrict dx = b->dx + o;
         for (int c = 0; c < C; c++) {
-            float keep = mask == MASK_RELU  ? x[c] * scale[c] + shift[c]
-                         : mask == MASK_OUT ? out[c]
-                                            : 1.0f;
-            float dv = two ? dy[c] + dy2[c] : dy[c], d = keep > 0.0f ? dv : 0.0f;
+            float d = dmask1(x, dy, dy2, out, scale, shift, c, mask, two);
             float v = a[c] * d - bt[c] - (x[c] - mean[c]) * g[c];
             dx[c] = acc ? dx[c] + v : v;
         }
@@ -467,10 +424,7 @@ AI void dx_chunk(const bn_bw *b, int M, const int NG, const int mask, const bool
     for (int i = 0; i < M; i++) {
         for (int g = 0; g < NG; g++) {
             size_t e = (size_t)i * C + 16 * g;
-            vf16 x = vld(X + e), d = vld(DY + e);
-            if (two) d = d + vld(DY2 + e);
-            if (mask == MASK_RELU) d = vkeep(x * sc[g] + sh[g], d);
-            if (mask == MASK_OUT) d = vkeep(vld(OUT + e), d);
+            vf16 x = vld(X + e), d = dmask16(DY, DY2, OUT, e, x, sc[g], sh[g], mask, two);
             vf16 v = av[g] * d - bt[g] - (x - mu[g]) * gv[g];
             vst(DX + e, acc ? vld(DX + e) + v : v);
         }
@@ -491,23 +445,86 @@ AI void dx_any(const bn_bw *b, int M, int C, const int mask, const bool acc, con
         dx_rows(b, M, C, mask, acc, two);
 }
 
-NN_CLONES static void bn_dx(const bn_bw *b, int M, int C, int mask, bool acc)
+/* Each combination of mask, addend's gradient and the gradient's parts
+ * (and of dx written or added) is a function of its own: one function
+ * holding all of them took GCC minutes (PRE and the post-reload load CSE
+ * grow faster than linearly with a function's size). Each is cloned for
+ * AVX-512 and the baseline; the tables below pick one per call (once per
+ * block of rows). */
+typedef void bn_grad_fn(double *sdy, double *sdyx, const bn_bw *b, int M, int C);
+typedef void bn_mask_fn(const bn_bw *b, float *dyw, int M, int C);
+typedef void bn_dx_fn(const bn_bw *b, int M, int C);
+
+#define BN_GRAD_FN(mk, dr, tw)                                                                     \
+    NN_CLONES __attribute__((noinline)) static void grad_##mk##_##dr##_##tw(                       \
+        double *sdy, double *sdyx, const bn_bw *b, int M, int C)                                   \
+    {                                                                                              \
+        grad_rows(sdy, sdyx, b, M, C, mk, dr, tw);                                                 \
+    }                                                                                              \
+    NN_CLONES __attribute__((noinline)) static void mask_##mk##_##dr##_##tw(                       \
+        const bn_bw *b, float *dyw, int M, int C)                                                  \
+    {                                                                                              \
+        mask_rows(b, dyw, M, C, mk, dr, tw);                                                       \
+    }
+#define BN_GRAD_FNS(mk)                                                                            \
+    BN_GRAD_FN(mk, DRES_NONE, 0)                                                                   \
+    BN_GRAD_FN(mk, DRES_NONE, 1)                                                                   \
+    BN_GRAD_FN(mk, DRES_SET, 0)                                                                    \
+    BN_GRAD_FN(mk, DRES_SET, 1)                                                                    \
+    BN_GRAD_FN(mk, DRES_ADD, 0)                                                                    \
+    BN_GRAD_FN(mk, DRES_ADD, 1)
+BN_GRAD_FNS(MASK_NONE)
+BN_GRAD_FNS(MASK_RELU)
+BN_GRAD_FNS(MASK_OUT)
+
+#define BN_DX_FN(mk, ac, tw)                                                                       \
+    NN_CLONES                                                                                      \
+        __attribute__((noinline)) static void dx_##mk##_##ac##_##tw(const bn_bw *b, int M, int C)  \
+    {                                                                                              \
+        dx_any(b, M, C, mk, ac, tw);                                                               \
+    }
+#define BN_DX_FNS(mk) BN_DX_FN(mk, 0, 0) BN_DX_FN(mk, 0, 1) BN_DX_FN(mk, 1, 0) BN_DX_FN(mk, 1, 1)
+BN_DX_FNS(MASK_NONE)
+BN_DX_FNS(MASK_RELU)
+BN_DX_FNS(MASK_OUT)
+
+/* [mask][dres][two] */
+#define BN_ROW3(p, mk)                                                                             \
+    {                                                                                              \
+        {p##mk##_DRES_NONE_0, p##mk##_DRES_NONE_1}, {p##mk##_DRES_SET_0, p##mk##_DRES_SET_1},      \
+        {                                                                                          \
+            p##mk##_DRES_ADD_0, p##mk##_DRES_ADD_1                                                 \
+        }                                                                                          \
+    }
+static bn_grad_fn *const grad_fns[3][3][2] = {BN_ROW3(grad_, MASK_NONE), BN_ROW3(grad_, MASK_RELU),
+                                              BN_ROW3(grad_, MASK_OUT)};
+static bn_mask_fn *const mask_fns[3][3][2] = {BN_ROW3(mask_, MASK_NONE), BN_ROW3(mask_, MASK_RELU),
+                                              BN_ROW3(mask_, MASK_OUT)};
+/* [mask][acc][two] */
+#define BN_ROW2(mk)                                                                                \
+    {                                                                                              \
+        {dx_##mk##_0_0, dx_##mk##_0_1},                                                            \
+        {                                                                                          \
+            dx_##mk##_1_0, dx_##mk##_1_1                                                           \
+        }                                                                                          \
+    }
+static bn_dx_fn *const dx_fns[3][2][2] = {BN_ROW2(MASK_NONE), BN_ROW2(MASK_RELU),
+                                          BN_ROW2(MASK_OUT)};
+
+static void bn_mask(const bn_bw *b, float *dyw, int M, int C, int mask, int dres)
 {
-    const bool two = b->dy2 != NULL;
-#define DX_ROWS(mk)                                                                                \
-    do {                                                                                           \
-        if (acc)                                                                                   \
-            two ? dx_any(b, M, C, mk, true, true) : dx_any(b, M, C, mk, true, false);              \
-        else                                                                                       \
-            two ? dx_any(b, M, C, mk, false, true) : dx_any(b, M, C, mk, false, false);            \
-    } while (0)
-    if (mask == MASK_RELU)
-        DX_ROWS(MASK_RELU);
-    else if (mask == MASK_OUT)
-        DX_ROWS(MASK_OUT);
-    else
-        DX_ROWS(MASK_NONE);
-#undef DX_ROWS
+    mask_fns[mask][dres][b->dy2 != NULL](b, dyw, M, C);
+}
+
+static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int mask,
+                         int dres)
+{
+    grad_fns[mask][dres][b->dy2 != NULL](sdy, sdyx, b, M, C);
+}
+
+static void bn_dx(const bn_bw *b, int M, int C, int mask, bool acc)
+{
+    dx_fns[mask][acc][b->dy2 != NULL](b, M, C);
 }
 
 /* The channel counts whose backward sums keep their accumulators in

@@ -24,10 +24,12 @@
  * add's gradient with the add's output, hands it to the other addend in the
  * sums' pass and reads it back from there in the dx pass.
  *
- * The sums run over chunks of 16 or 32 channels with the chunk's accumulators
- * in registers (a loop over the rows of a block per chunk: the block is
- * some 128 KB, so the later chunks read it from L2); each accumulator still
- * adds the rows in order, so the sums are the same bits as a plain loop.
+ * The sums of 16-64 channels (both the forward's and the backward's; the
+ * forward's sums of more channels in chunks of 64) run with the chunk's
+ * accumulators in registers (a loop over the rows of a block per chunk:
+ * the block is some 128 KB, so the later chunks read it from L2), in float
+ * over groups of BN_GROUP rows and in double over the groups (sums_chunk).
+ * Other channel counts add the rows in order in double.
  */
 #include <assert.h>
 #include <math.h>
@@ -42,13 +44,14 @@
 #define AI static inline __attribute__((always_inline))
 
 /* ---- 16 channels at a time: GCC's generic vectors (AVX-512 registers in
- * the avx512f clones, SSE pieces in the baseline ones). Chunks of 16 or 32
+ * the avx512f clones, SSE pieces in the baseline ones). Chunks of 16-64
  * channels keep their per-channel sums in registers over a block's rows;
  * each lane computes exactly the scalar expression of its channel (floats
  * in 16-lane vectors, where the avx512f clones contract x*a + b into one
- * FMA as the scalar code does; doubles in 8-lane halves), so the results
- * are the bits of a plain loop over rows and channels. The channels past
- * the last multiple of 16 run as such a plain loop. */
+ * FMA as the scalar code does; doubles in 8-lane halves), so the
+ * elementwise results are the bits of a plain loop over rows and channels
+ * (the sums: the order of sums_chunk). The channels past the last multiple
+ * of 16 run as such a plain loop. */
 
 /* The helpers below take and return vectors, always inlined: no call ever
  * passes one, so the ABI note GCC gives for the baseline clones is moot. */
@@ -168,27 +171,60 @@ NN_CLONES static void bn_affine(float *out, const float *inp, const float *res, 
     }
 }
 
+/* The sums of 16-64 channels in float over short runs, then in double:
+ * each group of BN_GROUP rows of a block (counted from the block's first
+ * row) is summed in float, in two accumulators (its even and its odd rows:
+ * one chain of dependent adds per row was the limit at 16 and 32
+ * channels), which are added together and then, converted, into the double
+ * sums; over the groups and the blocks the sums stay in double. The two
+ * conversions and double adds per row and channel vector were these
+ * reductions' cost before. No float sum has more than BN_GROUP / 2 terms
+ * (then one add of the two), so its relative error is a few units of float
+ * rounding, random across the groups. A new summation order (2026-12-01),
+ * still fixed by M and C alone (docs/design.md section 11). */
+#define BN_GROUP 8
+
+/* Adds a group's float sums (f0[g] + f1[g]: its two accumulators) into
+ * the double sums s[2g], s[2g + 1] (lanes 0-7, 8-15). */
+AI void group_add(vd8 *s, const vf16 *f0, const vf16 *f1, const int NG)
+{
+    for (int g = 0; g < NG; g++) {
+        vf16 f = f0[g] + f1[g];
+        s[2 * g] += vlo(f), s[2 * g + 1] += vhi(f);
+    }
+}
+
+/* One row's x - shift into the float sums fs, fq (16 * NG channels). */
+AI void sums_row(vf16 *fs, vf16 *fq, const float *x, const vf16 *sh, const int NG)
+{
+    for (int g = 0; g < NG; g++) {
+        vf16 v = vld(x + 16 * g) - sh[g];
+        fs[g] += v, fq[g] += v * v;
+    }
+}
+
 /* sum[c] = sum of x[i][c] - s[c], sq[c] = of (x[i][c] - s[c])^2 over the M
- * rows, in row order: one pass for both moments. s is the batch's first
- * row, near the mean, so the variance sq/M - (sum/M)^2 loses no digits
- * that matter in double. */
+ * rows: one pass for both moments, in groups of BN_GROUP rows. s is the
+ * batch's first row, near the mean, so the variance sq/M - (sum/M)^2
+ * loses no digits that matter. */
 AI void sums_chunk(double *sum, double *sq, const float *inp, const float *s0, int M, int C, int c0,
                    const int NG)
 {
-    vd8 s[8], q[8], sh[8];
-    for (int g = 0; g < NG; g++) {
-        vf16 v = vld(s0 + c0 + 16 * g);
-        sh[2 * g] = vlo(v), sh[2 * g + 1] = vhi(v);
-    }
+    vd8 s[8], q[8];
+    vf16 sh[4];
+    for (int g = 0; g < NG; g++) sh[g] = vld(s0 + c0 + 16 * g);
     for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
-    for (int i = 0; i < M; i++) {
-        const float *x = inp + (size_t)i * C + c0;
-        for (int g = 0; g < NG; g++) {
-            vf16 xv = vld(x + 16 * g);
-            vd8 v0 = vlo(xv) - sh[2 * g], v1 = vhi(xv) - sh[2 * g + 1];
-            s[2 * g] += v0, s[2 * g + 1] += v1;
-            q[2 * g] += v0 * v0, q[2 * g + 1] += v1 * v1;
+    for (int i0 = 0; i0 < M; i0 += BN_GROUP) {
+        int i1 = i0 + BN_GROUP < M ? i0 + BN_GROUP : M;
+        vf16 fs0[4], fq0[4], fs1[4], fq1[4];
+        for (int g = 0; g < NG; g++) fs0[g] = fq0[g] = fs1[g] = fq1[g] = (vf16){0};
+        int i = i0;
+        for (; i + 1 < i1; i += 2) {
+            sums_row(fs0, fq0, inp + (size_t)i * C + c0, sh, NG);
+            sums_row(fs1, fq1, inp + (size_t)(i + 1) * C + c0, sh, NG);
         }
+        if (i < i1) sums_row(fs0, fq0, inp + (size_t)i * C + c0, sh, NG);
+        group_add(s, fs0, fs1, NG), group_add(q, fq0, fq1, NG);
     }
     for (int h = 0; h < 2 * NG; h++) vstd(sum + c0 + 8 * h, s[h]), vstd(sq + c0 + 8 * h, q[h]);
 }
@@ -258,12 +294,27 @@ AI float dmask1(const float *x, const float *dy, const float *dy2, const float *
     return keep > 0.0f ? dv : 0.0f;
 }
 
+/* One row (its first element at o) of 16 * NG channels: d = the masked
+ * dy, also into dres; its sums into fs (d) and fq (d * xhat). */
+AI void grad_row(vf16 *fs, vf16 *fq, const bn_bw *b, size_t o, const int NG, const vf16 *mu,
+                 const vf16 *is, const vf16 *sc, const vf16 *sh, const int mask, const int dres,
+                 const bool two)
+{
+    for (int g = 0; g < NG; g++) {
+        size_t e = o + 16 * g;
+        vf16 x = vld(b->x + e), d = dmask16(b->dy, b->dy2, b->out, e, x, sc[g], sh[g], mask, two);
+        if (dres == DRES_SET) vst(b->dres + e, d);
+        if (dres == DRES_ADD) vst(b->dres + e, vld(b->dres + e) + d);
+        vf16 t = (x - mu[g]) * is[g];
+        fs[g] += d, fq[g] += d * t;
+    }
+}
+
+/* The backward's sums of 16-64 channels in registers, in float over groups
+ * of BN_GROUP rows and in double over the groups (as sums_chunk). */
 AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int NG,
                    const int mask, const int dres, const bool two)
 {
-    const float *restrict X = b->x, *restrict DY = b->dy, *restrict OUT = b->out;
-    const float *restrict DY2 = b->dy2;
-    float *restrict DR = b->dres;
     vd8 s[8], q[8];
     vf16 mu[4], is[4], sc[4], sh[4];
     for (int g = 0; g < NG; g++) {
@@ -272,17 +323,17 @@ AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, cons
         sh[g] = mask == MASK_RELU ? vld(b->shift + 16 * g) : (vf16){0};
     }
     for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
-    for (int i = 0; i < M; i++) {
-        for (int g = 0; g < NG; g++) {
-            size_t e = (size_t)i * C + 16 * g;
-            vf16 x = vld(X + e), d = dmask16(DY, DY2, OUT, e, x, sc[g], sh[g], mask, two);
-            if (dres == DRES_SET) vst(DR + e, d);
-            if (dres == DRES_ADD) vst(DR + e, vld(DR + e) + d);
-            vf16 t = (x - mu[g]) * is[g];
-            vd8 d0 = vlo(d), d1 = vhi(d);
-            s[2 * g] += d0, s[2 * g + 1] += d1;
-            q[2 * g] += d0 * vlo(t), q[2 * g + 1] += d1 * vhi(t);
+    for (int i0 = 0; i0 < M; i0 += BN_GROUP) {
+        int i1 = i0 + BN_GROUP < M ? i0 + BN_GROUP : M;
+        vf16 fs0[4], fq0[4], fs1[4], fq1[4];
+        for (int g = 0; g < NG; g++) fs0[g] = fq0[g] = fs1[g] = fq1[g] = (vf16){0};
+        int i = i0;
+        for (; i + 1 < i1; i += 2) {
+            grad_row(fs0, fq0, b, (size_t)i * C, NG, mu, is, sc, sh, mask, dres, two);
+            grad_row(fs1, fq1, b, (size_t)(i + 1) * C, NG, mu, is, sc, sh, mask, dres, two);
         }
+        if (i < i1) grad_row(fs0, fq0, b, (size_t)i * C, NG, mu, is, sc, sh, mask, dres, two);
+        group_add(s, fs0, fs1, NG), group_add(q, fq0, fq1, NG);
     }
     for (int h = 0; h < 2 * NG; h++) vstd(sdy + 8 * h, s[h]), vstd(sdyx + 8 * h, q[h]);
 }
@@ -343,8 +394,9 @@ AI void grad_wide(double *restrict sdy, double *restrict sdyx, const bn_bw *b, i
     }
 }
 
-/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, in row order, d
- * the masked dy; d also into dres. 16-64 channels: in registers. */
+/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, d the masked dy;
+ * d also into dres. 16-64 channels: in registers, in groups of rows
+ * (grad_chunk); others: in row order, in memory. */
 AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int mask,
                   const int dres, const bool two)
 {
@@ -479,7 +531,7 @@ BN_GRAD_FNS(MASK_OUT)
 
 #define BN_DX_FN(mk, ac, tw)                                                                       \
     NN_CLONES                                                                                      \
-        __attribute__((noinline)) static void dx_##mk##_##ac##_##tw(const bn_bw *b, int M, int C)  \
+    __attribute__((noinline)) static void dx_##mk##_##ac##_##tw(const bn_bw *b, int M, int C)      \
     {                                                                                              \
         dx_any(b, M, C, mk, ac, tw);                                                               \
     }

@@ -669,6 +669,54 @@ static void test_bn_two(int M, int C, int mode, bool acc)
     for (int k = 0; k < 2; k++) free(dx[k]), free(dr[k]), free(dg[k]), free(db[k]);
 }
 
+/* Enough rows for several blocks (nn_bn_blocks), whose lengths are not
+ * multiples of the float sums' 8-row groups: every output of the forward
+ * and the backward (the ReLU, the fused add with its gradient added, two
+ * parts) the same bits on the caller and on pools of 2 and 3 threads, for
+ * the register chunks (16, 48, 64 channels), 64 + 16 and the plain loops
+ * (40, 256: the mask prepass). */
+static void test_bn_threads(int M, int C)
+{
+    size_t n = (size_t)M * C;
+    float *x = rand_vec(n, 2), *r = rand_vec(n, 1), *d1 = rand_vec(n, 1), *d2 = rand_vec(n, 1);
+    float *g = rand_vec(C, 1), *b = rand_vec(C, 1), *mm = rand_vec(C, 1), *mv = rand_vec(C, 0.5f);
+    for (int c = 0; c < C; c++) g[c] += 1.5f, mv[c] += 1.0f;
+    for (size_t i = 0; i < n; i++) x[i] += 0.5f;
+    double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
+    float *y[3], *st[3], *dx[3], *dr[3], *dgb[3], *dy = pst_malloc(sizeof(float) * n);
+    CHECK(nn_bn_blocks(M, C) > 2, "bn threads M%d C%d: %d blocks, expected several", M, C,
+          nn_bn_blocks(M, C));
+    for (int mode = 0; mode < 3; mode++) { /* batch norm + ReLU; + add + ReLU; + ReLU, two parts */
+        for (int t = 0; t < 3; t++) {
+            nn_pool *pool = NULL;
+            pst_err e;
+            if (t) CHECK(nn_pool_new(&pool, t + 1, &e) == 0, "pool: %s", e.msg);
+            y[t] = rand_vec(n, 0), st[t] = rand_vec(4 * (size_t)C, 0), dx[t] = rand_vec(n, 0);
+            dr[t] = rand_vec(n, 0), dgb[t] = rand_vec(2 * (size_t)C, 0);
+            nn_bn_res res = {.res = r, .relu = true};
+            nn_bn_forward_train_par(pool, red, y[t], st[t], st[t] + C, st[t] + 2 * C, st[t] + 3 * C,
+                                    x, g, b, mm, mv, M, C, 0.99f, 1e-3f, mode != 1,
+                                    mode == 1 ? &res : NULL);
+            memcpy(dy, d1, sizeof(float) * n);
+            nn_bn_res rb = {.dres = dr[t], .dres_acc = true, .relu = true};
+            nn_bn_backward_par(pool, red, dx[t], false, dgb[t], dgb[t] + C, dy,
+                               mode == 2 ? d2 : NULL, y[t], x, g, b, st[t], st[t] + C, M, C,
+                               mode != 1, mode == 1 ? &rb : NULL);
+            nn_pool_free(pool);
+        }
+        for (int t = 1; t < 3; t++)
+            CHECK(memcmp(y[0], y[t], sizeof(float) * n) == 0 &&
+                      memcmp(st[0], st[t], sizeof(float) * 4 * C) == 0 &&
+                      memcmp(dx[0], dx[t], sizeof(float) * n) == 0 &&
+                      (mode != 1 || memcmp(dr[0], dr[t], sizeof(float) * n) == 0) &&
+                      memcmp(dgb[0], dgb[t], sizeof(float) * 2 * C) == 0,
+                  "bn threads M%d C%d mode %d: %d threads give other bits than 1", M, C, mode,
+                  t + 1);
+        for (int t = 0; t < 3; t++) free(y[t]), free(st[t]), free(dx[t]), free(dr[t]), free(dgb[t]);
+    }
+    free(x), free(r), free(d1), free(d2), free(g), free(b), free(mm), free(mv), free(red), free(dy);
+}
+
 /* A channel whose variance is near eps normalises differently with 1e-3
  * and 1e-5: eps reaches the kernel. */
 static void test_bn_eps_matters(void)
@@ -1190,6 +1238,12 @@ int main(void)
         test_bn_two(300, 56, mode, false);
         test_bn_two(50, 5, mode, mode == 0);
     }
+    test_bn_threads(7001, 16);
+    test_bn_threads(2051, 48);
+    test_bn_threads(2051, 64);
+    test_bn_threads(1501, 80);
+    test_bn_threads(3001, 40);
+    test_bn_threads(389, 256);
 
     test_relu_dropout();
     test_concat();

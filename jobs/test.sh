@@ -64,15 +64,16 @@ LSAN_OPTIONS=suppressions=$top/test/lsan.supp:print_suppressions=0 \
 
 # ThreadSanitizer: the threaded unit tests (the input pipeline, the model's
 # thread pool test/nn/test_pool.c, the convolutions on it
-# test/nn/test_conv_threads.c, JPEG decodes on 4 threads test/jpeg/test_jpeg.c,
+# test/nn/test_conv_threads.c, profiled steps on 2 threads test/nn/test_prof.c, JPEG decodes on 4 threads test/jpeg/test_jpeg.c,
 # and a training run whose reader thread streams the split while the main thread writes checkpoints and evaluates,
 # test/train/test_h5lock.c). Only those targets are built. No suppressions: the reports would be pstrain's.
 tsan=${TSAN_BUILD_DIR:-build-tsan}
-tsan_tests=(pipeline pipe-encoded augment h5lock nn-pool nn-conv-threads jpeg)
+tsan_tests=(pipeline pipe-encoded augment h5lock nn-pool nn-conv-threads nn-prof jpeg)
 configure "$tsan" -Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=thread \
     -Db_lundef=false || exit 1
 ninja -C "$tsan" test/data/test_pipeline test/data/test_pipe_encoded test/data/test_augment \
-    test/train/test_h5lock test/nn/test_nn_pool test/nn/test_nn_conv_threads test/jpeg/test_jpeg || exit 1
+    test/train/test_h5lock test/nn/test_nn_pool test/nn/test_nn_conv_threads test/nn/test_nn_prof \
+    test/jpeg/test_jpeg || exit 1
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     meson test -C "$tsan" --no-rebuild --print-errorlogs --num-processes 2 \
     --timeout-multiplier 4 "${tsan_tests[@]}" || status=1

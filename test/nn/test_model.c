@@ -505,7 +505,13 @@ static void test_split(const spec *s, int div, int expect_split)
                 big = fmax(big, fabs(ga[q]));
                 diff = isnan(gb[q]) ? INFINITY : fmax(diff, fabs((double)ga[q] - gb[q]));
             }
-            CHECK(diff <= 1e-5 * big + 1e-12, "%s step %d: %s gradient differs by %g (largest %g)",
+            /* Rounding, relative to the largest entry: a beta gradient
+             * sums dy over N*H*W rows whose per-row rounding differences
+             * do not cancel as the sum itself does (resnet-50's bn1/beta,
+             * 1,600 rows in float blocks: 1.1e-5 in the ASan build, 3.5e-6
+             * in the release build). A lost or doubled part is off by the
+             * size of the gradient itself, a stale one turns NaN. */
+            CHECK(diff <= 1e-4 * big + 1e-12, "%s step %d: %s gradient differs by %g (largest %g)",
                   s->name, step, var->name, diff, big);
         }
         /* a step of SGD from a's gradient on both: the same parameters */

@@ -19,7 +19,10 @@
  * plus the caller's outside them, less its wait at the loops' ends. Against
  * --threads 1 (the same code on the caller alone) this is the cost of
  * splitting a layer (duplicated packing or padding, caches shared by the
- * threads), measurable on a loaded machine where wall time is not.
+ * threads), measurable on a loaded machine where wall time is not; then
+ * each pass's tasks and loops and the threads' idle time at the loops'
+ * ends, in % of T x the loops' wall time (the imbalance of the last tasks;
+ * run it under chrt -f 1 on a shared machine).
  * --acc: the input gradient adds into dx, as for a tensor with two
  * consumers in a model (ResNet's block outputs, Inception's branches).
  * --mean: also the mean of the repetitions (a model's profile is a mean;
@@ -59,6 +62,15 @@ static const layer layers[] = {
     {"r50 res5 3x3 512", 7, 7, 512, 512, 3, 3, 1, 1, 1, 1},
     {"r50 res5 proj 1x1/2 1024->2048", 14, 14, 1024, 2048, 1, 1, 2, 2, 0, 0},
     {"r50 res5 1x1 512->2048", 7, 7, 512, 2048, 1, 1, 1, 1, 0, 0},
+    /* the other 1x1 shapes of resnet-50 (first blocks, the bottlenecks' ends) */
+    {"r50 res2 1x1 64->64", 56, 56, 64, 64, 1, 1, 1, 1, 0, 0},
+    {"r50 res3 1x1 256->128 @56", 56, 56, 256, 128, 1, 1, 1, 1, 0, 0},
+    {"r50 res3 1x1 128->512", 28, 28, 128, 512, 1, 1, 1, 1, 0, 0},
+    {"r50 res3 1x1 512->128", 28, 28, 512, 128, 1, 1, 1, 1, 0, 0},
+    {"r50 res4 1x1 512->256 @28", 28, 28, 512, 256, 1, 1, 1, 1, 0, 0},
+    {"r50 res4 1x1 256->1024", 14, 14, 256, 1024, 1, 1, 1, 1, 0, 0},
+    {"r50 res5 1x1 1024->512 @14", 14, 14, 1024, 512, 1, 1, 1, 1, 0, 0},
+    {"r50 res5 1x1 2048->512", 7, 7, 2048, 512, 1, 1, 1, 1, 0, 0},
     {"i3 2a 3x3 32->32 @149", 149, 149, 32, 32, 3, 3, 1, 1, 0, 0},
     {"i3 2b 3x3 32->64 @147", 147, 147, 32, 64, 3, 3, 1, 1, 1, 1},
     {"i3 4a 3x3 80->192 @73", 73, 73, 80, 192, 3, 3, 1, 1, 0, 0},
@@ -183,6 +195,15 @@ static void evict(void)
     __asm__ volatile("" : : "x"(s));
 }
 
+/* --threads T: the last pass's loops and tasks, and over its repetitions
+ * the thread time in the loops outside tasks (idle at the loops' ends: the
+ * imbalance of the last tasks) against T x the loops' wall time. Wall
+ * figures: meaningful with the machine to oneself (or under chrt). */
+static struct {
+    long loops, tasks;
+    double idle, wall;
+} split;
+
 /* Best CPU seconds of one pass: one warm-up, then at least 2 repetitions
  * and until min_time seconds have been spent. */
 static double time_pass(run *r, int which, double min_time, double *mean)
@@ -199,9 +220,15 @@ static double time_pass(run *r, int which, double min_time, double *mean)
         if (r->pool) {
             /* the workers' task time; the caller's wait at the loops' ends out */
             nn_pool_stats st = nn_pool_stats_read(r->pool);
+            const int T = nn_pool_threads(r->pool);
             t -= st.wait_cpu;
-            for (int i = 1; i < nn_pool_threads(r->pool); i++) t += st.cpu[i];
+            for (int i = 1; i < T; i++) t += st.cpu[i];
             nn_pool_stats_set(r->pool, false);
+            /* thread time in the loops outside tasks: the loops' ends */
+            double busy = 0;
+            for (int i = 0; i < T; i++) busy += st.busy[i];
+            split.idle += T * st.wall - busy, split.wall += T * st.wall;
+            split.loops = st.loops, split.tasks = st.tasks;
         }
         spent += t;
         if (t < best) best = t;
@@ -230,9 +257,16 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
     r.scratch = rand_buf(r.stride * T, &rng);
     double flops = 2.0 * N * d.OH * d.OW * (double)d.K * d.KH * d.KW * d.C;
     double mf, mw, mb;
-    double tf = time_pass(&r, PASS_FWD, min_time, &mf);
-    double tw = time_pass(&r, PASS_WGRAD, min_time, &mw);
-    double tb = time_pass(&r, PASS_BWD, min_time, &mb);
+    char idle[3][64];
+    const int which[3] = {PASS_FWD, PASS_WGRAD, PASS_BWD};
+    double best[3], *mean[3] = {&mf, &mw, &mb};
+    for (int k = 0; k < 3; k++) {
+        memset(&split, 0, sizeof split);
+        best[k] = time_pass(&r, which[k], min_time, mean[k]);
+        snprintf(idle[k], sizeof idle[k], "%ld tasks in %ld loops, idle %.1f%%", split.tasks,
+                 split.loops, split.wall > 0 ? 100 * split.idle / split.wall : 0.0);
+    }
+    double tf = best[0], tw = best[1], tb = best[2];
     double td = tb - tw;
     if (td < 1e-9) td = 1e-9;
     double gf = flops / tf * 1e-9, gw = flops / tw * 1e-9, gd = flops / td * 1e-9;
@@ -244,6 +278,7 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
         printf("%-32s      mean of the repetitions: fwd %7.2f ms, whole backward %7.2f ms (best "
                "%.2f), wgrad %7.2f ms\n",
                "", 1e3 * mf, 1e3 * mb, 1e3 * tb, 1e3 * mw);
+    if (T > 1) printf("%-32s      fwd %s | bwd %s | wgrad %s\n", "", idle[0], idle[2], idle[1]);
     fflush(stdout);
     free(r.x), free(r.w), free(r.y), free(r.dy), free(r.dx), free(r.dw), free(r.scratch);
 }

@@ -506,6 +506,7 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
                           int *ncorrect)
 {
     assert(n >= 1 && n <= m->cfg.max_batch);
+    nn_pool_enter(m->pool);
     m->step = step;
     nn_plan_bind(m, &m->plan_train);
     forward(m, x, n, true);
@@ -524,6 +525,7 @@ float nn_model_train_step(nn_model *m, const float *x, const int32_t *labels, in
     /* L2 weight decay on kernels: loss += wd/2 |w|^2, grad += wd w */
     if (m->cfg.weight_decay > 0.0f) loss += model_decay(m, m->cfg.weight_decay);
     if (m->profile) m->profiled_steps++;
+    nn_pool_leave(m->pool);
     return (float)loss;
 }
 
@@ -533,11 +535,14 @@ float nn_model_eval(nn_model *m, const float *x, const int32_t *labels, int n, i
     assert(n >= 1 && n <= m->cfg.max_batch);
     bool prof = m->profile;
     m->profile = false;
+    nn_pool_enter(m->pool);
     nn_plan_bind(m, &m->plan_infer);
     forward(m, x, n, false);
     m->profile = prof;
     nn_layer *last = &m->layers[m->nlayers - 1];
-    return (float)model_xent(m, NULL, last->y, labels, n, last->c, ncorrect, pred);
+    double loss = model_xent(m, NULL, last->y, labels, n, last->c, ncorrect, pred);
+    nn_pool_leave(m->pool);
+    return (float)loss;
 }
 
 void nn_model_apply_state(const nn_model *m, float *params, const float *src, size_t begin,
@@ -576,7 +581,17 @@ void nn_model_opt_apply(nn_model *m, const opt_cfg *c, float lr, int64_t t, floa
                         const float *grad, float *slots, size_t slot_stride, size_t n)
 {
     opt_job j = {c, lr, t, param, slots, grad, slot_stride, n};
+    nn_pool_enter(m->pool);
     nn_pool_for(m->pool, (int)((n + OPT_BLOCK - 1) / OPT_BLOCK), opt_task, &j);
+    nn_pool_leave(m->pool);
+}
+
+int nn_model_pinned_cpus(const nn_model *m, int *cpu, int max)
+{
+    if (nn_pool_cpu(m->pool, 0) < 0) return 0;
+    int T = nn_pool_threads(m->pool);
+    for (int t = 0; t < T && t < max; t++) cpu[t] = nn_pool_cpu(m->pool, t);
+    return T;
 }
 
 /* ---- description (the profile: model_prof.c) ------------------------------------- */

@@ -66,6 +66,14 @@ struct nn_pool {
     int T;
     pthread_t *threads; /* T - 1 workers */
     int started;        /* workers created */
+    /* placement (pool.h): cpu[tid] is thread tid's CPU when pinned; the
+     * caller's mask while it is pinned between nn_pool_enter and
+     * nn_pool_leave (depth: nested enters) */
+    bool pinned;
+    int *cpu;
+    int enter_depth;
+    bool caller_tried, caller_pinned;
+    cpu_set_t caller_mask;
     pthread_mutex_t mu;
     pthread_cond_t wake; /* workers: a new generation or stop */
     pthread_cond_t done; /* caller: busy reached 0 */
@@ -225,6 +233,53 @@ static void wait_workers(nn_pool *p)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Whether to pin a pool of T threads given the rank's mask m (pool.h):
+ * PSTRAIN_PIN=0 never, =1 whenever m has at least T CPUs, unset (or
+ * anything else) when m has exactly T. */
+static bool want_pin(const cpu_set_t *m, int T)
+{
+    int n = CPU_COUNT(m);
+    const char *e = getenv("PSTRAIN_PIN");
+    if (e && strcmp(e, "0") == 0) return false;
+    if (e && strcmp(e, "1") == 0) return n >= T;
+    return n == T;
+}
+
+/* The CPUs of m in increasing order, the first n of them into cpu. */
+static void mask_cpus(const cpu_set_t *m, int *cpu, int n)
+{
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < n; c++)
+        if (CPU_ISSET(c, m)) cpu[k++] = c;
+}
+
+static void one_cpu(cpu_set_t *s, int c)
+{
+    CPU_ZERO(s);
+    CPU_SET(c, s);
+}
+
+/* Starts worker tid, on its CPU when pinned. Returns pthread_create's code;
+ * a pinned start refused (the mask changed meanwhile) starts it unpinned. */
+static int start_worker(nn_pool *p, int tid)
+{
+    worker_arg *wa = pst_calloc(1, sizeof *wa);
+    wa->p = p, wa->tid = tid;
+    int rc = EINVAL;
+    if (p->pinned) {
+        pthread_attr_t attr;
+        cpu_set_t one;
+        one_cpu(&one, p->cpu[tid]);
+        if (pthread_attr_init(&attr) == 0) {
+            if (pthread_attr_setaffinity_np(&attr, sizeof one, &one) == 0)
+                rc = pthread_create(&p->threads[tid - 1], &attr, worker_main, wa);
+            pthread_attr_destroy(&attr);
+        }
+    }
+    if (rc != 0) rc = pthread_create(&p->threads[tid - 1], NULL, worker_main, wa);
+    if (rc != 0) free(wa);
+    return rc;
+}
+
 int nn_pool_new(nn_pool **out, int threads, pst_err *e)
 {
     *out = NULL;
@@ -245,19 +300,20 @@ int nn_pool_new(nn_pool **out, int threads, pst_err *e)
     memset(p->slot, 0, sizeof(stat_slot) * (size_t)threads);
     if (threads > 1) {
         p->threads = pst_calloc((size_t)threads - 1, sizeof(pthread_t));
+        cpu_set_t mask;
+        if (sched_getaffinity(0, sizeof mask, &mask) == 0 && want_pin(&mask, threads)) {
+            p->cpu = pst_calloc((size_t)threads, sizeof(int));
+            mask_cpus(&mask, p->cpu, threads);
+            p->pinned = true;
+        }
         /* workers inherit a mask that blocks every signal */
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
         int rc = 0;
         for (int i = 1; i < threads && rc == 0; i++) {
-            worker_arg *wa = pst_calloc(1, sizeof *wa);
-            wa->p = p, wa->tid = i;
-            rc = pthread_create(&p->threads[i - 1], NULL, worker_main, wa);
-            if (rc == 0)
-                p->started++;
-            else
-                free(wa);
+            rc = start_worker(p, i);
+            if (rc == 0) p->started++;
         }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc != 0) {
@@ -283,6 +339,7 @@ void nn_pool_free(nn_pool *p)
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
     free(p->threads);
+    free(p->cpu);
     free(p->slot);
     free(p->parts);
     free(p);
@@ -291,6 +348,40 @@ void nn_pool_free(nn_pool *p)
 int nn_pool_threads(const nn_pool *p)
 {
     return p ? p->T : 1;
+}
+
+int nn_pool_cpu(const nn_pool *p, int tid)
+{
+    return p && p->pinned && tid >= 0 && tid < p->T ? p->cpu[tid] : -1;
+}
+
+void nn_pool_enter(nn_pool *p)
+{
+    if (!p || !p->pinned) return;
+    assert(tls_pool != p); /* not from inside a task */
+    p->enter_depth++;
+}
+
+/* The caller onto cpu[0], at the first loop on the threads after
+ * nn_pool_enter: calls without one (an optimizer call on a small range)
+ * cost no system call. Once per enter, even when refused. */
+static void pin_caller(nn_pool *p)
+{
+    cpu_set_t one;
+    one_cpu(&one, p->cpu[0]);
+    p->caller_tried = true;
+    p->caller_pinned = sched_getaffinity(0, sizeof p->caller_mask, &p->caller_mask) == 0 &&
+                       CPU_ISSET(p->cpu[0], &p->caller_mask) &&
+                       sched_setaffinity(0, sizeof one, &one) == 0;
+}
+
+void nn_pool_leave(nn_pool *p)
+{
+    if (!p || !p->pinned) return;
+    assert(p->enter_depth > 0);
+    if (--p->enter_depth > 0) return;
+    if (p->caller_pinned) sched_setaffinity(0, sizeof p->caller_mask, &p->caller_mask);
+    p->caller_pinned = p->caller_tried = false;
 }
 
 void nn_pool_stats_set(nn_pool *p, bool on)
@@ -437,6 +528,7 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
     bool was = atomic_exchange_explicit(&p->running, true, memory_order_acquire);
     assert(!was); /* two threads in nn_pool_for of one pool */
     (void)was;
+    if (p->enter_depth && !p->caller_tried) pin_caller(p);
     if (p->stats) p->t_pub = pst_now();
     publish(p, ntasks, fn, arg);
     tls_pool = p;

@@ -49,6 +49,31 @@ int nn_pool_new(nn_pool **out, int threads, pst_err *e);
 void nn_pool_free(nn_pool *p);
 /* T; a NULL pool: 1. */
 int nn_pool_threads(const nn_pool *p);
+
+/* Placement. nn_pool_new pins the pool when the calling thread's CPU
+ * affinity mask has exactly T CPUs (what Slurm's --cpus-per-task=T or
+ * mpirun's --map-by ...:PE=T --bind-to core give a rank, or T = the
+ * machine's CPUs): thread tid then belongs to the tid-th CPU of that mask
+ * (in increasing order), never one outside it. A wider mask is shared with
+ * whoever else the launcher put there (ranks that are not bound), so the
+ * pool stays unpinned. PSTRAIN_PIN=0 never pins; PSTRAIN_PIN=1 pins
+ * whenever the mask has at least T CPUs (its first T).
+ *
+ * Workers are pinned for their lifetime (they start on their CPU). The
+ * caller is pinned to CPU 0 of the list only between nn_pool_enter and
+ * nn_pool_leave (the model's train step, evaluation and optimizer call),
+ * from the first loop that runs on the threads (three system calls per
+ * such call, none for a call whose loops all run on the caller), and gets
+ * its own mask back at the leave: a
+ * thread it starts outside those calls (input pipeline threads, an MPI
+ * library's progress thread) inherits the caller's mask, not one CPU.
+ * Enter/leave nest (the outermost pair counts); from the thread that
+ * calls nn_pool_for, not from inside a task. NULL or unpinned pool:
+ * nothing. */
+void nn_pool_enter(nn_pool *p);
+void nn_pool_leave(nn_pool *p);
+/* Thread tid's CPU when the pool is pinned; -1 when not (or NULL). */
+int nn_pool_cpu(const nn_pool *p, int tid);
 /* Runs fn(arg, task, tid) for every task in [0, ntasks) on the pool's
  * threads (the caller is tid 0) and returns when all are done: what the
  * tasks wrote is then visible to the caller. A NULL pool runs all tasks on

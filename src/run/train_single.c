@@ -372,7 +372,14 @@ static int run_start(single_run *r, pst_err *e)
     if (r->averages_from_vars)
         metrics_note(r->mx, "%s has no moving averages: they start from its variables",
                      r->resumed_from);
-    metrics_note(r->mx, "threads: %d compute, %d prep", r->mc.threads, cfg->pipe.prep_threads);
+    char pin[96] = ""; /* "; compute pinned to CPUs 0,1" (at most 8 named) */
+    int cpu[8], np = nn_model_pinned_cpus(r->m, cpu, 8);
+    for (int i = 0, len = 0; i < np && i < 8 && len < (int)sizeof pin; i++)
+        len +=
+            snprintf(pin + len, sizeof pin - (size_t)len, "%s%d%s",
+                     i ? "," : "; compute pinned to CPUs ", cpu[i], i == 7 && np > 8 ? ",..." : "");
+    metrics_note(r->mx, "threads: %d compute, %d prep%s", r->mc.threads, cfg->pipe.prep_threads,
+                 pin);
     train_recipe_note(r->mx, cfg, 1, spe);
     /* --trace-examples: the format of the distributed trace (dist.c), worker 0 */
     if (cfg->trace_path && !(r->trace = fopen(cfg->trace_path, "w")))

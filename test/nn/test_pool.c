@@ -4,8 +4,13 @@
  * step); a call from inside a task (nesting) runs its tasks inline on that
  * thread with its tid; a NULL pool runs in order on the caller; what the
  * tasks wrote is visible after the loop; bad thread counts are refused; the
- * statistics (nn_pool_stats) count every loop and task once, per thread.
+ * statistics (nn_pool_stats) count every loop and task once, per thread;
+ * placement: pinned inside the caller's mask when it has exactly T CPUs,
+ * the caller only between nn_pool_enter and nn_pool_leave, and a thread
+ * the caller starts afterwards keeps the caller's mask.
  * Also built under ThreadSanitizer by jobs/test.sh. */
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,9 +182,174 @@ static void check_stats(nn_pool *p, int T)
           "T=%d stats: counted while off", T);
 }
 
+/* ---- placement (pool.h): a pool of T threads pins when the caller's mask
+ * has exactly T CPUs; workers on their CPU inside that mask, the caller
+ * only between nn_pool_enter and nn_pool_leave; a thread the caller starts
+ * afterwards keeps the caller's mask. ---- */
+
+static bool same_mask(const cpu_set_t *a, const cpu_set_t *b)
+{
+    return CPU_EQUAL(a, b);
+}
+
+static int first_cpus(const cpu_set_t *from, int n, cpu_set_t *to)
+{
+    CPU_ZERO(to);
+    int k = 0;
+    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
+        if (CPU_ISSET(c, from)) CPU_SET(c, to), k++;
+    return k;
+}
+
+/* Task t of a T-task loop records its thread's mask and tid, then waits for
+ * all T tasks to have started: no thread can run two of them, so each of
+ * the T threads runs one (thread t its own part, task t). */
+typedef struct where_arg {
+    int T;
+    atomic_int arrived;
+    cpu_set_t mask[NN_POOL_MAX_THREADS];
+    int tid[NN_POOL_MAX_THREADS];
+} where_arg;
+
+static void where_task(void *varg, int task, int tid)
+{
+    where_arg *a = varg;
+    if (sched_getaffinity(0, sizeof a->mask[task], &a->mask[task]) != 0) CPU_ZERO(&a->mask[task]);
+    a->tid[task] = tid;
+    atomic_fetch_add(&a->arrived, 1);
+    while (atomic_load(&a->arrived) < a->T) sched_yield();
+}
+
+static void *mask_thread(void *varg)
+{
+    cpu_set_t *m = varg;
+    if (sched_getaffinity(0, sizeof *m, m) != 0) CPU_ZERO(m);
+    return NULL;
+}
+
+/* The mask of a thread the caller starts now. */
+static void child_mask(cpu_set_t *m)
+{
+    pthread_t th;
+    CPU_ZERO(m);
+    if (pthread_create(&th, NULL, mask_thread, m) == 0) pthread_join(th, NULL);
+}
+
+/* Runs a where_task loop; checks every thread's mask: workers always one
+ * CPU (their own), the caller one CPU (cpu[0]) when `entered`, else its
+ * own mask `own`. */
+static void check_where(nn_pool *p, int T, bool entered, const cpu_set_t *own, const char *what)
+{
+    where_arg *a = pst_calloc(1, sizeof *a);
+    a->T = T;
+    atomic_init(&a->arrived, 0);
+    nn_pool_for(p, T, where_task, a);
+    for (int t = 0; t < T; t++) {
+        int tid = a->tid[t], c = nn_pool_cpu(p, tid);
+        cpu_set_t want = *own;
+        if (tid != 0 || entered) {
+            CPU_ZERO(&want);
+            CPU_SET(c, &want);
+        }
+        CHECK(c >= 0 && CPU_ISSET(c, own), "%s: tid %d on CPU %d, outside the caller's mask", what,
+              tid, c);
+        CHECK(same_mask(&a->mask[t], &want),
+              "%s: tid %d runs with %d CPUs in its mask, expected %d", what, tid,
+              CPU_COUNT(&a->mask[t]), CPU_COUNT(&want));
+    }
+    free(a);
+}
+
+static void check_placement(void)
+{
+    cpu_set_t orig, mine, got;
+    if (sched_getaffinity(0, sizeof orig, &orig) != 0 || CPU_COUNT(&orig) < 2) {
+        fprintf(stderr, "placement: fewer than 2 CPUs in the mask: pinning not checked\n");
+        return;
+    }
+    const int T = 2;
+    pst_err e = {0};
+    nn_pool *p = NULL;
+    /* exactly T CPUs: the first two of the test's own mask */
+    first_cpus(&orig, T, &mine);
+    CHECK(sched_setaffinity(0, sizeof mine, &mine) == 0, "placement: setting a 2-CPU mask");
+    unsetenv("PSTRAIN_PIN");
+    CHECK(nn_pool_new(&p, T, &e) == 0, "placement: %s", e.msg);
+    CHECK(nn_pool_cpu(p, 0) >= 0 && nn_pool_cpu(p, 1) >= 0 &&
+              nn_pool_cpu(p, 0) != nn_pool_cpu(p, 1),
+          "placement: a 2-CPU mask and 2 threads: not pinned to two CPUs (%d, %d)",
+          nn_pool_cpu(p, 0), nn_pool_cpu(p, 1));
+    CHECK(sched_getaffinity(0, sizeof got, &got) == 0 && same_mask(&got, &mine),
+          "placement: nn_pool_new changed the caller's mask");
+    check_where(p, T, false, &mine, "loop outside enter");
+    nn_pool_enter(p);
+    nn_pool_enter(p); /* nested: the outer pair counts */
+    check_where(p, T, true, &mine, "loop inside enter");
+    nn_pool_leave(p);
+    check_where(p, T, true, &mine, "loop inside the outer enter");
+    nn_pool_leave(p);
+    CHECK(sched_getaffinity(0, sizeof got, &got) == 0 && same_mask(&got, &mine),
+          "placement: the caller's mask not restored by nn_pool_leave (%d CPUs, expected %d)",
+          CPU_COUNT(&got), CPU_COUNT(&mine));
+    child_mask(&got);
+    CHECK(same_mask(&got, &mine),
+          "placement: a thread started after a pinned loop has %d CPUs in its mask, expected the "
+          "caller's %d",
+          CPU_COUNT(&got), CPU_COUNT(&mine));
+    check_loop(p, T, 1000); /* still a working pool */
+    /* an enter whose loops all run on the caller pins nothing */
+    nn_pool_enter(p);
+    check_loop(p, T, 1);
+    CHECK(sched_getaffinity(0, sizeof got, &got) == 0 && same_mask(&got, &mine),
+          "placement: a one-task loop pinned the caller");
+    nn_pool_leave(p);
+    nn_pool_free(p);
+
+    /* PSTRAIN_PIN=0: never */
+    setenv("PSTRAIN_PIN", "0", 1);
+    CHECK(nn_pool_new(&p, T, &e) == 0, "placement: %s", e.msg);
+    CHECK(nn_pool_cpu(p, 0) < 0, "placement: PSTRAIN_PIN=0 pinned");
+    nn_pool_enter(p);
+    check_loop(p, T, 100);
+    CHECK(sched_getaffinity(0, sizeof got, &got) == 0 && same_mask(&got, &mine),
+          "placement: PSTRAIN_PIN=0 pinned the caller");
+    nn_pool_leave(p);
+    nn_pool_free(p);
+
+    /* a mask of more CPUs than threads (shared with others): unpinned, but
+     * PSTRAIN_PIN=1 pins inside it; one of fewer: never */
+    unsetenv("PSTRAIN_PIN");
+    CHECK(sched_setaffinity(0, sizeof orig, &orig) == 0, "placement: restoring the mask");
+    if (CPU_COUNT(&orig) > T) {
+        CHECK(nn_pool_new(&p, T, &e) == 0, "placement: %s", e.msg);
+        CHECK(nn_pool_cpu(p, 0) < 0, "placement: %d CPUs for %d threads: pinned", CPU_COUNT(&orig),
+              T);
+        nn_pool_free(p);
+        setenv("PSTRAIN_PIN", "1", 1);
+        CHECK(nn_pool_new(&p, T, &e) == 0, "placement: %s", e.msg);
+        CHECK(nn_pool_cpu(p, 0) >= 0, "placement: PSTRAIN_PIN=1 did not pin");
+        nn_pool_enter(p);
+        check_where(p, T, true, &orig, "PSTRAIN_PIN=1");
+        nn_pool_leave(p);
+        nn_pool_free(p);
+        unsetenv("PSTRAIN_PIN");
+    }
+    setenv("PSTRAIN_PIN", "1", 1);
+    first_cpus(&orig, 1, &mine);
+    CHECK(sched_setaffinity(0, sizeof mine, &mine) == 0, "placement: setting a 1-CPU mask");
+    CHECK(nn_pool_new(&p, T, &e) == 0, "placement: %s", e.msg);
+    CHECK(nn_pool_cpu(p, 0) < 0, "placement: 2 threads pinned into a 1-CPU mask");
+    check_loop(p, T, 100);
+    nn_pool_free(p);
+    unsetenv("PSTRAIN_PIN");
+    CHECK(sched_setaffinity(0, sizeof orig, &orig) == 0, "placement: restoring the mask");
+}
+
 int main(void)
 {
+    unsetenv("PSTRAIN_PIN");
     check_null_pool();
+    check_placement();
     for (int T = 1; T <= 8; T++) {
         pst_err e = {0};
         nn_pool *p = NULL;

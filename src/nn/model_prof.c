@@ -25,20 +25,18 @@ static double cpu_now(void)
  * at its end. */
 static void par_begin(const nn_model *m, nn_prof_mark *k)
 {
-    if (m->pool) k->wall = pst_now(), k->s = nn_pool_stats_read(m->pool);
+    if (m->pool) k->s = nn_pool_totals_read(m->pool), k->wall = pst_now();
 }
 
 static void par_end(const nn_model *m, const nn_prof_mark *k, nn_layer_par *par)
 {
     if (!m->pool) return;
-    nn_pool_stats s = nn_pool_stats_read(m->pool);
     par->wall += pst_now() - k->wall;
+    nn_pool_totals s = nn_pool_totals_read(m->pool);
     par->loop_wall += s.wall - k->s.wall;
     par->wait += s.wait - k->s.wait;
-    for (int t = 0; t < nn_pool_threads(m->pool); t++) {
-        par->cpu += s.cpu[t] - k->s.cpu[t];
-        par->busy += s.busy[t] - k->s.busy[t];
-    }
+    par->cpu += s.cpu - k->s.cpu;
+    par->busy += s.busy - k->s.busy;
     par->loops += s.loops - k->s.loops;
     par->tasks += s.tasks - k->s.tasks;
 }

@@ -21,12 +21,12 @@
 
 /* What a layer's pass starts from. */
 typedef struct nn_prof_mark {
-    double t0;       /* the caller's CPU time */
-    nn_pool_prof p0; /* the single-thread loop profile */
-    double wall;     /* on a pool: the wall clock ... */
-    nn_pool_stats s; /* ... and the pool's statistics */
-    bool rerun;      /* a convolution's backward, run again after the first (--rerun) */
-    nn_layer *p;     /* the producer of its input, NULL for the model's input */
+    double t0;        /* the caller's CPU time */
+    nn_pool_prof p0;  /* the single-thread loop profile */
+    double wall;      /* on a pool: the wall clock ... */
+    nn_pool_totals s; /* ... and the pool's statistics */
+    bool rerun;       /* a convolution's backward, run again after the first (--rerun) */
+    nn_layer *p;      /* the producer of its input, NULL for the model's input */
     bool written, written2;
     float *din;        /* the input gradient the backward will write or add to */
     size_t nin, ngrad; /* floats of din and of the layer's gradients */

@@ -408,6 +408,16 @@ nn_pool_stats nn_pool_stats_read(const nn_pool *p)
     return s;
 }
 
+nn_pool_totals nn_pool_totals_read(const nn_pool *p)
+{
+    nn_pool_totals t = {0, 0, 0, 0, 0, 0};
+    if (!p) return t;
+    t.loops = p->tot.loops, t.tasks = p->tot.tasks;
+    t.wall = p->tot.wall, t.wait = p->tot.wait;
+    for (int i = 0; i < p->T; i++) t.cpu += p->slot[i].cpu, t.busy += p->slot[i].busy;
+    return t;
+}
+
 /* ---- profiling: see pool.h ---- */
 
 static int prof_threads; /* 0: off */
@@ -537,9 +547,11 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
     if (p->stats) {
         double own = pst_now(), own_cpu = cpu_now();
         wait_workers(p);
-        double end = pst_now();
+        /* the CPU clock (a system call) before the loop's end: its cost
+         * counts in the loop, not in the serial time between loops */
+        double end_cpu = cpu_now(), end = pst_now();
         p->tot.wait += end - own;
-        p->tot.wait_cpu += cpu_now() - own_cpu;
+        p->tot.wait_cpu += end_cpu - own_cpu;
         p->tot.wall += end - p->t_pub;
         p->tot.loops++;
         p->tot.tasks += ntasks;

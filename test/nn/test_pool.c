@@ -175,6 +175,14 @@ static void check_stats(nn_pool *p, int T)
           T > 1 ? tasks : 0);
     CHECK(bad == 0 && s.wall >= s.wait && s.wait >= 0 && s.start >= 0,
           "T=%d stats: negative or misplaced times", T);
+    /* the totals are the same counters summed */
+    nn_pool_totals tt = nn_pool_totals_read(p);
+    double cpu = 0, busy = 0;
+    for (int t = 0; t < T; t++) cpu += s.cpu[t], busy += s.busy[t];
+    CHECK(tt.loops == s.loops && tt.tasks == s.tasks && tt.wall == s.wall && tt.wait == s.wait &&
+              tt.cpu == cpu && tt.busy == busy,
+          "T=%d totals: %ld loops %ld tasks, cpu %g busy %g; stats %ld %ld, %g %g", T, tt.loops,
+          tt.tasks, tt.cpu, tt.busy, s.loops, s.tasks, cpu, busy);
     nn_pool_stats_set(p, false);
     check_loop(p, T, 100);
     s = nn_pool_stats_read(p);

@@ -43,6 +43,13 @@ static void par_end(const nn_model *m, const nn_prof_mark *k, nn_layer_par *par)
 
 /* ---- profiling with rerun (nn_model_set_profile_rerun) ---- */
 
+/* A rerun is timed as its layer: the caller's CPU time on one thread, the
+ * wall time on a pool (the report's "wall" columns). */
+static double rerun_clock(const nn_model *m)
+{
+    return m->pool ? pst_now() : cpu_now();
+}
+
 static float *rerun_space(nn_model *m, size_t floats)
 {
     free(m->rerun_buf);
@@ -78,9 +85,9 @@ static void rerun_bwd(nn_model *m, nn_layer *l, int n, nn_prof_mark *r)
         r->p->dy_written = r->written, r->p->dy2_written = r->written2;
         memcpy(r->din, before, sizeof(float) * r->nin);
     }
-    double r0 = cpu_now();
+    double r0 = rerun_clock(m);
     l->ops->backward(m, l, n);
-    l->r_bwd += cpu_now() - r0;
+    l->r_bwd += rerun_clock(m) - r0;
     bool same = !r->din || !memcmp(din1, r->din, sizeof(float) * r->nin);
     for (int k = 0, o = 0; k < l->nvar; o += (int)m->vars[l->var0 + k].size, k++)
         same = same && !memcmp(g1 + o, nn_grad(m, l, k), sizeof(float) * m->vars[l->var0 + k].size);
@@ -109,9 +116,9 @@ void nn_prof_end_fwd(nn_model *m, nn_layer *l, int n, bool train, const nn_prof_
     if (l->ops->flops) l->f_fwd += l->ops->flops(l, n, false);
     if (m->profile_rerun && l->ops == &nn_conv_ops) {
         /* the same call again: it writes the same output */
-        double r0 = cpu_now();
+        double r0 = rerun_clock(m);
         l->ops->forward(m, l, n, train);
-        l->r_fwd += cpu_now() - r0;
+        l->r_fwd += rerun_clock(m) - r0;
     }
 }
 
@@ -194,8 +201,11 @@ static void profile_report_par(nn_model *m, FILE *out)
                 100.0 * (f->wall + b->wall) / all, us * f->cpu, us * b->cpu,
                 us * (f->wall - f->loop_wall), us * (b->wall - b->loop_wall),
                 us * (T * f->loop_wall - f->busy), us * (T * b->loop_wall - b->busy), gf[0], gf[1]);
+        if (m->profile_rerun && (l->r_fwd > 0 || l->r_bwd > 0))
+            fprintf(out, "  %-28s %-10s %10.1f %10.1f  (the same calls again at once: rerun)\n", "",
+                    "", us * l->r_fwd, us * l->r_bwd);
         memset(l->par, 0, sizeof l->par);
-        l->f_fwd = l->f_bwd = 0;
+        l->f_fwd = l->f_bwd = l->r_fwd = l->r_bwd = 0;
     }
     fprintf(out, "  %-28s %-10s %10.1f %10.1f %7s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n", "total",
             "", us * tot[0].wall, us * tot[1].wall, "", us * tot[0].cpu, us * tot[1].cpu,
@@ -222,6 +232,9 @@ static void profile_report_par(nn_model *m, FILE *out)
             s.loops ? 1e6 * s.start / (double)s.loops / (T - 1) : 0.0,
             s.loops ? 100.0 * s.slept / (double)s.loops / (T - 1) : 0.0,
             s.loops ? 100.0 * s.caller_slept / (double)s.loops : 0.0);
+    if (m->profile_rerun)
+        fprintf(out, "  (the pool's figures of this line include the reruns' loops; the layers' "
+                     "rows do not)\n");
     nn_pool_stats_set(m->pool, m->profile);
     m->profiled_steps = 0;
 }

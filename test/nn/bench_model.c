@@ -18,9 +18,10 @@
  * CPU time of every task of the parallel loops, list-scheduled as the pool
  * hands them out, plus what runs outside the loops (serial): a measure of
  * how well each layer is split that a loaded machine does not disturb.
- * --rerun (one thread; no prediction): the profile also calls every
+ * --rerun (no prediction): the profile also calls every
  * convolution's forward and backward a second time right after the first
- * and prints that call's CPU time ("rerun"): the layer with the caches as
+ * and prints that call's CPU time ("rerun"; with --threads T > 1 its wall
+ * time, under the layer's row): the layer with the caches as
  * it left them itself, against what the layers before it left; the
  * difference is what a layer pays for running inside the model (see
  * docs/mpi-facts.md, "resnet-20's convolutions inside the model").

@@ -1,6 +1,6 @@
 /* test_prof.c - the model's profiling (model_prof.c; bench_model's report)
  * changes no result: training steps with profiling on, with the
- * convolutions' reruns (--rerun, threads 1), with the prediction
+ * convolutions' reruns (--rerun, threads 1 and 2), with the prediction
  * (--predict 2, threads 1) and on a pool (threads 2, the pool's
  * statistics) give bitwise the loss, correct count, logits, gradient slab
  * and parameters (moving statistics included) of the same steps without
@@ -61,6 +61,7 @@ static void check_model(const spec *s)
         {"rerun", 1, 0, true, "reruns (each convolution called again"},
         {"predict 2", 1, 2, false, "predicted on 2 threads"},
         {"threads 2", 2, 0, false, "pool per step"},
+        {"rerun, threads 2", 2, 0, true, "the same calls again at once: rerun"},
     };
     size_t per = (size_t)s->h * s->w * s->c, nlog = (size_t)s->n * s->k;
     float *x = pst_malloc(sizeof(float) * per * s->n);

@@ -326,6 +326,7 @@ int main(int argc, char **argv)
     nn_pool *pool = NULL;
     pst_err e;
     if (threads > 1 && nn_pool_new(&pool, threads, &e) < 0) pst_die("%s", e.msg);
+    nn_pool_enter(pool); /* placed as the model's steps are (pool.h): pinned when the mask has T */
     printf("conv kernels: %s, blis %s; thread CPU time%s, best repetition; peak %.0f GFLOP/s "
            "(%s)\n",
            nn_narrow_use_simd(-1) ? "AVX-512" : "portable", nn_blis_arch(),
@@ -336,6 +337,7 @@ int main(int argc, char **argv)
             for (int f = 0; f < nfilter && !keep; f++) keep = strstr(layers[i].name, filters[f]);
             if (keep) bench_layer(&layers[i], batches[b], min_time, pool);
         }
+    nn_pool_leave(pool);
     nn_pool_free(pool);
     return 0;
 }

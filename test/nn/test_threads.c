@@ -6,8 +6,11 @@
  * are big enough that the reductions (batch norm, dense, loss, decay) run
  * in several blocks. Models not built yet are skipped by name. Also:
  * nn_model_opt_apply on T = 1..4 threads gives the bits of one opt_apply
- * over the whole range, for every optimizer, from an unaligned start. */
+ * over the whole range, for every optimizer, from an unaligned start; and
+ * the model's placement: pinned inside a mask of exactly T CPUs, the
+ * caller's own mask back after each step, evaluation and optimizer call. */
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,6 +136,66 @@ static void check_opt_apply(void)
     free(p0), free(g), free(s0), free(pr), free(sr), free(pt), free(st);
 }
 
+/* The model's placement (src/nn/pool.h): with a caller's mask of exactly T
+ * CPUs the threads are pinned inside it, and the caller has its own mask
+ * back after every train step, evaluation and optimizer call (a thread it
+ * starts later inherits that mask, not one CPU). */
+static bool mask_is(const cpu_set_t *want)
+{
+    cpu_set_t got;
+    return sched_getaffinity(0, sizeof got, &got) == 0 && CPU_EQUAL(&got, want);
+}
+
+static void check_model_placement(void)
+{
+    cpu_set_t orig, two;
+    if (sched_getaffinity(0, sizeof orig, &orig) != 0 || CPU_COUNT(&orig) < 2) {
+        fprintf(stderr, "placement: fewer than 2 CPUs in the mask: not checked\n");
+        return;
+    }
+    CPU_ZERO(&two);
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; c++)
+        if (CPU_ISSET(c, &orig)) CPU_SET(c, &two), k++;
+    CHECK(sched_setaffinity(0, sizeof two, &two) == 0, "placement: setting a 2-CPU mask");
+    unsetenv("PSTRAIN_PIN");
+    spec sp = {"lenet5", 28, 28, 1, 10, 61};
+    nn_model *m = make(&sp, 2);
+    if (m) {
+        int cpu[2] = {-1, -1};
+        CHECK(nn_model_pinned_cpus(m, cpu, 2) == 2 && cpu[0] != cpu[1] && CPU_ISSET(cpu[0], &two) &&
+                  CPU_ISSET(cpu[1], &two),
+              "placement: 2 threads in a 2-CPU mask: pinned to %d, %d", cpu[0], cpu[1]);
+        size_t per = 28 * 28, size = nn_model_size(m);
+        float *x = pst_malloc(sizeof(float) * sp.n * per);
+        int32_t *y = pst_malloc(sizeof(int32_t) * sp.n);
+        nn_rng r;
+        nn_rng_seed(&r, 5);
+        for (size_t i = 0; i < sp.n * per; i++) x[i] = (float)nn_rng_normal(&r);
+        for (int i = 0; i < sp.n; i++) y[i] = i % 10;
+        nn_model_train_step(m, x, y, sp.n, 0, NULL);
+        CHECK(mask_is(&two), "placement: the caller's mask changed by nn_model_train_step");
+        nn_model_eval(m, x, y, sp.n, NULL, NULL);
+        CHECK(mask_is(&two), "placement: the caller's mask changed by nn_model_eval");
+        opt_cfg oc = opt_defaults(OPT_MOMENTUM);
+        float *slots = pst_calloc(size, sizeof(float));
+        nn_model_opt_apply(m, &oc, 0.01f, 1, nn_model_params(m), nn_model_grads(m), slots, size,
+                           size); /* lenet5: several 16,384-float tasks */
+        CHECK(mask_is(&two), "placement: the caller's mask changed by nn_model_opt_apply");
+        free(slots), free(x), free(y);
+        nn_model_free(m);
+    }
+    setenv("PSTRAIN_PIN", "0", 1);
+    m = make(&sp, 2);
+    int cpu[2];
+    CHECK(!m || nn_model_pinned_cpus(m, cpu, 2) == 0, "placement: PSTRAIN_PIN=0 pinned");
+    nn_model_free(m);
+    unsetenv("PSTRAIN_PIN");
+    m = make(&sp, 1);
+    CHECK(!m || nn_model_pinned_cpus(m, cpu, 2) == 0, "placement: one thread pinned");
+    nn_model_free(m);
+    CHECK(sched_setaffinity(0, sizeof orig, &orig) == 0, "placement: restoring the mask");
+}
+
 int main(int argc, char **argv)
 {
     /* batch sizes that no T divides evenly, images big enough for several
@@ -145,6 +208,7 @@ int main(int argc, char **argv)
     };
     nn_blis_init(); /* one BLIS thread per call, as pstrain runs it */
     if (argc == 1) check_opt_apply();
+    if (argc == 1 && nn_model_known("lenet5")) check_model_placement();
     int ran = 0;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         if (argc > 1 && strcmp(argv[1], specs[i].name) != 0) continue;

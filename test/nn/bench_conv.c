@@ -195,14 +195,30 @@ static void evict(void)
     __asm__ volatile("" : : "x"(s));
 }
 
-/* --threads T: the last pass's loops and tasks, and over its repetitions
- * the thread time in the loops outside tasks (idle at the loops' ends: the
- * imbalance of the last tasks) against T x the loops' wall time. Wall
- * figures: meaningful with the machine to oneself (or under chrt). */
+/* --threads T: the last pass's loops and tasks, and per repetition the
+ * thread time in the loops outside tasks (idle at the loops' ends: the
+ * imbalance of the last tasks) against T x the loops' wall time; the
+ * median of the repetitions is reported (a repetition in which one thread
+ * was preempted idles the other for as long). Wall figures: meaningful with
+ * the machine to oneself, or under chrt -f 1. */
+#define SPLIT_REPS 64
 static struct {
     long loops, tasks;
-    double idle, wall;
+    int n;
+    double frac[SPLIT_REPS];
 } split;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double split_median(void)
+{
+    if (!split.n) return 0;
+    qsort(split.frac, (size_t)split.n, sizeof(double), cmp_double);
+    return split.frac[split.n / 2];
+}
 
 /* Best CPU seconds of one pass: one warm-up, then at least 2 repetitions
  * and until min_time seconds have been spent. */
@@ -227,7 +243,8 @@ static double time_pass(run *r, int which, double min_time, double *mean)
             /* thread time in the loops outside tasks: the loops' ends */
             double busy = 0;
             for (int i = 0; i < T; i++) busy += st.busy[i];
-            split.idle += T * st.wall - busy, split.wall += T * st.wall;
+            if (split.n < SPLIT_REPS && st.wall > 0)
+                split.frac[split.n++] = (T * st.wall - busy) / (T * st.wall);
             split.loops = st.loops, split.tasks = st.tasks;
         }
         spent += t;
@@ -264,7 +281,7 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
         memset(&split, 0, sizeof split);
         best[k] = time_pass(&r, which[k], min_time, mean[k]);
         snprintf(idle[k], sizeof idle[k], "%ld tasks in %ld loops, idle %.1f%%", split.tasks,
-                 split.loops, split.wall > 0 ? 100 * split.idle / split.wall : 0.0);
+                 split.loops, 100 * split_median());
     }
     double tf = best[0], tw = best[1], tb = best[2];
     double td = tb - tw;

@@ -1036,6 +1036,29 @@ static void test_conv_paths(int N, int H, int W, int C, int K, int KH, int KW, i
     free(x), free(w), free(b), free(R), free(scratch), free(dy);
 }
 
+/* nn_cf_pack_flip's AVX-512 transposes (16 x 16 register blocks) store the
+ * bits of the portable loop and every float of the packed kernel: odd C and
+ * K (partial 16-blocks and a partial last 64-channel block), a 1x1 kernel,
+ * a 3x3 one; the two packs start from different garbage, so a float that
+ * one of them leaves unwritten differs. */
+static void test_cf_pack_flip(int KH, int KW, int C, int K)
+{
+    const size_t nw = (size_t)KH * KW * C * K, np = nn_cf_packed_floats(KH * KW * K, C);
+    float *w = rand_vec(nw, 1);
+    float *wp[2] = {pst_aligned_alloc(sizeof(float) * np), pst_aligned_alloc(sizeof(float) * np)};
+    const bool simd = nn_narrow_use_simd(-1);
+    for (int mode = 0; mode < 2; mode++) {
+        for (size_t i = 0; i < np; i++) wp[mode][i] = mode ? -3.0f : 5.0f;
+        nn_narrow_use_simd(mode && simd);
+        nn_cf_pack_flip(wp[mode], w, KH, KW, C, K);
+    }
+    nn_narrow_use_simd(simd);
+    CHECK(memcmp(wp[0], wp[1], sizeof(float) * np) == 0,
+          "nn_cf_pack_flip %dx%d C %d K %d: the AVX-512 transposes differ from the portable loop",
+          KH, KW, C, K);
+    free(w), free(wp[0]), free(wp[1]);
+}
+
 /* nn_cf_forward with non-temporal stores (g.stream, the pointwise passes
  * whose output exceeds L3) stores the same bits as with ordinary stores,
  * also with a partial last channel block and with rows that are not 64-byte
@@ -1211,6 +1234,11 @@ int main(void)
          * of 4 blocks and of 1 (groups of CONV_WG_CHAN_KB), 4 row blocks */
         test_conv_paths(1, 5, 5, 256, 300, 1, 1, 1, 1, 0, 0);
         test_cf_stream();
+        test_cf_pack_flip(3, 3, 64, 64);
+        test_cf_pack_flip(3, 3, 72, 40); /* a second, partial 64-channel block */
+        test_cf_pack_flip(1, 1, 100, 37);
+        test_cf_pack_flip(1, 7, 5, 130);
+        test_cf_pack_flip(3, 1, 160, 3);
         nn_narrow_use_simd(simd);
     }
 

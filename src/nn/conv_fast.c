@@ -87,12 +87,12 @@ void nn_cf_pack(float *wp, const float *w, int R, int K)
 }
 
 #if CF_X86
-/* The 16 x 16 block at src (rows lds apart; rows past nrow, columns out of
- * cm read as 0) transposed into the first nout rows of dst (ldd apart):
- * unpack pairs of rows, then 4 x 4 blocks of 32-bit and of 128-bit lanes. */
-AVX512 static void cf_transpose16(float *dst, size_t ldd, int nout, const float *src, size_t lds,
-                                  int nrow, __mmask16 cm)
+/* nn_cf_transpose16: unpack pairs of rows, then 4 x 4 blocks of 32-bit and
+ * of 128-bit lanes */
+AVX512 void nn_cf_transpose16(float *dst, size_t ldd, int nout, const float *src, size_t lds,
+                              int nrow, int ncol)
 {
+    const __mmask16 cm = (__mmask16)((1u << ncol) - 1);
     __m512 r[16], t[16];
     for (int i = 0; i < 16; i++)
         r[i] = i < nrow ? _mm512_maskz_loadu_ps(cm, src + (size_t)i * lds) : _mm512_setzero_ps();
@@ -129,11 +129,10 @@ AVX512 static void cf_pack_flip_simd(float *dst, const float *w, int KH, int KW,
         float *o = dst + (size_t)t * K * CF_NB;
         for (int k0 = 0; k0 < K; k0 += 16) {
             int nk = K - k0 < 16 ? K - k0 : 16;
-            __mmask16 cm = (__mmask16)((1u << nk) - 1);
             for (int cb = 0; cb < CF_NB; cb += 16) {
                 int nrow = nc - cb < 0 ? 0 : nc - cb > 16 ? 16 : nc - cb;
-                cf_transpose16(o + (size_t)k0 * CF_NB + cb, CF_NB, nk, src + (size_t)cb * K + k0,
-                               (size_t)K, nrow, cm);
+                nn_cf_transpose16(o + (size_t)k0 * CF_NB + cb, CF_NB, nk, src + (size_t)cb * K + k0,
+                                  (size_t)K, nrow, nk);
             }
         }
     }

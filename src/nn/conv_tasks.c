@@ -426,33 +426,8 @@ void nn_cv_dgrad_strided_point_task(void *arg, int task, int tid)
 
 /* Block rb of w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel:
  * [K][64] of kernel rows [64 rb, 64 rb + 64), zeros past R; 16 k at a time,
- * so a line of each source row goes into a 16 x 64 block that stays in L1. */
-#if CONV_X86
-/* dst[k][i] = src[i][k] for a 16 x 16 tile (rows lds / ldd floats apart):
- * four stages, each swapping one bit of the row index with the same bit
- * of the column index between pairs of registers. */
-AVX512 static void transpose16(float *dst, size_t ldd, const float *src, size_t lds)
-{
-    __m512 r[16];
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
-    for (int s = 1; s < 16; s <<= 1) {
-        int lo[16], hi[16];
-        for (int j = 0; j < 16; j++) {
-            lo[j] = j & s ? 16 + (j & ~s) : j;
-            hi[j] = j & s ? 16 + j : j | s;
-        }
-        const __m512i il = _mm512_loadu_si512(lo), ih = _mm512_loadu_si512(hi);
-        for (int i = 0; i < 16; i++) {
-            if (i & s) continue;
-            __m512 a = r[i], b = r[i + s];
-            r[i] = _mm512_permutex2var_ps(a, il, b);
-            r[i + s] = _mm512_permutex2var_ps(a, ih, b);
-        }
-    }
-    for (int k = 0; k < 16; k++) _mm512_storeu_ps(dst + k * ldd, r[k]);
-}
-#endif
-
+ * so a line of each source row goes into a 16 x 64 block that stays in L1
+ * (AVX-512: nn_cf_transpose16, also for a partial last block). */
 static void pack_transposed_block(float *wp, const float *w, int R, int K, int rb)
 {
     float *dst = wp + (size_t)rb * K * 64;
@@ -460,9 +435,12 @@ static void pack_transposed_block(float *wp, const float *w, int R, int K, int r
     for (int k0 = 0; k0 < K; k0 += 16) {
         const int nk = K - k0 < 16 ? K - k0 : 16;
 #if CONV_X86
-        if (nr == 64 && nk == 16 && nn_narrow_use_simd(-1)) {
-            for (int i0 = 0; i0 < 64; i0 += 16)
-                transpose16(dst + (size_t)k0 * 64 + i0, 64, w + (size_t)(r0 + i0) * K + k0, K);
+        if (nn_narrow_use_simd(-1)) {
+            for (int i0 = 0; i0 < 64; i0 += 16) {
+                int nrow = nr - i0 < 0 ? 0 : nr - i0 > 16 ? 16 : nr - i0;
+                nn_cf_transpose16(dst + (size_t)k0 * 64 + i0, 64, nk,
+                                  w + (size_t)(r0 + i0) * K + k0, (size_t)K, nrow, nk);
+            }
             continue;
         }
 #endif

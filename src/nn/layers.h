@@ -194,6 +194,12 @@ void nn_cf_pack_flip(float *wp, const float *w, int KH, int KW, int C, int K);
  * ceil(C/64)): the blocks are disjoint, for a parallel loop. */
 void nn_cf_pack_block(float *wp, const float *w, int R, int K, int kb);
 void nn_cf_pack_flip_block(float *wp, const float *w, int KH, int KW, int C, int K, int kb);
+/* AVX-512 only (nn_narrow_use_simd): the 16 x 16 block at src (rows lds
+ * floats apart; rows from nrow on and the columns past the first ncol read
+ * as 0) transposed into the first nout rows of dst (ldd floats apart, 16
+ * floats each). Rows past nrow are not read. */
+void nn_cf_transpose16(float *dst, size_t ldd, int nout, const float *src, size_t lds, int nrow,
+                       int ncol);
 /* Channels [64 kb, 64 kb + 64) of out[nimg*OH*OW][K] for g->nimg images: bias (may
  * be NULL) + windows x packed kernel, then ReLU; acc adds to out instead
  * of the bias. */

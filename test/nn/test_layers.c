@@ -1059,6 +1059,33 @@ static void test_cf_pack_flip(int KH, int KW, int C, int K)
     free(w), free(wp[0]), free(wp[1]);
 }
 
+/* nn_cf_transpose16 (AVX-512): dst[k][i] = src[i][k] for i < nrow and
+ * k < ncol, else 0, in the first nout rows of dst; rows from nout on and the
+ * floats between rows untouched. */
+static void test_cf_transpose16(void)
+{
+    const int ld = 21;
+    float src[16 * 21], dst[16 * 21];
+    for (int i = 0; i < 16 * ld; i++) src[i] = (float)(i + 1);
+    const int cases[][3] = {{16, 16, 16}, {5, 16, 16}, {0, 16, 16},
+                            {16, 7, 7},   {9, 3, 3},   {16, 1, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int nrow = cases[c][0], ncol = cases[c][1], nout = cases[c][2];
+        for (int i = 0; i < 16 * ld; i++) dst[i] = -1.0f;
+        nn_cf_transpose16(dst, ld, nout, src, ld, nrow, ncol);
+        int bad = 0;
+        for (int k = 0; k < 16; k++)
+            for (int i = 0; i < ld; i++) {
+                float want = k >= nout || i >= 16   ? -1.0f
+                             : i < nrow && k < ncol ? src[i * ld + k]
+                                                    : 0.0f;
+                bad += dst[k * ld + i] != want;
+            }
+        CHECK(bad == 0, "nn_cf_transpose16 nrow %d ncol %d nout %d: %d floats wrong", nrow, ncol,
+              nout, bad);
+    }
+}
+
 /* nn_cf_forward with non-temporal stores (g.stream, the pointwise passes
  * whose output exceeds L3) stores the same bits as with ordinary stores,
  * also with a partial last channel block and with rows that are not 64-byte
@@ -1234,6 +1261,7 @@ int main(void)
          * of 4 blocks and of 1 (groups of CONV_WG_CHAN_KB), 4 row blocks */
         test_conv_paths(1, 5, 5, 256, 300, 1, 1, 1, 1, 0, 0);
         test_cf_stream();
+        test_cf_transpose16();
         test_cf_pack_flip(3, 3, 64, 64);
         test_cf_pack_flip(3, 3, 72, 40); /* a second, partial 64-channel block */
         test_cf_pack_flip(1, 1, 100, 37);

@@ -382,7 +382,16 @@ static int wgrad_kb_group(const nn_conv_dims *d, int S)
     const int nkb = (d->K + 63) / 64;
     if (d->KH != 1 || d->KW != 1) return 1;
     if (S * wgrad_row_blocks(d, S, 1) >= CONV_WG_TASKS) return nkb;
-    return nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
+    int kbg = nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
+    /* C <= K: fewer channel blocks per task rather than row blocks cut
+     * finer than CONV_WG_ROWS for the task count: a task then reads x (C
+     * floats a pixel) once more, not dy (K floats) packed once more.
+     * resnet-50's 128->512 at 28^2 (3 slices x 2 row blocks x 2 groups of
+     * 4 -> 3 x 4 groups of 2) and 256->1024 at 14^2: 5-15% faster */
+    const int rows = (d->C + CONV_WG_ROWS - 1) / CONV_WG_ROWS;
+    if (d->C <= d->K)
+        while (kbg > 1 && wgrad_row_blocks(d, S, kbg) > rows) kbg /= 2;
+    return kbg;
 }
 
 /* Input-channel ranges per slice of the fast weight gradient of padded

@@ -21,9 +21,11 @@
  * transforms M into the output. Each output is computed by one task, in an
  * order that does not depend on the block it falls in (every register
  * tile sums c = 0..C-1 in order), so the result is the same bits for every
- * thread count. U is built once per call into thread 0's scratch (a task
- * per row of U).
+ * thread count. U is built per thread into its own scratch before its
+ * first block, or (few tiles per thread) once by a task per row into
+ * thread 0's scratch (wino_run says when and why).
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "conv_wino_impl.h"
@@ -134,25 +136,64 @@ void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv
 
 /* ---- the driver ------------------------------------------------------------- */
 
+/* Calls of wino_run so far: each job's serial number, by which a thread
+ * knows whether the U in its own scratch is the current call's. */
+static atomic_ulong wi_calls;
+static _Thread_local unsigned long wi_u_serial; /* the call whose U this thread built */
+
+static void u_task(void *arg, int r, int tid)
+{
+    const wi_job *j = arg;
+    (void)tid;
+    j->v->u_row(j, j->U, r);
+}
+
 static void block_task(void *arg, int task, int tid)
 {
     const wi_job *j = arg;
-    float *V = j->scratch + (size_t)tid * j->stride + j->uf;
-    float *M = V + j->vf;
+    float *A = j->scratch + (size_t)tid * j->stride, *V = A + j->uf, *M = V + j->vf;
+    const float *U = j->U;
+    if (!U) {
+        if (wi_u_serial != j->serial) {
+            for (int r = 0; r < j->nu; r++) j->v->u_row(j, A, r);
+            wi_u_serial = j->serial;
+        }
+        U = A;
+    }
     int t0 = task * j->TB, nt = j->NT - t0 < j->TB ? j->NT - t0 : j->TB, s = j->simd;
     wi_prefetch_next(j, t0, nt, j->TB);
     j->v->in[s](j, V, t0, nt);
-    j->v->gemm[s](j, M, V);
+    j->v->gemm[s](j, M, V, U);
     j->v->out[s](j, M, t0, nt);
 }
+
+/* Every block task multiplies by all of U, so a U built by tasks on every
+ * thread is read by every thread: on the machine of docs/mpi-facts.md
+ * ("What two threads get from this VM") a buffer the other core has just
+ * written reads at a sixth of the speed of one's own cache, and the lines
+ * of U, rewritten by the next layer, change hands at every call (resnet-20
+ * on 2 threads: the kernel transforms did 1.2-1.8x one thread's work).
+ * Instead each thread builds the whole of U into its own scratch before
+ * its first block (the same bits: each row of U is computed alone), and
+ * the separate loop of U tasks is gone; the transform is then done once
+ * per thread, which pays while it is a small part of a thread's blocks:
+ * at least WI_OWN_TILES tiles per extra thread. Fewer tiles (small
+ * batches, many threads): U by tasks into thread 0's scratch, as before. */
+#define WI_OWN_TILES 128
 
 static void wino_run(wi_job *j, nn_pool *pool)
 {
     wi_tile(j);
-    int nu = j->v->setup(j);
-    j->U = j->scratch;
-    nn_pool_for(pool, nu, j->v->u_task, j);
-    nn_pool_for(pool, (j->NT + j->TB - 1) / j->TB, block_task, j);
+    j->nu = j->v->setup(j);
+    int nb = (j->NT + j->TB - 1) / j->TB;
+    if (j->NT >= WI_OWN_TILES * (nn_pool_threads(pool) - 1)) {
+        j->U = NULL;
+        j->serial = atomic_fetch_add_explicit(&wi_calls, 1, memory_order_relaxed) + 1;
+    } else {
+        j->U = j->scratch;
+        nn_pool_for(pool, j->nu, u_task, j);
+    }
+    nn_pool_for(pool, nb, block_task, j);
 }
 
 void nn_wino_forward(float *out, const float *inp, const float *w, const float *b,

@@ -107,12 +107,10 @@ NN_CLONES static void u_16(float u[WI_POS][16], float g[9][16])
  * and written contiguously); input gradient (flip: the layer's kernel
  * w[3][3][K][C] flipped and transposed), columns k in [16r, 16r + 16) (16
  * c at a time, transposed through a 16 x 16 block per position). */
-static void u_task(void *arg, int r, int tid)
+static void u_row(const wi_job *j, float *U, int r)
 {
-    const wi_job *j = arg;
     const int C = j->d->C, K = j->d->K, Ks = j->Ks;
     float g[9][16], u[WI_POS][16];
-    (void)tid;
     if (!j->flip) {
         for (int k0 = 0; k0 < K; k0 += 16) {
             int m = K - k0 < 16 ? K - k0 : 16;
@@ -121,7 +119,7 @@ static void u_task(void *arg, int r, int tid)
                     g[t][i] = i < m ? j->w[((size_t)t * C + r) * K + k0 + i] : 0.0f;
             u_16(u, g);
             for (int p = 0; p < WI_POS; p++)
-                memcpy(j->U + ((size_t)p * C + r) * Ks + k0, u[p], sizeof(float) * 16);
+                memcpy(U + ((size_t)p * C + r) * Ks + k0, u[p], sizeof(float) * 16);
         }
         return;
     }
@@ -141,7 +139,7 @@ static void u_task(void *arg, int r, int tid)
         }
         for (int p = 0; p < WI_POS; p++)
             for (int i = 0; i < mc; i++)
-                memcpy(j->U + ((size_t)p * C + c0 + i) * Ks + k0, blk[p][i], sizeof(float) * 16);
+                memcpy(U + ((size_t)p * C + c0 + i) * Ks + k0, blk[p][i], sizeof(float) * 16);
     }
 }
 
@@ -187,14 +185,14 @@ static void in_port(const wi_job *j, float *V, int t0, int nt)
 }
 
 /* M[pos][i][Ks] = V[pos][i][0, C) U[pos][0, C)[Ks], c in increasing order. */
-static void gemm_port(const wi_job *j, float *M, const float *V)
+static void gemm_port(const wi_job *j, float *M, const float *V, const float *U)
 {
     const int C = j->d->C, Cs = j->Cs, Ks = j->Ks, TB = j->TB;
     for (int p = 0; p < WI_POS; p++)
         for (int i = 0; i < TB; i++) {
             float *m = M + ((size_t)p * TB + i) * Ks;
             const float *v = V + ((size_t)p * TB + i) * Cs;
-            const float *u = j->U + (size_t)p * C * Ks;
+            const float *u = U + (size_t)p * C * Ks;
             for (int k = 0; k < Ks; k++) m[k] = 0.0f;
             for (int c = 0; c < C; c++)
                 for (int k = 0; k < Ks; k++) m[k] += v[c] * u[(size_t)c * Ks + k];
@@ -329,11 +327,11 @@ AVX512 static void gemm_6x4(float *M, int Ks, const float *V, int Cs, const floa
     gemm_tile(6, 4, M, Ks, V, Cs, U, C);
 }
 
-static void gemm_simd(const wi_job *j, float *M, const float *V)
+static void gemm_simd(const wi_job *j, float *M, const float *V, const float *U)
 {
     const int C = j->d->C, Cs = j->Cs, Ks = j->Ks, TB = j->TB, nv = Ks / 16;
     for (int p = 0; p < WI_POS; p++) {
-        const float *Vp = V + (size_t)p * TB * Cs, *Up = j->U + (size_t)p * C * Ks;
+        const float *Vp = V + (size_t)p * TB * Cs, *Up = U + (size_t)p * C * Ks;
         float *Mp = M + (size_t)p * TB * Ks;
         for (int v0 = 0; v0 < nv; v0 += 4) {
             int w = nv - v0 < 4 ? nv - v0 : 4, mr = w == 1 ? 24 : w == 2 ? 12 : w == 3 ? 8 : 6;
@@ -417,7 +415,7 @@ static int f2_setup(wi_job *j)
 const wi_variant nn_wi_f2 = {.m = 2,
                              .pos = WI_POS,
                              .setup = f2_setup,
-                             .u_task = u_task,
+                             .u_row = u_row,
                              .in = {in_port, F2_SIMD(in_simd)},
                              .gemm = {gemm_port, F2_SIMD(gemm_simd)},
                              .out = {out_port, F2_SIMD(out_simd)}};

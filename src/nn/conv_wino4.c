@@ -78,10 +78,8 @@ NN_CLONES static void u4_16(double u[W4_POS][16], float g[9][16])
 /* U[p][c][k] for input channel c = r: taps w[t][c][k], or (flip) the
  * layer's w[8 - t][k][c] (the job's C and K are the layer's K and C),
  * computed in double and rounded once to float */
-static void u4_task(void *arg, int r, int tid)
+static void u4_row(const wi_job *j, float *U, int r)
 {
-    const wi_job *j = arg;
-    (void)tid;
     const int C = j->d->C, K = j->d->K;
     float g[9][16];
     double u[W4_POS][16];
@@ -92,7 +90,7 @@ static void u4_task(void *arg, int r, int tid)
                                   : j->w[((size_t)t * C + r) * K + k0 + i];
         u4_16(u, g);
         for (int p = 0; p < W4_POS; p++)
-            for (int i = 0; i < 16; i++) j->U[((size_t)p * C + r) * K + k0 + i] = (float)u[p][i];
+            for (int i = 0; i < 16; i++) U[((size_t)p * C + r) * K + k0 + i] = (float)u[p][i];
     }
 }
 
@@ -110,13 +108,13 @@ static int w4_half(int C, int K)
 
 /* M[p][i][k] = sum over c in order of V[p][i][c] U[p][c][k] (in float; in
  * two chains for 16 -> 16) */
-static void gemm4_port(const wi_job *j, float *M, const float *V)
+static void gemm4_port(const wi_job *j, float *M, const float *V, const float *U)
 {
     const int C = j->d->C, K = j->d->K, h = w4_half(C, K);
     for (int p = 0; p < W4_POS; p++)
         for (int i = 0; i < W4_TB; i++) {
             float *m = M + ((size_t)p * W4_TB + i) * K, m2[64];
-            const float *v = V + ((size_t)p * W4_TB + i) * C, *u = j->U + (size_t)p * C * K;
+            const float *v = V + ((size_t)p * W4_TB + i) * C, *u = U + (size_t)p * C * K;
             for (int k = 0; k < K; k++) m[k] = 0.0f, m2[k] = 0.0f;
             for (int c = 0; c < h; c++)
                 for (int k = 0; k < K; k++) m[k] += v[c] * u[(size_t)c * K + k];
@@ -222,11 +220,11 @@ AVX512 static INLINE void gemm4_tile16(float *M, const float *V, const float *U)
 
 /* M[p] for the W4_TB tiles: 12 x 1 vectors (K = 16; C = 16 in two chains),
  * 12 x 2 (32), 6 x 3 (48), 6 x 4 (64) */
-AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V)
+AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V, const float *U0)
 {
     const int C = j->d->C, K = j->d->K;
     for (int p = 0; p < W4_POS; p++) {
-        const float *U = j->U + (size_t)p * C * K, *v = V + (size_t)p * W4_TB * C;
+        const float *U = U0 + (size_t)p * C * K, *v = V + (size_t)p * W4_TB * C;
         float *m = M + (size_t)p * W4_TB * K;
         if (w4_half(C, K) < C)
             gemm4_tile16(m, v, U);
@@ -329,7 +327,7 @@ static int f4_setup(wi_job *j)
 const wi_variant nn_wi_f4 = {.m = 4,
                              .pos = W4_POS,
                              .setup = f4_setup,
-                             .u_task = u4_task,
+                             .u_row = u4_row,
                              .in = {in4_port, F4_SIMD(in4_simd)},
                              .gemm = {gemm4_port, F4_SIMD(gemm4_simd)},
                              .out = {out4_port, F4_SIMD(out4_simd)}};

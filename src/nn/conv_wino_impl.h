@@ -3,13 +3,12 @@
  * the variant table the common driver (conv_wino.c) runs, and the two
  * variants, F(2x2, 3x3) (conv_wino2.c) and F(4x4, 3x3) (conv_wino4.c).
  *
- * A variant computes U (the transformed kernel) into the start of thread
- * 0's scratch, a task per row (u_tasks of them), then the driver cuts the
- * NT output tiles (m x m outputs each, numbered over the batch) into
- * blocks of TB; a block task transforms its input tiles into V[pos][TB][Cs]
- * (after the uf floats of U in its thread's area), multiplies them into
- * M[pos][TB][Ks] and transforms M into the output. Every output is
- * computed by one task in an order that depends on the shapes only.
+ * A variant computes U (the transformed kernel) row by row (u_row), into
+ * the start of each thread's scratch or of thread 0's (conv_wino.c's
+ * wino_run), and the driver cuts the NT output tiles (m x m outputs each, numbered over the batch)
+ * into blocks of TB; a block task transforms its input tiles into V[pos][TB][Cs] (after the uf
+ * floats of U in its thread's area), multiplies them into M[pos][TB][Ks] and transforms M into the
+ * output. Every output is computed by one task in an order that depends on the shapes only.
  */
 #ifndef PSTRAIN_NN_CONV_WINO_IMPL_H
 #define PSTRAIN_NN_CONV_WINO_IMPL_H
@@ -37,22 +36,25 @@ typedef struct wi_job {
     float *out, *U, *scratch;
     size_t stride;
     bool relu, acc, flip, simd;
-    int TH, TW, NT; /* output tiles per column, per row, in all */
-    int TB, Cs, Ks; /* tiles per block, channels rounded up to 16 */
-    int S;          /* weight gradient: slices */
-    size_t uf, vf;  /* floats of U, of a block's V (M follows it) */
+    int TH, TW, NT;       /* output tiles per column, per row, in all */
+    int TB, Cs, Ks;       /* tiles per block, channels rounded up to 16 */
+    int S;                /* weight gradient: slices */
+    int nu;               /* rows of U */
+    unsigned long serial; /* forward, input gradient: the call (U in each thread's scratch) */
+    size_t uf, vf;        /* floats of U, of a block's V (M follows it) */
     const wi_variant *v;
 } wi_job;
 
 typedef void (*wi_in_fn)(const wi_job *j, float *V, int t0, int nt);
-typedef void (*wi_gemm_fn)(const wi_job *j, float *M, const float *V);
+typedef void (*wi_gemm_fn)(const wi_job *j, float *M, const float *V, const float *U);
 typedef void (*wi_out_fn)(const wi_job *j, const float *M, int t0, int nt);
 
 struct wi_variant {
     int m, pos; /* output tile m x m, transformed tile pos = (m + 2)^2 */
-    /* fills TB, Cs, Ks, uf, vf from j->d and returns the tasks of u_task */
+    /* fills TB, Cs, Ks, uf, vf from j->d and returns the rows of U */
     int (*setup)(wi_job *j);
-    void (*u_task)(void *arg, int r, int tid);
+    /* row r of U (the rows are independent; each writes its own floats) */
+    void (*u_row)(const wi_job *j, float *U, int r);
     /* the kernels of a block: [0] portable, [1] AVX-512 (NULL without) */
     wi_in_fn in[2];
     wi_gemm_fn gemm[2];

@@ -591,13 +591,18 @@ static void wgemm_simd(const wi_job *j, float *dU, const float *V, const float *
 }
 #endif
 
-/* Slice s: its tiles, block by block, into dU_s (thread 0's scratch). */
+/* Slice s: its tiles, block by block, into dU_s, at s in the scratch of
+ * the thread that runs it (every thread's has room for all S; in thread
+ * 0's, as before 2026-12-01, every slice another thread ran was written
+ * into lines of the other core), where wout_task finds it (j->su). */
 static void wslice_task(void *arg, int s, int tid)
 {
     const wi_job *j = arg;
-    float *V = j->scratch + (size_t)tid * j->stride + (size_t)j->S * u_floats(j->d->C, j->d->K);
+    float *A = j->scratch + (size_t)tid * j->stride;
+    float *V = A + (size_t)j->S * u_floats(j->d->C, j->d->K);
     float *Z = V + (size_t)WI_POS * j->TB * j->Cs;
-    float *dU = j->U + (size_t)s * u_floats(j->d->C, j->d->K);
+    float *dU = A + (size_t)s * u_floats(j->d->C, j->d->K);
+    j->su[s] = dU;
     int a, e;
     nn_pool_block(j->NT, j->S, s, &a, &e);
     for (int t0 = a; t0 < e; t0 += j->TB) {
@@ -655,9 +660,7 @@ NN_CLONES static void wout_row(float *dw, const float *const *su, int S, int Cs,
 static void wout_task(void *arg, int c, int tid)
 {
     const wi_job *j = arg;
-    const float *su[64];
-    for (int s = 0; s < j->S; s++) su[s] = j->U + (size_t)s * u_floats(j->d->C, j->d->K);
-    wout_row(j->out, su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
+    wout_row(j->out, (const float *const *)j->su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
     (void)tid;
 }
 
@@ -671,9 +674,10 @@ void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
                 .scratch = scratch,
                 .stride = stride,
                 .v = &nn_wi_f2};
+    float *su[WI_MAX_SLICES];
     wi_tile(&j);
     f2_setup(&j);
-    j.S = wgrad_slices(d), j.U = scratch;
+    j.S = wgrad_slices(d), j.su = su;
     nn_pool_for(pool, j.S, wslice_task, &j);
     nn_pool_for(pool, d->C, wout_task, &j);
 }

@@ -13,7 +13,7 @@
  * The tiles are cut into S slices fixed by the shapes (w4_slices: one per
  * 256 tiles, 12 at batch 64 and 28x28, their sums 442 KB); slice s sums
  * its tiles W4_WTB at a time, each block in float from zero (in order),
- * and adds the block sums in order into its own dU (thread 0's scratch):
+ * and adds the block sums in order into its own dU (in its thread's scratch):
  * 16 + 16 sequential additions per 256 tiles instead of 256. Then, per
  * input channel c, the slices are added in slice order in double and
  * G^T dU G is taken in double, rounded once. Typical error at resnet-20's
@@ -34,7 +34,8 @@ static int w4_slices(const nn_conv_dims *d)
     return S < 1 ? 1 : (int)S;
 }
 
-/* floats per thread: the slices' dU in thread 0's area, then V and Z */
+/* floats per thread: room for all the slices' dU (each in the scratch of the thread that sums it),
+ * then V and Z */
 size_t nn_wi4_wgrad_scratch(const nn_conv_dims *d)
 {
     return (size_t)w4_slices(d) * W4_U + 2 * W4_WVZ + 16;
@@ -178,12 +179,15 @@ AVX512 static void w4_block_simd(const wi_job *j, float *dU, float *V, float *Z,
 }
 #endif
 
-/* Slice s: its tiles, block by block, into dU_s. */
+/* Slice s: its tiles, block by block, into dU_s, at s in the scratch of
+ * the thread that runs it (as F(2x2)'s wslice_task), found through j->su. */
 static void w4_slice_task(void *arg, int s, int tid)
 {
     const wi_job *j = arg;
-    float *V = j->scratch + (size_t)tid * j->stride + (size_t)j->S * W4_U, *Z = V + W4_WVZ;
-    float *dU = j->U + (size_t)s * W4_U;
+    float *A = j->scratch + (size_t)tid * j->stride;
+    float *V = A + (size_t)j->S * W4_U, *Z = V + W4_WVZ;
+    float *dU = A + (size_t)s * W4_U;
+    j->su[s] = dU;
     int a, e;
     nn_pool_block(j->NT, j->S, s, &a, &e);
     for (int t0 = a; t0 < e; t0 += W4_WTB) {
@@ -204,14 +208,14 @@ static void w4_slice_task(void *arg, int s, int tid)
 
 /* dw[tap][c][k] for input channel c: the slices' dU added in order and
  * G^T dU G, in double, rounded once */
-NN_CLONES static void w4_out_row(float *dw, const float *dU, int S, int c)
+NN_CLONES static void w4_out_row(float *dw, float *const *su, int S, int c)
 {
     double m[W4_POS][16], q[6][3][16];
     for (int p = 0; p < W4_POS; p++) {
-        const float *u = dU + ((size_t)p * 16 + c) * 16;
-        for (int i = 0; i < 16; i++) m[p][i] = u[i];
+        const size_t o = ((size_t)p * 16 + c) * 16;
+        for (int i = 0; i < 16; i++) m[p][i] = su[0][o + i];
         for (int s = 1; s < S; s++)
-            for (int i = 0; i < 16; i++) m[p][i] += u[(size_t)s * W4_U + i];
+            for (int i = 0; i < 16; i++) m[p][i] += su[s][o + i];
     }
     for (int a = 0; a < 6; a++)
         for (int t = 0; t < 3; t++)
@@ -233,7 +237,7 @@ static void w4_out_task(void *arg, int c, int tid)
 {
     const wi_job *j = arg;
     (void)tid;
-    w4_out_row(j->out, j->U, j->S, c);
+    w4_out_row(j->out, j->su, j->S, c);
 }
 
 void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
@@ -246,8 +250,9 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
                 .scratch = scratch,
                 .stride = stride,
                 .v = &nn_wi_f4};
+    float *su[WI_MAX_SLICES];
     wi_tile(&j);
-    j.S = w4_slices(d), j.U = scratch;
+    j.S = w4_slices(d), j.su = su;
     nn_pool_for(pool, j.S, w4_slice_task, &j);
     nn_pool_for(pool, 16, w4_out_task, &j);
 }

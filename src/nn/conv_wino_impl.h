@@ -30,16 +30,19 @@
 
 typedef struct wi_variant wi_variant;
 
+#define WI_MAX_SLICES 64
+
 typedef struct wi_job {
     const nn_conv_dims *d; /* the convolution computed (input gradient: its transpose) */
     const float *inp, *w, *b, *dy;
     float *out, *U, *scratch;
     size_t stride;
     bool relu, acc, flip, simd;
-    int TH, TW, NT;       /* output tiles per column, per row, in all */
-    int TB, Cs, Ks;       /* tiles per block, channels rounded up to 16 */
-    int S;                /* weight gradient: slices */
-    int nu;               /* rows of U */
+    int TH, TW, NT; /* output tiles per column, per row, in all */
+    int TB, Cs, Ks; /* tiles per block, channels rounded up to 16 */
+    int S;          /* weight gradient: slices (at most WI_MAX_SLICES) */
+    float **su;     /* weight gradient: slice s's sums, in the scratch of the thread that ran it */
+    int nu;         /* rows of U */
     unsigned long serial; /* forward, input gradient: the call (U in each thread's scratch) */
     size_t uf, vf;        /* floats of U, of a block's V (M follows it) */
     const wi_variant *v;

@@ -24,13 +24,12 @@
  * add's gradient with the add's output, hands it to the other addend in the
  * sums' pass and reads it back from there in the dx pass.
  *
- * The sums of 16-64 channels (both the forward's and the backward's; the
- * forward's sums of more channels in chunks of 64) run with the chunk's
- * accumulators in registers (a loop over the rows of a block per chunk:
- * the block is some 128 KB, so the later chunks read it from L2), in float
- * over groups of BN_GROUP rows and in double over the groups (sums_chunk).
- * Other channel counts add the rows in order in double.
- */
+ * Every sum runs in one order (docs/design.md section 11): per block of
+ * rows, in float over groups of BN_GROUP rows and in double over the groups
+ * (sums_any: 16-64-channel chunks with the sums in registers, other
+ * channel counts a row at a time with the group's float sums in memory).
+ * More than 64 channels: one pass for the backward's sums with the mask
+ * and the addend's gradient, and software prefetch in the row-major passes. */
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
@@ -50,7 +49,7 @@
  * in 16-lane vectors, where the avx512f clones contract x*a + b into one
  * FMA as the scalar code does; doubles in 8-lane halves), so the
  * elementwise results are the bits of a plain loop over rows and channels
- * (the sums: the order of sums_chunk). The channels past the last multiple
+ * (the sums: the order of chunk_rows). The channels past the last multiple
  * of 16 run as such a plain loop. */
 
 /* The helpers below take and return vectors, always inlined: no call ever
@@ -94,11 +93,20 @@ AI vf16 vkeep(vf16 keep, vf16 d)
     return (vf16)((vi16)d & m);
 }
 
-/* The widest chunk (16-64 channels, as groups of 16) that fits in the
- * n channels left; 0 when fewer than 16 are left. */
-static int chunk_groups(int n)
+/* Software prefetch for the row-major passes over more than 64 channels:
+ * the line BN_PF floats ahead of element e (for writing: w). Without it
+ * the single pass ran slower than a mask pass plus sums from L2 (the
+ * masked dy's load waits for x's compare; the hardware prefetchers did not
+ * keep enough lines in flight): 25088x128 with ReLU 4.2-4.3 ms -> 3.1-3.5,
+ * 25088x256 fused 7.8-8.6 -> 6.6-7.1 (the harness of docs/mpi-facts.md).
+ * A hint only (a prefetch past a tensor's end does not fault). */
+#define BN_PF 512
+AI void pf_line(const float *p, size_t e, const bool w)
 {
-    return n >= 64 ? 4 : n / 16;
+    if (w)
+        __builtin_prefetch(p + e + BN_PF, 1, 3);
+    else
+        __builtin_prefetch(p + e + BN_PF, 0, 3);
 }
 
 /* ---- the forward's output: y = x*scale[c] + shift[c] (+ res), then ReLU ---- */
@@ -110,6 +118,8 @@ AI void affine_rows(float *out, const float *inp, const float *res, const float 
     for (int i = 0; i < M; i++) {
         size_t o = (size_t)i * C;
         for (int c = 0; c < cv; c += 16) {
+            pf_line(inp, o + c, false), pf_line(out, o + c, true);
+            if (has_res) pf_line(res, o + c, false);
             vf16 v = vld(inp + o + c) * vld(scale + c) + vld(shift + c);
             if (has_res) v = v + vld(res + o + c);
             vst(out + o + c, relu ? vkeep(v, v) : v);
@@ -194,67 +204,6 @@ AI void group_add(vd8 *s, const vf16 *f0, const vf16 *f1, const int NG)
     }
 }
 
-/* One row's x - shift into the float sums fs, fq (16 * NG channels). */
-AI void sums_row(vf16 *fs, vf16 *fq, const float *x, const vf16 *sh, const int NG)
-{
-    for (int g = 0; g < NG; g++) {
-        vf16 v = vld(x + 16 * g) - sh[g];
-        fs[g] += v, fq[g] += v * v;
-    }
-}
-
-/* sum[c] = sum of x[i][c] - s[c], sq[c] = of (x[i][c] - s[c])^2 over the M
- * rows: one pass for both moments, in groups of BN_GROUP rows. s is the
- * batch's first row, near the mean, so the variance sq/M - (sum/M)^2
- * loses no digits that matter. */
-AI void sums_chunk(double *sum, double *sq, const float *inp, const float *s0, int M, int C, int c0,
-                   const int NG)
-{
-    vd8 s[8], q[8];
-    vf16 sh[4];
-    for (int g = 0; g < NG; g++) sh[g] = vld(s0 + c0 + 16 * g);
-    for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
-    for (int i0 = 0; i0 < M; i0 += BN_GROUP) {
-        int i1 = i0 + BN_GROUP < M ? i0 + BN_GROUP : M;
-        vf16 fs0[4], fq0[4], fs1[4], fq1[4];
-        for (int g = 0; g < NG; g++) fs0[g] = fq0[g] = fs1[g] = fq1[g] = (vf16){0};
-        int i = i0;
-        for (; i + 1 < i1; i += 2) {
-            sums_row(fs0, fq0, inp + (size_t)i * C + c0, sh, NG);
-            sums_row(fs1, fq1, inp + (size_t)(i + 1) * C + c0, sh, NG);
-        }
-        if (i < i1) sums_row(fs0, fq0, inp + (size_t)i * C + c0, sh, NG);
-        group_add(s, fs0, fs1, NG), group_add(q, fq0, fq1, NG);
-    }
-    for (int h = 0; h < 2 * NG; h++) vstd(sum + c0 + 8 * h, s[h]), vstd(sq + c0 + 8 * h, q[h]);
-}
-
-NN_CLONES static void bn_sums(double *restrict sum, double *restrict sq, const float *inp,
-                              const float *restrict s0, int M, int C)
-{
-    int c0 = 0;
-    for (int ng; (ng = chunk_groups(C - c0)) > 0; c0 += 16 * ng) {
-        if (ng == 4)
-            sums_chunk(sum, sq, inp, s0, M, C, c0, 4);
-        else if (ng == 3)
-            sums_chunk(sum, sq, inp, s0, M, C, c0, 3);
-        else if (ng == 2)
-            sums_chunk(sum, sq, inp, s0, M, C, c0, 2);
-        else
-            sums_chunk(sum, sq, inp, s0, M, C, c0, 1);
-    }
-    if (c0 == C) return;
-    for (int c = c0; c < C; c++) sum[c] = 0.0, sq[c] = 0.0;
-    for (int i = 0; i < M; i++) {
-        const float *restrict x = inp + (size_t)i * C;
-        for (int c = c0; c < C; c++) {
-            double v = (double)x[c] - (double)s0[c];
-            sum[c] += v;
-            sq[c] += v * v;
-        }
-    }
-}
-
 /* ---- backward ---- */
 
 enum { MASK_NONE, MASK_RELU, MASK_OUT }; /* no mask; own ReLU (from x); the add's (out > 0) */
@@ -294,166 +243,221 @@ AI float dmask1(const float *x, const float *dy, const float *dy2, const float *
     return keep > 0.0f ? dv : 0.0f;
 }
 
-/* One row (its first element at o) of 16 * NG channels: d = the masked
- * dy, also into dres; its sums into fs (d) and fq (d * xhat). */
-AI void grad_row(vf16 *fs, vf16 *fq, const bn_bw *b, size_t o, const int NG, const vf16 *mu,
-                 const vf16 *is, const vf16 *sc, const vf16 *sh, const int mask, const int dres,
-                 const bool two)
+/* ---- the sums: one group loop for the forward's and the backward's ----
+ *
+ * The forward's terms per row are v = x - s (s: the batch's first row)
+ * and v*v; the backward's d (the masked dy, also written into dres) and
+ * d*xhat. OP_FWD and OP_BWD pick the row's terms; the loop over a
+ * chunk's groups of rows and the order of the sums are the same. */
+enum { OP_FWD, OP_BWD };
+
+/* A chunk's per-channel constants (16 * NG channels, in registers): the
+ * forward's shift s in mu; the backward's mean, invstd and (MASK_RELU)
+ * the affine map that gives the mask. */
+typedef struct bn_ck {
+    vf16 mu[4], is[4], sc[4], sh[4];
+} bn_ck;
+
+AI void ck_load(bn_ck *k, const bn_bw *b, int c0, const int NG, const int op, const int mask)
+{
+    for (int g = 0; g < NG; g++) {
+        size_t c = (size_t)c0 + 16 * g;
+        k->mu[g] = vld(b->mean + c);
+        k->is[g] = op == OP_BWD ? vld(b->invstd + c) : (vf16){0};
+        k->sc[g] = op == OP_BWD && mask == MASK_RELU ? vld(b->scale + c) : (vf16){0};
+        k->sh[g] = op == OP_BWD && mask == MASK_RELU ? vld(b->shift + c) : (vf16){0};
+    }
+}
+
+/* One row (its first element at o) of 16 * NG channels into the float
+ * sums fs, fq. OP_FWD: x - s and its square. OP_BWD: d = the masked dy,
+ * also into dres; d and d * xhat. */
+AI void row_terms(vf16 *fs, vf16 *fq, const bn_bw *b, size_t o, const bn_ck *k, const int NG,
+                  const int op, const int mask, const int dres, const bool two)
 {
     for (int g = 0; g < NG; g++) {
         size_t e = o + 16 * g;
-        vf16 x = vld(b->x + e), d = dmask16(b->dy, b->dy2, b->out, e, x, sc[g], sh[g], mask, two);
+        vf16 x = vld(b->x + e);
+        if (op == OP_FWD) {
+            vf16 v = x - k->mu[g];
+            fs[g] += v, fq[g] += v * v;
+            continue;
+        }
+        vf16 d = dmask16(b->dy, b->dy2, b->out, e, x, k->sc[g], k->sh[g], mask, two);
         if (dres == DRES_SET) vst(b->dres + e, d);
         if (dres == DRES_ADD) vst(b->dres + e, vld(b->dres + e) + d);
-        vf16 t = (x - mu[g]) * is[g];
+        vf16 t = (x - k->mu[g]) * k->is[g];
         fs[g] += d, fq[g] += d * t;
     }
 }
 
-/* The backward's sums of 16-64 channels in registers, in float over groups
- * of BN_GROUP rows and in double over the groups (as sums_chunk). */
-AI void grad_chunk(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int NG,
-                   const int mask, const int dres, const bool two)
+/* Rows [i0, i1) of one chunk (b's pointers at the chunk's first channel,
+ * rows C floats apart) into the double sums s, q (2 * NG lanes of 8): in
+ * groups of BN_GROUP rows counted from i0, each in float in two
+ * accumulators (even and odd rows), the pair added and then, converted,
+ * into s and q (group_add). */
+AI void chunk_rows(vd8 *s, vd8 *q, const bn_bw *b, size_t C, int i0, int i1, const bn_ck *k,
+                   const int NG, const int op, const int mask, const int dres, const bool two)
 {
-    vd8 s[8], q[8];
-    vf16 mu[4], is[4], sc[4], sh[4];
-    for (int g = 0; g < NG; g++) {
-        mu[g] = vld(b->mean + 16 * g), is[g] = vld(b->invstd + 16 * g);
-        sc[g] = mask == MASK_RELU ? vld(b->scale + 16 * g) : (vf16){0};
-        sh[g] = mask == MASK_RELU ? vld(b->shift + 16 * g) : (vf16){0};
-    }
-    for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
-    for (int i0 = 0; i0 < M; i0 += BN_GROUP) {
-        int i1 = i0 + BN_GROUP < M ? i0 + BN_GROUP : M;
+    for (; i0 < i1; i0 += BN_GROUP) {
+        int ie = i0 + BN_GROUP < i1 ? i0 + BN_GROUP : i1;
         vf16 fs0[4], fq0[4], fs1[4], fq1[4];
         for (int g = 0; g < NG; g++) fs0[g] = fq0[g] = fs1[g] = fq1[g] = (vf16){0};
         int i = i0;
-        for (; i + 1 < i1; i += 2) {
-            grad_row(fs0, fq0, b, (size_t)i * C, NG, mu, is, sc, sh, mask, dres, two);
-            grad_row(fs1, fq1, b, (size_t)(i + 1) * C, NG, mu, is, sc, sh, mask, dres, two);
+        for (; i + 1 < ie; i += 2) {
+            row_terms(fs0, fq0, b, (size_t)i * C, k, NG, op, mask, dres, two);
+            row_terms(fs1, fq1, b, (size_t)(i + 1) * C, k, NG, op, mask, dres, two);
         }
-        if (i < i1) grad_row(fs0, fq0, b, (size_t)i * C, NG, mu, is, sc, sh, mask, dres, two);
+        if (i < ie) row_terms(fs0, fq0, b, (size_t)i * C, k, NG, op, mask, dres, two);
         group_add(s, fs0, fs1, NG), group_add(q, fq0, fq1, NG);
     }
-    for (int h = 0; h < 2 * NG; h++) vstd(sdy + 8 * h, s[h]), vstd(sdyx + 8 * h, q[h]);
 }
 
-/* The plain loop (more channels: enough independent sums per row that
- * keeping them in memory does not stall; GCC vectorises it over c). The
- * masked row goes through dm first: GCC 12 does not if-convert a float
- * select whose result is widened to double. */
-AI void grad_plain(double *restrict sdy, double *restrict sdyx, const bn_bw *b, int M, int C,
-                   const int mask, const int dres, const bool two)
+/* The backward's pointers moved by o floats. */
+static inline bn_bw bw_at(const bn_bw *b, size_t o)
 {
-    const float *restrict mean = b->mean, *restrict inv = b->invstd;
-    const float *restrict scale = b->scale, *restrict shift = b->shift;
-    float dm[BN_MAX_C];
-    for (int c = 0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
-    for (int i = 0; i < M; i++) {
-        size_t o = (size_t)i * C;
-        const float *restrict x = b->x + o, *restrict dy = b->dy + o;
-        const float *restrict dy2 = two ? b->dy2 + o : NULL;
-        const float *restrict out = mask == MASK_OUT ? b->out + o : NULL;
-        float *restrict dr = dres != DRES_NONE ? b->dres + o : NULL;
-        const float *restrict d = dy;
-        if (mask != MASK_NONE || dres != DRES_NONE || two) {
-            for (int c = 0; c < C; c++) {
-                float v = dmask1(x, dy, dy2, out, scale, shift, c, mask, two);
-                dm[c] = v;
-                if (dres == DRES_SET) dr[c] = v;
-                if (dres == DRES_ADD) dr[c] += v;
-            }
-            d = dm;
+    bn_bw r = *b;
+    r.x += o;
+    if (r.dy) r.dy += o;
+    if (r.dy2) r.dy2 += o;
+    if (r.out) r.out += o;
+    if (r.dres) r.dres += o;
+    if (r.dx) r.dx += o;
+    return r;
+}
+
+/* 16, 32, 48 or 64 channels: all M rows with the sums in registers. */
+AI void sums_one(double *sum, double *sq, const bn_bw *b, int M, const int NG, const int op,
+                 const int mask, const int dres, const bool two)
+{
+    bn_ck k;
+    vd8 s[8], q[8];
+    ck_load(&k, b, 0, NG, op, mask);
+    for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
+    chunk_rows(s, q, b, 16 * NG, 0, M, &k, NG, op, mask, dres, two);
+    for (int h = 0; h < 2 * NG; h++) vstd(sum + 8 * h, s[h]), vstd(sq + 8 * h, q[h]);
+}
+
+/* One row (its first element at o) of C channels into the float sums in
+ * memory fs, fq (C floats each): the terms of row_terms, added to them
+ * (first: to 0, the group's first row into these sums). The channels past
+ * the last multiple of 16 take the same expressions one by one. */
+AI void row_mem(float *fs, float *fq, const bn_bw *b, size_t o, int C, const bool first,
+                const int op, const int mask, const int dres, const bool two)
+{
+    int cv = C / 16 * 16;
+    for (int c = 0; c < cv; c += 16) {
+        size_t e = o + c;
+        pf_line(b->x, e, false);
+        if (op == OP_BWD) pf_line(b->dy, e, false);
+        if (op == OP_BWD && mask == MASK_OUT) pf_line(b->out, e, false);
+        if (op == OP_BWD && two) pf_line(b->dy2, e, false);
+        if (op == OP_BWD && dres != DRES_NONE) pf_line(b->dres, e, true);
+        vf16 x = vld(b->x + e), u, t;
+        vf16 s = first ? (vf16){0} : vld(fs + c), q = first ? (vf16){0} : vld(fq + c);
+        if (op == OP_FWD) {
+            u = x - vld(b->mean + c), t = u;
+        } else {
+            vf16 sc = mask == MASK_RELU ? vld(b->scale + c) : (vf16){0};
+            vf16 sh = mask == MASK_RELU ? vld(b->shift + c) : (vf16){0};
+            u = dmask16(b->dy, b->dy2, b->out, e, x, sc, sh, mask, two);
+            if (dres == DRES_SET) vst(b->dres + e, u);
+            if (dres == DRES_ADD) vst(b->dres + e, vld(b->dres + e) + u);
+            t = (x - vld(b->mean + c)) * vld(b->invstd + c);
         }
-        for (int c = 0; c < C; c++) {
-            sdy[c] += d[c];
-            sdyx[c] += (double)d[c] * ((x[c] - mean[c]) * inv[c]);
+        vst(fs + c, s + u), vst(fq + c, q + u * t);
+    }
+    /* the masked row first, then its sums: in one loop GCC contracted the
+     * two parts' sum differently into the product (nn-layers' two-part
+     * test at 56 channels) */
+    const float *x = b->x + o;
+    float dm[16];
+    if (op == OP_BWD)
+        for (int c = cv; c < C; c++) {
+            float u = dmask1(x, b->dy + o, b->dy2 ? b->dy2 + o : NULL, b->out ? b->out + o : NULL,
+                             b->scale, b->shift, c, mask, two);
+            if (dres == DRES_SET) b->dres[o + c] = u;
+            if (dres == DRES_ADD) b->dres[o + c] += u;
+            dm[c - cv] = u;
         }
+    for (int c = cv; c < C; c++) {
+        float s = first ? 0.0f : fs[c], q = first ? 0.0f : fq[c], u, t;
+        if (op == OP_FWD)
+            u = x[c] - b->mean[c], t = u;
+        else
+            u = dm[c - cv], t = (x[c] - b->mean[c]) * b->invstd[c];
+        fs[c] = s + u, fq[c] = q + u * t;
     }
 }
 
-/* Many channels, a multiple of 16, dy as it is (no mask, no addend: with
- * these, channels past 64 take the mask prepass first): one pass over the
- * rows, the sums in memory (enough independent sums per row that this
- * does not stall). */
-AI void grad_wide(double *restrict sdy, double *restrict sdyx, const bn_bw *b, int M, int C)
+/* Adds a group's float sums in memory (f0 + f1: its even and odd rows')
+ * into the double sums s (C channels). */
+AI void group_add_mem(double *s, const float *f0, const float *f1, int C)
 {
-    const float *restrict X = b->x, *restrict DY = b->dy;
-    for (int c = 0; c < C; c++) sdy[c] = 0.0, sdyx[c] = 0.0;
-    for (int i = 0; i < M; i++) {
-        for (int c = 0; c < C; c += 16) {
-            size_t e = (size_t)i * C + c;
-            vf16 x = vld(X + e), d = vld(DY + e);
-            vf16 t = (x - vld(b->mean + c)) * vld(b->invstd + c);
-            vd8 d0 = vlo(d), d1 = vhi(d), s0, s1, q0, q1;
-            memcpy(&s0, sdy + c, 64), memcpy(&s1, sdy + c + 8, 64);
-            memcpy(&q0, sdyx + c, 64), memcpy(&q1, sdyx + c + 8, 64);
-            s0 += d0, s1 += d1, q0 += d0 * vlo(t), q1 += d1 * vhi(t);
-            vstd(sdy + c, s0), vstd(sdy + c + 8, s1), vstd(sdyx + c, q0), vstd(sdyx + c + 8, q1);
-        }
+    int cv = C / 16 * 16;
+    for (int c = 0; c < cv; c += 16) {
+        vf16 f = vld(f0 + c) + vld(f1 + c);
+        vd8 lo, hi;
+        memcpy(&lo, s + c, 64), memcpy(&hi, s + c + 8, 64);
+        vstd(s + c, lo + vlo(f)), vstd(s + c + 8, hi + vhi(f));
+    }
+    for (int c = cv; c < C; c++) s[c] += (double)(f0[c] + f1[c]);
+}
+
+/* Other channel counts (more than 64, or not a multiple of 16): row after
+ * row over all C channels (the rows in memory order), each group's float
+ * sums in memory (fb: the even rows' and the odd rows' sums of both
+ * terms), then into the double sums: per channel the order of chunk_rows
+ * (with as many channels per row, there are enough independent sums that
+ * keeping them in memory does not stall). */
+AI void sums_mem(double *sum, double *sq, const bn_bw *b, int M, int C, const int op,
+                 const int mask, const int dres, const bool two)
+{
+    float fb[4][BN_MAX_C] __attribute__((aligned(64)));
+    for (int c = 0; c < C; c++) sum[c] = 0.0, sq[c] = 0.0;
+    for (int i0 = 0; i0 < M; i0 += BN_GROUP) {
+        int ie = i0 + BN_GROUP < M ? i0 + BN_GROUP : M;
+        row_mem(fb[0], fb[2], b, (size_t)i0 * C, C, true, op, mask, dres, two);
+        if (i0 + 1 < ie)
+            row_mem(fb[1], fb[3], b, (size_t)(i0 + 1) * C, C, true, op, mask, dres, two);
+        else
+            memset(fb[1], 0, sizeof(float) * C), memset(fb[3], 0, sizeof(float) * C);
+        for (int i = i0 + 2; i < ie; i++)
+            row_mem(fb[(i - i0) & 1], fb[2 + ((i - i0) & 1)], b, (size_t)i * C, C, false, op, mask,
+                    dres, two);
+        group_add_mem(sum, fb[0], fb[1], C), group_add_mem(sq, fb[2], fb[3], C);
     }
 }
 
-/* sdy[c] = sum of d, sdyx[c] = of d * xhat over the rows, d the masked dy;
- * d also into dres. 16-64 channels: in registers, in groups of rows
- * (grad_chunk); others: in row order, in memory. */
-AI void grad_rows(double *sdy, double *sdyx, const bn_bw *b, int M, int C, const int mask,
-                  const int dres, const bool two)
+/* sum[c], sq[c] over the M rows of a block (b's pointers at its first
+ * row), every channel in float over groups of BN_GROUP rows (counted from
+ * the block's first row; even and odd rows apart) and in double over the
+ * groups: 16, 32, 48 or 64 channels with the sums in registers, others
+ * with the group's sums in memory; the same order for every channel. */
+AI void sums_any(double *sum, double *sq, const bn_bw *b, int M, int C, const int op,
+                 const int mask, const int dres, const bool two)
 {
     if (C == 16)
-        grad_chunk(sdy, sdyx, b, M, C, 1, mask, dres, two);
+        sums_one(sum, sq, b, M, 1, op, mask, dres, two);
     else if (C == 32)
-        grad_chunk(sdy, sdyx, b, M, C, 2, mask, dres, two);
+        sums_one(sum, sq, b, M, 2, op, mask, dres, two);
     else if (C == 48)
-        grad_chunk(sdy, sdyx, b, M, C, 3, mask, dres, two);
+        sums_one(sum, sq, b, M, 3, op, mask, dres, two);
     else if (C == 64)
-        grad_chunk(sdy, sdyx, b, M, C, 4, mask, dres, two);
-    else if (C % 16 == 0 && mask == MASK_NONE && dres == DRES_NONE && !two)
-        grad_wide(sdy, sdyx, b, M, C);
+        sums_one(sum, sq, b, M, 4, op, mask, dres, two);
     else
-        grad_plain(sdy, sdyx, b, M, C, mask, dres, two);
+        sums_mem(sum, sq, b, M, C, op, mask, dres, two);
 }
 
-/* More than 32 channels: the mask (and the addend's gradient) in a pass of
- * its own over a block, dy masked in place, so that the sums and dx then
- * read a plain dy (the sums from L2). With the per-channel constants of
- * many channels not in registers, the single pass measured slower. */
-AI void mask_rows(const bn_bw *b, float *dyw, int M, int C, const int mask, const int dres,
-                  const bool two)
+/* The forward's sums: sum[c] of x[i][c] - s[c], sq[c] of its square over
+ * the M rows, s the batch's first row (near the mean, so that the variance
+ * sq/M - (sum/M)^2 loses no digits that matter): one pass for both
+ * moments. */
+NN_CLONES static void bn_sums(double *restrict sum, double *restrict sq, const float *inp,
+                              const float *restrict s0, int M, int C)
 {
-    const float *restrict scale = b->scale, *restrict shift = b->shift;
-    for (int i = 0; i < M; i++) {
-        size_t o = (size_t)i * C;
-        const float *restrict x = b->x + o, *restrict out = mask == MASK_OUT ? b->out + o : NULL;
-        float *restrict dy = dyw + o, *restrict dr = dres != DRES_NONE ? b->dres + o : NULL;
-        const float *restrict dy2 = two ? b->dy2 + o : NULL;
-        for (int c = 0; c < C; c++) {
-            float v = dmask1(x, dy, dy2, out, scale, shift, c, mask, two);
-            dy[c] = v;
-            if (dres == DRES_SET) dr[c] = v;
-            if (dres == DRES_ADD) dr[c] += v;
-        }
-    }
-}
-
-/* dx = a*d - bterm - (x - mean)*g (written or added), d the masked dy;
- * elementwise, GCC vectorises it over c. */
-AI void dx_rows(const bn_bw *b, int M, int C, const int mask, const bool acc, const bool two)
-{
-    const float *restrict mean = b->mean, *restrict a = b->a, *restrict bt = b->bterm;
-    const float *restrict g = b->g, *restrict scale = b->scale, *restrict shift = b->shift;
-    for (int i = 0; i < M; i++) {
-        size_t o = (size_t)i * C;
-        const float *restrict x = b->x + o, *restrict dy = b->dy + o;
-        const float *restrict dy2 = two ? b->dy2 + o : NULL;
-        const float *restrict out = mask == MASK_OUT ? b->out + o : NULL;
-        float *restrict dx = b->dx + o;
-        for (int c = 0; c < C; c++) {
-            float d = dmask1(x, dy, dy2, out, scale, shift, c, mask, two);
-            float v = a[c] * d - bt[c] - (x[c] - mean[c]) * g[c];
-            dx[c] = acc ? dx[c] + v : v;
-        }
-    }
+    bn_bw b = {.x = inp, .mean = s0};
+    sums_any(sum, sq, &b, M, C, OP_FWD, MASK_NONE, DRES_NONE, false);
 }
 
 /* 16-64 channels: the same expressions with the per-channel constants in
@@ -483,6 +487,42 @@ AI void dx_chunk(const bn_bw *b, int M, const int NG, const int mask, const bool
     }
 }
 
+/* dx = a*d - bterm - (x - mean)*g (written or added), d the masked dy:
+ * other channel counts, row after row, 16 channels at a time, each
+ * stream's line BN_PF floats ahead prefetched (as the sums' pass); the
+ * channels past the last multiple of 16 one by one, their masked dy into
+ * a row buffer first (in one loop GCC contracted the two parts' sum
+ * differently into the product: nn-layers' two-part test at 56 channels). */
+AI void dx_wide(const bn_bw *b, int M, int C, const int mask, const bool acc, const bool two)
+{
+    int cv = C / 16 * 16;
+    float dm[16];
+    for (int i = 0; i < M; i++) {
+        size_t o = (size_t)i * C;
+        for (int c = 0; c < cv; c += 16) {
+            size_t e = o + c;
+            pf_line(b->x, e, false), pf_line(b->dy, e, false), pf_line(b->dx, e, true);
+            if (two) pf_line(b->dy2, e, false);
+            if (mask == MASK_OUT) pf_line(b->out, e, false);
+            vf16 x = vld(b->x + e);
+            vf16 sc = mask == MASK_RELU ? vld(b->scale + c) : (vf16){0};
+            vf16 sh = mask == MASK_RELU ? vld(b->shift + c) : (vf16){0};
+            vf16 d = dmask16(b->dy, b->dy2, b->out, e, x, sc, sh, mask, two);
+            vf16 v = vld(b->a + c) * d - vld(b->bterm + c) - (x - vld(b->mean + c)) * vld(b->g + c);
+            vst(b->dx + e, acc ? vld(b->dx + e) + v : v);
+        }
+        const float *x = b->x + o;
+        for (int c = cv; c < C; c++)
+            dm[c - cv] =
+                dmask1(x, b->dy + o, two ? b->dy2 + o : NULL, mask == MASK_OUT ? b->out + o : NULL,
+                       b->scale, b->shift, c, mask, two);
+        for (int c = cv; c < C; c++) {
+            float v = b->a[c] * dm[c - cv] - b->bterm[c] - (x[c] - b->mean[c]) * b->g[c];
+            b->dx[o + c] = acc ? b->dx[o + c] + v : v;
+        }
+    }
+}
+
 AI void dx_any(const bn_bw *b, int M, int C, const int mask, const bool acc, const bool two)
 {
     if (C == 16)
@@ -494,7 +534,7 @@ AI void dx_any(const bn_bw *b, int M, int C, const int mask, const bool acc, con
     else if (C == 64)
         dx_chunk(b, M, 4, mask, acc, two);
     else
-        dx_rows(b, M, C, mask, acc, two);
+        dx_wide(b, M, C, mask, acc, two);
 }
 
 /* Each combination of mask, addend's gradient and the gradient's parts
@@ -504,19 +544,13 @@ AI void dx_any(const bn_bw *b, int M, int C, const int mask, const bool acc, con
  * AVX-512 and the baseline; the tables below pick one per call (once per
  * block of rows). */
 typedef void bn_grad_fn(double *sdy, double *sdyx, const bn_bw *b, int M, int C);
-typedef void bn_mask_fn(const bn_bw *b, float *dyw, int M, int C);
 typedef void bn_dx_fn(const bn_bw *b, int M, int C);
 
 #define BN_GRAD_FN(mk, dr, tw)                                                                     \
     NN_CLONES __attribute__((noinline)) static void grad_##mk##_##dr##_##tw(                       \
         double *sdy, double *sdyx, const bn_bw *b, int M, int C)                                   \
     {                                                                                              \
-        grad_rows(sdy, sdyx, b, M, C, mk, dr, tw);                                                 \
-    }                                                                                              \
-    NN_CLONES __attribute__((noinline)) static void mask_##mk##_##dr##_##tw(                       \
-        const bn_bw *b, float *dyw, int M, int C)                                                  \
-    {                                                                                              \
-        mask_rows(b, dyw, M, C, mk, dr, tw);                                                       \
+        sums_any(sdy, sdyx, b, M, C, OP_BWD, mk, dr, tw);                                          \
     }
 #define BN_GRAD_FNS(mk)                                                                            \
     BN_GRAD_FN(mk, DRES_NONE, 0)                                                                   \
@@ -550,8 +584,6 @@ BN_DX_FNS(MASK_OUT)
     }
 static bn_grad_fn *const grad_fns[3][3][2] = {BN_ROW3(grad_, MASK_NONE), BN_ROW3(grad_, MASK_RELU),
                                               BN_ROW3(grad_, MASK_OUT)};
-static bn_mask_fn *const mask_fns[3][3][2] = {BN_ROW3(mask_, MASK_NONE), BN_ROW3(mask_, MASK_RELU),
-                                              BN_ROW3(mask_, MASK_OUT)};
 /* [mask][acc][two] */
 #define BN_ROW2(mk)                                                                                \
     {                                                                                              \
@@ -563,11 +595,6 @@ static bn_mask_fn *const mask_fns[3][3][2] = {BN_ROW3(mask_, MASK_NONE), BN_ROW3
 static bn_dx_fn *const dx_fns[3][2][2] = {BN_ROW2(MASK_NONE), BN_ROW2(MASK_RELU),
                                           BN_ROW2(MASK_OUT)};
 
-static void bn_mask(const bn_bw *b, float *dyw, int M, int C, int mask, int dres)
-{
-    mask_fns[mask][dres][b->dy2 != NULL](b, dyw, M, C);
-}
-
 static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int mask,
                          int dres)
 {
@@ -577,14 +604,6 @@ static void bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C
 static void bn_dx(const bn_bw *b, int M, int C, int mask, bool acc)
 {
     dx_fns[mask][acc][b->dy2 != NULL](b, M, C);
-}
-
-/* The channel counts whose backward sums keep their accumulators in
- * registers (grad_rows): one pass does the mask, the two parts and the
- * addend's gradient too, no prepass. */
-static bool bn_chunked(int C)
-{
-    return C == 16 || C == 32 || C == 48 || C == 64;
 }
 
 /* ---- blocks of rows: the per-channel sums are taken per block, then the
@@ -606,8 +625,6 @@ typedef struct bn_job {
     const float *inp, *res;
     const float *scale, *shift; /* forward: the affine map */
     bn_bw bw;                   /* backward: pointers at row 0 */
-    float *dyw;                 /* backward: dy, masked in place when prepass */
-    bool prepass;               /* backward: mask (and dres) in a pass of its own */
     double *red;                /* [nb][2C] partials */
     int M, C, nb, mask, dres;
     bool relu, acc;
@@ -630,18 +647,6 @@ static void bn_affine_range(void *varg, int lo, int hi)
               j->relu);
 }
 
-/* The backward's pointers moved to row `lo`. */
-static bn_bw bw_at(const bn_bw *b, size_t o)
-{
-    bn_bw r = *b;
-    r.x += o, r.dy += o;
-    if (r.dy2) r.dy2 += o;
-    if (r.out) r.out += o;
-    if (r.dres) r.dres += o;
-    if (r.dx) r.dx += o;
-    return r;
-}
-
 static void bn_grad_task(void *varg, int b, int tid)
 {
     const bn_job *j = varg;
@@ -649,12 +654,6 @@ static void bn_grad_task(void *varg, int b, int tid)
     nn_pool_block(j->M, j->nb, b, &lo, &hi);
     bn_bw w = bw_at(&j->bw, (size_t)lo * j->C);
     double *part = j->red + (size_t)b * 2 * j->C;
-    if (j->prepass) {
-        bn_mask(&w, j->dyw + (size_t)lo * j->C, hi - lo, j->C, j->mask, j->dres);
-        w.dy2 = NULL; /* summed into dy */
-        bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, MASK_NONE, DRES_NONE);
-        return;
-    }
     bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, j->mask, j->dres);
 }
 
@@ -776,9 +775,7 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
                 .dres = !res || !res->dres ? DRES_NONE
                         : res->dres_acc    ? DRES_ADD
                                            : DRES_SET,
-                .acc = acc,
-                .dyw = dout};
-    j.prepass = !bn_chunked(C) && C > 32 && (j.mask != MASK_NONE || j.dres != DRES_NONE || dout2);
+                .acc = acc};
     nn_pool_for(pool, j.nb, bn_grad_task, &j);
     bn_reduce(sdy, red, j.nb, C, 0);
     bn_reduce(sdyx, red, j.nb, C, C);
@@ -794,10 +791,7 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
     }
     if (!dinp) return;
     j.bw.a = a, j.bw.bterm = bterm, j.bw.g = g;
-    if (j.prepass) {
-        j.mask = MASK_NONE; /* dy is masked (and holds dy + dy2) */
-        j.bw.dy2 = NULL;
-    } else if (j.dres == DRES_SET) {
+    if (j.dres == DRES_SET) {
         /* the residual's gradient is the masked dy (+ dy2): read it back
          * from there */
         j.bw.dy = j.bw.dres;

@@ -618,8 +618,8 @@ static void test_bn_res(int M, int C, bool relu, int dres_mode, bool acc)
  * same backward on their sum, bitwise: the batch norm with or without its
  * ReLU and fused with the add (its ReLU, the addend's gradient written or
  * added), dx written or added, on 1 and 3 threads; 16 and 32 channels (in
- * registers), 48 (the mask prepass), 56 (prepass, 8 in the scalar loop),
- * 5 (scalar). */
+ * registers), 48 (in registers), 56 and 200 (a row at a time, 8 channels
+ * one by one), 5 (scalar). */
 static void test_bn_two(int M, int C, int mode, bool acc)
 {
     /* mode 0: batch norm; 1: + ReLU; 2: + add; 3: + add, ReLU, addend's
@@ -775,6 +775,59 @@ static void test_bn_wide(void)
     CHECK(maxe < 1e-4, "bn over %d channels: output means up to %g, expected 0", C, maxe);
     free(x), free(y), free(g), free(b), free(mm), free(mv), free(mean), free(inv), free(nm),
         free(nv);
+}
+
+/* The backward's sums follow the documented order (docs/design.md section
+ * 11, "float-block sums") for every channel count, bitwise: per block of
+ * nn_bn_blocks rows, groups of 8 rows counted from the block's first row,
+ * each summed in float in two accumulators (even and odd rows), the pair
+ * added, converted and added in double; the blocks' partials added in
+ * block order. dbeta (the sum of dy, no mask) against that order written
+ * out here: 48 and 64 channels (sums in registers), 72, 200 and 256
+ * (a row at a time, the group's sums in memory, 8 channels past the last
+ * multiple of 16 at 72 and 200), 5 (scalar); 3 threads. */
+static void test_bn_order(int M, int C)
+{
+    size_t n = (size_t)M * C;
+    float *x = rand_vec(n, 2), *dy = rand_vec(n, 1), *y = rand_vec(n, 0);
+    float *g = rand_vec(C, 1), *b = rand_vec(C, 1), *mm = rand_vec(C, 1), *mv = rand_vec(C, 0.5f);
+    float *st = rand_vec(4 * (size_t)C, 0), *dg = rand_vec(C, 0), *db = rand_vec(C, 0);
+    for (int c = 0; c < C; c++) g[c] += 1.5f, mv[c] += 1.0f;
+    double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
+    nn_pool *pool = NULL;
+    pst_err e;
+    CHECK(nn_pool_new(&pool, 3, &e) == 0, "pool: %s", e.msg);
+    nn_bn_forward_train_par(pool, red, y, st, st + C, st + 2 * C, st + 3 * C, x, g, b, mm, mv, M, C,
+                            0.99f, 1e-3f, false, NULL);
+    nn_bn_backward_par(pool, red, NULL, false, dg, db, dy, NULL, NULL, x, g, b, st, st + C, M, C,
+                       false, NULL);
+    int nb = nn_bn_blocks(M, C), bad = 0;
+    CHECK(nb > 2, "bn order M%d C%d: %d blocks, expected several", M, C, nb);
+    for (int c = 0; c < C; c++) {
+        double total = 0;
+        for (int k = 0; k < nb; k++) {
+            int lo, hi;
+            nn_pool_block(M, nb, k, &lo, &hi);
+            double part = 0;
+            for (int i0 = lo; i0 < hi; i0 += 8) {
+                float ev = 0, od = 0;
+                for (int i = i0; i < i0 + 8 && i < hi; i++) {
+                    if ((i - i0) % 2 == 0)
+                        ev += dy[(size_t)i * C + c];
+                    else
+                        od += dy[(size_t)i * C + c];
+                }
+                part += (double)(ev + od);
+            }
+            total += part;
+        }
+        if ((float)total != db[c] && bad++ < 3)
+            CHECK(0, "bn order M%d C%d: dbeta[%d] %a, the documented order gives %a", M, C, c,
+                  (double)db[c], (double)(float)total);
+    }
+    nn_pool_free(pool);
+    free(x), free(dy), free(y), free(g), free(b), free(mm), free(mv), free(st), free(dg), free(db);
+    free(red);
 }
 
 /* ---- relu, dropout, concat -------------------------------------------------- */
@@ -1279,7 +1332,8 @@ int main(void)
     test_bn_large_mean();
     test_bn_wide();
     test_bn(40, 16, true, 1e-3f); /* one 16-channel vector chunk */
-    test_bn(24, 40, true, 1e-3f); /* a 32-channel chunk and 8 channels in the scalar loop */
+    test_bn(24, 40, true, 1e-3f); /* a row at a time: 32 channels as vectors, 8 one by one */
+    test_bn(20, 72, true, 1e-3f); /* the same, 64 and 8 */
     test_bn(30, 24, false, 1e-3f);
     for (int relu = 0; relu < 2; relu++)
         for (int dres = 0; dres < 3; dres++) {
@@ -1293,13 +1347,21 @@ int main(void)
         test_bn_two(300, 48, mode, mode == 2);
         test_bn_two(300, 56, mode, false);
         test_bn_two(50, 5, mode, mode == 0);
+        test_bn_two(200, 200, mode, mode == 3); /* a row at a time: 192 as vectors, 8 left */
     }
+    test_bn_order(2051, 48);
+    test_bn_order(2051, 64);
+    test_bn_order(2051, 72);
+    test_bn_order(600, 200);
+    test_bn_order(389, 256);
+    test_bn_order(20001, 5);
     test_bn_threads(7001, 16);
     test_bn_threads(2051, 48);
     test_bn_threads(2051, 64);
     test_bn_threads(1501, 80);
     test_bn_threads(3001, 40);
     test_bn_threads(389, 256);
+    test_bn_threads(600, 200);
 
     test_relu_dropout();
     test_concat();

@@ -68,7 +68,7 @@ static int wgrad_slices(const nn_conv_dims *d)
     size_t S = nt / 256, cap = WI_PARTS / u_floats(d->C, d->K);
     if (S > cap) S = cap;
     if (S > (size_t)d->N) S = (size_t)d->N;
-    if (S > 64) S = 64;
+    if (S > WI_MAX_SLICES) S = WI_MAX_SLICES; /* j->su's room */
     return S < 1 ? 1 : (int)S;
 }
 

@@ -24,6 +24,7 @@
 
 #define W4_WTB 16            /* tiles per block (V and Z: 36 KB each) */
 #define W4_WPARTS (1u << 19) /* floats of slice sums, at most (2 MB) */
+_Static_assert(W4_WPARTS / W4_U <= WI_MAX_SLICES, "w4_slices' cap must fit nn_wi4_wgrad's su[]");
 #define W4_WVZ (W4_POS * W4_WTB * 16)
 
 static int w4_slices(const nn_conv_dims *d)

@@ -1,0 +1,79 @@
+/*
+ * bn_affine.c - batch norm's forward output pass (bn_impl.h): y = x*scale[c]
+ * + shift[c] (+ the fused add's other addend), then ReLU, over a range of
+ * rows; the training forward's scale and shift come from the batch's
+ * statistics (bn.c), the inference forward's from the moving ones.
+ */
+#include "bn_impl.h"
+
+/* ---- the forward's output: y = x*scale[c] + shift[c] (+ res), then ReLU ---- */
+
+AI void affine_rows(float *out, const float *inp, const float *res, const float *scale,
+                    const float *shift, int M, int C, const bool has_res, const bool relu)
+{
+    int cv = C / 16 * 16;
+    for (int i = 0; i < M; i++) {
+        size_t o = (size_t)i * C;
+        for (int c = 0; c < cv; c += 16) {
+            pf_line(inp, o + c, false), pf_line(out, o + c, true);
+            if (has_res) pf_line(res, o + c, false);
+            vf16 v = vld(inp + o + c) * vld(scale + c) + vld(shift + c);
+            if (has_res) v = v + vld(res + o + c);
+            vst(out + o + c, relu ? vkeep(v, v) : v);
+        }
+        for (int c = cv; c < C; c++) {
+            float v = inp[o + c] * scale[c] + shift[c];
+            if (has_res) v = v + res[o + c];
+            out[o + c] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        }
+    }
+}
+
+/* 16-64 channels: the same expression with scale and shift in registers
+ * (the loop above reloads them and recomputes the row's pointers per row,
+ * which cost more than the row's arithmetic here). */
+AI void affine_chunk(float *out, const float *inp, const float *res, const float *scale,
+                     const float *shift, int M, const int NG, const bool has_res, const bool relu)
+{
+    const int C = 16 * NG;
+    vf16 sc[4], sh[4];
+    for (int g = 0; g < NG; g++) sc[g] = vld(scale + 16 * g), sh[g] = vld(shift + 16 * g);
+    for (int i = 0; i < M; i++) {
+        for (int g = 0; g < NG; g++) {
+            size_t e = (size_t)i * C + 16 * g;
+            vf16 v = vld(inp + e) * sc[g] + sh[g];
+            if (has_res) v = v + vld(res + e);
+            vst(out + e, relu ? vkeep(v, v) : v);
+        }
+    }
+}
+
+AI void affine_any(float *out, const float *inp, const float *res, const float *scale,
+                   const float *shift, int M, int C, const bool has_res, const bool relu)
+{
+    if (C == 16)
+        affine_chunk(out, inp, res, scale, shift, M, 1, has_res, relu);
+    else if (C == 32)
+        affine_chunk(out, inp, res, scale, shift, M, 2, has_res, relu);
+    else if (C == 48)
+        affine_chunk(out, inp, res, scale, shift, M, 3, has_res, relu);
+    else if (C == 64)
+        affine_chunk(out, inp, res, scale, shift, M, 4, has_res, relu);
+    else
+        affine_rows(out, inp, res, scale, shift, M, C, has_res, relu);
+}
+
+NN_CLONES void nn_bn_affine(float *out, const float *inp, const float *res, const float *scale,
+                            const float *shift, int M, int C, bool relu)
+{
+    if (res) {
+        if (relu)
+            affine_any(out, inp, res, scale, shift, M, C, true, true);
+        else
+            affine_any(out, inp, res, scale, shift, M, C, true, false);
+    } else if (relu) {
+        affine_any(out, inp, NULL, scale, shift, M, C, false, true);
+    } else {
+        affine_any(out, inp, NULL, scale, shift, M, C, false, false);
+    }
+}

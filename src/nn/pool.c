@@ -7,13 +7,26 @@
  * i runs part i in order, then helps with the parts after it), resets the
  * count of workers still busy, then
  * bumps `gen` (release). A worker that sees a new gen (acquire) takes tasks
- * from the counter until none is left, then decrements `busy`; the last one
+ * from the counters until none is left, then decrements `busy`; the last one
  * wakes the caller if it sleeps. Waiting on either side spins for a while
  * (loops follow each other within microseconds during a step) and then
- * sleeps on a condition variable under `mu`. Sleeping workers are counted
- * under `mu`, so that publishing broadcasts only when one sleeps; the last
- * worker of a loop always takes `mu` to signal the caller (once per loop,
- * uncontended). A generation whose fn is NULL tells the workers to exit.
+ * sleeps on a condition variable under `mu`. No mutex is taken while
+ * nobody sleeps: a sleeper announces itself (`sleepers`, `caller_waits`)
+ * under `mu` and then checks the condition it waits for, the other side
+ * changes that condition and then checks the announcement, both sequentially
+ * consistent, so that at least one of the two sees the other (a Dekker
+ * pair) and the waker takes `mu` only to wake a sleeper. (Until 2026-12-01
+ * every loop took `mu` twice, in the publishing and in the last worker's
+ * signal: 1.2-1.5 us per empty loop on 2 threads; see publish.) A
+ * generation whose fn and rfn are NULL tells the workers to exit.
+ *
+ * Range loops (nn_pool_range): the parts are of items, and a thread takes
+ * a chunk of 1/T of what is left of a part (at least `grain` items) with a
+ * compare-and-swap, guided self-scheduling: the chunks shrink towards a
+ * part's end, so the thread that finishes first takes the other's last
+ * items in small pieces and the loop ends within about a grain of work on
+ * every thread, where fixed ranges left up to one range (1/16 of the loop)
+ * to one thread.
  */
 #include "pool.h"
 
@@ -48,9 +61,9 @@
 #define POOL_SPIN_YIELD_NS 50000
 #define POOL_SPIN_CHECK 64
 
-/* The tasks of thread tid in the current loop: [next, hi) left; other
- * threads take from it too once their own part is done. A cache line
- * each. */
+/* The tasks (items of a range loop) of thread tid in the current loop:
+ * [next, hi) left; other threads take from it too once their own part is
+ * done. A cache line each. */
 typedef struct part {
     _Alignas(64) atomic_int next;
     int hi;
@@ -75,13 +88,15 @@ struct nn_pool {
     bool caller_tried, caller_pinned;
     cpu_set_t caller_mask;
     pthread_mutex_t mu;
-    pthread_cond_t wake; /* workers: a new generation or stop */
-    pthread_cond_t done; /* caller: busy reached 0 */
-    int sleepers;        /* workers waiting on `wake` (under mu) */
+    pthread_cond_t wake;      /* workers: a new generation or stop */
+    pthread_cond_t done;      /* caller: busy reached 0 */
+    atomic_int sleepers;      /* workers asleep or about to sleep on `wake` */
+    atomic_bool caller_waits; /* the caller asleep or about to sleep on `done` */
     /* the current loop: written by the caller before gen moves */
     void (*fn)(void *arg, int task, int tid);
+    void (*rfn)(void *arg, int lo, int hi); /* a range loop: fn is NULL */
     void *arg;
-    int ntasks;
+    int ntasks, grain;   /* tasks (items of a range loop); a range loop's least chunk */
     part *parts;         /* [T]: the loop's tasks cut into T contiguous parts */
     atomic_int busy;     /* workers that have not finished this generation */
     atomic_uint gen;     /* generation counter */
@@ -123,9 +138,35 @@ static double cpu_now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* A range loop: chunks of what is left of part q, 1/T of it and at least
+ * the grain, each claimed by a compare-and-swap (exactly, so that the
+ * counter never passes hi); returns the chunks run. */
+static long take_ranges(nn_pool *p, part *q)
+{
+    void (*rfn)(void *, int, int) = p->rfn;
+    void *arg = p->arg;
+    const int hi = q->hi, T = p->T, grain = p->grain;
+    long ran = 0;
+    int lo = atomic_load_explicit(&q->next, memory_order_relaxed);
+    while (lo < hi) {
+        int c = (hi - lo) / T;
+        if (c < grain) c = grain;
+        if (c > hi - lo) c = hi - lo;
+        if (!atomic_compare_exchange_weak_explicit(&q->next, &lo, lo + c, memory_order_relaxed,
+                                                   memory_order_relaxed))
+            continue; /* lo now holds the counter's value */
+        rfn(arg, lo, lo + c);
+        ran++;
+        lo = atomic_load_explicit(&q->next, memory_order_relaxed);
+    }
+    return ran;
+}
+
 /* Runs the tasks of its own part in order, then takes what is left of the
  * others' parts (tid + 1, tid + 2, ... cyclically); returns how many tasks
- * it ran. Each task index is handed out once by its part's counter. */
+ * (range loop: chunks) it ran. Each task index is handed out once by its
+ * part's counter. An exhausted part is passed over after a plain load, not
+ * taken exclusive by an increment (its owner writes that line next). */
 static long take_tasks(nn_pool *p, int tid)
 {
     void (*fn)(void *, int, int) = p->fn;
@@ -133,6 +174,11 @@ static long take_tasks(nn_pool *p, int tid)
     long ran = 0;
     for (int k = 0; k < p->T; k++) {
         part *q = &p->parts[(tid + k) % p->T];
+        if (atomic_load_explicit(&q->next, memory_order_relaxed) >= q->hi) continue;
+        if (!fn) {
+            ran += take_ranges(p, q);
+            continue;
+        }
         for (;;) {
             int t = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed);
             if (t >= q->hi) break;
@@ -179,19 +225,21 @@ static void *worker_main(void *varg)
         } while (spin_more(&k, &t0));
         bool slept = g == seen;
         if (slept) {
+            /* announced before gen is checked again (seq_cst both, against
+             * publish's gen then sleepers): publish sees the sleeper or
+             * this thread sees the new gen */
             pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
-                p->sleepers++;
-                pthread_cond_wait(&p->wake, &p->mu);
-                p->sleepers--;
-            }
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }
         seen = g;
-        if (p->fn == NULL) break; /* the stop generation */
+        if (p->fn == NULL && p->rfn == NULL) break; /* the stop generation */
         if (p->stats && slept) p->slot[wa.tid].slept++;
         run_tasks(p, wa.tid);
-        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1) {
+        /* seq_cst, then caller_waits (wait_workers' pair) */
+        if (atomic_fetch_sub(&p->busy, 1) == 1 && atomic_load(&p->caller_waits)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
             pthread_mutex_unlock(&p->mu);
@@ -200,13 +248,18 @@ static void *worker_main(void *varg)
     return NULL;
 }
 
-/* Publishes a generation (fn NULL: stop) and wakes sleeping workers. */
-static void publish(nn_pool *p, int ntasks, void (*fn)(void *, int, int), void *arg)
+/* Publishes a generation (fn and rfn NULL: stop) and wakes sleeping
+ * workers. No mutex unless one sleeps: the two per loop (here and in the
+ * last worker's signal) each moved the mutex's line between the cores, an
+ * empty loop on 2 threads took 1.2-1.5 us (test/nn/bench_pool.c). */
+static void publish(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
+                    void (*rfn)(void *, int, int), int grain, void *arg)
 {
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
+    p->rfn = rfn;
     p->arg = arg;
     p->ntasks = ntasks;
+    p->grain = grain;
     for (int i = 0; i < p->T; i++) {
         int lo, hi;
         nn_pool_block(ntasks, p->T, i, &lo, &hi);
@@ -214,9 +267,13 @@ static void publish(nn_pool *p, int ntasks, void (*fn)(void *, int, int), void *
         p->parts[i].hi = hi;
     }
     atomic_store_explicit(&p->busy, p->started, memory_order_relaxed);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    if (p->sleepers) pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
+    /* seq_cst, then sleepers (worker_main's pair) */
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleepers)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 static void wait_workers(nn_pool *p)
@@ -227,9 +284,12 @@ static void wait_workers(nn_pool *p)
         if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0) return;
     while (spin_more(&k, &t0));
     if (p->stats) p->tot.caller_slept++;
+    /* announced before busy is checked again (seq_cst both, against the
+     * last worker's busy then caller_waits) */
     pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->busy, memory_order_acquire) != 0)
-        pthread_cond_wait(&p->done, &p->mu);
+    atomic_store(&p->caller_waits, true);
+    while (atomic_load(&p->busy) != 0) pthread_cond_wait(&p->done, &p->mu);
+    atomic_store(&p->caller_waits, false);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -295,6 +355,8 @@ int nn_pool_new(nn_pool **out, int threads, pst_err *e)
     for (int i = 0; i < threads; i++) atomic_init(&p->parts[i].next, 0), p->parts[i].hi = 0;
     atomic_init(&p->busy, 0);
     atomic_init(&p->gen, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_waits, false);
     atomic_init(&p->running, false);
     p->slot = pst_aligned_alloc(sizeof(stat_slot) * (size_t)threads);
     memset(p->slot, 0, sizeof(stat_slot) * (size_t)threads);
@@ -332,7 +394,7 @@ void nn_pool_free(nn_pool *p)
     if (!p) return;
     assert(tls_pool != p); /* not from inside a task */
     if (p->started) {
-        publish(p, 0, NULL, NULL);
+        publish(p, 0, NULL, NULL, 0, NULL);
         for (int i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
     }
     pthread_cond_destroy(&p->done);
@@ -520,6 +582,46 @@ static bool prof_on(const nn_pool *p)
     return prof_threads > 0 && prof_depth == 0 && (!p || p->started == 0);
 }
 
+/* A loop on the pool's threads (fn: tasks; rfn: a range loop of ntasks
+ * items) from the caller, as tid 0; returns when every worker is done. */
+static void run_loop(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
+                     void (*rfn)(void *, int, int), int grain, void *arg)
+{
+    bool was = atomic_exchange_explicit(&p->running, true, memory_order_acquire);
+    assert(!was); /* two threads in nn_pool_for of one pool */
+    (void)was;
+    if (p->enter_depth && !p->caller_tried) pin_caller(p);
+    long before = 0;
+    if (p->stats) {
+        p->t_pub = pst_now();
+        for (int i = 0; i < p->T; i++) before += p->slot[i].ntask;
+    }
+    publish(p, ntasks, fn, rfn, grain, arg);
+    tls_pool = p;
+    tls_tid = 0;
+    run_tasks(p, 0);
+    if (p->stats) {
+        double own = pst_now(), own_cpu = cpu_now();
+        wait_workers(p);
+        /* the CPU clock (a system call) before the loop's end: its cost
+         * counts in the loop, not in the serial time between loops */
+        double end_cpu = cpu_now(), end = pst_now();
+        p->tot.wait += end - own;
+        p->tot.wait_cpu += end_cpu - own_cpu;
+        p->tot.wall += end - p->t_pub;
+        p->tot.loops++;
+        /* a range loop's tasks are the chunks run (the workers' slots are
+         * final: busy was read with acquire) */
+        long after = 0;
+        for (int i = 0; i < p->T; i++) after += p->slot[i].ntask;
+        p->tot.tasks += after - before;
+    } else {
+        wait_workers(p);
+    }
+    tls_pool = NULL;
+    atomic_store_explicit(&p->running, false, memory_order_release);
+}
+
 void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
     if (ntasks <= 0) return;
@@ -535,31 +637,7 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
         for (int t = 0; t < ntasks; t++) fn(arg, t, tid);
         return;
     }
-    bool was = atomic_exchange_explicit(&p->running, true, memory_order_acquire);
-    assert(!was); /* two threads in nn_pool_for of one pool */
-    (void)was;
-    if (p->enter_depth && !p->caller_tried) pin_caller(p);
-    if (p->stats) p->t_pub = pst_now();
-    publish(p, ntasks, fn, arg);
-    tls_pool = p;
-    tls_tid = 0;
-    run_tasks(p, 0);
-    if (p->stats) {
-        double own = pst_now(), own_cpu = cpu_now();
-        wait_workers(p);
-        /* the CPU clock (a system call) before the loop's end: its cost
-         * counts in the loop, not in the serial time between loops */
-        double end_cpu = cpu_now(), end = pst_now();
-        p->tot.wait += end - own;
-        p->tot.wait_cpu += end_cpu - own_cpu;
-        p->tot.wall += end - p->t_pub;
-        p->tot.loops++;
-        p->tot.tasks += ntasks;
-    } else {
-        wait_workers(p);
-    }
-    tls_pool = NULL;
-    atomic_store_explicit(&p->running, false, memory_order_release);
+    run_loop(p, ntasks, fn, NULL, 0, arg);
 }
 
 typedef struct range_arg {
@@ -576,23 +654,36 @@ static void range_task(void *varg, int task, int tid)
     if (lo < hi) r->fn(r->arg, lo, hi);
 }
 
+/* The least chunk of a range loop, in floats touched: the last chunks of a
+ * loop are this small (a microsecond or two of streaming), so the threads
+ * end within about that of each other. */
+#define RANGE_GRAIN 4096
+
 void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, int lo, int hi),
                    void *arg)
 {
     if (n <= 0) return;
-    int T = nn_pool_threads(p);
-    if (prof_on(p)) T = prof_threads; /* cut as the simulated pool would */
-    /* up to 8 ranges per thread, none under some 8k floats (32 KB): with 4
-     * per thread the last range of a loop (a pool's or concat's 70-220 us
-     * at batch 64) kept the other thread waiting; a range costs the pool an
-     * atomic increment */
-    int nb = T == 1 ? 1 : nn_pool_nblocks(n, item_work, 8192, 8 * T);
-    if (nb == 1) {
+    const size_t work = item_work ? item_work : 1;
+    if (prof_on(p)) {
+        /* the simulated pool: fixed ranges, up to 8 per thread, none under
+         * some 8k floats (the guided chunks below are not simulated) */
+        int nb = prof_threads == 1 ? 1 : nn_pool_nblocks(n, work, 8192, 8 * prof_threads);
+        if (nb == 1) {
+            fn(arg, 0, n);
+            return;
+        }
+        range_arg r = {fn, arg, n, nb};
+        prof_loop(nb, range_task, &r);
+        return;
+    }
+    /* one call on the caller: no pool, one thread, nested, or under some
+     * 16k floats in all (as when the ranges were fixed) */
+    if (!p || p->started == 0 || tls_pool == p || (size_t)n * work < 2 * 8192) {
         fn(arg, 0, n);
         return;
     }
-    range_arg r = {fn, arg, n, nb};
-    nn_pool_for(p, nb, range_task, &r);
+    size_t g = (RANGE_GRAIN + work - 1) / work;
+    run_loop(p, n, NULL, fn, g > (size_t)n ? n : (int)g, arg);
 }
 
 int nn_pool_nblocks(int n, size_t item_work, size_t grain, int max_blocks)

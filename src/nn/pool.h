@@ -82,9 +82,13 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
 
 /* Runs fn(arg, lo, hi) over [0, n) cut into ranges, on the pool: for work
  * whose result does not depend on how [0, n) is cut (elementwise, or per
- * image with no sum across images). item_work: floats touched per item,
- * to keep ranges of at least some 8k floats (up to 8 per thread). A NULL or one-thread pool
- * makes one call over [0, n). */
+ * image with no sum across images). The cut depends on timing: [0, n) is
+ * cut into T contiguous parts, each thread takes chunks of its own part
+ * from the front, 1/T of what is left of it and at least some 4k floats
+ * (item_work: floats touched per item), then chunks of the others' parts
+ * (guided self-scheduling, pool.c). Under some 16k floats in all, with a
+ * NULL or one-thread pool, or nested in a task of the pool: one call over
+ * [0, n) on the calling thread. */
 void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, int lo, int hi),
                    void *arg);
 
@@ -94,7 +98,8 @@ void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, in
  * their work and the time the same tasks, handed out in order, would take
  * on `threads` threads (the pool's schedule: contiguous parts, then
  * helping, each task to the thread that frees first), with nn_pool_range
- * cut as for that many threads. The clock reads cost CPU time too (a
+ * cut into fixed ranges as for that many threads (up to 8 per thread, at
+ * least some 8k floats each: not the pool's guided chunks). The clock reads cost CPU time too (a
  * system call each): a caller timing a stretch with loops takes off what
  * `clock` grew by; what it then has outside the loops' work is serial.
  * For one profiled model on one thread at a time; nested loops count in
@@ -128,7 +133,7 @@ typedef struct nn_pool_stats {
     double start;      /* sum over workers: publishing to their first task (wake-up) */
     double cpu[NN_POOL_MAX_THREADS];  /* CPU seconds of each thread in its tasks */
     double busy[NN_POOL_MAX_THREADS]; /* wall seconds of each thread in its tasks */
-    long ntask[NN_POOL_MAX_THREADS];  /* tasks each thread ran */
+    long ntask[NN_POOL_MAX_THREADS];  /* tasks each thread ran (range loops: chunks) */
 } nn_pool_stats;
 /* On (counters reset) or off; not during a loop. NULL pool: nothing. */
 void nn_pool_stats_set(nn_pool *p, bool on);

@@ -5,6 +5,11 @@
  * thread with its tid; a NULL pool runs in order on the caller; what the
  * tasks wrote is visible after the loop; bad thread counts are refused; the
  * statistics (nn_pool_stats) count every loop and task once, per thread;
+ * nn_pool_range covers every item exactly once with non-empty ranges for
+ * sizes around its thresholds (one call below some 16k floats, guided
+ * chunks above), nested (one call) and in many small loops, and its
+ * chunks count as the statistics' tasks; loops after pauses longer than
+ * the pool's spin, with tasks that outlast it, end (no lost wake-up);
  * placement: pinned inside the caller's mask when it has exactly T CPUs,
  * the caller only between nn_pool_enter and nn_pool_leave, and a thread
  * the caller starts afterwards keeps the caller's mask.
@@ -14,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "pool.h"
@@ -190,6 +196,121 @@ static void check_stats(nn_pool *p, int T)
           "T=%d stats: counted while off", T);
 }
 
+/* Loops after pauses longer than the pool's spin (workers asleep on the
+ * condition variable) whose tasks outlast it (the caller asleep at the
+ * end): the wake-ups each side announces without the mutex held by the
+ * other (pool.c) must not be lost: a lost one hangs here. */
+static void nap_task(void *varg, int task, int tid)
+{
+    atomic_int *n = varg;
+    if (task % 2) {
+        struct timespec d = {0, 1500000};
+        nanosleep(&d, NULL);
+    }
+    atomic_fetch_add(n, 1);
+}
+
+static void check_sleepers(nn_pool *p, int T)
+{
+    int bad = 0;
+    for (int r = 0; r < 12; r++) {
+        struct timespec d = {0, 1500000};
+        nanosleep(&d, NULL);
+        atomic_int n = 0;
+        int ntasks = 2 + r % (2 * T);
+        nn_pool_for(p, ntasks, nap_task, &n);
+        bad += atomic_load(&n) != ntasks;
+    }
+    CHECK(bad == 0, "T=%d: %d loops after a pause ran the wrong number of tasks", T, bad);
+}
+
+/* ---- nn_pool_range: every item once, in ranges [lo, hi) with lo < hi ---- */
+
+typedef struct range_cover {
+    int *hits;      /* [n]: calls that covered each item */
+    atomic_int bad; /* empty or out-of-bounds ranges */
+    atomic_int calls;
+    int n;
+} range_cover;
+
+static void cover_range(void *varg, int lo, int hi)
+{
+    range_cover *a = varg;
+    atomic_fetch_add(&a->calls, 1);
+    if (lo < 0 || hi > a->n || lo >= hi) {
+        atomic_fetch_add(&a->bad, 1);
+        return;
+    }
+    for (int i = lo; i < hi; i++) a->hits[i]++; /* ranges are disjoint */
+}
+
+/* Returns the calls made (for the statistics check). */
+static int check_range(nn_pool *p, int T, int n, size_t work)
+{
+    range_cover a = {pst_calloc((size_t)n + 1, sizeof(int)), 0, 0, n};
+    nn_pool_range(p, n, work, cover_range, &a);
+    int miss = 0;
+    for (int i = 0; i < n; i++) miss += a.hits[i] != 1;
+    CHECK(miss == 0 && atomic_load(&a.bad) == 0,
+          "T=%d range n=%d work %zu: %d items not covered exactly once, %d bad ranges", T, n, work,
+          miss, atomic_load(&a.bad));
+    /* small or single-threaded: one call over [0, n) */
+    if (n > 0 && (T == 1 || (size_t)n * work < 16384))
+        CHECK(atomic_load(&a.calls) == 1, "T=%d range n=%d work %zu: %d calls, expected 1", T, n,
+              work, atomic_load(&a.calls));
+    free(a.hits);
+    return atomic_load(&a.calls);
+}
+
+typedef struct range_nest {
+    nn_pool *p;
+    int bad;
+} range_nest;
+
+static void range_outer(void *varg, int task, int tid)
+{
+    range_nest *a = varg;
+    range_cover in = {pst_calloc(100000, sizeof(int)), 0, 0, 100000};
+    nn_pool_range(a->p, 100000, 4, cover_range, &in);
+    int miss = 0;
+    for (int i = 0; i < 100000; i++) miss += in.hits[i] != 1;
+    /* nested: one call on this thread; each outer task writes its own slot */
+    if (miss || atomic_load(&in.calls) != 1) a[task + 1].bad = 1;
+    free(in.hits);
+}
+
+static void check_ranges(nn_pool *p, int T)
+{
+    const int ns[] = {0, 1, 7, 4095, 4096, 4097, 16383, 16384, 100003, 1 << 20};
+    const size_t works[] = {1, 3, 48, 5000};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t k = 0; k < sizeof works / sizeof works[0]; k++)
+            if ((size_t)ns[i] * works[k] <= ((size_t)1 << 24)) check_range(p, T, ns[i], works[k]);
+    /* many small loops back to back, sizes just above the threshold */
+    for (int r = 0; r < 500; r++) check_range(p, T, 16384 + 97 * (r % 13), 1 + r % 3);
+    enum { OUTER = 6 };
+    range_nest nest[OUTER + 1];
+    memset(nest, 0, sizeof nest);
+    nest[0].p = p;
+    nn_pool_for(p, OUTER, range_outer, nest);
+    int bad = 0;
+    for (int o = 1; o <= OUTER; o++) bad += nest[o].bad;
+    CHECK(bad == 0, "T=%d: %d nested ranges not one call covering every item", T, bad);
+    /* statistics: one loop per range on the threads, its chunks as tasks */
+    nn_pool_stats_set(p, true);
+    int calls = check_range(p, T, 1 << 20, 1);
+    nn_pool_stats s = nn_pool_stats_read(p);
+    long sum = 0;
+    for (int t = 0; t < NN_POOL_MAX_THREADS; t++) sum += s.ntask[t];
+    if (T > 1)
+        CHECK(s.loops == 1 && s.tasks == calls && sum == calls,
+              "T=%d range stats: %ld loops %ld tasks (threads %ld), expected 1 and %d", T, s.loops,
+              s.tasks, sum, calls);
+    else
+        CHECK(s.loops == 0 && s.tasks == 0, "T=1 range stats: %ld loops", s.loops);
+    nn_pool_stats_set(p, false);
+}
+
 /* ---- placement (pool.h): a pool of T threads pins when the caller's mask
  * has exactly T CPUs; workers on their CPU inside that mask, the caller
  * only between nn_pool_enter and nn_pool_leave; a thread the caller starts
@@ -357,6 +478,7 @@ int main(void)
 {
     unsetenv("PSTRAIN_PIN");
     check_null_pool();
+    check_range(NULL, 1, 1 << 20, 1);
     check_placement();
     for (int T = 1; T <= 8; T++) {
         pst_err e = {0};
@@ -370,6 +492,8 @@ int main(void)
         check_nested(p, T);
         check_loop(p, T, 777); /* still usable after nesting */
         check_stats(p, T);
+        check_ranges(p, T);
+        check_sleepers(p, T);
         nn_pool_free(p);
     }
     /* a pool that is never used shuts down too */

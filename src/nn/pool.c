@@ -107,6 +107,8 @@ struct nn_pool {
     double t_pub;    /* wall clock when the loop was published */
     stat_slot *slot; /* [T] */
     nn_pool_stats tot;
+    nn_pool_kind *kinds; /* [NN_POOL_KINDS + 1]: the last one for the rest */
+    int nkinds;
 };
 
 typedef struct worker_arg {
@@ -360,6 +362,7 @@ int nn_pool_new(nn_pool **out, int threads, pst_err *e)
     atomic_init(&p->running, false);
     p->slot = pst_aligned_alloc(sizeof(stat_slot) * (size_t)threads);
     memset(p->slot, 0, sizeof(stat_slot) * (size_t)threads);
+    p->kinds = pst_calloc(NN_POOL_KINDS + 1, sizeof(nn_pool_kind));
     if (threads > 1) {
         p->threads = pst_calloc((size_t)threads - 1, sizeof(pthread_t));
         cpu_set_t mask;
@@ -403,6 +406,7 @@ void nn_pool_free(nn_pool *p)
     free(p->threads);
     free(p->cpu);
     free(p->slot);
+    free(p->kinds);
     free(p->parts);
     free(p);
 }
@@ -453,6 +457,30 @@ void nn_pool_stats_set(nn_pool *p, bool on)
     p->stats = on;
     memset(&p->tot, 0, sizeof p->tot);
     memset(p->slot, 0, sizeof(stat_slot) * (size_t)p->T);
+    memset(p->kinds, 0, sizeof(nn_pool_kind) * (NN_POOL_KINDS + 1));
+    p->nkinds = 0;
+}
+
+int nn_pool_kinds_read(const nn_pool *p, nn_pool_kind *out, int max)
+{
+    if (!p || !p->stats) return 0;
+    int n = p->nkinds + (p->kinds[NN_POOL_KINDS].loops > 0);
+    if (n > max) n = max;
+    for (int i = 0; i < n; i++) out[i] = p->kinds[i < p->nkinds ? i : NN_POOL_KINDS];
+    return n;
+}
+
+/* The kind of a loop (nn_pool_kinds_read), found or added. */
+static nn_pool_kind *loop_kind(nn_pool *p, void (*fn)(void *, int, int),
+                               void (*rfn)(void *, int, int), int ntasks)
+{
+    for (int i = 0; i < p->nkinds; i++)
+        if (p->kinds[i].fn == fn && p->kinds[i].rfn == rfn && p->kinds[i].ntasks == ntasks)
+            return &p->kinds[i];
+    if (p->nkinds == NN_POOL_KINDS) return &p->kinds[NN_POOL_KINDS];
+    nn_pool_kind *k = &p->kinds[p->nkinds++];
+    k->fn = fn, k->rfn = rfn, k->ntasks = ntasks;
+    return k;
 }
 
 nn_pool_stats nn_pool_stats_read(const nn_pool *p)
@@ -592,9 +620,10 @@ static void run_loop(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
     (void)was;
     if (p->enter_depth && !p->caller_tried) pin_caller(p);
     long before = 0;
+    double busy0 = 0;
     if (p->stats) {
         p->t_pub = pst_now();
-        for (int i = 0; i < p->T; i++) before += p->slot[i].ntask;
+        for (int i = 0; i < p->T; i++) before += p->slot[i].ntask, busy0 += p->slot[i].busy;
     }
     publish(p, ntasks, fn, rfn, grain, arg);
     tls_pool = p;
@@ -613,8 +642,13 @@ static void run_loop(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
         /* a range loop's tasks are the chunks run (the workers' slots are
          * final: busy was read with acquire) */
         long after = 0;
-        for (int i = 0; i < p->T; i++) after += p->slot[i].ntask;
+        double busy1 = 0;
+        for (int i = 0; i < p->T; i++) after += p->slot[i].ntask, busy1 += p->slot[i].busy;
         p->tot.tasks += after - before;
+        nn_pool_kind *k = loop_kind(p, fn, rfn, fn ? ntasks : -1);
+        k->loops++;
+        k->wall += end - p->t_pub;
+        k->idle += p->T * (end - p->t_pub) - (busy1 - busy0);
     } else {
         wait_workers(p);
     }

@@ -150,6 +150,25 @@ typedef struct nn_pool_totals {
 } nn_pool_totals;
 nn_pool_totals nn_pool_totals_read(const nn_pool *p);
 
+/* The same statistics by kind of loop (bench_model's "loops by kernel"):
+ * the loops on the threads grouped by task function and task count (range
+ * loops by range function, ntasks -1), the first NN_POOL_KINDS kinds seen
+ * since the statistics were set on; loops of later kinds add to a last
+ * entry with both functions NULL. Which loops leave threads idle, and how
+ * long, without a profiler. */
+#define NN_POOL_KINDS 96
+typedef struct nn_pool_kind {
+    void (*fn)(void *arg, int task, int tid); /* the loop's task function, or NULL */
+    void (*rfn)(void *arg, int lo, int hi);   /* a range loop's function, or NULL */
+    int ntasks;                               /* -1: a range loop */
+    long loops;
+    double wall; /* seconds, as nn_pool_stats.wall */
+    double idle; /* thread seconds in these loops not in tasks: T wall - busy */
+} nn_pool_kind;
+/* Copies up to max kinds into out (in the order first seen); returns how
+ * many. Not during a loop; NULL pool or statistics off: 0. */
+int nn_pool_kinds_read(const nn_pool *p, nn_pool_kind *out, int max);
+
 /* Fixed blocks for a reduction over n items of `item_work` floats each:
  * about `grain` floats per block, at most max_blocks, at most n. Depends on
  * the shapes only, never on T (the determinism rule above). */

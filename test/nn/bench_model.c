@@ -4,7 +4,7 @@
  * tests, not registered as one (a benchmark, not a check).
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
- *               [--threads T] [--predict P] [--rerun] [--unplanned] [model ...]
+ *               [--threads T] [--predict P] [--rerun] [--loops K] [--unplanned] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 the img/s by CPU time counts the calling
  * thread only: the wall-time figures need an otherwise idle machine. The
@@ -25,24 +25,34 @@
  * it left them itself, against what the layers before it left; the
  * difference is what a layer pays for running inside the model (see
  * docs/mpi-facts.md, "resnet-20's convolutions inside the model").
+ * --loops K (threads > 1; default 12, 0: off): after the report, the K kinds
+ * of pool loops (task function and task count, pool.h's nn_pool_kinds_read)
+ * that left threads idle longest: loops, wall and idle thread time per
+ * step; the functions are named from this program's symbol table (`nm`).
  * --unplanned: every activation buffer gets its own bytes (the layout of
  * bench_memory --unplanned) instead of the plan's shared arena: whether
  * reusing memory across layers costs (caches, or lines another thread
  * wrote last). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "graph.h"
+#include "pool.h"
 #include "layers.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 #include "pstrain/model.h"
 #include "pstrain/optim.h"
 
+int main(int argc, char **argv);
+static int (*const main_fn)(int, char **) = main;
 static int warmup = 20, classes = 10, predict = 2; /* --warmup, --classes, --predict */
 static bool rerun;                                 /* --rerun */
 static bool unplanned;                             /* --unplanned */
+static int show_loops = 12;                        /* --loops */
 #define WINDOW 20
 
 static double cpu_now(void)
@@ -50,6 +60,95 @@ static double cpu_now(void)
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- --loops: the pool's loops by kind, named through `nm` ---- */
+
+typedef struct sym {
+    uintptr_t addr;
+    char name[80];
+} sym;
+
+static int sym_cmp(const void *a, const void *b)
+{
+    uintptr_t x = ((const sym *)a)->addr, y = ((const sym *)b)->addr;
+    return x < y ? -1 : x > y;
+}
+
+/* This program's text symbols, at their run-time addresses (the load
+ * offset from main's); NULL when nm is missing. */
+static sym *read_syms(int *n)
+{
+    *n = 0;
+    char cmd[64]; /* /proc/self would be nm's */
+    snprintf(cmd, sizeof cmd, "nm /proc/%ld/exe 2>/dev/null", (long)getpid());
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    int cap = 4096;
+    sym *s = pst_malloc(sizeof(sym) * (size_t)cap);
+    char line[512], type, name[256];
+    unsigned long long a, main_nm = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%llx %c %255s", &a, &type, name) == 3 && (type == 't' || type == 'T')) {
+            if (strcmp(name, "main") == 0) main_nm = a;
+            if (*n == cap) s = pst_realloc(s, sizeof(sym) * (size_t)(cap *= 2));
+            s[*n].addr = (uintptr_t)a;
+            snprintf(s[*n].name, sizeof s[*n].name, "%.79s", name);
+            (*n)++;
+        }
+    pclose(f);
+    int (*self)(int, char **) = main_fn;
+    uintptr_t main_rt;
+    memcpy(&main_rt, &self, sizeof main_rt);
+    for (int i = 0; i < *n; i++) s[i].addr += main_rt - (uintptr_t)main_nm;
+    qsort(s, (size_t)*n, sizeof(sym), sym_cmp);
+    return s;
+}
+
+static const char *sym_name(const sym *s, int n, uintptr_t a, char *buf, size_t len)
+{
+    for (int i = 0; i < n; i++)
+        if (s[i].addr == a) return s[i].name;
+    snprintf(buf, len, "0x%llx", (unsigned long long)a);
+    return buf;
+}
+
+static int kind_cmp(const void *a, const void *b)
+{
+    double x = ((const nn_pool_kind *)a)->idle, y = ((const nn_pool_kind *)b)->idle;
+    return x > y ? -1 : x < y;
+}
+
+static void print_loops(const nn_pool_kind *kinds, int nk, int64_t steps, int T)
+{
+    nn_pool_kind *k = pst_malloc(sizeof(nn_pool_kind) * (size_t)(nk ? nk : 1));
+    memcpy(k, kinds, sizeof(nn_pool_kind) * (size_t)nk);
+    qsort(k, (size_t)nk, sizeof(nn_pool_kind), kind_cmp);
+    int ns = 0;
+    sym *s = read_syms(&ns);
+    double idle = 0;
+    for (int i = 0; i < nk; i++) idle += k[i].idle;
+    printf("  loops by kernel, most idle first (per step, %d threads; idle: thread time in the "
+           "loop not in tasks, start and clock reads included; %.1f us in all):\n",
+           T, 1e6 * idle / (double)steps);
+    printf("  %-40s %6s %7s %10s %10s\n", "task function", "tasks", "loops", "wall us", "idle us");
+    for (int i = 0; i < nk && i < show_loops; i++) {
+        uintptr_t a = 0;
+        if (k[i].fn)
+            memcpy(&a, &k[i].fn, sizeof a);
+        else if (k[i].rfn)
+            memcpy(&a, &k[i].rfn, sizeof a);
+        char buf[32], tasks[16];
+        const char *name = a ? sym_name(s, ns, a, buf, sizeof buf) : "(other kinds)";
+        if (k[i].ntasks < 0)
+            snprintf(tasks, sizeof tasks, "range");
+        else
+            snprintf(tasks, sizeof tasks, "%d", k[i].ntasks);
+        printf("  %-40s %6s %7.1f %10.1f %10.1f\n", name, tasks, k[i].loops / (double)steps,
+               1e6 * k[i].wall / (double)steps, 1e6 * k[i].idle / (double)steps);
+    }
+    free(s);
+    free(k);
 }
 
 static void bench(const char *name, int batch, int steps, int h, int w, int c, int threads)
@@ -115,7 +214,12 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
     for (int s = 0; s < psteps; s++)
         nn_model_train_step(m, x + (size_t)(s % nbatches) * batch * per,
                             y + (size_t)(s % nbatches) * batch, batch, s, NULL);
+    /* read before the report, which resets the pool's statistics */
+    nn_pool_kind kinds[NN_POOL_KINDS + 1];
+    int nk =
+        threads > 1 && show_loops > 0 ? nn_pool_kinds_read(m->pool, kinds, NN_POOL_KINDS + 1) : 0;
     nn_model_profile_report(m, stdout);
+    if (nk) print_loops(kinds, nk, psteps, threads);
     nn_model_set_profiling(m, false);
     fflush(stdout);
     free(x), free(y), free(slots);
@@ -145,6 +249,8 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &threads) < 0 || threads < 1) pst_die("bad --threads");
         } else if (strcmp(argv[i], "--rerun") == 0) {
             rerun = true;
+        } else if (strcmp(argv[i], "--loops") == 0 && i + 1 < argc) {
+            if (pst_parse_int(argv[++i], &show_loops) < 0 || show_loops < 0) pst_die("bad --loops");
         } else if (strcmp(argv[i], "--unplanned") == 0) {
             unplanned = true;
         } else if (nmodels < 8) {

@@ -189,6 +189,20 @@ static void check_stats(nn_pool *p, int T)
               tt.cpu == cpu && tt.busy == busy,
           "T=%d totals: %ld loops %ld tasks, cpu %g busy %g; stats %ld %ld, %g %g", T, tt.loops,
           tt.tasks, tt.cpu, tt.busy, s.loops, s.tasks, cpu, busy);
+    /* by kind: every loop on the threads once, under its function and task
+     * count (1000 tasks of count_task: one loop), idle time not negative */
+    nn_pool_kind kinds[NN_POOL_KINDS + 1];
+    int nk = nn_pool_kinds_read(p, kinds, NN_POOL_KINDS + 1);
+    long kloops = 0, k1000 = 0;
+    int kbad = 0;
+    for (int i = 0; i < nk; i++) {
+        kloops += kinds[i].loops;
+        if (kinds[i].fn == count_task && kinds[i].ntasks == 1000) k1000 += kinds[i].loops;
+        kbad += kinds[i].idle < -1e-6 || kinds[i].wall < 0 || kinds[i].rfn != NULL;
+    }
+    CHECK(kloops == s.loops && kbad == 0 && k1000 == (T > 1),
+          "T=%d kinds: %d kinds of %ld loops (expected %ld), %ld of 1000 count tasks, %d bad", T,
+          nk, kloops, s.loops, k1000, kbad);
     nn_pool_stats_set(p, false);
     check_loop(p, T, 100);
     s = nn_pool_stats_read(p);
@@ -308,6 +322,12 @@ static void check_ranges(nn_pool *p, int T)
               s.tasks, sum, calls);
     else
         CHECK(s.loops == 0 && s.tasks == 0, "T=1 range stats: %ld loops", s.loops);
+    nn_pool_kind k[2];
+    int nk = nn_pool_kinds_read(p, k, 2);
+    CHECK(T > 1 ? nk == 1 && k[0].rfn == cover_range && !k[0].fn && k[0].ntasks == -1 &&
+                      k[0].loops == 1
+                : nk == 0,
+          "T=%d range stats: %d kinds, expected the range loop's", T, nk);
     nn_pool_stats_set(p, false);
 }
 

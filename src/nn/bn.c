@@ -45,11 +45,24 @@
 
 /* ---- blocks of rows: the per-channel sums are taken per block, then the
  * blocks' partials are added in block order (the determinism rule of
- * pool.h: the blocks depend on M and C only). */
-
+ * pool.h: the blocks depend on M and C only). A block is a run of whole
+ * groups of BN_GROUP rows (the float sums' groups, so counted from row
+ * 0; only the last group of the tensor may be shorter), about 8k floats
+ * (32 KB) per block, at most 64 blocks: resnet-20's small batch norms
+ * (64x7x7x64: 6 blocks of 32k floats before) now give 2 threads 24-64
+ * tasks to balance instead of 6-24 (docs/design.md section 11). */
 int nn_bn_blocks(int M, int C)
 {
-    return nn_pool_nblocks(M, (size_t)C, 32768, 64);
+    int groups = (M + BN_GROUP - 1) / BN_GROUP;
+    return nn_pool_nblocks(groups, (size_t)BN_GROUP * C, 8192, 64);
+}
+
+/* Block b of nb: rows [*lo, *hi), whole groups. */
+static void bn_block(int M, int nb, int b, int *lo, int *hi)
+{
+    nn_pool_block((M + BN_GROUP - 1) / BN_GROUP, nb, b, lo, hi);
+    *lo *= BN_GROUP, *hi *= BN_GROUP;
+    if (*hi > M) *hi = M;
 }
 
 size_t nn_bn_red_doubles(int M, int C)
@@ -71,7 +84,7 @@ static void bn_sums_task(void *varg, int b, int tid)
 {
     const bn_job *j = varg;
     int lo, hi;
-    nn_pool_block(j->M, j->nb, b, &lo, &hi);
+    bn_block(j->M, j->nb, b, &lo, &hi);
     double *part = j->red + (size_t)b * 2 * j->C;
     nn_bn_fwd_sums(part, part + j->C, j->inp + (size_t)lo * j->C, j->inp, hi - lo, j->C);
 }
@@ -88,7 +101,7 @@ static void bn_grad_task(void *varg, int b, int tid)
 {
     const bn_job *j = varg;
     int lo, hi;
-    nn_pool_block(j->M, j->nb, b, &lo, &hi);
+    bn_block(j->M, j->nb, b, &lo, &hi);
     bn_bw w = bw_at(&j->bw, (size_t)lo * j->C);
     double *part = j->red + (size_t)b * 2 * j->C;
     nn_bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, j->mask, j->dres);

@@ -144,6 +144,10 @@ static inline bn_bw bw_at(const bn_bw *b, size_t o)
     return r;
 }
 
+/* The float sums' groups of rows (bn_sums.c); the driver's blocks are runs
+ * of whole groups (bn.c). */
+#define BN_GROUP 8
+
 /* ---- the passes (one call per block or range of rows) ---- */
 
 /* bn_sums.c. The forward's sums: sum[c] of x[i][c] - s0[c], sq[c] of its

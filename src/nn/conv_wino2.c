@@ -58,6 +58,14 @@ static size_t u_floats(int C, int K)
     return (size_t)WI_POS * wi_r16(C) * wi_r16(K);
 }
 
+/* Floats from one position of U ([pos][C][Ks]) to the next: a cache line
+ * more than C Ks, so that the 16 lines one kernel's transform writes fall
+ * in different sets of L1 (at 64 x 64, 16 KB apart, they shared one set). */
+static size_t u_ps(int C, int K)
+{
+    return (size_t)C * wi_r16(K) + 16;
+}
+
 /* Slices of the tiles whose weight-gradient sums S[pos][c][k] are kept
  * apart (then added in slice order): one per 256 tiles, at most N and as
  * many as WI_PARTS floats of sums allow. */
@@ -75,7 +83,7 @@ static int wgrad_slices(const nn_conv_dims *d)
 size_t nn_wi2_scratch(const nn_conv_dims *d, bool wgrad)
 {
     size_t tb = (size_t)wino_tb(d->C, d->K), S = wgrad ? wgrad_slices(d) : 1;
-    return S * u_floats(d->C, d->K) + WI_POS * tb * (wi_r16(d->C) + wi_r16(d->K)) + 16;
+    return S * u_floats(d->C, d->K) + WI_POS * (tb * (wi_r16(d->C) + wi_r16(d->K)) + 16) + 16;
 }
 
 /* ---- the kernel transform: U[pos][c][Ks] = G g G^T ---------------------- */
@@ -103,6 +111,45 @@ NN_CLONES static void u_16(float u[WI_POS][16], float g[9][16])
         }
 }
 
+#if WI_X86
+/* u_16 with AVX-512 (the same operations in the same order: additions and
+ * halvings in double, rounded once), stored into U[p * ps] */
+AVX512 static void u_16_simd(float *U, size_t ps, float g[9][16])
+{
+    const __m512d h = _mm512_set1_pd(0.5);
+    __m512d t[4][3][2];
+#pragma GCC unroll 2
+    for (int q = 0; q < 2; q++)
+#pragma GCC unroll 3
+        for (int b = 0; b < 3; b++) {
+            __m512d g0 = _mm512_cvtps_pd(_mm256_loadu_ps(g[b] + 8 * q)),
+                    g1 = _mm512_cvtps_pd(_mm256_loadu_ps(g[3 + b] + 8 * q)),
+                    g2 = _mm512_cvtps_pd(_mm256_loadu_ps(g[6 + b] + 8 * q));
+            t[0][b][q] = g0;
+            t[1][b][q] = _mm512_mul_pd(h, _mm512_add_pd(_mm512_add_pd(g0, g1), g2));
+            t[2][b][q] = _mm512_mul_pd(h, _mm512_add_pd(_mm512_sub_pd(g0, g1), g2));
+            t[3][b][q] = g2;
+        }
+#pragma GCC unroll 4
+    for (int a = 0; a < 4; a++) {
+        __m256 o[4][2];
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            __m512d t0 = t[a][0][q], t1 = t[a][1][q], t2 = t[a][2][q];
+            o[0][q] = _mm512_cvtpd_ps(t0);
+            o[1][q] = _mm512_cvtpd_ps(_mm512_mul_pd(h, _mm512_add_pd(_mm512_add_pd(t0, t1), t2)));
+            o[2][q] = _mm512_cvtpd_ps(_mm512_mul_pd(h, _mm512_add_pd(_mm512_sub_pd(t0, t1), t2)));
+            o[3][q] = _mm512_cvtpd_ps(t2);
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < 4; b++)
+            _mm512_storeu_pd((double *)(U + (size_t)(4 * a + b) * ps),
+                             _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(o[b][0])),
+                                                _mm256_castps_pd(o[b][1]), 1));
+    }
+}
+#endif
+
 /* Task r of U: forward, row c = r of every position (16 k at a time, read
  * and written contiguously); input gradient (flip: the layer's kernel
  * w[3][3][K][C] flipped and transposed), columns k in [16r, 16r + 16) (16
@@ -117,9 +164,15 @@ static void u_row(const wi_job *j, float *U, int r)
             for (int t = 0; t < 9; t++)
                 for (int i = 0; i < 16; i++)
                     g[t][i] = i < m ? j->w[((size_t)t * C + r) * K + k0 + i] : 0.0f;
+#if WI_X86
+            if (j->simd) {
+                u_16_simd(U + (size_t)r * Ks + k0, u_ps(C, K), g);
+                continue;
+            }
+#endif
             u_16(u, g);
             for (int p = 0; p < WI_POS; p++)
-                memcpy(U + ((size_t)p * C + r) * Ks + k0, u[p], sizeof(float) * 16);
+                memcpy(U + p * u_ps(C, K) + (size_t)r * Ks + k0, u[p], sizeof(float) * 16);
         }
         return;
     }
@@ -139,7 +192,8 @@ static void u_row(const wi_job *j, float *U, int r)
         }
         for (int p = 0; p < WI_POS; p++)
             for (int i = 0; i < mc; i++)
-                memcpy(U + ((size_t)p * C + c0 + i) * Ks + k0, blk[p][i], sizeof(float) * 16);
+                memcpy(U + p * u_ps(C, K) + (size_t)(c0 + i) * Ks + k0, blk[p][i],
+                       sizeof(float) * 16);
     }
 }
 
@@ -192,7 +246,7 @@ static void gemm_port(const wi_job *j, float *M, const float *V, const float *U)
         for (int i = 0; i < TB; i++) {
             float *m = M + ((size_t)p * TB + i) * Ks;
             const float *v = V + ((size_t)p * TB + i) * Cs;
-            const float *u = U + (size_t)p * C * Ks;
+            const float *u = U + p * u_ps(C, Ks);
             for (int k = 0; k < Ks; k++) m[k] = 0.0f;
             for (int c = 0; c < C; c++)
                 for (int k = 0; k < Ks; k++) m[k] += v[c] * u[(size_t)c * Ks + k];
@@ -331,7 +385,7 @@ static void gemm_simd(const wi_job *j, float *M, const float *V, const float *U)
 {
     const int C = j->d->C, Cs = j->Cs, Ks = j->Ks, TB = j->TB, nv = Ks / 16;
     for (int p = 0; p < WI_POS; p++) {
-        const float *Vp = V + (size_t)p * TB * Cs, *Up = U + (size_t)p * C * Ks;
+        const float *Vp = V + (size_t)p * TB * Cs, *Up = U + p * u_ps(C, Ks);
         float *Mp = M + (size_t)p * TB * Ks;
         for (int v0 = 0; v0 < nv; v0 += 4) {
             int w = nv - v0 < 4 ? nv - v0 : 4, mr = w == 1 ? 24 : w == 2 ? 12 : w == 3 ? 8 : 6;
@@ -402,7 +456,7 @@ static int f2_setup(wi_job *j)
 {
     const nn_conv_dims *d = j->d;
     j->TB = wino_tb(d->C, d->K), j->Cs = wi_r16(d->C), j->Ks = wi_r16(d->K);
-    j->uf = u_floats(d->C, d->K), j->vf = (size_t)WI_POS * j->TB * j->Cs;
+    j->uf = WI_POS * u_ps(d->C, d->K), j->vf = (size_t)WI_POS * j->TB * j->Cs;
     return j->flip ? j->Ks / 16 : d->C;
 }
 

@@ -53,8 +53,10 @@
  * them 1e-3 away and passes at 1.1e-5 (limit 2e-4).
  *
  * Blocks: W4_TB tiles (V[36][TB][C] and M[36][TB][K] floats, in L2).
- * U (36 x C x K) is built in double once per call, a task per input
- * channel, and rounded once to float. */
+ * U (36 positions of C x K floats and a cache line) is built in double once
+ * per call, 16 input channels at a time, and rounded once to float; with
+ * AVX-512 in the order u4_16_simd writes out (docs/design.md section 12,
+ * "Building U"; test_wino.c checks it). */
 #include "conv_wino4_impl.h"
 
 /* u[p][16] = G g G^T for 16 kernels g[tap][16] at once, in double: in two
@@ -75,22 +77,99 @@ NN_CLONES static void u4_16(double u[W4_POS][16], float g[9][16])
                     t[a][0][i] * G4[b][0] + t[a][1][i] * G4[b][1] + t[a][2][i] * G4[b][2];
 }
 
-/* U[p][c][k] for input channel c = r: taps w[t][c][k], or (flip) the
- * layer's w[8 - t][k][c] (the job's C and K are the layer's K and C),
- * computed in double and rounded once to float */
-static void u4_row(const wi_job *j, float *U, int r)
+#if WI_X86
+/* u4_16 with AVX-512, the 16 kernels in two halves of 8 doubles, each sum
+ * as the portable code's contracted order (G g: the products by G[a][0],
+ * [1], [2] added left to right, fused), rounded once into U[p * ps] */
+AVX512 static void u4_16_simd(float *U, size_t ps, float g[9][16])
 {
-    const int C = j->d->C, K = j->d->K;
-    float g[9][16];
+    __m512d t[6][3][2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+#pragma GCC unroll 3
+        for (int c = 0; c < 3; c++) {
+            __m512d g0 = _mm512_cvtps_pd(_mm256_loadu_ps(g[c] + 8 * h)),
+                    g1 = _mm512_cvtps_pd(_mm256_loadu_ps(g[3 + c] + 8 * h)),
+                    g2 = _mm512_cvtps_pd(_mm256_loadu_ps(g[6 + c] + 8 * h));
+#pragma GCC unroll 6
+            for (int a = 0; a < 6; a++)
+                t[a][c][h] =
+                    _mm512_fmadd_pd(_mm512_set1_pd(G4[a][2]), g2,
+                                    _mm512_fmadd_pd(_mm512_set1_pd(G4[a][1]), g1,
+                                                    _mm512_mul_pd(_mm512_set1_pd(G4[a][0]), g0)));
+        }
+#pragma GCC unroll 6
+    for (int a = 0; a < 6; a++)
+#pragma GCC unroll 6
+        for (int b = 0; b < 6; b++) {
+            __m256 o[2];
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                o[h] = _mm512_cvtpd_ps(_mm512_fmadd_pd(
+                    t[a][2][h], _mm512_set1_pd(G4[b][2]),
+                    _mm512_fmadd_pd(t[a][1][h], _mm512_set1_pd(G4[b][1]),
+                                    _mm512_mul_pd(t[a][0][h], _mm512_set1_pd(G4[b][0])))));
+            _mm512_storeu_pd((double *)(U + (size_t)(6 * a + b) * ps),
+                             _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(o[0])),
+                                                _mm256_castps_pd(o[1]), 1));
+        }
+}
+#endif
+
+/* Floats from one position of U to the next: C K and a cache line more, so
+ * that the 36 lines one kernel's transform writes (one per position) fall
+ * in different sets of L1 (at C K = 4096, 16 KB apart, all 36 shared one
+ * set of 12 lines: a 64 x 64 layer's U took 2.3x as long per kernel as a
+ * 16 x 16 layer's). */
+static size_t u4_ps(int C, int K)
+{
+    return (size_t)C * K + 16;
+}
+
+/* U[p][c][k] for the 16 input channels c = 16 rb + rr, rr < 16: taps
+ * w[t][c][k], or (flip) the layer's w[8 - t][k][c] (the job's C and K are
+ * the layer's K and C), computed in double and rounded once to float. The
+ * flipped kernel's taps are a column of the layer's [K][C] rows per c: with
+ * AVX-512 they come as 16 x 16 transposes (the scalar loads cost a cache
+ * line each: a third of a 64 x 64 layer's U). C is a multiple of 16 (the
+ * F(4x4) shapes, conv_wino.c). */
+NN_CLONES static void u4_row(const wi_job *j, float *U, int rb)
+{
+    const int C = j->d->C, K = j->d->K, r0 = 16 * rb;
+    float g[16][9][16]; /* [rr][tap][k - k0] */
     double u[W4_POS][16];
     for (int k0 = 0; k0 < K; k0 += 16) {
-        for (int t = 0; t < 9; t++)
-            for (int i = 0; i < 16; i++)
-                g[t][i] = j->flip ? j->w[((size_t)(8 - t) * K + k0 + i) * C + r]
-                                  : j->w[((size_t)t * C + r) * K + k0 + i];
-        u4_16(u, g);
-        for (int p = 0; p < W4_POS; p++)
-            for (int i = 0; i < 16; i++) U[((size_t)p * C + r) * K + k0 + i] = (float)u[p][i];
+        if (!j->flip) {
+            for (int rr = 0; rr < 16; rr++)
+                for (int t = 0; t < 9; t++)
+                    for (int i = 0; i < 16; i++)
+                        g[rr][t][i] = j->w[((size_t)t * C + r0 + rr) * K + k0 + i];
+        } else {
+#if WI_X86
+            if (j->simd)
+                for (int t = 0; t < 9; t++)
+                    nn_cf_transpose16(&g[0][t][0], 9 * 16, 16,
+                                      j->w + ((size_t)(8 - t) * K + k0) * C + r0, (size_t)C, 16,
+                                      16);
+            else
+#endif
+                for (int rr = 0; rr < 16; rr++)
+                    for (int t = 0; t < 9; t++)
+                        for (int i = 0; i < 16; i++)
+                            g[rr][t][i] = j->w[((size_t)(8 - t) * K + k0 + i) * C + r0 + rr];
+        }
+        for (int rr = 0; rr < 16; rr++) {
+#if WI_X86
+            if (j->simd) {
+                u4_16_simd(U + (size_t)(r0 + rr) * K + k0, u4_ps(C, K), g[rr]);
+                continue;
+            }
+#endif
+            u4_16(u, g[rr]);
+            for (int p = 0; p < W4_POS; p++)
+                for (int i = 0; i < 16; i++)
+                    U[p * u4_ps(C, K) + (size_t)(r0 + rr) * K + k0 + i] = (float)u[p][i];
+        }
     }
 }
 
@@ -114,7 +193,7 @@ static void gemm4_port(const wi_job *j, float *M, const float *V, const float *U
     for (int p = 0; p < W4_POS; p++)
         for (int i = 0; i < W4_TB; i++) {
             float *m = M + ((size_t)p * W4_TB + i) * K, m2[64];
-            const float *v = V + ((size_t)p * W4_TB + i) * C, *u = U + (size_t)p * C * K;
+            const float *v = V + ((size_t)p * W4_TB + i) * C, *u = U + p * u4_ps(C, K);
             for (int k = 0; k < K; k++) m[k] = 0.0f, m2[k] = 0.0f;
             for (int c = 0; c < h; c++)
                 for (int k = 0; k < K; k++) m[k] += v[c] * u[(size_t)c * K + k];
@@ -224,7 +303,7 @@ AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V, const f
 {
     const int C = j->d->C, K = j->d->K;
     for (int p = 0; p < W4_POS; p++) {
-        const float *U = U0 + (size_t)p * C * K, *v = V + (size_t)p * W4_TB * C;
+        const float *U = U0 + p * u4_ps(C, K), *v = V + (size_t)p * W4_TB * C;
         float *m = M + (size_t)p * W4_TB * K;
         if (w4_half(C, K) < C)
             gemm4_tile16(m, v, U);
@@ -304,7 +383,7 @@ AVX512 static void out4_simd(const wi_job *j, const float *M, int t0, int nt)
  * for 16 -> 16, the weight gradient's if larger (conv_wino4_wgrad.c) */
 size_t nn_wi4_scratch(const nn_conv_dims *d)
 {
-    size_t f = (size_t)W4_POS * (d->C * d->K + W4_TB * (d->C + d->K)) + 16;
+    size_t f = W4_POS * (u4_ps(d->C, d->K) + W4_TB * (d->C + d->K)) + 16;
     if (d->C != 16 || d->K != 16) return f; /* the input gradient alone */
     size_t w = nn_wi4_wgrad_scratch(d);
     return f > w ? f : w;
@@ -314,8 +393,8 @@ static int f4_setup(wi_job *j)
 {
     const int C = j->d->C, K = j->d->K;
     j->TB = W4_TB, j->Cs = C, j->Ks = K;
-    j->uf = (size_t)W4_POS * C * K, j->vf = (size_t)W4_POS * W4_TB * C;
-    return C;
+    j->uf = W4_POS * u4_ps(C, K), j->vf = (size_t)W4_POS * W4_TB * C;
+    return C / 16; /* u4_row's blocks of 16 rows */
 }
 
 #if WI_X86

@@ -54,9 +54,9 @@ typedef void (*wi_out_fn)(const wi_job *j, const float *M, int t0, int nt);
 
 struct wi_variant {
     int m, pos; /* output tile m x m, transformed tile pos = (m + 2)^2 */
-    /* fills TB, Cs, Ks, uf, vf from j->d and returns the rows of U */
+    /* fills TB, Cs, Ks, uf, vf from j->d and returns the rows of U (F(4x4): blocks of 16) */
     int (*setup)(wi_job *j);
-    /* row r of U (the rows are independent; each writes its own floats) */
+    /* row (block) r of U (the rows are independent; each writes its own floats) */
     void (*u_row)(const wi_job *j, float *U, int r);
     /* the kernels of a block: [0] portable, [1] AVX-512 (NULL without) */
     wi_in_fn in[2];

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "conv_wino_impl.h"
 #include "layers.h"
 #include "pool.h"
 #include "pstrain/blas.h"
@@ -323,11 +324,66 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
     free(x), free(w), free(b), free(dy), free(dyc), free(y), free(dx), free(dw), free(dx0);
 }
 
+/* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, design.md 12)
+ * computes each U[p][c][k] = (G g G^T)[a][b] in double in a fixed order
+ * and rounds it once: t[a][j] = fma(G[a][2], g[2][j], fma(G[a][1],
+ * g[1][j], G[a][0] g[0][j])) (g[i][j] the tap of row i, column j), then
+ * u = fma(t[a][2], G[b][2], fma(t[a][1], G[b][1], t[a][0] G[b][0])). Every
+ * float of U, forward and flipped (the input gradient's), against that
+ * order written out with fma(); before 2026-12-01 the order was the
+ * compiler's (it differed in 1 ulp for ~0.06% of U on such data). Data
+ * with full 24-bit mantissas over 8 decades. */
+static void test_u4_order(int C, int K, bool flip)
+{
+    nn_conv_dims d = {1, 8, 8, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
+    nn_conv_dims_finish(&d);
+    float *w = pst_malloc(sizeof(float) * 9 * C * K);
+    for (int i = 0; i < 9 * C * K; i++)
+        w[i] = (2.0f * nn_rng_uniform(&rng) - 1.0f) * (1.0f + nn_rng_uniform(&rng)) *
+               powf(10.0f, (float)(i % 9) - 4.0f);
+    wi_job j = {.d = &d, .w = w, .flip = flip, .v = &nn_wi_f4};
+    wi_tile(&j);
+    int nu = j.v->setup(&j);
+    const size_t ps = j.uf / 36;
+    float *U = pst_malloc(sizeof(float) * j.uf);
+    for (int r = 0; r < nu; r++) j.v->u_row(&j, U, r);
+    long bad = 0;
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < K; k++) {
+            double g[3][3], t[6][3];
+            for (int tap = 0; tap < 9; tap++)
+                g[tap / 3][tap % 3] = flip ? w[((size_t)(8 - tap) * K + k) * C + c]
+                                           : w[((size_t)tap * C + c) * K + k];
+            for (int a = 0; a < 6; a++)
+                for (int jj = 0; jj < 3; jj++)
+                    t[a][jj] =
+                        fma(G4[a][2], g[2][jj], fma(G4[a][1], g[1][jj], G4[a][0] * g[0][jj]));
+            for (int a = 0; a < 6; a++)
+                for (int b = 0; b < 6; b++) {
+                    float u =
+                        (float)fma(t[a][2], G4[b][2], fma(t[a][1], G4[b][1], t[a][0] * G4[b][0]));
+                    float got = U[(size_t)(6 * a + b) * ps + (size_t)c * K + k];
+                    if (memcmp(&u, &got, sizeof u) != 0 && bad++ < 3)
+                        fprintf(stderr, "  U[%d][%d][%d] = %.9g, the documented order %.9g\n",
+                                6 * a + b, c, k, (double)got, (double)u);
+                }
+        }
+    CHECK(bad == 0, "F(4x4) U %d -> %d flip %d: %ld floats not in the documented order", C, K, flip,
+          bad);
+    free(U), free(w);
+}
+
 int main(void)
 {
     nn_blis_init();
     nn_rng_seed(&rng, 777);
     bool simd = nn_narrow_use_simd(-1);
+    if (simd)
+        for (int n = 16; n <= 64; n += 16) {
+            test_u4_order(n, n, false);
+            test_u4_order(n, n, true);
+            test_u4_order(n, 80 - n, true);
+        }
     nn_wino_use(2);
     for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
         nn_narrow_use_simd(mode);

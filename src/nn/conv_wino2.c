@@ -711,9 +711,54 @@ NN_CLONES static void wout_row(float *dw, const float *const *su, int S, int Cs,
     }
 }
 
+#if WI_X86
+/* wout_row with AVX-512: the 16 k of a block in one vector (the same
+ * additions and halvings, each exact but for the rounding of its sum: the
+ * same bits), dw's rows stored as vectors (masked past K) */
+AVX512 static void wout_row_simd(float *dw, const float *const *su, int S, int Cs, int C, int K,
+                                 int Ks, int c)
+{
+    const __m512 h = _mm512_set1_ps(0.5f);
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        const __mmask16 m = K - k0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k0)) - 1);
+        __m512 x[WI_POS];
+#pragma GCC unroll 16
+        for (int p = 0; p < WI_POS; p++) {
+            const size_t off = ((size_t)p * Cs + c) * Ks + k0;
+            x[p] = _mm512_loadu_ps(su[0] + off);
+            for (int s = 1; s < S; s++) x[p] = _mm512_add_ps(x[p], _mm512_loadu_ps(su[s] + off));
+        }
+        __m512 t[4][3];
+#pragma GCC unroll 4
+        for (int a = 0; a < 4; a++) {
+            __m512 x0 = x[4 * a], x1 = x[4 * a + 1], x2 = x[4 * a + 2], x3 = x[4 * a + 3];
+            __m512 hs = _mm512_mul_ps(h, _mm512_add_ps(x1, x2));
+            t[a][0] = _mm512_add_ps(x0, hs);
+            t[a][1] = _mm512_mul_ps(h, _mm512_sub_ps(x1, x2));
+            t[a][2] = _mm512_add_ps(hs, x3);
+        }
+#pragma GCC unroll 3
+        for (int b = 0; b < 3; b++) {
+            __m512 hs = _mm512_mul_ps(h, _mm512_add_ps(t[1][b], t[2][b]));
+            float *o = dw + (size_t)c * K + k0;
+            _mm512_mask_storeu_ps(o + (size_t)b * C * K, m, _mm512_add_ps(t[0][b], hs));
+            _mm512_mask_storeu_ps(o + (size_t)(3 + b) * C * K, m,
+                                  _mm512_mul_ps(h, _mm512_sub_ps(t[1][b], t[2][b])));
+            _mm512_mask_storeu_ps(o + (size_t)(6 + b) * C * K, m, _mm512_add_ps(hs, t[3][b]));
+        }
+    }
+}
+#endif
+
 static void wout_task(void *arg, int c, int tid)
 {
     const wi_job *j = arg;
+#if WI_X86
+    if (j->simd) {
+        wout_row_simd(j->out, (const float *const *)j->su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
+        return;
+    }
+#endif
     wout_row(j->out, (const float *const *)j->su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
     (void)tid;
 }

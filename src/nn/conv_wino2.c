@@ -714,11 +714,20 @@ NN_CLONES static void wout_row(float *dw, const float *const *su, int S, int Cs,
 #if WI_X86
 /* wout_row with AVX-512: the 16 k of a block in one vector (the same
  * additions and halvings, each exact but for the rounding of its sum: the
- * same bits), dw's rows stored as vectors (masked past K) */
+ * same bits), dw's rows stored as vectors (masked past K). The slices'
+ * lines of channel c + 1 (the task a thread runs next) are requested first:
+ * on two threads half of them are in the other core's cache, a memory
+ * latency each (a hint: 64 -> 64's reduction 39-40 -> 34 us per thread). */
 AVX512 static void wout_row_simd(float *dw, const float *const *su, int S, int Cs, int C, int K,
                                  int Ks, int c)
 {
     const __m512 h = _mm512_set1_ps(0.5f);
+    if (c + 1 < Cs)
+        for (int s = 0; s < S; s++)
+            for (int p = 0; p < WI_POS; p++)
+                for (int k0 = 0; k0 < Ks; k0 += 16)
+                    _mm_prefetch((const char *)(su[s] + ((size_t)p * Cs + c + 1) * Ks + k0),
+                                 _MM_HINT_T0);
     for (int k0 = 0; k0 < K; k0 += 16) {
         const __mmask16 m = K - k0 >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k0)) - 1);
         __m512 x[WI_POS];

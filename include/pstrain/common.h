@@ -69,6 +69,10 @@ void pst_set_thread_die_handler(void (*fn)(void *ctx, const char *msg), void *ct
 
 /* Seconds on a monotonic clock. */
 double pst_now(void);
+/* Seconds of CPU time the calling thread has used (CLOCK_THREAD_CPUTIME_ID:
+ * what a benchmark or a profile charges to one thread, whatever else the
+ * machine runs). */
+double pst_thread_cpu(void);
 /* CPUs in this process's affinity mask (sched_getaffinity; what mpirun
  * --bind-to gives a rank), at least 1. */
 int pst_cpu_count(void);

@@ -6,21 +6,14 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "graph.h"
 #include "model_prof.h"
 #include "pool.h"
+#include "pstrain/common.h"
 
 /* Profiling counts the CPU time of the calling thread: on a shared machine
  * wall time also counts whoever else runs on the core. */
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Profiling on a pool: the stats at a layer's start (in k), added to par
  * at its end. */
 static void par_begin(const nn_model *m, nn_prof_mark *k)
@@ -47,7 +40,7 @@ static void par_end(const nn_model *m, const nn_prof_mark *k, nn_layer_par *par)
  * wall time on a pool (the report's "wall" columns). */
 static double rerun_clock(const nn_model *m)
 {
-    return m->pool ? pst_now() : cpu_now();
+    return m->pool ? pst_now() : pst_thread_cpu();
 }
 
 static float *rerun_space(nn_model *m, size_t floats)
@@ -102,7 +95,7 @@ void nn_prof_begin(nn_model *m, nn_layer *l, int n, bool bwd, nn_prof_mark *k)
     memset(k, 0, sizeof *k);
     if (rerun) rerun_before(m, l, n, k); /* clears k too */
     k->rerun = rerun;
-    k->t0 = cpu_now();
+    k->t0 = pst_thread_cpu();
     k->p0 = nn_pool_prof_read();
     par_begin(m, k);
 }
@@ -111,7 +104,7 @@ void nn_prof_end_fwd(nn_model *m, nn_layer *l, int n, bool train, const nn_prof_
 {
     par_end(m, k, &l->par[0]);
     nn_pool_prof p1 = nn_pool_prof_read();
-    l->t_fwd += cpu_now() - k->t0 - (p1.clock - k->p0.clock);
+    l->t_fwd += pst_thread_cpu() - k->t0 - (p1.clock - k->p0.clock);
     l->w_fwd += p1.work - k->p0.work, l->s_fwd += p1.span - k->p0.span;
     if (l->ops->flops) l->f_fwd += l->ops->flops(l, n, false);
     if (m->profile_rerun && l->ops == &nn_conv_ops) {
@@ -126,7 +119,7 @@ void nn_prof_end_bwd(nn_model *m, nn_layer *l, int n, nn_prof_mark *k)
 {
     par_end(m, k, &l->par[1]);
     nn_pool_prof p1 = nn_pool_prof_read();
-    l->t_bwd += cpu_now() - k->t0 - (p1.clock - k->p0.clock);
+    l->t_bwd += pst_thread_cpu() - k->t0 - (p1.clock - k->p0.clock);
     l->w_bwd += p1.work - k->p0.work, l->s_bwd += p1.span - k->p0.span;
     if (l->ops->flops) l->f_bwd += l->ops->flops(l, n, true);
     if (k->rerun) rerun_bwd(m, l, n, k);

@@ -38,7 +38,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "pstrain/common.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -133,13 +134,6 @@ static bool spin_more(int *k, double *t0)
 static _Thread_local const nn_pool *tls_pool;
 static _Thread_local int tls_tid;
 
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* A range loop: chunks of what is left of part q, 1/T of it and at least
  * the grain, each claimed by a compare-and-swap (exactly, so that the
  * counter never passes hi); returns the chunks run. */
@@ -198,9 +192,9 @@ static void run_tasks(nn_pool *p, int tid)
         return;
     }
     stat_slot *s = &p->slot[tid];
-    double w0 = pst_now(), c0 = cpu_now();
+    double w0 = pst_now(), c0 = pst_thread_cpu();
     long ran = take_tasks(p, tid);
-    double c1 = cpu_now(), w1 = pst_now();
+    double c1 = pst_thread_cpu(), w1 = pst_now();
     s->cpu += c1 - c0;
     s->busy += w1 - w0;
     if (tid) s->start += w0 - p->t_pub;
@@ -515,20 +509,13 @@ static int prof_depth;   /* loops in progress on the profiled caller */
 static nn_pool_prof prof;
 static double prof_clock; /* seconds of CPU time one read of that clock costs */
 
-static double prof_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 void nn_pool_prof_set(int threads)
 {
     prof_threads = threads < 0 ? 0 : threads > NN_POOL_MAX_THREADS ? NN_POOL_MAX_THREADS : threads;
     memset(&prof, 0, sizeof prof);
     prof_clock = 0.0;
     for (int i = 0; i < 64 && prof_threads; i++) {
-        double a = prof_now(), b = prof_now();
+        double a = pst_thread_cpu(), b = pst_thread_cpu();
         if (i == 0 || b - a < prof_clock) prof_clock = b - a;
     }
 }
@@ -564,13 +551,13 @@ static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void
     prof_depth++;
     double begin = 0, last = 0, gaps = 0;
     for (int t = 0; t < ntasks; t++) {
-        double t0 = prof_now();
+        double t0 = pst_thread_cpu();
         if (t == 0)
             begin = t0;
         else
             gaps += t0 - last;
         fn(arg, t, 0);
-        last = prof_now();
+        last = pst_thread_cpu();
         d[t] = last - t0;
     }
     prof_depth--;
@@ -630,11 +617,11 @@ static void run_loop(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
     tls_tid = 0;
     run_tasks(p, 0);
     if (p->stats) {
-        double own = pst_now(), own_cpu = cpu_now();
+        double own = pst_now(), own_cpu = pst_thread_cpu();
         wait_workers(p);
         /* the CPU clock (a system call) before the loop's end: its cost
          * counts in the loop, not in the serial time between loops */
-        double end_cpu = cpu_now(), end = pst_now();
+        double end_cpu = pst_thread_cpu(), end = pst_now();
         p->tot.wait += end - own;
         p->tot.wait_cpu += end_cpu - own_cpu;
         p->tot.wall += end - p->t_pub;

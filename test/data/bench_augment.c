@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "pstrain/augment.h"
 #include "pstrain/common.h"
@@ -27,13 +26,6 @@ typedef struct blob {
     uint8_t *b;
     size_t n;
 } blob;
-
-static double thread_cpu(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int is_jpeg_name(const char *s)
 {
@@ -81,7 +73,7 @@ static double run(int mode, bool train, const blob *v, int n, int reps, int size
     pst_err e;
     double t0 = 0;
     for (int r = -1; r < reps; r++) { /* pass -1 warms the scratch and caches */
-        if (r == 0) t0 = thread_cpu();
+        if (r == 0) t0 = pst_thread_cpu();
         for (int i = 0; i < n; i++) {
             const uint64_t h = (uint64_t)(r + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
             if (mode < 0) {
@@ -97,7 +89,7 @@ static double run(int mode, bool train, const blob *v, int n, int reps, int size
             }
         }
     }
-    const double t = thread_cpu() - t0;
+    const double t = pst_thread_cpu() - t0;
     free(out);
     aug_scratch_free(s);
     return (double)n * reps / t;

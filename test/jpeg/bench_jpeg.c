@@ -11,17 +11,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "jpeg/jpegfix.h"
+#include "pstrain/common.h"
 #include "pstrain/jpeg.h"
-
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static uint32_t rng = 88172645u;
 static double uniform(void)
@@ -57,7 +50,7 @@ int main(int argc, char **argv)
 
     /* whole image */
     int iters = 0;
-    double t0 = cpu_now(), t;
+    double t0 = pst_thread_cpu(), t;
     do {
         uint8_t *px;
         int w, h;
@@ -67,7 +60,7 @@ int main(int argc, char **argv)
         }
         free(px);
         iters++;
-    } while ((t = cpu_now() - t0) < secs);
+    } while ((t = pst_thread_cpu() - t0) < secs);
     printf("%-34s %8.1f images/s  %7.1f MP/s per core\n", "jpg_decode (whole, RGB)", iters / t,
            iters * mp / t);
 
@@ -75,7 +68,7 @@ int main(int argc, char **argv)
     jpg_region r = {0};
     int hist[9] = {0};
     iters = 0;
-    t0 = cpu_now();
+    t0 = pst_thread_cpu();
     do {
         double area = (0.05 + 0.95 * uniform()) * W * H;
         double ar = exp(log(0.75) + (log(4.0 / 3) - log(0.75)) * uniform());
@@ -91,7 +84,7 @@ int main(int argc, char **argv)
         }
         hist[r.scale_num]++;
         iters++;
-    } while ((t = cpu_now() - t0) < secs);
+    } while ((t = pst_thread_cpu() - t0) < secs);
     printf("%-34s %8.1f images/s  %7.1f MP/s per core (source MP)\n",
            "jpg_decode_region (crop, 299)", iters / t, iters * mp / t);
     printf("scales chosen:");
@@ -101,7 +94,7 @@ int main(int argc, char **argv)
 
     /* a central 87.5% crop at a small output (DCT scaling does the most) */
     iters = 0;
-    t0 = cpu_now();
+    t0 = pst_thread_cpu();
     do {
         int cw = W * 7 / 8, ch = H * 7 / 8;
         if (jpg_decode_region(jpg, n, 3, (W - cw) / 2, (H - ch) / 2, cw, ch, 112, 112, 0, &r, &e) <
@@ -110,7 +103,7 @@ int main(int argc, char **argv)
             return 1;
         }
         iters++;
-    } while ((t = cpu_now() - t0) < secs);
+    } while ((t = pst_thread_cpu() - t0) < secs);
     printf("%-34s %8.1f images/s  %7.1f MP/s per core (source MP), scale %d/8\n",
            "jpg_decode_region (87.5%, 112)", iters / t, iters * mp / t, r.scale_num);
 
@@ -119,14 +112,14 @@ int main(int argc, char **argv)
     int aw = W / 8 * 8, ah = H / 8 * 8;
     for (int s = 1; s <= 8 && aw && ah; s++) {
         iters = 0;
-        t0 = cpu_now();
+        t0 = pst_thread_cpu();
         do {
             if (jpg_decode_region(jpg, n, 3, 0, 0, aw, ah, aw * s / 8, ah * s / 8, 0, &r, &e) < 0) {
                 fprintf(stderr, "%s\n", e.msg);
                 return 1;
             }
             iters++;
-        } while ((t = cpu_now() - t0) < secs / 4);
+        } while ((t = pst_thread_cpu() - t0) < secs / 4);
         printf("whole image at scale %d/8 (%4dx%-4d) %8.1f images/s  %7.1f MP/s per core (source "
                "MP)\n",
                r.scale_num, r.w, r.h, iters / t, iters * mp / t);

@@ -18,18 +18,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "layers.h"
 #include "pool.h"
 #include "pstrain/common.h"
-
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static uint64_t rng_state = 88172645463325252ull;
 static float frand(void)
@@ -114,9 +106,9 @@ static void bench(nn_pool *pool, int N, int H, int W, int C, int reps)
             set *q = &s[(r + 2) % nsets];
             if (T > 1) nn_pool_stats_set(pool, true);
             nn_pool_enter(pool);
-            double w0 = pst_now(), c0 = cpu_now();
+            double w0 = pst_now(), c0 = pst_thread_cpu();
             run(pool, red, q, &p, M, C, v);
-            double w1 = pst_now(), c1 = cpu_now();
+            double w1 = pst_now(), c1 = pst_thread_cpu();
             nn_pool_leave(pool);
             if (r < 0) continue;
             t[r] = 1e6 * (T > 1 ? w1 - w0 : c1 - c0);

@@ -33,7 +33,6 @@
  * docs/mpi-facts.md, "resnet-20's convolutions inside the model"). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "layers.h"
 #include "pool.h"
@@ -97,13 +96,6 @@ static const layer layers[] = {
     {"r20 proj 1x1/2 32->64 @14", 14, 14, 32, 64, 1, 1, 2, 2, 0, 0},
 };
 
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static double peak_gflops;
 static bool acc_dx;    /* --acc */
 static bool show_mean; /* --mean */
@@ -119,13 +111,13 @@ static bool show_mean; /* --mean */
         for (int i = 0; i < LANES; i++) a[i] = 1.0f - 1e-7f, b[i] = 1e-7f;                         \
         c0 = b, c1 = c0 + b, c2 = c1 + b, c3 = c2 + b, c4 = c3 + b, c5 = c4 + b;                   \
         c6 = c5 + b, c7 = c6 + b, c8 = c7 + b, c9 = c8 + b, c10 = c9 + b, c11 = c10 + b;           \
-        double t0 = cpu_now();                                                                     \
+        double t0 = pst_thread_cpu();                                                              \
         for (long k = 0; k < iters; k++) {                                                         \
             c0 = c0 * a + b, c1 = c1 * a + b, c2 = c2 * a + b, c3 = c3 * a + b;                    \
             c4 = c4 * a + b, c5 = c5 * a + b, c6 = c6 * a + b, c7 = c7 * a + b;                    \
             c8 = c8 * a + b, c9 = c9 * a + b, c10 = c10 * a + b, c11 = c11 * a + b;                \
         }                                                                                          \
-        double t = cpu_now() - t0;                                                                 \
+        double t = pst_thread_cpu() - t0;                                                          \
         v sum = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11;                       \
         __asm__ volatile("" : : "x"(sum[0]));                                                      \
         return 2.0 * 12 * LANES * (double)iters / t * 1e-9;                                        \
@@ -230,9 +222,9 @@ static double time_pass(run *r, int which, double min_time, double *mean)
     for (; rep < 2 || spent < min_time; rep++) {
         if (cold_floats) evict();
         nn_pool_stats_set(r->pool, true);
-        double t0 = cpu_now();
+        double t0 = pst_thread_cpu();
         pass(r, which);
-        double t = cpu_now() - t0;
+        double t = pst_thread_cpu() - t0;
         if (r->pool) {
             /* the workers' task time; the caller's wait at the loops' ends out */
             nn_pool_stats st = nn_pool_stats_read(r->pool);

@@ -36,7 +36,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "graph.h"
@@ -54,13 +53,6 @@ static bool rerun;                                 /* --rerun */
 static bool unplanned;                             /* --unplanned */
 static int show_loops = 12;                        /* --loops */
 #define WINDOW 20
-
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- --loops: the pool's loops by kind, named through `nm` ---- */
 
@@ -175,7 +167,7 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
     double t0 = 0, c0 = 0, tstep = 0, topt = 0, wbest = 1e30, wstart = 0;
     float loss = 0;
     for (int s = 0; s < warmup + steps; s++) {
-        if (s == warmup) t0 = pst_now(), c0 = cpu_now(), tstep = topt = 0;
+        if (s == warmup) t0 = pst_now(), c0 = pst_thread_cpu(), tstep = topt = 0;
         /* windows of WINDOW steps: the fastest one is what the code does
          * when nothing else disturbs the core (caches, frequency) */
         if (s >= warmup && (s - warmup) % WINDOW == 0) {
@@ -194,7 +186,7 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
         double end = pst_now();
         tstep += mid - a, topt += end - mid;
     }
-    double total = pst_now() - t0, cpu = cpu_now() - c0;
+    double total = pst_now() - t0, cpu = pst_thread_cpu() - c0;
     if (steps % WINDOW == 0 && pst_now() - wstart < wbest) wbest = pst_now() - wstart;
     double best = wbest < 1e30 ? wbest / WINDOW : total / steps;
     /* img/s by CPU time is what an idle core would give; wall time also

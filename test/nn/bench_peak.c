@@ -40,7 +40,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pstrain/common.h"
@@ -51,13 +50,6 @@ static const char *test_unit[NTEST] = {"GFLOP/s", "GB/s", "GB/s", "GB/s"};
 
 static bool portable; /* --portable */
 static bool avx512;   /* the AVX-512 loops run */
-
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- kernels: each runs one chunk and returns its work (flops or bytes) ---- */
 
@@ -173,7 +165,7 @@ static void *run_job(void *varg)
     double work = 0;
     for (int warm = 1; warm >= 0; warm--) {
         pthread_barrier_wait(j->bar);
-        double w0 = pst_now(), c0 = cpu_now(), w = w0;
+        double w0 = pst_now(), c0 = pst_thread_cpu(), w = w0;
         work = 0;
         do {
             switch (j->test) {
@@ -204,7 +196,7 @@ static void *run_job(void *varg)
             }
             w = pst_now();
         } while (w - w0 < (warm ? 0.05 : j->seconds));
-        j->wall = w - w0, j->cpu_s = cpu_now() - c0;
+        j->wall = w - w0, j->cpu_s = pst_thread_cpu() - c0;
     }
     j->work = work;
     free(a), free(b), free(c);

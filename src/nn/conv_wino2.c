@@ -53,6 +53,10 @@ static int wino_tb(int C, int K)
     return tb < WI_MR ? WI_MR : tb;
 }
 
+/* Floats of one slice's weight-gradient sums dU ([pos][Cs][Ks], positions
+ * back to back), also the room the scratch sizes keep for the forward's U,
+ * whose positions are u_ps() apart: the 16 padding floats per position are
+ * in nn_wi2_scratch's second term. */
 static size_t u_floats(int C, int K)
 {
     return (size_t)WI_POS * wi_r16(C) * wi_r16(K);

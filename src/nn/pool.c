@@ -27,15 +27,15 @@
  * items in small pieces and the loop ends within about a grain of work on
  * every thread, where fixed ranges left up to one range (1/16 of the loop)
  * to one thread.
+ *
+ * The statistics and the one-thread profiling (pool.h) are in
+ * pool_stats.c; a loop calls its hooks (pool_impl.h) only while they are on.
  */
-#include "pool.h"
+#include "pool_impl.h"
 
 #include <assert.h>
 #include <errno.h>
-#include <pthread.h>
-#include <sched.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,56 +61,6 @@
 #define POOL_SPIN_NS 500000
 #define POOL_SPIN_YIELD_NS 50000
 #define POOL_SPIN_CHECK 64
-
-/* The tasks (items of a range loop) of thread tid in the current loop:
- * [next, hi) left; other threads take from it too once their own part is
- * done. A cache line each. */
-typedef struct part {
-    _Alignas(64) atomic_int next;
-    int hi;
-} part;
-
-/* A thread's statistics, on a cache line of its own. */
-typedef struct stat_slot {
-    _Alignas(64) double cpu, busy, start;
-    long ntask, slept;
-} stat_slot;
-
-struct nn_pool {
-    int T;
-    pthread_t *threads; /* T - 1 workers */
-    int started;        /* workers created */
-    /* placement (pool.h): cpu[tid] is thread tid's CPU when pinned; the
-     * caller's mask while it is pinned between nn_pool_enter and
-     * nn_pool_leave (depth: nested enters) */
-    bool pinned;
-    int *cpu;
-    int enter_depth;
-    bool caller_tried, caller_pinned;
-    cpu_set_t caller_mask;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;      /* workers: a new generation or stop */
-    pthread_cond_t done;      /* caller: busy reached 0 */
-    atomic_int sleepers;      /* workers asleep or about to sleep on `wake` */
-    atomic_bool caller_waits; /* the caller asleep or about to sleep on `done` */
-    /* the current loop: written by the caller before gen moves */
-    void (*fn)(void *arg, int task, int tid);
-    void (*rfn)(void *arg, int lo, int hi); /* a range loop: fn is NULL */
-    void *arg;
-    int ntasks, grain;   /* tasks (items of a range loop); a range loop's least chunk */
-    part *parts;         /* [T]: the loop's tasks cut into T contiguous parts */
-    atomic_int busy;     /* workers that have not finished this generation */
-    atomic_uint gen;     /* generation counter */
-    atomic_bool running; /* a loop is in progress (misuse check) */
-    /* statistics (nn_pool_stats_set): `stats` and `t_pub` are written by the
-     * caller before gen moves; each thread adds to its own slot */
-    bool stats;
-    double t_pub;    /* wall clock when the loop was published */
-    stat_slot *slot; /* [T] */
-    nn_pool_stats tot;
-    nn_pool_kind *kinds; /* [NN_POOL_KINDS + 1]: the last one for the rest */
-    int nkinds;
-};
 
 typedef struct worker_arg {
     nn_pool *p;
@@ -191,14 +141,9 @@ static void run_tasks(nn_pool *p, int tid)
         take_tasks(p, tid);
         return;
     }
-    stat_slot *s = &p->slot[tid];
-    double w0 = pst_now(), c0 = pst_thread_cpu();
+    stats_clock c0 = stats_tasks_begin();
     long ran = take_tasks(p, tid);
-    double c1 = pst_thread_cpu(), w1 = pst_now();
-    s->cpu += c1 - c0;
-    s->busy += w1 - w0;
-    if (tid) s->start += w0 - p->t_pub;
-    s->ntask += ran;
+    stats_tasks_end(p, tid, c0, ran);
 }
 
 static void *worker_main(void *varg)
@@ -444,159 +389,6 @@ void nn_pool_leave(nn_pool *p)
     p->caller_pinned = p->caller_tried = false;
 }
 
-void nn_pool_stats_set(nn_pool *p, bool on)
-{
-    if (!p) return;
-    assert(!atomic_load_explicit(&p->running, memory_order_relaxed));
-    p->stats = on;
-    memset(&p->tot, 0, sizeof p->tot);
-    memset(p->slot, 0, sizeof(stat_slot) * (size_t)p->T);
-    memset(p->kinds, 0, sizeof(nn_pool_kind) * (NN_POOL_KINDS + 1));
-    p->nkinds = 0;
-}
-
-int nn_pool_kinds_read(const nn_pool *p, nn_pool_kind *out, int max)
-{
-    if (!p || !p->stats) return 0;
-    int n = p->nkinds + (p->kinds[NN_POOL_KINDS].loops > 0);
-    if (n > max) n = max;
-    for (int i = 0; i < n; i++) out[i] = p->kinds[i < p->nkinds ? i : NN_POOL_KINDS];
-    return n;
-}
-
-/* The kind of a loop (nn_pool_kinds_read), found or added. */
-static nn_pool_kind *loop_kind(nn_pool *p, void (*fn)(void *, int, int),
-                               void (*rfn)(void *, int, int), int ntasks)
-{
-    for (int i = 0; i < p->nkinds; i++)
-        if (p->kinds[i].fn == fn && p->kinds[i].rfn == rfn && p->kinds[i].ntasks == ntasks)
-            return &p->kinds[i];
-    if (p->nkinds == NN_POOL_KINDS) return &p->kinds[NN_POOL_KINDS];
-    nn_pool_kind *k = &p->kinds[p->nkinds++];
-    k->fn = fn, k->rfn = rfn, k->ntasks = ntasks;
-    return k;
-}
-
-nn_pool_stats nn_pool_stats_read(const nn_pool *p)
-{
-    nn_pool_stats s;
-    memset(&s, 0, sizeof s);
-    if (!p) return s;
-    s = p->tot;
-    for (int i = 0; i < p->T; i++) {
-        s.cpu[i] = p->slot[i].cpu, s.busy[i] = p->slot[i].busy;
-        s.ntask[i] = p->slot[i].ntask;
-        s.slept += p->slot[i].slept;
-        if (i) s.start += p->slot[i].start;
-    }
-    return s;
-}
-
-nn_pool_totals nn_pool_totals_read(const nn_pool *p)
-{
-    nn_pool_totals t = {0, 0, 0, 0, 0, 0};
-    if (!p) return t;
-    t.loops = p->tot.loops, t.tasks = p->tot.tasks;
-    t.wall = p->tot.wall, t.wait = p->tot.wait;
-    for (int i = 0; i < p->T; i++) t.cpu += p->slot[i].cpu, t.busy += p->slot[i].busy;
-    return t;
-}
-
-/* ---- profiling: see pool.h ---- */
-
-static int prof_threads; /* 0: off */
-static int prof_depth;   /* loops in progress on the profiled caller */
-static nn_pool_prof prof;
-static double prof_clock; /* seconds of CPU time one read of that clock costs */
-
-void nn_pool_prof_set(int threads)
-{
-    prof_threads = threads < 0 ? 0 : threads > NN_POOL_MAX_THREADS ? NN_POOL_MAX_THREADS : threads;
-    memset(&prof, 0, sizeof prof);
-    prof_clock = 0.0;
-    for (int i = 0; i < 64 && prof_threads; i++) {
-        double a = pst_thread_cpu(), b = pst_thread_cpu();
-        if (i == 0 || b - a < prof_clock) prof_clock = b - a;
-    }
-}
-
-nn_pool_prof nn_pool_prof_read(void)
-{
-    return prof;
-}
-
-/* The tasks on the caller, each timed; the pool's schedule simulated: the
- * loop cut into prof_threads contiguous parts, each thread runs its own
- * part in order, then takes the next task of the parts after it; the
- * thread that frees first takes next. Tasks run in index order here, so a
- * task is timed when the simulation first needs it.
- *
- * A read of the thread CPU clock is a system call: 1.3 microseconds on the
- * virtual machine of docs/design.md section 11, as much as a small task.
- * About one read's cost falls inside a task's interval and one outside
- * (between tasks), so that hundreds of tasks per step would add a
- * millisecond to the tasks and another to the serial time: each task's
- * time is taken less one read, as measured between the loop's tasks (only
- * reads lie there; a lone task: the least of some back-to-back pairs), and
- * everything in the loop but the tasks, plus one read for the halves
- * before the first and after the last, is added up apart (`clock`), for
- * the caller to take off its own measurements. Checked against timing
- * whole loops only: the serial parts agree to some 0.1 ms per step. */
-static void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
-{
-    const int T = prof_threads;
-    double free_at[NN_POOL_MAX_THREADS] = {0};
-    int next[NN_POOL_MAX_THREADS], hi[NN_POOL_MAX_THREADS];
-    double *d = pst_malloc(sizeof(double) * (size_t)ntasks);
-    prof_depth++;
-    double begin = 0, last = 0, gaps = 0;
-    for (int t = 0; t < ntasks; t++) {
-        double t0 = pst_thread_cpu();
-        if (t == 0)
-            begin = t0;
-        else
-            gaps += t0 - last;
-        fn(arg, t, 0);
-        last = pst_thread_cpu();
-        d[t] = last - t0;
-    }
-    prof_depth--;
-    /* a read's cost here: what lies between two tasks (reads with warm
-     * caches, as in nn_pool_prof_set, cost a fifth of a microsecond less) */
-    double one = ntasks > 1 ? gaps / (ntasks - 1) : prof_clock, tasks = 0;
-    for (int t = 0; t < ntasks; t++) {
-        d[t] = d[t] > one ? d[t] - one : 0.0;
-        tasks += d[t];
-    }
-    prof.work += tasks;
-    prof.clock += last - begin - tasks + one;
-    for (int i = 0; i < T; i++) nn_pool_block(ntasks, T, i, &next[i], &hi[i]);
-    for (int left = ntasks; left > 0; left--) {
-        int first = 0;
-        for (int i = 1; i < T; i++)
-            if (free_at[i] < free_at[first]) first = i;
-        for (int k = 0; k < T; k++) {
-            int q = (first + k) % T;
-            if (next[q] < hi[q]) {
-                free_at[first] += d[next[q]++];
-                break;
-            }
-        }
-    }
-    free(d);
-    double span = 0;
-    for (int i = 0; i < T; i++)
-        if (free_at[i] > span) span = free_at[i];
-    prof.span += span;
-    prof.loops++;
-    prof.tasks += ntasks;
-}
-
-static bool prof_on(const nn_pool *p)
-{
-    return prof_threads > 0 && prof_depth == 0 && (!p || p->started == 0);
-}
-
 /* A loop on the pool's threads (fn: tasks; rfn: a range loop of ntasks
  * items) from the caller, as tid 0; returns when every worker is done. */
 static void run_loop(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
@@ -606,36 +398,16 @@ static void run_loop(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
     assert(!was); /* two threads in nn_pool_for of one pool */
     (void)was;
     if (p->enter_depth && !p->caller_tried) pin_caller(p);
-    long before = 0;
-    double busy0 = 0;
-    if (p->stats) {
-        p->t_pub = pst_now();
-        for (int i = 0; i < p->T; i++) before += p->slot[i].ntask, busy0 += p->slot[i].busy;
-    }
+    stats_mark mark;
+    if (p->stats) stats_loop_begin(p, &mark);
     publish(p, ntasks, fn, rfn, grain, arg);
     tls_pool = p;
     tls_tid = 0;
     run_tasks(p, 0);
     if (p->stats) {
-        double own = pst_now(), own_cpu = pst_thread_cpu();
+        stats_loop_own(&mark);
         wait_workers(p);
-        /* the CPU clock (a system call) before the loop's end: its cost
-         * counts in the loop, not in the serial time between loops */
-        double end_cpu = pst_thread_cpu(), end = pst_now();
-        p->tot.wait += end - own;
-        p->tot.wait_cpu += end_cpu - own_cpu;
-        p->tot.wall += end - p->t_pub;
-        p->tot.loops++;
-        /* a range loop's tasks are the chunks run (the workers' slots are
-         * final: busy was read with acquire) */
-        long after = 0;
-        double busy1 = 0;
-        for (int i = 0; i < p->T; i++) after += p->slot[i].ntask, busy1 += p->slot[i].busy;
-        p->tot.tasks += after - before;
-        nn_pool_kind *k = loop_kind(p, fn, rfn, fn ? ntasks : -1);
-        k->loops++;
-        k->wall += end - p->t_pub;
-        k->idle += p->T * (end - p->t_pub) - (busy1 - busy0);
+        stats_loop_end(p, &mark, fn, rfn, ntasks);
     } else {
         wait_workers(p);
     }
@@ -661,20 +433,6 @@ void nn_pool_for(nn_pool *p, int ntasks, void (*fn)(void *arg, int task, int tid
     run_loop(p, ntasks, fn, NULL, 0, arg);
 }
 
-typedef struct range_arg {
-    void (*fn)(void *arg, int lo, int hi);
-    void *arg;
-    int n, nblocks;
-} range_arg;
-
-static void range_task(void *varg, int task, int tid)
-{
-    const range_arg *r = varg;
-    int lo, hi;
-    nn_pool_block(r->n, r->nblocks, task, &lo, &hi);
-    if (lo < hi) r->fn(r->arg, lo, hi);
-}
-
 /* The least chunk of a range loop, in floats touched: the last chunks of a
  * loop are this small (a microsecond or two of streaming), so the threads
  * end within about that of each other. */
@@ -686,15 +444,7 @@ void nn_pool_range(nn_pool *p, int n, size_t item_work, void (*fn)(void *arg, in
     if (n <= 0) return;
     const size_t work = item_work ? item_work : 1;
     if (prof_on(p)) {
-        /* the simulated pool: fixed ranges, up to 8 per thread, none under
-         * some 8k floats (the guided chunks below are not simulated) */
-        int nb = prof_threads == 1 ? 1 : nn_pool_nblocks(n, work, 8192, 8 * prof_threads);
-        if (nb == 1) {
-            fn(arg, 0, n);
-            return;
-        }
-        range_arg r = {fn, arg, n, nb};
-        prof_loop(nb, range_task, &r);
+        prof_range(n, work, fn, arg);
         return;
     }
     /* one call on the caller: no pool, one thread, nested, or under some

@@ -41,6 +41,8 @@ AI void affine_chunk(float *out, const float *inp, const float *res, const float
     for (int i = 0; i < M; i++) {
         for (int g = 0; g < NG; g++) {
             size_t e = (size_t)i * C + 16 * g;
+            pf_chunk(inp, e, false), pf_chunk(out, e, true);
+            if (has_res) pf_chunk(res, e, false);
             vf16 v = vld(inp + e) * sc[g] + sh[g];
             if (has_res) v = v + vld(res + e);
             vst(out + e, relu ? vkeep(v, v) : v);

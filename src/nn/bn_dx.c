@@ -27,6 +27,9 @@ AI void dx_chunk(const bn_bw *b, int M, const int NG, const int mask, const bool
     for (int i = 0; i < M; i++) {
         for (int g = 0; g < NG; g++) {
             size_t e = (size_t)i * C + 16 * g;
+            pf_chunk(X, e, false), pf_chunk(DY, e, false), pf_chunk(DX, e, true);
+            if (two) pf_chunk(DY2, e, false);
+            if (mask == MASK_OUT) pf_chunk(OUT, e, false);
             vf16 x = vld(X + e), d = dmask16(DY, DY2, OUT, e, x, sc[g], sh[g], mask, two);
             vf16 v = av[g] * d - bt[g] - (x - mu[g]) * gv[g];
             vst(DX + e, acc ? vld(DX + e) + v : v);

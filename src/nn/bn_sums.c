@@ -64,6 +64,11 @@ AI void row_terms(vf16 *fs, vf16 *fq, const bn_bw *b, size_t o, const bn_ck *k, 
 {
     for (int g = 0; g < NG; g++) {
         size_t e = o + 16 * g;
+        pf_chunk(b->x, e, false);
+        if (op == OP_BWD) pf_chunk(b->dy, e, false);
+        if (op == OP_BWD && mask == MASK_OUT) pf_chunk(b->out, e, false);
+        if (op == OP_BWD && two) pf_chunk(b->dy2, e, false);
+        if (op == OP_BWD && dres != DRES_NONE) pf_chunk(b->dres, e, true);
         vf16 x = vld(b->x + e);
         if (op == OP_FWD) {
             vf16 v = x - k->mu[g];

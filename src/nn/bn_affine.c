@@ -33,11 +33,14 @@ AI void affine_rows(float *out, const float *inp, const float *res, const float 
  * (the loop above reloads them and recomputes the row's pointers per row,
  * which cost more than the row's arithmetic here). */
 AI void affine_chunk(float *out, const float *inp, const float *res, const float *scale,
-                     const float *shift, int M, const int NG, const bool has_res, const bool relu)
+                     const float *shift, int M, const int NG, const bool H8, const bool has_res,
+                     const bool relu)
 {
-    const int C = 16 * NG;
+    const int C = 16 * NG + 8 * H8;
     vf16 sc[4], sh[4];
+    vf8 sc8 = {0}, sh8 = {0};
     for (int g = 0; g < NG; g++) sc[g] = vld(scale + 16 * g), sh[g] = vld(shift + 16 * g);
+    if (H8) sc8 = vld8(scale + 16 * NG), sh8 = vld8(shift + 16 * NG);
     for (int i = 0; i < M; i++) {
         for (int g = 0; g < NG; g++) {
             size_t e = (size_t)i * C + 16 * g;
@@ -47,6 +50,14 @@ AI void affine_chunk(float *out, const float *inp, const float *res, const float
             if (has_res) v = v + vld(res + e);
             vst(out + e, relu ? vkeep(v, v) : v);
         }
+        if (H8) {
+            size_t e = (size_t)i * C + 16 * NG;
+            pf_chunk(inp, e, false), pf_chunk(out, e, true);
+            if (has_res) pf_chunk(res, e, false);
+            vf8 v = vld8(inp + e) * sc8 + sh8;
+            if (has_res) v = v + vld8(res + e);
+            vst8(out + e, relu ? vkeep8(v, v) : v);
+        }
     }
 }
 
@@ -54,13 +65,15 @@ AI void affine_any(float *out, const float *inp, const float *res, const float *
                    const float *shift, int M, int C, const bool has_res, const bool relu)
 {
     if (C == 16)
-        affine_chunk(out, inp, res, scale, shift, M, 1, has_res, relu);
+        affine_chunk(out, inp, res, scale, shift, M, 1, false, has_res, relu);
+    else if (C == 24)
+        affine_chunk(out, inp, res, scale, shift, M, 1, true, has_res, relu);
     else if (C == 32)
-        affine_chunk(out, inp, res, scale, shift, M, 2, has_res, relu);
+        affine_chunk(out, inp, res, scale, shift, M, 2, false, has_res, relu);
     else if (C == 48)
-        affine_chunk(out, inp, res, scale, shift, M, 3, has_res, relu);
+        affine_chunk(out, inp, res, scale, shift, M, 3, false, has_res, relu);
     else if (C == 64)
-        affine_chunk(out, inp, res, scale, shift, M, 4, has_res, relu);
+        affine_chunk(out, inp, res, scale, shift, M, 4, false, has_res, relu);
     else
         affine_rows(out, inp, res, scale, shift, M, C, has_res, relu);
 }

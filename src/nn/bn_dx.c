@@ -10,10 +10,10 @@
 /* 16-64 channels: the same expressions with the per-channel constants in
  * registers (the plain loop's per-row overhead cost more than its
  * arithmetic at 16 channels). */
-AI void dx_chunk(const bn_bw *b, int M, const int NG, const int mask, const bool acc,
+AI void dx_chunk(const bn_bw *b, int M, const int NG, const bool H8, const int mask, const bool acc,
                  const bool two)
 {
-    const int C = 16 * NG;
+    const int C = 16 * NG + 8 * H8;
     const float *restrict X = b->x, *restrict DY = b->dy, *restrict DY2 = b->dy2;
     const float *restrict OUT = b->out;
     float *restrict DX = b->dx;
@@ -24,6 +24,14 @@ AI void dx_chunk(const bn_bw *b, int M, const int NG, const int mask, const bool
         sc[g] = mask == MASK_RELU ? vld(b->scale + 16 * g) : (vf16){0};
         sh[g] = mask == MASK_RELU ? vld(b->shift + 16 * g) : (vf16){0};
     }
+    vf8 mu8 = {0}, av8 = {0}, bt8 = {0}, gv8 = {0}, sc8 = {0}, sh8 = {0};
+    if (H8) {
+        const int c = 16 * NG;
+        mu8 = vld8(b->mean + c), av8 = vld8(b->a + c), bt8 = vld8(b->bterm + c);
+        gv8 = vld8(b->g + c);
+        sc8 = mask == MASK_RELU ? vld8(b->scale + c) : (vf8){0};
+        sh8 = mask == MASK_RELU ? vld8(b->shift + c) : (vf8){0};
+    }
     for (int i = 0; i < M; i++) {
         for (int g = 0; g < NG; g++) {
             size_t e = (size_t)i * C + 16 * g;
@@ -33,6 +41,15 @@ AI void dx_chunk(const bn_bw *b, int M, const int NG, const int mask, const bool
             vf16 x = vld(X + e), d = dmask16(DY, DY2, OUT, e, x, sc[g], sh[g], mask, two);
             vf16 v = av[g] * d - bt[g] - (x - mu[g]) * gv[g];
             vst(DX + e, acc ? vld(DX + e) + v : v);
+        }
+        if (H8) {
+            size_t e = (size_t)i * C + 16 * NG;
+            pf_chunk(X, e, false), pf_chunk(DY, e, false), pf_chunk(DX, e, true);
+            if (two) pf_chunk(DY2, e, false);
+            if (mask == MASK_OUT) pf_chunk(OUT, e, false);
+            vf8 x = vld8(X + e), d = dmask8(DY, DY2, OUT, e, x, sc8, sh8, mask, two);
+            vf8 v = av8 * d - bt8 - (x - mu8) * gv8;
+            vst8(DX + e, acc ? vld8(DX + e) + v : v);
         }
     }
 }
@@ -76,13 +93,15 @@ AI void dx_wide(const bn_bw *b, int M, int C, const int mask, const bool acc, co
 AI void dx_any(const bn_bw *b, int M, int C, const int mask, const bool acc, const bool two)
 {
     if (C == 16)
-        dx_chunk(b, M, 1, mask, acc, two);
+        dx_chunk(b, M, 1, false, mask, acc, two);
+    else if (C == 24)
+        dx_chunk(b, M, 1, true, mask, acc, two);
     else if (C == 32)
-        dx_chunk(b, M, 2, mask, acc, two);
+        dx_chunk(b, M, 2, false, mask, acc, two);
     else if (C == 48)
-        dx_chunk(b, M, 3, mask, acc, two);
+        dx_chunk(b, M, 3, false, mask, acc, two);
     else if (C == 64)
-        dx_chunk(b, M, 4, mask, acc, two);
+        dx_chunk(b, M, 4, false, mask, acc, two);
     else
         dx_wide(b, M, C, mask, acc, two);
 }

@@ -45,6 +45,7 @@
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int vi16 __attribute__((vector_size(64)));
 typedef float vf8 __attribute__((vector_size(32)));
+typedef int vi8 __attribute__((vector_size(32)));
 typedef double vd8 __attribute__((vector_size(64)));
 
 AI vf16 vld(const float *p)
@@ -76,6 +77,27 @@ AI vf16 vkeep(vf16 keep, vf16 d)
 {
     vi16 m = keep > (vf16){0};
     return (vf16)((vi16)d & m);
+}
+/* The same for the 8 channels past the 16-lane chunks of 24, 40 or 56
+ * channels (H8: a half chunk): each lane the scalar expression as above. */
+AI vf8 vld8(const float *p)
+{
+    vf8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+AI void vst8(float *p, vf8 v)
+{
+    memcpy(p, &v, sizeof v);
+}
+AI vd8 vcv8(vf8 v)
+{
+    return __builtin_convertvector(v, vd8);
+}
+AI vf8 vkeep8(vf8 keep, vf8 d)
+{
+    vi8 m = keep > (vf8){0};
+    return (vf8)((vi8)d & m);
 }
 
 /* Software prefetch for the row-major passes over more than 64 channels:
@@ -139,6 +161,16 @@ AI vf16 dmask16(const float *dy, const float *dy2, const float *out, size_t e, v
     if (two) d = d + vld(dy2 + e);
     if (mask == MASK_RELU) d = vkeep(x * sc + sh, d);
     if (mask == MASK_OUT) d = vkeep(vld(out + e), d);
+    return d;
+}
+
+AI vf8 dmask8(const float *dy, const float *dy2, const float *out, size_t e, vf8 x, vf8 sc, vf8 sh,
+              const int mask, const bool two)
+{
+    vf8 d = vld8(dy + e);
+    if (two) d = d + vld8(dy2 + e);
+    if (mask == MASK_RELU) d = vkeep8(x * sc + sh, d);
+    if (mask == MASK_OUT) d = vkeep8(vld8(out + e), d);
     return d;
 }
 

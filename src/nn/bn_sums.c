@@ -22,12 +22,14 @@
 
 /* Adds a group's float sums (f0[g] + f1[g]: its two accumulators) into
  * the double sums s[2g], s[2g + 1] (lanes 0-7, 8-15). */
-AI void group_add(vd8 *s, const vf16 *f0, const vf16 *f1, const int NG)
+AI void group_add(vd8 *s, const vf16 *f0, const vf16 *f1, const int NG, const bool H8, vf8 h0,
+                  vf8 h1)
 {
     for (int g = 0; g < NG; g++) {
         vf16 f = f0[g] + f1[g];
         s[2 * g] += vlo(f), s[2 * g + 1] += vhi(f);
     }
+    if (H8) s[2 * NG] += vcv8(h0 + h1);
 }
 
 /* ---- the sums: one group loop for the forward's and the backward's ----
@@ -43,9 +45,11 @@ enum { OP_FWD, OP_BWD };
  * the affine map that gives the mask. */
 typedef struct bn_ck {
     vf16 mu[4], is[4], sc[4], sh[4];
+    vf8 mu8, is8, sc8, sh8; /* H8: the 8 channels after the NG chunks */
 } bn_ck;
 
-AI void ck_load(bn_ck *k, const bn_bw *b, int c0, const int NG, const int op, const int mask)
+AI void ck_load(bn_ck *k, const bn_bw *b, int c0, const int NG, const bool H8, const int op,
+                const int mask)
 {
     for (int g = 0; g < NG; g++) {
         size_t c = (size_t)c0 + 16 * g;
@@ -54,13 +58,23 @@ AI void ck_load(bn_ck *k, const bn_bw *b, int c0, const int NG, const int op, co
         k->sc[g] = op == OP_BWD && mask == MASK_RELU ? vld(b->scale + c) : (vf16){0};
         k->sh[g] = op == OP_BWD && mask == MASK_RELU ? vld(b->shift + c) : (vf16){0};
     }
+    if (H8) {
+        size_t c = (size_t)c0 + 16 * NG;
+        k->mu8 = vld8(b->mean + c);
+        k->is8 = op == OP_BWD ? vld8(b->invstd + c) : (vf8){0};
+        k->sc8 = op == OP_BWD && mask == MASK_RELU ? vld8(b->scale + c) : (vf8){0};
+        k->sh8 = op == OP_BWD && mask == MASK_RELU ? vld8(b->shift + c) : (vf8){0};
+    } else {
+        k->mu8 = k->is8 = k->sc8 = k->sh8 = (vf8){0};
+    }
 }
 
 /* One row (its first element at o) of 16 * NG channels into the float
  * sums fs, fq. OP_FWD: x - s and its square. OP_BWD: d = the masked dy,
  * also into dres; d and d * xhat. */
-AI void row_terms(vf16 *fs, vf16 *fq, const bn_bw *b, size_t o, const bn_ck *k, const int NG,
-                  const int op, const int mask, const int dres, const bool two)
+AI void row_terms(vf16 *fs, vf16 *fq, vf8 *hs, vf8 *hq, const bn_bw *b, size_t o, const bn_ck *k,
+                  const int NG, const bool H8, const int op, const int mask, const int dres,
+                  const bool two)
 {
     for (int g = 0; g < NG; g++) {
         size_t e = o + 16 * g;
@@ -81,6 +95,25 @@ AI void row_terms(vf16 *fs, vf16 *fq, const bn_bw *b, size_t o, const bn_ck *k, 
         vf16 t = (x - k->mu[g]) * k->is[g];
         fs[g] += d, fq[g] += d * t;
     }
+    if (H8) {
+        size_t e = o + 16 * NG;
+        pf_chunk(b->x, e, false);
+        if (op == OP_BWD) pf_chunk(b->dy, e, false);
+        if (op == OP_BWD && mask == MASK_OUT) pf_chunk(b->out, e, false);
+        if (op == OP_BWD && two) pf_chunk(b->dy2, e, false);
+        if (op == OP_BWD && dres != DRES_NONE) pf_chunk(b->dres, e, true);
+        vf8 x = vld8(b->x + e);
+        if (op == OP_FWD) {
+            vf8 v = x - k->mu8;
+            *hs += v, *hq += v * v;
+        } else {
+            vf8 d = dmask8(b->dy, b->dy2, b->out, e, x, k->sc8, k->sh8, mask, two);
+            if (dres == DRES_SET) vst8(b->dres + e, d);
+            if (dres == DRES_ADD) vst8(b->dres + e, vld8(b->dres + e) + d);
+            vf8 t = (x - k->mu8) * k->is8;
+            *hs += d, *hq += d * t;
+        }
+    }
 }
 
 /* Rows [i0, i1) of one chunk (b's pointers at the chunk's first channel,
@@ -89,32 +122,36 @@ AI void row_terms(vf16 *fs, vf16 *fq, const bn_bw *b, size_t o, const bn_ck *k, 
  * accumulators (even and odd rows), the pair added and then, converted,
  * into s and q (group_add). */
 AI void chunk_rows(vd8 *s, vd8 *q, const bn_bw *b, size_t C, int i0, int i1, const bn_ck *k,
-                   const int NG, const int op, const int mask, const int dres, const bool two)
+                   const int NG, const bool H8, const int op, const int mask, const int dres,
+                   const bool two)
 {
     for (; i0 < i1; i0 += BN_GROUP) {
         int ie = i0 + BN_GROUP < i1 ? i0 + BN_GROUP : i1;
         vf16 fs0[4], fq0[4], fs1[4], fq1[4];
+        vf8 hs0 = {0}, hq0 = {0}, hs1 = {0}, hq1 = {0};
         for (int g = 0; g < NG; g++) fs0[g] = fq0[g] = fs1[g] = fq1[g] = (vf16){0};
         int i = i0;
         for (; i + 1 < ie; i += 2) {
-            row_terms(fs0, fq0, b, (size_t)i * C, k, NG, op, mask, dres, two);
-            row_terms(fs1, fq1, b, (size_t)(i + 1) * C, k, NG, op, mask, dres, two);
+            row_terms(fs0, fq0, &hs0, &hq0, b, (size_t)i * C, k, NG, H8, op, mask, dres, two);
+            row_terms(fs1, fq1, &hs1, &hq1, b, (size_t)(i + 1) * C, k, NG, H8, op, mask, dres, two);
         }
-        if (i < ie) row_terms(fs0, fq0, b, (size_t)i * C, k, NG, op, mask, dres, two);
-        group_add(s, fs0, fs1, NG), group_add(q, fq0, fq1, NG);
+        if (i < ie)
+            row_terms(fs0, fq0, &hs0, &hq0, b, (size_t)i * C, k, NG, H8, op, mask, dres, two);
+        group_add(s, fs0, fs1, NG, H8, hs0, hs1), group_add(q, fq0, fq1, NG, H8, hq0, hq1);
     }
 }
 
 /* 16, 32, 48 or 64 channels: all M rows with the sums in registers. */
-AI void sums_one(double *sum, double *sq, const bn_bw *b, int M, const int NG, const int op,
-                 const int mask, const int dres, const bool two)
+AI void sums_one(double *sum, double *sq, const bn_bw *b, int M, const int NG, const bool H8,
+                 const int op, const int mask, const int dres, const bool two)
 {
     bn_ck k;
-    vd8 s[8], q[8];
-    ck_load(&k, b, 0, NG, op, mask);
-    for (int h = 0; h < 2 * NG; h++) s[h] = q[h] = (vd8){0};
-    chunk_rows(s, q, b, 16 * NG, 0, M, &k, NG, op, mask, dres, two);
-    for (int h = 0; h < 2 * NG; h++) vstd(sum + 8 * h, s[h]), vstd(sq + 8 * h, q[h]);
+    vd8 s[9], q[9];
+    const int nh = 2 * NG + H8; /* 8-lane double sums */
+    ck_load(&k, b, 0, NG, H8, op, mask);
+    for (int h = 0; h < nh; h++) s[h] = q[h] = (vd8){0};
+    chunk_rows(s, q, b, 16 * NG + 8 * H8, 0, M, &k, NG, H8, op, mask, dres, two);
+    for (int h = 0; h < nh; h++) vstd(sum + 8 * h, s[h]), vstd(sq + 8 * h, q[h]);
 }
 
 /* One row (its first element at o) of C channels into the float sums in
@@ -217,13 +254,15 @@ AI void sums_any(double *sum, double *sq, const bn_bw *b, int M, int C, const in
                  const int mask, const int dres, const bool two)
 {
     if (C == 16)
-        sums_one(sum, sq, b, M, 1, op, mask, dres, two);
+        sums_one(sum, sq, b, M, 1, false, op, mask, dres, two);
+    else if (C == 24)
+        sums_one(sum, sq, b, M, 1, true, op, mask, dres, two);
     else if (C == 32)
-        sums_one(sum, sq, b, M, 2, op, mask, dres, two);
+        sums_one(sum, sq, b, M, 2, false, op, mask, dres, two);
     else if (C == 48)
-        sums_one(sum, sq, b, M, 3, op, mask, dres, two);
+        sums_one(sum, sq, b, M, 3, false, op, mask, dres, two);
     else if (C == 64)
-        sums_one(sum, sq, b, M, 4, op, mask, dres, two);
+        sums_one(sum, sq, b, M, 4, false, op, mask, dres, two);
     else
         sums_mem(sum, sq, b, M, C, op, mask, dres, two);
 }

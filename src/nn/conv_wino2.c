@@ -222,8 +222,10 @@ static void u_row(const wi_job *j, float *U, int r)
 
 /* ---- portable kernels ------------------------------------------------------ */
 
-/* V[pos][i][Cs] for tiles t0 + i, i < TB (zero past the last tile). */
-static void in_port(const wi_job *j, float *V, int t0, int nt)
+/* V[pos][i][c] for tiles t0 + i, i < TB (zero past the last tile), of the
+ * channels c in [c0, c1) (the weight gradient's channel groups; the rest of
+ * V's rows of Cs floats is not written). */
+static void in_port_c(const wi_job *j, float *V, int t0, int nt, int c0, int c1)
 {
     const nn_conv_dims *d = j->d;
     const int C = d->C, Cs = j->Cs;
@@ -231,12 +233,12 @@ static void in_port(const wi_job *j, float *V, int t0, int nt)
     for (int i = 0; i < j->TB; i++) {
         if (i >= nt) {
             for (int p = 0; p < WI_POS; p++)
-                memset(V + p * ps + (size_t)i * Cs, 0, sizeof(float) * Cs);
+                memset(V + p * ps + (size_t)i * Cs + c0, 0, sizeof(float) * (c1 - c0));
             continue;
         }
         int h0, w0;
         const float *img = wi_tile_src(j, t0 + i, &h0, &w0);
-        for (int c = 0; c < Cs; c++) {
+        for (int c = c0; c < c1; c++) {
             float x[4][4], t[4][4];
             for (int a = 0; a < 4; a++)
                 for (int b = 0; b < 4; b++) {
@@ -259,6 +261,12 @@ static void in_port(const wi_job *j, float *V, int t0, int nt)
             }
         }
     }
+}
+
+/* V[pos][i][Cs] for tiles t0 + i, i < TB (zero past the last tile). */
+static void in_port(const wi_job *j, float *V, int t0, int nt)
+{
+    in_port_c(j, V, t0, nt, 0, j->Cs);
 }
 
 /* M[pos][i][Ks] = V[pos][i][0, C) U[pos][0, C)[Ks], c in increasing order. */
@@ -311,7 +319,7 @@ static void out_port(const wi_job *j, const float *M, int t0, int nt)
 /* ---- AVX-512 kernels ------------------------------------------------------ */
 
 #if WI_X86
-AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
+AVX512 static void in_simd_c(const wi_job *j, float *V, int t0, int nt, int c0, int c1)
 {
     const nn_conv_dims *d = j->d;
     const int C = d->C, Cs = j->Cs, H = d->H, W = d->W;
@@ -320,7 +328,7 @@ AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
     for (int i = 0; i < j->TB; i++) {
         if (i >= nt) {
             for (int p = 0; p < WI_POS; p++)
-                for (int c = 0; c < Cs; c += 16)
+                for (int c = c0; c < c1; c += 16)
                     _mm512_storeu_ps(V + p * ps + (size_t)i * Cs + c, z);
             continue;
         }
@@ -332,7 +340,7 @@ AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
             for (int b = 0; b < 4; b++)
                 ok[a][b] = inside || (h0 + a >= 0 && h0 + a < H && w0 + b >= 0 && w0 + b < W);
         const float *base = img + ((ptrdiff_t)h0 * W + w0) * C;
-        for (int c = 0; c < Cs; c += 16) {
+        for (int c = c0; c < c1; c += 16) {
             __mmask16 m = C - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (C - c)) - 1);
             __m512 x[4][4], t[4][4];
 #pragma GCC unroll 4
@@ -359,6 +367,11 @@ AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
             }
         }
     }
+}
+
+AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
+{
+    in_simd_c(j, V, t0, nt, 0, j->Cs);
 }
 
 /* MR tiles x NV vectors of M at one position: sum over c < C in order. */
@@ -539,12 +552,14 @@ static void z_port(const wi_job *j, float *Z, int t0, int nt)
     }
 }
 
-/* dU[pos][c][Ks] (+)= sum over i < nt of V[pos][i][c] Z[pos][i][k], i in order. */
-static void wgemm_port(const wi_job *j, float *dU, const float *V, const float *Z, int nt, bool acc)
+/* dU[pos][c][Ks] (+)= sum over i < nt of V[pos][i][c] Z[pos][i][k], i in
+ * order, for c in [c0, c1). */
+static void wgemm_port(const wi_job *j, float *dU, const float *V, const float *Z, int nt, bool acc,
+                       int c0, int c1)
 {
     const int Cs = j->Cs, Ks = j->Ks, TB = j->TB;
     for (int p = 0; p < WI_POS; p++)
-        for (int c = 0; c < Cs; c++) {
+        for (int c = c0; c < c1; c++) {
             float *o = dU + ((size_t)p * Cs + c) * Ks;
             if (!acc) memset(o, 0, sizeof(float) * Ks);
             for (int i = 0; i < nt; i++) {
@@ -645,7 +660,8 @@ AVX512 static void wgemm_8x3(float *dU, int Ks, const float *V, int Cs, const fl
     wgemm_tile(8, 3, dU, Ks, V, Cs, Z, nt, acc);
 }
 
-static void wgemm_simd(const wi_job *j, float *dU, const float *V, const float *Z, int nt, bool acc)
+static void wgemm_simd(const wi_job *j, float *dU, const float *V, const float *Z, int nt, bool acc,
+                       int c0, int c1)
 {
     const int Cs = j->Cs, Ks = j->Ks, TB = j->TB, nv = Ks / 16;
     for (int p = 0; p < WI_POS; p++) {
@@ -653,7 +669,7 @@ static void wgemm_simd(const wi_job *j, float *dU, const float *V, const float *
         float *Sp = dU + (size_t)p * Cs * Ks;
         for (int v0 = 0; v0 < nv; v0 += 3) {
             int w = nv - v0 < 3 ? nv - v0 : 3, mr = w == 1 ? 16 : 8;
-            for (int c = 0; c < Cs; c += mr) {
+            for (int c = c0; c < c1; c += mr) {
                 float *o = Sp + (size_t)c * Ks + 16 * v0;
                 const float *v = Vp + c, *z = Zp + 16 * v0;
                 if (w == 1)
@@ -668,36 +684,68 @@ static void wgemm_simd(const wi_job *j, float *dU, const float *V, const float *
 }
 #endif
 
-/* Slice s: its tiles, block by block, into dU_s, at s in the scratch of
- * the thread that runs it (every thread's has room for all S; in thread
- * 0's, as before 2026-12-01, every slice another thread ran was written
- * into lines of the other core), where wout_task finds it (j->su). */
-static void wslice_task(void *arg, int s, int tid)
+/* The weight gradient's job: the common one and its channel groups. */
+typedef struct {
+    wi_job j;
+    int G; /* groups of input channels per slice (wgrad_groups) */
+} wg_job;
+
+/* Groups of input channels whose dU rows a slice computes in separate
+ * tasks: fewer slices than threads (res4's 3x3 256 at batch 8 has one)
+ * would leave threads without work. Each dU[pos][c][k] sums over the
+ * slice's tiles only, in the same order in any group, so the groups change
+ * which task computes a row, not its bits, and may follow the thread count
+ * T. Doubled while the tasks are fewer than T and the groups keep at least
+ * WG_MIN_C channels: each group transforms its tiles' whole dy into Z
+ * again, which made 4 groups of res4's 256 channels cost 20-40% more work
+ * than 1 (bench_conv, 2 threads), 2 groups 0-15%. */
+#define WG_MIN_C 64
+static int wgrad_groups(int S, int Cs, int T)
 {
-    const wi_job *j = arg;
+    int G = 1;
+    while (S * G < T && S * 2 * G <= WI_MAX_SLICES /* j->su's room */ && (Cs / 16) % (2 * G) == 0 &&
+           Cs / (2 * G) >= WG_MIN_C)
+        G *= 2;
+    return G;
+}
+
+/* Task q: channel group g = q % G of slice s = q / G, its tiles block by
+ * block into rows [16 lo, 16 hi) of dU_s at s in the scratch of the thread
+ * that runs it (every thread's has room for all S; in thread 0's, as before
+ * 2026-12-01, every slice another thread ran was written into lines of the
+ * other core), where wout_task finds it (j->su[q]). */
+static void wslice_task(void *arg, int q, int tid)
+{
+    const wg_job *w = arg;
+    const wi_job *j = &w->j;
+    const int s = q / w->G;
+    int lo, hi, a, e;
+    nn_pool_block(j->Cs / 16, w->G, q % w->G, &lo, &hi);
+    const int c0 = 16 * lo, c1 = 16 * hi;
     float *A = j->scratch + (size_t)tid * j->stride;
     float *V = A + (size_t)j->S * u_floats(j->d->C, j->d->K);
     float *Z = V + (size_t)WI_POS * j->TB * j->Cs;
     float *dU = A + (size_t)s * u_floats(j->d->C, j->d->K);
-    j->su[s] = dU;
-    int a, e;
+    j->su[q] = dU;
     nn_pool_block(j->NT, j->S, s, &a, &e);
     for (int t0 = a; t0 < e; t0 += j->TB) {
         int nt = e - t0 < j->TB ? e - t0 : j->TB;
         wi_prefetch_next(j, t0, nt, j->TB);
 #if WI_X86
         if (j->simd) {
-            in_simd(j, V, t0, nt);
+            in_simd_c(j, V, t0, nt, c0, c1);
             z_simd(j, Z, t0, nt);
-            wgemm_simd(j, dU, V, Z, nt, t0 > a);
+            wgemm_simd(j, dU, V, Z, nt, t0 > a, c0, c1);
             continue;
         }
 #endif
-        in_port(j, V, t0, nt);
+        in_port_c(j, V, t0, nt, c0, c1);
         z_port(j, Z, t0, nt);
-        wgemm_port(j, dU, V, Z, nt, t0 > a);
+        wgemm_port(j, dU, V, Z, nt, t0 > a, c0, c1);
     }
-    if (e == a) memset(dU, 0, sizeof(float) * WI_POS * j->Cs * j->Ks);
+    if (e == a)
+        for (int p = 0; p < WI_POS; p++)
+            memset(dU + ((size_t)p * j->Cs + c0) * j->Ks, 0, sizeof(float) * (c1 - c0) * j->Ks);
 }
 
 /* dw[tap][c][k] for input channel c: dU summed over the slices in order, then
@@ -784,31 +832,40 @@ AVX512 static void wout_row_simd(float *dw, const float *const *su, int S, int C
 
 static void wout_task(void *arg, int c, int tid)
 {
-    const wi_job *j = arg;
+    const wg_job *w = arg;
+    const wi_job *j = &w->j;
+    const float *su[WI_MAX_SLICES]; /* the slices' sums of c's group */
+    int g = 0, lo, hi;
+    for (;; g++) {
+        nn_pool_block(j->Cs / 16, w->G, g, &lo, &hi);
+        if (c < 16 * hi) break;
+    }
+    for (int s = 0; s < j->S; s++) su[s] = j->su[s * w->G + g];
 #if WI_X86
     if (j->simd) {
-        wout_row_simd(j->out, (const float *const *)j->su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
+        wout_row_simd(j->out, su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
         return;
     }
 #endif
-    wout_row(j->out, (const float *const *)j->su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
+    wout_row(j->out, su, j->S, j->Cs, j->d->C, j->d->K, j->Ks, c);
     (void)tid;
 }
 
 void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                   nn_pool *pool, float *scratch, size_t stride)
 {
-    wi_job j = {.d = d,
-                .inp = inp,
-                .dy = dout,
-                .out = dw,
-                .scratch = scratch,
-                .stride = stride,
-                .v = &nn_wi_f2};
+    wg_job w = {.j = {.d = d,
+                      .inp = inp,
+                      .dy = dout,
+                      .out = dw,
+                      .scratch = scratch,
+                      .stride = stride,
+                      .v = &nn_wi_f2}};
     float *su[WI_MAX_SLICES];
-    wi_tile(&j);
-    f2_setup(&j);
-    j.S = wgrad_slices(d), j.su = su;
-    nn_pool_for(pool, j.S, wslice_task, &j);
-    nn_pool_for(pool, d->C, wout_task, &j);
+    wi_tile(&w.j);
+    f2_setup(&w.j);
+    w.j.S = wgrad_slices(d), w.j.su = su;
+    w.G = wgrad_groups(w.j.S, w.j.Cs, nn_pool_threads(pool));
+    nn_pool_for(pool, w.j.S * w.G, wslice_task, &w);
+    nn_pool_for(pool, d->C, wout_task, &w);
 }

@@ -179,6 +179,9 @@ int main(void)
         test_conv_threads(6, 13, 11, 19, 40, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(9, 7, 7, 64, 64, 3, 3, 1, 1, 1, 1, false);
         test_conv_threads(6, 24, 23, 16, 24, 3, 3, 1, 1, 1, 1, true); /* 3 dw slices */
+        /* one dw slice of 256 channels: 1, 2 and 4 channel groups on 1, 2
+         * and 3 threads */
+        test_conv_threads(3, 9, 8, 256, 40, 3, 3, 1, 1, 1, 1, false);
         /* F(4x4, 3x3) on 16 -> 16 (mode 3): many blocks, partial tiles,
          * several weight-gradient slices (one per 256 tiles) */
         nn_wino_use(3);

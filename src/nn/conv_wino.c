@@ -102,13 +102,16 @@ bool nn_wino_ok(const nn_conv_dims *d)
  * forward's rule, C*K <= 4096 (the slices' sums, 16 C K floats each, stay
  * small) and images of at most 56x56 (1.3-1.5x on ResNet-20's 32- and
  * 64-channel stages and ResNet-50's res2; Inception-v3's 147x147 and
- * 149x149 layers ran no faster). */
+ * 149x149 layers ran no faster); or, up to the forward's C*K, images of at
+ * most 28x28 (ResNet-50's res3 and res4 3x3 at batch 8: 1.6-1.8x the
+ * direct kernels' work, r50 in the thirteenth session). */
 bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
     if (mode == 0 || !nn_wino_shape(d)) return false;
+    size_t ck = (size_t)d->C * d->K, px = (size_t)d->OH * d->OW;
     return wino4_use(d) || mode >= 2 ||
-           (wino_faster(d) && (size_t)d->C * d->K <= 4096 && (size_t)d->OH * d->OW <= 3136);
+           (wino_faster(d) && ((ck <= 4096 && px <= 3136) || px <= 784));
 }
 
 bool nn_wino_dgrad_ok(const nn_conv_dims *d)

@@ -397,6 +397,8 @@ int main(void)
         test_wino(1, 3, 3, 1, 1, 0, 0, false, false);
         test_wino(5, 12, 12, 16, 48, 1, 1, false, false); /* several blocks of tiles */
         test_wino(4, 30, 29, 16, 20, 1, 1, true, false);  /* 3 weight-gradient slices */
+        /* res4-like: one weight-gradient slice of 128 channels */
+        test_wino(2, 14, 14, 128, 96, 1, 1, false, false);
         /* F(4x4) for 16 -> 16: partial tiles, paddings 0-2, several blocks */
         nn_wino_use(3);
         test_wino(2, 9, 7, 16, 16, 1, 1, true, true);

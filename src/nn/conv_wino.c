@@ -4,7 +4,7 @@
  * nn_wino_wgrad_ok), their scratch, and the driver that runs a variant,
  * F(2x2, 3x3) (conv_wino2.c) or F(4x4, 3x3) (conv_wino4.c), for the
  * forward and the input gradient. The weight gradients have their own
- * drivers: F(2x2)'s (conv_wino2.c) and, for 16 -> 16 layers, F(4x4)'s
+ * drivers: F(2x2)'s (conv_wino2_wgrad.c) and, for 16 -> 16 layers, F(4x4)'s
  * (conv_wino4_wgrad.c).
  *
  * A variant with m x m output tiles transforms each (m + 2) x (m + 2) input

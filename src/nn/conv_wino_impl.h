@@ -143,8 +143,8 @@ static inline const float *wi_tile_src(const wi_job *j, int t, int *h0, int *w0)
 size_t nn_wi2_scratch(const nn_conv_dims *d, bool wgrad);
 size_t nn_wi4_scratch(const nn_conv_dims *d);
 
-/* The weight gradients (layers.h's nn_wino_wgrad): F(2x2) (conv_wino2.c)
- * and F(4x4) for 16 -> 16 (conv_wino4_wgrad.c). */
+/* The weight gradients (layers.h's nn_wino_wgrad): F(2x2)
+ * (conv_wino2_wgrad.c) and F(4x4) for 16 -> 16 (conv_wino4_wgrad.c). */
 void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                   nn_pool *pool, float *scratch, size_t stride);
 void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,

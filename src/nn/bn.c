@@ -26,7 +26,7 @@
  *
  * Every sum runs in one order (docs/design.md section 11): per block of
  * rows, in float over groups of BN_GROUP rows and in double over the groups
- * (bn_sums.c: 16-64-channel chunks with the sums in registers, other
+ * (bn_sums.c: 8-64-channel chunks (8, 16, 24, 32, 48, 64) with the sums in registers, other
  * channel counts a row at a time with the group's float sums in memory).
  * More than 64 channels: one pass for the backward's sums with the mask
  * and the addend's gradient, and software prefetch in the row-major passes.

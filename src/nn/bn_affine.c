@@ -29,9 +29,9 @@ AI void affine_rows(float *out, const float *inp, const float *res, const float 
     }
 }
 
-/* 16-64 channels: the same expression with scale and shift in registers
- * (the loop above reloads them and recomputes the row's pointers per row,
- * which cost more than the row's arithmetic here). */
+/* 8, 16, 24, 32, 48 or 64 channels (a half chunk of 8 lanes for 8 and 24): the same expression with
+ * scale and shift in registers (the loop above reloads them and recomputes the row's pointers per
+ * row, which cost more than the row's arithmetic here). */
 AI void affine_chunk(float *out, const float *inp, const float *res, const float *scale,
                      const float *shift, int M, const int NG, const bool H8, const bool has_res,
                      const bool relu)
@@ -64,7 +64,9 @@ AI void affine_chunk(float *out, const float *inp, const float *res, const float
 AI void affine_any(float *out, const float *inp, const float *res, const float *scale,
                    const float *shift, int M, int C, const bool has_res, const bool relu)
 {
-    if (C == 16)
+    if (C == 8)
+        affine_chunk(out, inp, res, scale, shift, M, 0, true, has_res, relu);
+    else if (C == 16)
         affine_chunk(out, inp, res, scale, shift, M, 1, false, has_res, relu);
     else if (C == 24)
         affine_chunk(out, inp, res, scale, shift, M, 1, true, has_res, relu);

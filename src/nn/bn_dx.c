@@ -7,8 +7,8 @@
  */
 #include "bn_impl.h"
 
-/* 16-64 channels: the same expressions with the per-channel constants in
- * registers (the plain loop's per-row overhead cost more than its
+/* 8, 16, 24, 32, 48 or 64 channels (a half chunk of 8 lanes for 8 and 24): the same expressions
+ * with the per-channel constants in registers (the plain loop's per-row overhead cost more than its
  * arithmetic at 16 channels). */
 AI void dx_chunk(const bn_bw *b, int M, const int NG, const bool H8, const int mask, const bool acc,
                  const bool two)
@@ -92,7 +92,9 @@ AI void dx_wide(const bn_bw *b, int M, int C, const int mask, const bool acc, co
 
 AI void dx_any(const bn_bw *b, int M, int C, const int mask, const bool acc, const bool two)
 {
-    if (C == 16)
+    if (C == 8)
+        dx_chunk(b, M, 0, true, mask, acc, two);
+    else if (C == 16)
         dx_chunk(b, M, 1, false, mask, acc, two);
     else if (C == 24)
         dx_chunk(b, M, 1, true, mask, acc, two);

@@ -141,7 +141,8 @@ AI void chunk_rows(vd8 *s, vd8 *q, const bn_bw *b, size_t C, int i0, int i1, con
     }
 }
 
-/* 16, 32, 48 or 64 channels: all M rows with the sums in registers. */
+/* 8, 16, 24, 32, 48 or 64 channels (NG 16-lane chunks, H8: and a half chunk of 8):
+ * all M rows with the sums in registers. */
 AI void sums_one(double *sum, double *sq, const bn_bw *b, int M, const int NG, const bool H8,
                  const int op, const int mask, const int dres, const bool two)
 {
@@ -248,12 +249,14 @@ AI void sums_mem(double *sum, double *sq, const bn_bw *b, int M, int C, const in
 /* sum[c], sq[c] over the M rows of a block (b's pointers at its first
  * row), every channel in float over groups of BN_GROUP rows (counted from
  * the block's first row; even and odd rows apart) and in double over the
- * groups: 16, 32, 48 or 64 channels with the sums in registers, others
+ * groups: 8, 16, 24, 32, 48 or 64 channels with the sums in registers, others
  * with the group's sums in memory; the same order for every channel. */
 AI void sums_any(double *sum, double *sq, const bn_bw *b, int M, int C, const int op,
                  const int mask, const int dres, const bool two)
 {
-    if (C == 16)
+    if (C == 8)
+        sums_one(sum, sq, b, M, 0, true, op, mask, dres, two);
+    else if (C == 16)
         sums_one(sum, sq, b, M, 1, false, op, mask, dres, two);
     else if (C == 24)
         sums_one(sum, sq, b, M, 1, true, op, mask, dres, two);

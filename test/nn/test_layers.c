@@ -1344,12 +1344,14 @@ int main(void)
     test_bn(20, 72, true, 1e-3f); /* the same, 64 and 8 */
     test_bn(30, 24, false, 1e-3f);
     test_bn(30, 24, true, 1e-3f); /* 16 channels and a half chunk of 8 in registers */
+    test_bn(30, 8, true, 1e-3f);  /* the half chunk alone */
     for (int relu = 0; relu < 2; relu++)
         for (int dres = 0; dres < 3; dres++) {
             test_bn_res(700, 16, relu, dres, dres == 1);
             test_bn_res(300, 56, relu, dres, false); /* chunks of 32 and 16, 8 left */
             test_bn_res(50, 5, relu, dres, true);
             test_bn_res(301, 24, relu, dres, dres == 2);
+            test_bn_res(301, 8, relu, dres, dres == 1);
         }
     for (int mode = 0; mode < 5; mode++) {
         test_bn_two(700, 16, mode, mode == 1);
@@ -1358,11 +1360,13 @@ int main(void)
         test_bn_two(300, 56, mode, false);
         test_bn_two(50, 5, mode, mode == 0);
         test_bn_two(301, 24, mode, mode == 4);
+        test_bn_two(301, 8, mode, mode == 3);
         test_bn_two(200, 200, mode, mode == 3); /* a row at a time: 192 as vectors, 8 left */
     }
     test_bn_order(2051, 48);
     test_bn_order(2051, 24);
     test_bn_order(50176, 24); /* inception-mini's stem at batch 64 */
+    test_bn_order(12544, 8);  /* its 8-channel towers */
     test_bn_order(2051, 64);
     test_bn_order(3136, 64);
     test_bn_order(2051, 72);
@@ -1375,6 +1379,7 @@ int main(void)
     test_bn_threads(1501, 80);
     test_bn_threads(3001, 40);
     test_bn_threads(2051, 24);
+    test_bn_threads(12544, 8);
     test_bn_threads(389, 256);
     test_bn_threads(600, 200);
 

@@ -4,8 +4,8 @@
  * nn_wino_wgrad_ok), their scratch, and the driver that runs a variant,
  * F(2x2, 3x3) (conv_wino2.c) or F(4x4, 3x3) (conv_wino4.c), for the
  * forward and the input gradient. The weight gradients have their own
- * drivers: F(2x2)'s (conv_wino2_wgrad.c) and, for 16 -> 16 layers, F(4x4)'s
- * (conv_wino4_wgrad.c).
+ * drivers: F(2x2)'s (conv_wino2_wgrad.c) and F(4x4)'s (conv_wino4_wgrad.c:
+ * one for 16 -> 16 layers, one for 32 to 64 channels).
  *
  * A variant with m x m output tiles transforms each (m + 2) x (m + 2) input
  * patch (B^T d B) and each kernel (G g G^T, into U), multiplies them
@@ -73,12 +73,15 @@ static bool wino4_use(const nn_conv_dims *d)
     return mode == 3 || (mode == 1 && WI_X86 && nn_narrow_use_simd(-1));
 }
 
-/* F(4x4) in float for the input gradient: C and K multiples of 16 up to 64
- * (conv_wino4.c's register tiles); mode 1: 16 -> 16 (wino4_use) and,
- * where F(2x2) is used (wino_faster), 32 to 64 channels on both sides
- * (measured 1.3-1.6x faster than F(2x2) on ResNet-20's 14x14 and 7x7
- * stages, 1.4-2x on ResNet-50's res2 and Inception-v3's 2a); mode 3 every
- * such layer (tests, also portable). */
+/* F(4x4) in float for the forward and the input gradient: C and K
+ * multiples of 16 up to 64 (conv_wino4.c's register tiles); mode 1: 16 ->
+ * 16 (wino4_use) and, where F(2x2) is used (wino_faster), 32 to 64
+ * channels on both sides (the input gradient measured 1.3-1.6x faster than
+ * F(2x2) on ResNet-20's 14x14 and 7x7 stages, 1.4-2x on ResNet-50's res2
+ * and Inception-v3's 2a; the forward, since 2026-12-02, 1.3x, 1.4-1.8x and
+ * 1.6x on ResNet-20's 14x14 and 7x7 and res2, at 2.3-3x the direct kernels'
+ * typical error: docs/design.md section 12); mode 3 every such layer
+ * (tests, also portable). */
 static bool wino4_dgrad_use(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -90,7 +93,9 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
 /* F(4x4) for 16 -> 16 layers (wino4_use) takes all three passes: the
  * forward and the input gradient in float (nn_wi_f4), the weight gradient
  * in float blocks summed in slices (nn_wi4_wgrad); conv_wino4.c says how
- * accurate they are and why that is accepted. */
+ * accurate they are and why that is accepted. The 32- to 64-channel
+ * layers of wino_faster take F(4x4) for the forward and the input gradient
+ * (wino4_dgrad_use). */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -202,6 +207,7 @@ static void wino_run(wi_job *j, nn_pool *pool)
 void nn_wino_forward(float *out, const float *inp, const float *w, const float *b,
                      const nn_conv_dims *d, bool relu, nn_pool *pool, float *scratch, size_t stride)
 {
+    /* F(4x4) where it takes the input gradient (wino4_dgrad_use), else F(2x2) */
     wi_job j = {.d = d,
                 .inp = inp,
                 .w = w,
@@ -210,7 +216,7 @@ void nn_wino_forward(float *out, const float *inp, const float *w, const float *
                 .scratch = scratch,
                 .stride = stride,
                 .relu = relu,
-                .v = wino4_use(d) ? &nn_wi_f4 : &nn_wi_f2};
+                .v = wino4_dgrad_use(d) ? &nn_wi_f4 : &nn_wi_f2};
     wino_run(&j, pool);
 }
 

@@ -3,9 +3,10 @@
  * first stage) the variant the driver (conv_wino.c) runs for the forward
  * and the input gradient (nn_wi_f4); their weight gradient (nn_wi4_wgrad)
  * is in conv_wino4_wgrad.c, the input transform both use in
- * conv_wino4_impl.h. nn_wi_f4 also takes the input gradient of
- * layers with 32 to 64 channels (multiples of 16) where F(2x2) ran before
- * (conv_wino.c's wino4_dgrad_use).
+ * conv_wino4_impl.h. nn_wi_f4 also takes the input gradient (since
+ * 2026-12-01) and the forward (since 2026-12-02) of layers with 32 to 64
+ * channels (multiples of 16) where F(2x2) ran before (conv_wino.c's
+ * wino4_dgrad_use).
  *
  * With F(2x2) a 16-channel tile has only 16 products of 16 x 16 (the
  * transforms cost as much), while the direct kernels spend 9 multiply-adds
@@ -37,10 +38,13 @@
  * and A^T M A in double, rounded once (the forward until 2026-12-01)
  * 2.6e-7 and 2.4e-6. Most of the float error is the sum over the 16
  * channels (M), amplified by A^T's 4 and 8: summing M exactly alone takes
- * it to 3.7e-7. For 16 -> 16 the sum runs in two chains (c = 0..7 and
- * 8..15, added at the end): as fast as one chain (12 tiles' chains already
- * hide the FMA latency) and 4.2-5.7e-7 instead of 5.6-6.5e-7 on
- * test_wino.c's shapes. test_wino.c checks every output against a
+ * it to 3.7e-7. The sum runs in two chains (c = 0..C/2-1 and C/2..C-1,
+ * added at the end): for 16 -> 16 as fast as one chain (12 tiles' chains
+ * already hide the FMA latency) and 4.2-5.7e-7 instead of 5.6-6.5e-7 on
+ * test_wino.c's shapes; for 32 to 64 channels (since 2026-12-02) 5.0-6.8e-7
+ * instead of 6.0-8.8e-7 at ResNet-20's and ResNet-50's shapes (ReLU and
+ * He data; direct kernels 2.1-3.0e-7, F(2x2) 1.6-2.2e-7: docs/design.md
+ * section 12 has the table and why it is accepted). test_wino.c checks every output against a
  * double-precision direct convolution with the bound 2 (C + 16) u
  * A^T[(|G||g||G^T|) . (|B^T||d||B|)]A (|.| elementwise) and the typical
  * error with a sharper limit.
@@ -178,18 +182,12 @@ static void in4_port(const wi_job *j, float *V, int t0, int nt)
     in4_tiles_port(j, V, t0, nt, W4_TB);
 }
 
-/* The sum over c of a 16 -> 16 layer runs in two chains, c = 0..7 and
- * 8..15, added at the end (the header says why); other shapes in one. */
-static int w4_half(int C, int K)
-{
-    return C == 16 && K == 16 ? 8 : C;
-}
-
-/* M[p][i][k] = sum over c in order of V[p][i][c] U[p][c][k] (in float; in
- * two chains for 16 -> 16) */
+/* M[p][i][k] = sum over c of V[p][i][c] U[p][c][k] in float, in two
+ * chains, c = 0..C/2-1 and C/2..C-1 in order, added at the end (the
+ * header says why) */
 static void gemm4_port(const wi_job *j, float *M, const float *V, const float *U)
 {
-    const int C = j->d->C, K = j->d->K, h = w4_half(C, K);
+    const int C = j->d->C, K = j->d->K, h = C / 2;
     for (int p = 0; p < W4_POS; p++)
         for (int i = 0; i < W4_TB; i++) {
             float *m = M + ((size_t)p * W4_TB + i) * K, m2[64];
@@ -197,7 +195,6 @@ static void gemm4_port(const wi_job *j, float *M, const float *V, const float *U
             for (int k = 0; k < K; k++) m[k] = 0.0f, m2[k] = 0.0f;
             for (int c = 0; c < h; c++)
                 for (int k = 0; k < K; k++) m[k] += v[c] * u[(size_t)c * K + k];
-            if (h == C) continue;
             for (int c = h; c < C; c++)
                 for (int k = 0; k < K; k++) m2[k] += v[c] * u[(size_t)c * K + k];
             for (int k = 0; k < K; k++) m[k] += m2[k];
@@ -249,32 +246,42 @@ AVX512 static void in4_simd(const wi_job *j, float *V, int t0, int nt)
     in4_tiles_simd(j, V, t0, nt, W4_TB, j->d->C);
 }
 
-/* MR tiles x NV vectors of k of M at one position: sum over c in order
- * (float) */
-AVX512 static INLINE void gemm4_tile(int MR, int NV, float *M, int K, const float *V, int C,
-                                     const float *U)
+/* MR tiles x NV vectors of k of M at one position, the sum over c in two
+ * chains, c = 0..C/2-1 and C/2..C-1 (2 MR NV = 24 registers), added at the
+ * end (the order of gemm4_port) */
+AVX512 static INLINE void gemm4_tile2(int MR, int NV, float *M, int K, const float *V, int C,
+                                      const float *U)
 {
-    __m512 acc[12][4];
+    const int h = C / 2;
+    __m512 a0[12][4], a1[12][4];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) acc[i][v] = _mm512_setzero_ps();
+        for (int v = 0; v < NV; v++) a0[i][v] = a1[i][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int c = 0; c < h; c++) {
+        __m512 u0[4], u1[4];
 #pragma GCC unroll 4
-    for (int c = 0; c < C; c++) {
-        __m512 u[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) u[v] = _mm512_loadu_ps(U + (size_t)c * K + 16 * v);
+        for (int v = 0; v < NV; v++) {
+            u0[v] = _mm512_loadu_ps(U + (size_t)c * K + 16 * v);
+            u1[v] = _mm512_loadu_ps(U + (size_t)(c + h) * K + 16 * v);
+        }
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(V[(size_t)i * C + c]);
+            __m512 x0 = _mm512_set1_ps(V[(size_t)i * C + c]),
+                   x1 = _mm512_set1_ps(V[(size_t)i * C + c + h]);
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) acc[i][v] = _mm512_fmadd_ps(x, u[v], acc[i][v]);
+            for (int v = 0; v < NV; v++) {
+                a0[i][v] = _mm512_fmadd_ps(x0, u0[v], a0[i][v]);
+                a1[i][v] = _mm512_fmadd_ps(x1, u1[v], a1[i][v]);
+            }
         }
     }
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) _mm512_storeu_ps(M + (size_t)i * K + 16 * v, acc[i][v]);
+        for (int v = 0; v < NV; v++)
+            _mm512_storeu_ps(M + (size_t)i * K + 16 * v, _mm512_add_ps(a0[i][v], a1[i][v]));
 }
 
 /* 16 -> 16: the W4_TB tiles' M at one position in two chains, c = 0..7
@@ -297,26 +304,39 @@ AVX512 static INLINE void gemm4_tile16(float *M, const float *V, const float *U)
     for (int i = 0; i < W4_TB; i++) _mm512_storeu_ps(M + i * 16, _mm512_add_ps(a0[i], a1[i]));
 }
 
-/* M[p] for the W4_TB tiles: 12 x 1 vectors (K = 16; C = 16 in two chains),
- * 12 x 2 (32), 6 x 3 (48), 6 x 4 (64) */
+/* M[p] for the W4_TB tiles, in two chains: 12 x 1 vectors (K = 16; 16 ->
+ * 16 with the channel counts known: gemm4_tile2 with C and K at run time
+ * made resnet-20's 16-channel stage 8-13% slower), 6 x 2 (32, and 64 as
+ * two halves of k: 6 x 4 in two chains would need 48 registers, 3 x 4 read
+ * U from L2 twice as often, 15% slower), 4 x 3 (48); ResNet's shapes with
+ * C and K constants */
+AVX512 static INLINE void gemm4_pos(float *m, const float *v, const float *U, int C, int K)
+{
+    if (K == 16)
+        gemm4_tile2(12, 1, m, K, v, C, U);
+    else if (K == 48)
+        for (int i = 0; i < W4_TB; i += 4)
+            gemm4_tile2(4, 3, m + (size_t)i * K, K, v + (size_t)i * C, C, U);
+    else
+        for (int i = 0; i < W4_TB; i += 6)
+            for (int k0 = 0; k0 < K; k0 += 32)
+                gemm4_tile2(6, 2, m + (size_t)i * K + k0, K, v + (size_t)i * C, C, U + k0);
+}
+
 AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V, const float *U0)
 {
     const int C = j->d->C, K = j->d->K;
     for (int p = 0; p < W4_POS; p++) {
         const float *U = U0 + p * u4_ps(C, K), *v = V + (size_t)p * W4_TB * C;
         float *m = M + (size_t)p * W4_TB * K;
-        if (w4_half(C, K) < C)
+        if (C == 16 && K == 16)
             gemm4_tile16(m, v, U);
-        else if (K == 16)
-            gemm4_tile(12, 1, m, K, v, C, U);
-        else if (K == 32)
-            gemm4_tile(12, 2, m, K, v, C, U);
+        else if (C == 32 && K == 32)
+            gemm4_pos(m, v, U, 32, 32);
+        else if (C == 64 && K == 64)
+            gemm4_pos(m, v, U, 64, 64);
         else
-            for (int i = 0; i < W4_TB; i += 6)
-                if (K == 48)
-                    gemm4_tile(6, 3, m + (size_t)i * K, K, v + (size_t)i * C, C, U);
-                else
-                    gemm4_tile(6, 4, m + (size_t)i * K, K, v + (size_t)i * C, C, U);
+            gemm4_pos(m, v, U, C, K);
     }
 }
 

@@ -90,12 +90,29 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
     return mode == 1 && d->C >= 32 && d->K >= 32 && wino_faster(d);
 }
 
+/* F(4x4) for the weight gradient of C and K multiples of 16 up to 64,
+ * other than 16 -> 16 (nn_wi4k_wgrad): mode 3 every such layer (tests,
+ * also portable); mode 1 where F(2x2)'s weight gradient is used
+ * (nn_wino_wgrad_ok) with 32 or more channels on both sides, where it
+ * measured 1.2-1.5x faster than F(2x2) on one thread (bench_conv:
+ * ResNet-20's 14x14x32 and 7x7x64 at batch 64, ResNet-50's res2 at batch
+ * 8) and no slower in work on two (docs/design.md section 12). */
+static bool wino4_wgrad_use(const nn_conv_dims *d)
+{
+    int mode = nn_wino_use(-1);
+    if (!nn_wino_shape(d) || d->C % 16 || d->K % 16 || d->C > 64 || d->K > 64 || wino4_use(d))
+        return false;
+    if (mode == 3) return true;
+    return mode == 1 && d->C >= 32 && d->K >= 32 && nn_wino_wgrad_ok(d);
+}
+
 /* F(4x4) for 16 -> 16 layers (wino4_use) takes all three passes: the
  * forward and the input gradient in float (nn_wi_f4), the weight gradient
  * in float blocks summed in slices (nn_wi4_wgrad); conv_wino4.c says how
  * accurate they are and why that is accepted. The 32- to 64-channel
  * layers of wino_faster take F(4x4) for the forward and the input gradient
- * (wino4_dgrad_use). */
+ * (wino4_dgrad_use) and, where it measured faster, the weight gradient
+ * (wino4_wgrad_use). */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -129,8 +146,9 @@ size_t nn_wino_scratch(const nn_conv_dims *d)
     if (!nn_wino_dgrad_ok(d) && !nn_wino_wgrad_ok(d)) return 0;
     if (wino4_use(d)) return nn_wi4_scratch(d);
     size_t f2 = nn_wi2_scratch(d, nn_wino_wgrad_ok(d)),
-           f4 = wino4_dgrad_use(d) ? nn_wi4_scratch(d) : 0;
-    return f2 > f4 ? f2 : f4;
+           f4 = wino4_dgrad_use(d) ? nn_wi4_scratch(d) : 0,
+           w4 = wino4_wgrad_use(d) ? nn_wi4k_wgrad_scratch(d) : 0;
+    return f2 > f4 ? (f2 > w4 ? f2 : w4) : (f4 > w4 ? f4 : w4);
 }
 
 void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
@@ -138,6 +156,8 @@ void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv
 {
     if (wino4_use(d))
         nn_wi4_wgrad(dw, dout, inp, d, pool, scratch, stride);
+    else if (wino4_wgrad_use(d))
+        nn_wi4k_wgrad(dw, dout, inp, d, pool, scratch, stride);
     else
         nn_wi2_wgrad(dw, dout, inp, d, pool, scratch, stride);
 }

@@ -179,7 +179,7 @@ NN_CLONES static void u4_row(const wi_job *j, float *U, int rb)
 
 static void in4_port(const wi_job *j, float *V, int t0, int nt)
 {
-    in4_tiles_port(j, V, t0, nt, W4_TB);
+    in4_tiles_port(j, V, t0, nt, W4_TB, (size_t)W4_TB * j->d->C);
 }
 
 /* M[p][i][k] = sum over c of V[p][i][c] U[p][c][k] in float, in two
@@ -243,7 +243,7 @@ static void out4_port(const wi_job *j, const float *M, int t0, int nt)
 #if WI_X86
 AVX512 static void in4_simd(const wi_job *j, float *V, int t0, int nt)
 {
-    in4_tiles_simd(j, V, t0, nt, W4_TB, j->d->C);
+    in4_tiles_simd(j, V, t0, nt, W4_TB, j->d->C, (size_t)W4_TB * j->d->C);
 }
 
 /* MR tiles x NV vectors of k of M at one position, the sum over c in two

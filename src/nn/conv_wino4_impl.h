@@ -38,12 +38,12 @@ static void bt6_port(float *t, const float *x, size_t s)
     t[5 * s] = (x1 + x5) - 2 * x3 + 1.5f * d42;
 }
 
-/* V[p][i][c] for tiles t0 + i, i < tb (zero past nt) */
-static void in4_tiles_port(const wi_job *j, float *V, int t0, int nt, int tb)
+/* V[p][i][c] for tiles t0 + i, i < tb (zero past nt), positions ps floats
+ * apart (at least tb C) */
+static void in4_tiles_port(const wi_job *j, float *V, int t0, int nt, int tb, size_t ps)
 {
     const nn_conv_dims *d = j->d;
     const int C = d->C;
-    const size_t ps = (size_t)tb * C;
     for (int i = 0; i < tb; i++) {
         if (i >= nt) {
             for (int p = 0; p < W4_POS; p++)
@@ -109,11 +109,11 @@ AVX512 static INLINE void in4_tile(float *v, size_t ps, const float *src, size_t
  * copied, zero-padded, into a local 6 x 6 buffer (the same values and
  * arithmetic: per-load border tests in the transform cost more than it).
  * C channels (a multiple of 16), 16 at a time. */
-AVX512 static INLINE void in4_tiles_simd(const wi_job *j, float *V, int t0, int nt, int tb, int C)
+AVX512 static INLINE void in4_tiles_simd(const wi_job *j, float *V, int t0, int nt, int tb, int C,
+                                         size_t ps)
 {
     const nn_conv_dims *d = j->d;
     const int H = d->H, W = d->W;
-    const size_t ps = (size_t)tb * C;
     const __m512 z = _mm512_setzero_ps();
     float patch[W4_POS * 16] __attribute__((aligned(64)));
     for (int i = 0; i < tb; i++) {

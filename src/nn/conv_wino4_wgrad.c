@@ -1,8 +1,9 @@
 /*
- * conv_wino4_wgrad.c - the weight gradient of 16 -> 16 3x3 stride-1
- * layers through Winograd F(4x4, 3x3) (nn_wi4_wgrad; conv_wino.c's
- * nn_wino_wgrad calls it), with the points and the input transform of
- * conv_wino4.c (shared through conv_wino4_impl.h).
+ * conv_wino4_wgrad.c - the weight gradient of 3x3 stride-1 layers through
+ * Winograd F(4x4, 3x3): 16 -> 16 (nn_wi4_wgrad) and, since 2026-12-02, C
+ * and K multiples of 16 up to 64 (nn_wi4k_wgrad, at the end of the file);
+ * conv_wino.c's nn_wino_wgrad calls them, with the points and the input
+ * transform of conv_wino4.c (shared through conv_wino4_impl.h).
  *
  * With Z = A dY A^T (the 4x4 dy tile to 6x6; A is A^T transposed) and V
  * the forward's input transform:
@@ -174,7 +175,7 @@ AVX512 static INLINE void wgemm4_simd(float *dU, const float *V, const float *Z,
 AVX512 static void w4_block_simd(const wi_job *j, float *dU, float *V, float *Z, int t0, int nt,
                                  bool acc)
 {
-    in4_tiles_simd(j, V, t0, nt, W4_WTB, 16);
+    in4_tiles_simd(j, V, t0, nt, W4_WTB, 16, (size_t)W4_WTB * 16);
     z4_simd(j, Z, t0, nt);
     wgemm4_simd(dU, V, Z, nt, acc);
 }
@@ -200,7 +201,7 @@ static void w4_slice_task(void *arg, int s, int tid)
             continue;
         }
 #endif
-        in4_tiles_port(j, V, t0, nt, W4_WTB);
+        in4_tiles_port(j, V, t0, nt, W4_WTB, (size_t)W4_WTB * 16);
         z4_port(j, Z, t0, nt);
         wgemm4_port(dU, V, Z, nt, t0 > a);
     }
@@ -256,4 +257,293 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
     j.S = w4_slices(d), j.su = su;
     nn_pool_for(pool, j.S, w4_slice_task, &j);
     nn_pool_for(pool, 16, w4_out_task, &j);
+}
+
+/* ---- 32 to 64 channels ---------------------------------------------------
+ * The same sums for C and K multiples of 16 up to 64 (conv_wino.c's
+ * wino4_wgrad_use), as F(2x2)'s weight gradient is organised: a task is a
+ * slice; it transforms a block of TB tiles into V[36][TB][C] and
+ * Z[36][TB][K] and, per position, multiplies V^T Z in register tiles of
+ * MR channels c x NV vectors of k over the block's tiles in order, from
+ * zero, then adds the block sum into its slice's dU[36][C][K]. Then per
+ * input channel c the slices are added in slice order in double and
+ * G^T dU G taken in double, rounded once (as w4_out_row). Typical error
+ * 6.8-7.5e-7 of the gradient's spread at ResNet-20's 32- and 64-channel
+ * and ResNet-50's res2 shapes (F(2x2) 4.0-7.3e-7, the direct kernels
+ * 1.9-7.0e-7: test_nn_wino --accuracy). V, Z and each slice's dU keep
+ * their positions a cache line more than a multiple of 4 KB apart: with
+ * V and Z 4 KB apart per position (32 tiles of 32 channels) all 36 lines
+ * a tile's transform writes fell in one set of L1 and the pass ran 1.6x
+ * slower than F(2x2)'s instead of 1.25x faster (docs/mpi-facts.md). */
+
+#define W4K_TB 32 /* tiles per block */
+
+/* Slices: one per 256 tiles, two from 256 tiles on (ResNet-20's 7x7 at
+ * batch 64 has 256: two threads share it), at most W4K_PARTS floats of
+ * sums (rounded down to an even count, so that two threads share them
+ * evenly: 6 for 64 x 64), at least 1. Fixed by the shapes. (One per 128
+ * tiles: 32 -> 32 at 14x14 0.60-0.62 against 0.56-0.58 ms, the slices'
+ * reduction longer.) */
+#define W4K_PARTS (1u << 20)
+static int w4k_slices(const nn_conv_dims *d)
+{
+    size_t nt = (size_t)d->N * ((d->OH + 3) / 4) * ((d->OW + 3) / 4);
+    size_t cap = W4K_PARTS / ((size_t)W4_POS * d->C * d->K);
+    cap = cap > 2 ? cap & ~(size_t)1 : cap;
+    if (cap > WI_MAX_SLICES) cap = WI_MAX_SLICES;
+    size_t S = nt / 256;
+    if (S < 2) S = nt / 128 < 2 ? nt / 128 : 2;
+    if (S > cap) S = cap;
+    return S < 1 ? 1 : (int)S;
+}
+
+/* Floats from one position of V (C channels) or Z (K) to the next: a
+ * cache line more than the block's W4K_TB tiles, so that the 36 lines a
+ * tile's transform writes do not fall in one set of L1 (32 tiles of 32
+ * channels are 4 KB: all 36 in one 12-way set) */
+static size_t w4k_ps(int C)
+{
+    return (size_t)W4K_TB * C + 16;
+}
+
+/* Floats from one position of a slice's dU ([36][C][K]) to the next: a
+ * cache line more than C K, so that the 36 lines of one (c, k) that the
+ * reduction reads do not fall in one set of L1 (at 32 x 32, 4 KB apart),
+ * and the floats of a slice's dU */
+static size_t w4k_dps(int C, int K)
+{
+    return (size_t)C * K + 16;
+}
+
+static size_t w4k_uf(const nn_conv_dims *d)
+{
+    return W4_POS * w4k_dps(d->C, d->K);
+}
+
+size_t nn_wi4k_wgrad_scratch(const nn_conv_dims *d)
+{
+    return (size_t)w4k_slices(d) * w4k_uf(d) + W4_POS * (w4k_ps(d->C) + w4k_ps(d->K)) + 16;
+}
+
+/* Z[p][i][k] for tiles t0 + i, i < tb, K channels (zero past nt, OH and
+ * OW) */
+static void z4k_port(const wi_job *j, float *Z, int t0, int nt, int tb)
+{
+    const nn_conv_dims *d = j->d;
+    const int per = j->TH * j->TW, K = d->K;
+    const size_t ps = w4k_ps(K);
+    for (int i = 0; i < tb; i++) {
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        for (int k = 0; k < K; k++) {
+            float y[4][4], q[4][6], z[6][6];
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++) {
+                    int oh = 4 * ty + a, ow = 4 * tx + b;
+                    bool in = i < nt && oh < d->OH && ow < d->OW;
+                    y[a][b] = in ? j->dy[(((size_t)n * d->OH + oh) * d->OW + ow) * K + k] : 0.0f;
+                }
+            for (int a = 0; a < 4; a++) az6_port(&q[a][0], 1, &y[a][0], 1);
+            for (int b = 0; b < 6; b++) az6_port(&z[0][b], 6, &q[0][b], 6);
+            for (int p = 0; p < W4_POS; p++) Z[p * ps + (size_t)i * K + k] = z[p / 6][p % 6];
+        }
+    }
+}
+
+/* dU[p][c][k] (+)= the block's sum over i < nt of V[p][i][c] Z[p][i][k],
+ * i in order, from zero */
+static void wgemm4k_port(float *dU, const float *V, const float *Z, int nt, int C, int K, bool acc)
+{
+    float s[64];
+    for (int p = 0; p < W4_POS; p++)
+        for (int c = 0; c < C; c++) {
+            float *o = dU + p * w4k_dps(C, K) + (size_t)c * K;
+            for (int k = 0; k < K; k++) s[k] = 0.0f;
+            for (int i = 0; i < nt; i++) {
+                float v = V[p * w4k_ps(C) + (size_t)i * C + c];
+                const float *z = Z + p * w4k_ps(K) + (size_t)i * K;
+                for (int k = 0; k < K; k++) s[k] += v * z[k];
+            }
+            for (int k = 0; k < K; k++) o[k] = acc ? o[k] + s[k] : s[k];
+        }
+}
+
+#if WI_X86
+AVX512 static INLINE void z4k_simd(const wi_job *j, float *Z, int t0, int nt)
+{
+    const nn_conv_dims *d = j->d;
+    const int per = j->TH * j->TW, OH = d->OH, OW = d->OW, K = d->K;
+    const size_t ps = w4k_ps(K);
+    const __m512 zero = _mm512_setzero_ps();
+    for (int i = 0; i < W4K_TB; i++) {
+        float *z = Z + (size_t)i * K;
+        if (i >= nt) {
+            for (int p = 0; p < W4_POS; p++)
+                for (int k0 = 0; k0 < K; k0 += 16) _mm512_storeu_ps(z + p * ps + k0, zero);
+            continue;
+        }
+        int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
+        int oh0 = 4 * ty, ow0 = 4 * tx;
+        bool inside = oh0 + 4 <= OH && ow0 + 4 <= OW;
+        const float *src = j->dy + (((size_t)n * OH + oh0) * OW + ow0) * K;
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            __m512 q[6][4];
+#pragma GCC unroll 4
+            for (int a = 0; a < 4; a++) {
+                __m512 y[4], u[6];
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++)
+                    y[b] = inside || (oh0 + a < OH && ow0 + b < OW)
+                               ? _mm512_loadu_ps(src + ((size_t)a * OW + b) * K + k0)
+                               : zero;
+                AZ6(u, y);
+#pragma GCC unroll 6
+                for (int b = 0; b < 6; b++) q[b][a] = u[b];
+            }
+#pragma GCC unroll 6
+            for (int b = 0; b < 6; b++) {
+                __m512 u[6];
+                AZ6(u, q[b]);
+#pragma GCC unroll 6
+                for (int a = 0; a < 6; a++)
+                    _mm512_storeu_ps(z + (size_t)(6 * a + b) * ps + k0, u[a]);
+            }
+        }
+    }
+}
+
+/* MR channels c x NV vectors of k of dU at one position: the block's sum
+ * over its nt tiles in order, from zero, added into dU (acc) or stored */
+AVX512 static INLINE void wgemm4k_tile(int MR, int NV, float *dU, int K, const float *V, int C,
+                                       const float *Z, int nt, bool acc)
+{
+    __m512 s[16][2];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) s[i][v] = _mm512_setzero_ps();
+    for (int t = 0; t < nt; t++) {
+        __m512 z[2];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) z[v] = _mm512_loadu_ps(Z + (size_t)t * K + 16 * v);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) {
+            __m512 x = _mm512_set1_ps(V[(size_t)t * C + i]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) s[i][v] = _mm512_fmadd_ps(x, z[v], s[i][v]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            float *o = dU + (size_t)i * K + 16 * v;
+            _mm512_storeu_ps(o, acc ? _mm512_add_ps(_mm512_loadu_ps(o), s[i][v]) : s[i][v]);
+        }
+}
+
+/* register tiles 8 x 2 (K a multiple of 32) or 16 x 1 */
+AVX512 static void wgemm4k_simd(float *dU, const float *V, const float *Z, int nt, int C, int K,
+                                bool acc)
+{
+    for (int p = 0; p < W4_POS; p++) {
+        const float *Vp = V + p * w4k_ps(C), *Zp = Z + p * w4k_ps(K);
+        float *o = dU + p * w4k_dps(C, K);
+        if (K % 32 == 0) {
+            for (int k0 = 0; k0 < K; k0 += 32)
+                for (int c = 0; c < C; c += 8)
+                    wgemm4k_tile(8, 2, o + (size_t)c * K + k0, K, Vp + c, C, Zp + k0, nt, acc);
+        } else {
+            for (int k0 = 0; k0 < K; k0 += 16)
+                for (int c = 0; c < C; c += 16)
+                    wgemm4k_tile(16, 1, o + (size_t)c * K + k0, K, Vp + c, C, Zp + k0, nt, acc);
+        }
+    }
+}
+
+AVX512 static void w4k_block_simd(const wi_job *j, float *dU, float *V, float *Z, int t0, int nt,
+                                  bool acc)
+{
+    in4_tiles_simd(j, V, t0, nt, W4K_TB, j->d->C, w4k_ps(j->d->C));
+    z4k_simd(j, Z, t0, nt);
+    wgemm4k_simd(dU, V, Z, nt, j->d->C, j->d->K, acc);
+}
+#endif
+
+static void w4k_slice_task(void *arg, int s, int tid)
+{
+    const wi_job *j = arg;
+    const size_t uf = w4k_uf(j->d);
+    float *A = j->scratch + (size_t)tid * j->stride;
+    float *V = A + (size_t)j->S * uf, *Z = V + W4_POS * w4k_ps(j->d->C);
+    float *dU = A + (size_t)s * uf;
+    j->su[s] = dU;
+    int a, e;
+    nn_pool_block(j->NT, j->S, s, &a, &e);
+    for (int t0 = a; t0 < e; t0 += W4K_TB) {
+        int nt = e - t0 < W4K_TB ? e - t0 : W4K_TB;
+        wi_prefetch_next(j, t0, nt, W4K_TB);
+#if WI_X86
+        if (j->simd) {
+            w4k_block_simd(j, dU, V, Z, t0, nt, t0 > a);
+            continue;
+        }
+#endif
+        in4_tiles_port(j, V, t0, nt, W4K_TB, w4k_ps(j->d->C));
+        z4k_port(j, Z, t0, nt, W4K_TB);
+        wgemm4k_port(dU, V, Z, nt, j->d->C, j->d->K, t0 > a);
+    }
+    if (e == a) memset(dU, 0, sizeof(float) * uf);
+}
+
+/* dw[tap][c][k] for input channel c, 16 k at a time: the slices' dU added
+ * in order and G^T dU G, in double, rounded once (w4_out_row's order) */
+NN_CLONES static void w4k_out_row(float *dw, float *const *su, int S, int C, int K, int c)
+{
+    double m[W4_POS][16], q[6][3][16];
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        for (int p = 0; p < W4_POS; p++) {
+            const size_t o = p * w4k_dps(C, K) + (size_t)c * K + k0;
+            for (int i = 0; i < 16; i++) m[p][i] = su[0][o + i];
+            for (int s = 1; s < S; s++)
+                for (int i = 0; i < 16; i++) m[p][i] += su[s][o + i];
+        }
+        for (int a = 0; a < 6; a++)
+            for (int t = 0; t < 3; t++)
+                for (int i = 0; i < 16; i++) {
+                    double x = 0;
+                    for (int b = 0; b < 6; b++) x += m[6 * a + b][i] * G4[b][t];
+                    q[a][t][i] = x;
+                }
+        for (int r = 0; r < 3; r++)
+            for (int t = 0; t < 3; t++)
+                for (int i = 0; i < 16; i++) {
+                    double x = 0;
+                    for (int a = 0; a < 6; a++) x += G4[a][r] * q[a][t][i];
+                    dw[((size_t)(3 * r + t) * C + c) * K + k0 + i] = (float)x;
+                }
+    }
+}
+
+static void w4k_out_task(void *arg, int c, int tid)
+{
+    const wi_job *j = arg;
+    (void)tid;
+    w4k_out_row(j->out, j->su, j->S, j->d->C, j->d->K, c);
+}
+
+void nn_wi4k_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                   nn_pool *pool, float *scratch, size_t stride)
+{
+    wi_job j = {.d = d,
+                .inp = inp,
+                .dy = dout,
+                .out = dw,
+                .scratch = scratch,
+                .stride = stride,
+                .v = &nn_wi_f4};
+    float *su[WI_MAX_SLICES];
+    wi_tile(&j);
+    j.S = w4k_slices(d), j.su = su;
+    nn_pool_for(pool, j.S, w4k_slice_task, &j);
+    nn_pool_for(pool, d->C, w4k_out_task, &j);
 }

@@ -149,5 +149,10 @@ void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
                   nn_pool *pool, float *scratch, size_t stride);
 void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                   nn_pool *pool, float *scratch, size_t stride);
+/* F(4x4) for C and K multiples of 16 up to 64 other than 16 -> 16
+ * (conv_wino4_wgrad.c), and its scratch floats per thread */
+void nn_wi4k_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                   nn_pool *pool, float *scratch, size_t stride);
+size_t nn_wi4k_wgrad_scratch(const nn_conv_dims *d);
 
 #endif

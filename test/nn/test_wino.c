@@ -279,6 +279,9 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
         double *rw = pst_malloc(sizeof(double) * nw), *bw = pst_malloc(sizeof(double) * nw);
         reference_dw(rw, bw, x, dyc, &d);
         e = worst(dw, rw, bw, nw);
+        if (getenv("WINO_RMS"))
+            fprintf(stderr, "F(%dx%d) simd %d weight gradient N%d %dx%dx%d->%d: rms %.3g\n", tile_m,
+                    tile_m, nn_narrow_use_simd(-1), N, H, W, C, K, rms_rel(dw, rw, nw));
         CHECK(rms_rel(dw, rw, nw) <= rms_tol(false, 0),
               "wino weight gradient N%d %dx%dx%d->%d: rms error %.3g", N, H, W, C, K,
               rms_rel(dw, rw, nw));
@@ -334,6 +337,41 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
     free(x), free(w), free(b), free(dy), free(dyc), free(y), free(dx), free(dw), free(dx0);
 }
 
+/* The three passes on no pool and on pools of 1, 2 and 3 threads give the
+ * same bits: F(4x4)'s weight gradient of 32 to 64 channels at shapes with
+ * several slices (fixed by the shapes: conv_wino4_wgrad.c's w4k_slices). */
+static void test_wino_threads(int N, int H, int W, int C, int K)
+{
+    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
+    nn_conv_dims_finish(&d);
+    size_t nx = (size_t)N * H * W * C, nw = (size_t)9 * C * K, ny = (size_t)N * d.OH * d.OW * K;
+    size_t stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
+    float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *R = rand_vec(ny, 1);
+    float *dy = pst_malloc(sizeof(float) * ny), *y[4], *dx[4], *dw[4];
+    for (int t = 0; t < 4; t++) {
+        nn_pool *pool = NULL;
+        pst_err e;
+        if (t > 0 && nn_pool_new(&pool, t, &e) < 0) pst_die("%s", e.msg);
+        float *scratch = pst_aligned_alloc(sizeof(float) * stride * (t > 0 ? t : 1));
+        y[t] = pst_malloc(sizeof(float) * ny), dx[t] = pst_malloc(sizeof(float) * nx);
+        dw[t] = pst_malloc(sizeof(float) * nw);
+        nn_conv2d_forward(y[t], x, w, NULL, &d, false, pool, scratch, stride);
+        memcpy(dy, R, sizeof(float) * ny);
+        nn_conv2d_backward(dx[t], false, dw[t], NULL, dy, y[t], x, w, &d, false, pool, scratch,
+                           stride);
+        free(scratch);
+        nn_pool_free(pool);
+    }
+    for (int t = 1; t < 4; t++)
+        CHECK(!memcmp(y[0], y[t], sizeof(float) * ny) &&
+                  !memcmp(dx[0], dx[t], sizeof(float) * nx) &&
+                  !memcmp(dw[0], dw[t], sizeof(float) * nw),
+              "wino mode %d N%d %dx%dx%d->%d: %d threads differ from no pool", nn_wino_use(-1), N,
+              H, W, C, K, t);
+    for (int t = 0; t < 4; t++) free(y[t]), free(dx[t]), free(dw[t]);
+    free(x), free(w), free(R), free(dy);
+}
+
 /* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, design.md 12)
  * computes each U[p][c][k] = (G g G^T)[a][b] in double in a fixed order
  * and rounds it once: t[a][j] = fma(G[a][2], g[2][j], fma(G[a][1],
@@ -387,9 +425,10 @@ static void test_u4_order(int C, int K, bool flip)
  * (docs/design.md section 12, "Accuracy of the float F(4x4) forward"),
  * relative to the outputs' standard deviation, against a double-precision
  * direct convolution: ReLU outputs (max(0, N(0, 1))) times He-initialised
- * kernels (N(0, 2 / 9C)), no bias; the direct kernels (mode 0), F(2x2)
- * (mode 2) and F(4x4) (mode 3), AVX-512 and portable. Prints, checks
- * nothing. */
+ * kernels (N(0, 2 / 9C)), no bias; and the weight gradient's, with dy ~
+ * N(0, 1), relative to the gradient's standard deviation: typical (rms)
+ * and largest, the direct kernels (mode 0), F(2x2) (mode 2) and F(4x4)
+ * (mode 3), AVX-512 and portable. Prints, checks nothing. */
 static void accuracy_row(int N, int H, int W, int C, int K)
 {
     nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
@@ -421,6 +460,27 @@ static void accuracy_row(int N, int H, int W, int C, int K)
                 for (int k = 0; k < K; k++) r[k] = acc[k], s1 += acc[k], s2 += acc[k] * acc[k];
             }
     double sd = sqrt(s2 / ny - (s1 / ny) * (s1 / ny));
+    /* the weight gradient's reference, dy ~ N(0, 1) */
+    float *dy = pst_malloc(sizeof(float) * ny), *dw = pst_malloc(sizeof(float) * nw);
+    double *rw = pst_malloc(sizeof(double) * nw), w1 = 0, w2 = 0;
+    for (size_t i = 0; i < ny; i++) dy[i] = (float)nn_rng_normal(&rng);
+    for (size_t i = 0; i < nw; i++) rw[i] = 0;
+    for (int n = 0; n < N; n++)
+        for (int oh = 0; oh < d.OH; oh++)
+            for (int ow = 0; ow < d.OW; ow++) {
+                const float *g = dy + (((size_t)n * d.OH + oh) * d.OW + ow) * K;
+                for (int t = 0; t < 9; t++) {
+                    int h = oh - 1 + t / 3, ww = ow - 1 + t % 3;
+                    if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                    const float *xi = x + (((size_t)n * H + h) * W + ww) * C;
+                    for (int c = 0; c < C; c++) {
+                        double *r = rw + ((size_t)t * C + c) * K;
+                        for (int k = 0; k < K; k++) r[k] += (double)xi[c] * g[k];
+                    }
+                }
+            }
+    for (size_t i = 0; i < nw; i++) w1 += rw[i], w2 += rw[i] * rw[i];
+    double sdw = sqrt(w2 / nw - (w1 / nw) * (w1 / nw));
     static const char *name[4] = {"direct", "", "F(2x2)", "F(4x4)"};
     bool simd = nn_narrow_use_simd(-1);
     int mode0 = nn_wino_use(-1);
@@ -437,15 +497,26 @@ static void accuracy_row(int N, int H, int W, int C, int K)
                 double e = fabs(y[i] - ref[i]);
                 e2 += e * e, em = e > em ? e : em;
             }
-            printf("N%-2d %3dx%-3d %2d->%-2d %-7s %-8s typical %.2e  largest %.2e\n", N, H, W, C, K,
-                   name[mode], s ? "AVX-512" : "portable", sqrt(e2 / ny) / sd, em / sd);
+            float *dyc = pst_malloc(sizeof(float) * ny);
+            memcpy(dyc, dy, sizeof(float) * ny);
+            nn_conv2d_backward(NULL, false, dw, NULL, dyc, y, x, w, &d, false, NULL, scratch, sc);
+            double f2 = 0, fm = 0;
+            for (size_t i = 0; i < nw; i++) {
+                double e = fabs(dw[i] - rw[i]);
+                f2 += e * e, fm = e > fm ? e : fm;
+            }
+            printf("N%-2d %3dx%-3d %2d->%-2d %-7s %-8s forward %.2e %.2e  weight gradient %.2e "
+                   "%.2e\n",
+                   N, H, W, C, K, name[mode], s ? "AVX-512" : "portable", sqrt(e2 / ny) / sd,
+                   em / sd, sqrt(f2 / nw) / sdw, fm / sdw);
+            free(dyc);
             fflush(stdout);
             free(scratch);
         }
     }
     nn_narrow_use_simd(simd);
     nn_wino_use(mode0);
-    free(x), free(w), free(y), free(ref), free(acc);
+    free(x), free(w), free(y), free(ref), free(acc), free(dy), free(dw), free(rw);
 }
 
 int main(int argc, char **argv)
@@ -495,6 +566,13 @@ int main(int argc, char **argv)
         test_wino(2, 14, 13, 32, 32, 1, 0, false, false);
         test_wino(1, 9, 10, 32, 64, 1, 1, true, false);
         test_wino(2, 6, 11, 48, 16, 0, 2, false, true);
+        /* its weight gradient of 32 to 64 channels: 2 and 3 slices */
+        test_wino(17, 14, 14, 32, 32, 1, 1, true, false);
+        test_wino_threads(48, 14, 14, 32, 32);
+        test_wino_threads(80, 7, 7, 64, 64);
+        test_wino_threads(9, 30, 29, 32, 64);
+        nn_wino_use(1);
+        test_wino_threads(48, 14, 14, 32, 32);
         nn_wino_use(2);
     }
     nn_narrow_use_simd(simd);

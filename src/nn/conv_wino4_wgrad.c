@@ -208,16 +208,19 @@ static void w4_slice_task(void *arg, int s, int tid)
     if (e == a) memset(dU, 0, sizeof(float) * W4_U);
 }
 
-/* dw[tap][c][k] for input channel c: the slices' dU added in order and
- * G^T dU G, in double, rounded once */
-NN_CLONES static void w4_out_row(float *dw, float *const *su, int S, int c)
+/* G^T dU G for 16 kernels of one input channel, in double, rounded once:
+ * position p's sums at su[s][p * ps + o], the S slices added in slice
+ * order; tap (r, t) of the result to dw[(3 r + t) * tap_stride]. Both
+ * weight gradients' last step (w4_out_row, w4k_out_row). */
+static INLINE void w4_gtg16(float *dw, size_t tap_stride, float *const *su, int S, size_t o,
+                            size_t ps)
 {
     double m[W4_POS][16], q[6][3][16];
     for (int p = 0; p < W4_POS; p++) {
-        const size_t o = ((size_t)p * 16 + c) * 16;
-        for (int i = 0; i < 16; i++) m[p][i] = su[0][o + i];
+        const size_t e = p * ps + o;
+        for (int i = 0; i < 16; i++) m[p][i] = su[0][e + i];
         for (int s = 1; s < S; s++)
-            for (int i = 0; i < 16; i++) m[p][i] += su[s][o + i];
+            for (int i = 0; i < 16; i++) m[p][i] += su[s][e + i];
     }
     for (int a = 0; a < 6; a++)
         for (int t = 0; t < 3; t++)
@@ -231,8 +234,15 @@ NN_CLONES static void w4_out_row(float *dw, float *const *su, int S, int c)
             for (int i = 0; i < 16; i++) {
                 double x = 0;
                 for (int a = 0; a < 6; a++) x += G4[a][r] * q[a][t][i];
-                dw[((size_t)(3 * r + t) * 16 + c) * 16 + i] = (float)x;
+                dw[(size_t)(3 * r + t) * tap_stride + i] = (float)x;
             }
+}
+
+/* dw[tap][c][k] for input channel c: the slices' dU added in order and
+ * G^T dU G, in double, rounded once */
+NN_CLONES static void w4_out_row(float *dw, float *const *su, int S, int c)
+{
+    w4_gtg16(dw + (size_t)c * 16, 256, su, S, (size_t)c * 16, 256);
 }
 
 static void w4_out_task(void *arg, int c, int tid)
@@ -499,29 +509,8 @@ static void w4k_slice_task(void *arg, int s, int tid)
  * in order and G^T dU G, in double, rounded once (w4_out_row's order) */
 NN_CLONES static void w4k_out_row(float *dw, float *const *su, int S, int C, int K, int c)
 {
-    double m[W4_POS][16], q[6][3][16];
-    for (int k0 = 0; k0 < K; k0 += 16) {
-        for (int p = 0; p < W4_POS; p++) {
-            const size_t o = p * w4k_dps(C, K) + (size_t)c * K + k0;
-            for (int i = 0; i < 16; i++) m[p][i] = su[0][o + i];
-            for (int s = 1; s < S; s++)
-                for (int i = 0; i < 16; i++) m[p][i] += su[s][o + i];
-        }
-        for (int a = 0; a < 6; a++)
-            for (int t = 0; t < 3; t++)
-                for (int i = 0; i < 16; i++) {
-                    double x = 0;
-                    for (int b = 0; b < 6; b++) x += m[6 * a + b][i] * G4[b][t];
-                    q[a][t][i] = x;
-                }
-        for (int r = 0; r < 3; r++)
-            for (int t = 0; t < 3; t++)
-                for (int i = 0; i < 16; i++) {
-                    double x = 0;
-                    for (int a = 0; a < 6; a++) x += G4[a][r] * q[a][t][i];
-                    dw[((size_t)(3 * r + t) * C + c) * K + k0 + i] = (float)x;
-                }
-    }
+    for (int k0 = 0; k0 < K; k0 += 16)
+        w4_gtg16(dw + (size_t)c * K + k0, (size_t)C * K, su, S, (size_t)c * K + k0, w4k_dps(C, K));
 }
 
 static void w4k_out_task(void *arg, int c, int tid)

@@ -126,7 +126,9 @@ bool nn_wino_ok(const nn_conv_dims *d)
  * 64-channel stages and ResNet-50's res2; Inception-v3's 147x147 and
  * 149x149 layers ran no faster); or, up to the forward's C*K, images of at
  * most 28x28 (ResNet-50's res3 and res4 3x3 at batch 8: 1.6-1.8x the
- * direct kernels' work, r50 in the thirteenth session). */
+ * direct kernels' work, r50 in the thirteenth session). Which Winograd
+ * runs it is nn_wino_wgrad's choice: the 32- to 64-channel layers among
+ * these take F(4x4) since then (wino4_wgrad_use), the rest F(2x2). */
 bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -148,7 +150,8 @@ size_t nn_wino_scratch(const nn_conv_dims *d)
     size_t f2 = nn_wi2_scratch(d, nn_wino_wgrad_ok(d)),
            f4 = wino4_dgrad_use(d) ? nn_wi4_scratch(d) : 0,
            w4 = wino4_wgrad_use(d) ? nn_wi4k_wgrad_scratch(d) : 0;
-    return f2 > f4 ? (f2 > w4 ? f2 : w4) : (f4 > w4 ? f4 : w4);
+    size_t m = f2 > f4 ? f2 : f4;
+    return m > w4 ? m : w4;
 }
 
 void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,

@@ -157,6 +157,7 @@ typedef struct nn_buf {
     int start, end; /* live over [start, end] */
     size_t floats;  /* nn_arena_round'ed: its slack is its own */
     size_t offset;  /* in floats into the arena, a multiple of NN_ARENA_ALIGN */
+    size_t img;     /* floats per image of a [batch][...] buffer; 0: not per image */
 } nn_buf;
 
 typedef struct nn_plan {

@@ -42,10 +42,12 @@ static bool reads_out(const nn_layer *l)
     return (r & NN_READS_OUT) || ((r & NN_READS_OUT_RELU) && l->relu);
 }
 
-static void add_buf(nn_plan *p, int layer, nn_buf_kind kind, int start, int end, size_t floats)
+static void add_buf(nn_plan *p, int layer, nn_buf_kind kind, int start, int end, size_t floats,
+                    size_t img)
 {
     nn_buf *b = &p->bufs[p->nbufs++];
-    *b = (nn_buf){.layer = layer, .kind = kind, .start = start, .end = end, .floats = floats};
+    *b = (nn_buf){
+        .layer = layer, .kind = kind, .start = start, .end = end, .floats = floats, .img = img};
 }
 
 /* The buffers of a training (train) or inference step with their lifetimes;
@@ -85,7 +87,8 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
                           m->name, l->name);
             break;
         }
-        size_t act = nn_arena_round(B * l->h * l->w * l->c);
+        const size_t img = (size_t)l->h * l->w * l->c;
+        size_t act = nn_arena_round(B * img);
         int y_end = last ? L + 1 : last_use[i];
         if (train) {
             if (last) y_end = 2 * L + 1;
@@ -98,8 +101,8 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
             /* a batch norm that computes the add after it (graph.h): it
              * writes neither its output nor reads its gradient; placeholders
              * keep the pointers valid */
-            add_buf(p, i, NN_BUF_Y, i, i, nn_arena_round(0));
-            if (train) add_buf(p, i, NN_BUF_DY, 2 * L - i, 2 * L - i, nn_arena_round(0));
+            add_buf(p, i, NN_BUF_Y, i, i, nn_arena_round(0), 0);
+            if (train) add_buf(p, i, NN_BUF_DY, 2 * L - i, 2 * L - i, nn_arena_round(0), 0);
         } else {
             int y_start = i;
             if (l->fuse) {
@@ -110,13 +113,17 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
                 if (train && l->relu && y_end < 2 * L - i + 1) y_end = 2 * L - i + 1;
                 dy_end = 2 * L - i + 1;
             }
-            add_buf(p, i, NN_BUF_Y, y_start, y_end, act);
-            if (train) add_buf(p, i, NN_BUF_DY, dy_start, dy_end, act);
+            add_buf(p, i, NN_BUF_Y, y_start, y_end, act, img);
+            if (train) add_buf(p, i, NN_BUF_DY, dy_start, dy_end, act, img);
             if (train && l->split && next_use[i] >= 0)
-                add_buf(p, i, NN_BUF_DY2, 2 * L - next_use[i], dy_end, act);
+                add_buf(p, i, NN_BUF_DY2, 2 * L - next_use[i], dy_end, act, img);
         }
-        if (l->ops->arena_floats)
-            add_buf(p, i, NN_BUF_STATE, i, train ? 2 * L - i : i, l->ops->arena_floats(l, B));
+        if (l->ops->arena_floats) {
+            /* per image when it is the size of the output (max pool's
+             * argmax, dropout's mask) */
+            size_t st = l->ops->arena_floats(l, B);
+            add_buf(p, i, NN_BUF_STATE, i, train ? 2 * L - i : i, st, st == act ? img : 0);
+        }
     }
     free(last_use);
     return rc;
@@ -149,10 +156,93 @@ static bool live_together(const nn_buf *a, const nn_buf *b)
     return a->start <= b->end && b->start <= a->end;
 }
 
+/* ---- threads: each float of the arena to one thread ----
+ *
+ * The pool's loops give thread t of T images [B t / T, B (t+1) / T) of a
+ * batch of B (pool.h: contiguous parts of tasks and ranges, which are
+ * image-major), so of a per-image buffer thread t writes the floats from
+ * cut(b, t) to cut(b, t + 1). Where the plan puts two buffers of different
+ * lifetimes on the same bytes and their thread boundaries fall at
+ * different places, the floats between the two boundaries are written by
+ * one thread in one layer and by the other in a later one: a line the
+ * other core wrote last costs a memory access (docs/mpi-facts.md, "What
+ * two threads get from this VM"). On 2 threads inception-mini's layers
+ * did 3.1 ms more work per step than on one, 0.7 ms with every buffer on
+ * bytes of its own (bench_model --unplanned). So with T > 1 a buffer may
+ * share bytes only with buffers whose boundaries on the shared bytes lie
+ * within a cache line of its own: every float is then written by the same
+ * thread in every layer, and stays in that thread's caches. */
+static size_t cut(const nn_buf *b, int t, int T, int B)
+{
+    return b->img * (size_t)((long long)B * t / T);
+}
+
+static size_t clamp_z(size_t x, size_t lo, size_t hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* Whether b at offset off and the placed o give each float they share to
+ * the same thread (buffers not per image, small: always). */
+static bool same_threads(const nn_buf *b, size_t off, const nn_buf *o, int T, int B)
+{
+    if (!b->img || !o->img) return true;
+    size_t lo = PST_MAX(off, o->offset), hi = PST_MIN(off + b->floats, o->offset + o->floats);
+    if (lo >= hi) return true;
+    for (int t = 1; t < T; t++) {
+        size_t sb = clamp_z(off + cut(b, t, T, B), lo, hi);
+        size_t so = clamp_z(o->offset + cut(o, t, T, B), lo, hi);
+        if ((sb > so ? sb - so : so - sb) > NN_ARENA_ALIGN) return false;
+    }
+    return true;
+}
+
+static int by_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The lowest offset for b clear of the placed buffers live with it (busy,
+ * n of them) and giving its floats to the same threads as the placed
+ * buffers that are not (other, no of them): tried at 0, at the ends of
+ * placed buffers and where one of b's thread boundaries meets one of
+ * theirs. */
+static size_t place_threads(const nn_buf *b, const span *busy, int n, const nn_buf *const *other,
+                            int no, int T, int B, size_t *cand)
+{
+    const size_t A = NN_ARENA_ALIGN;
+    int nc = 0;
+    cand[nc++] = 0;
+    for (int q = 0; q < n; q++) cand[nc++] = busy[q].hi;
+    for (int q = 0; q < no; q++) {
+        const nn_buf *o = other[q];
+        cand[nc++] = o->offset + o->floats;
+        if (!b->img || !o->img) continue;
+        for (int t = 1; t < T; t++) {
+            size_t so = o->offset + cut(o, t, T, B), cb = cut(b, t, T, B);
+            if (so < cb) continue;
+            cand[nc++] = (so - cb) / A * A;
+            cand[nc++] = (so - cb + A - 1) / A * A;
+        }
+    }
+    qsort(cand, (size_t)nc, sizeof *cand, by_size);
+    for (int c = 0; c < nc; c++) {
+        size_t off = cand[c];
+        if (c && off == cand[c - 1]) continue;
+        bool ok = true;
+        for (int q = 0; q < n && ok; q++) ok = busy[q].hi <= off || busy[q].lo >= off + b->floats;
+        for (int q = 0; q < no && ok; q++) ok = same_threads(b, off, other[q], T, B);
+        if (ok) return off;
+    }
+    return cand[nc - 1]; /* not reached: past every placed buffer is free */
+}
+
 /* Private: one buffer after another in layer order (the unplanned layout).
  * Planned: largest first, each at the lowest offset clear of the placed
- * buffers live at the same time. */
-static void pack(nn_plan *p, bool share)
+ * buffers live at the same time; with T > 1 threads (batch B) also giving
+ * each float to one thread (place_threads). */
+static void pack(nn_plan *p, bool share, int T, int B)
 {
     p->floats = 0;
     if (!share) {
@@ -166,21 +256,33 @@ static void pack(nn_plan *p, bool share)
     for (int i = 0; i < p->nbufs; i++) order[i] = i;
     sort_bufs = p->bufs;
     qsort(order, (size_t)p->nbufs, sizeof(int), by_size_desc);
-    span *busy = pst_malloc(sizeof(span) * (size_t)(p->nbufs ? p->nbufs : 1));
+    const size_t nb = (size_t)(p->nbufs ? p->nbufs : 1);
+    span *busy = pst_malloc(sizeof(span) * nb);
+    const nn_buf **other = T > 1 ? pst_malloc(sizeof(nn_buf *) * nb) : NULL;
+    size_t *cand = T > 1 ? pst_malloc(sizeof(size_t) * nb * (size_t)(2 * T + 1)) : NULL;
     for (int k = 0; k < p->nbufs; k++) {
         nn_buf *b = &p->bufs[order[k]];
-        int n = 0;
+        int n = 0, no = 0;
         for (int q = 0; q < k; q++) {
             const nn_buf *o = &p->bufs[order[q]];
-            if (live_together(b, o)) busy[n++] = (span){o->offset, o->offset + o->floats};
+            if (live_together(b, o))
+                busy[n++] = (span){o->offset, o->offset + o->floats};
+            else if (other)
+                other[no++] = o;
         }
-        qsort(busy, (size_t)n, sizeof(span), by_lo);
         size_t off = 0;
-        for (int q = 0; q < n && busy[q].lo < off + b->floats; q++)
-            if (busy[q].hi > off) off = busy[q].hi;
+        if (T > 1) {
+            off = place_threads(b, busy, n, other, no, T, B, cand);
+        } else {
+            qsort(busy, (size_t)n, sizeof(span), by_lo);
+            for (int q = 0; q < n && busy[q].lo < off + b->floats; q++)
+                if (busy[q].hi > off) off = busy[q].hi;
+        }
         b->offset = off;
         if (off + b->floats > p->floats) p->floats = off + b->floats;
     }
+    free(cand);
+    free(other);
     free(busy);
     free(order);
 }
@@ -271,8 +373,9 @@ static int plan_all(nn_model *m)
     if (lifetimes(m, &m->plan_train, true) < 0 || lifetimes(m, &m->plan_infer, false) < 0)
         return -1;
     bool share = m->layout == NN_LAYOUT_PLANNED;
-    pack(&m->plan_train, share);
-    pack(&m->plan_infer, share);
+    int T = nn_pool_threads(m->pool);
+    pack(&m->plan_train, share, T, m->cfg.max_batch);
+    pack(&m->plan_infer, share, T, m->cfg.max_batch);
     m->arena_floats = PST_MAX(m->plan_train.floats, m->plan_infer.floats);
     free(m->arena);
     m->arena = m->scratch = NULL;

@@ -4,7 +4,10 @@
  * bitwise the results of the unplanned layout (every buffer its own bytes)
  * and of the poison layout (every buffer NaN outside its declared
  * lifetime, so a kernel reading a buffer the plan considers dead changes
- * the result or crashes). Also the memory report's numbers. */
+ * the result or crashes). Also the memory report's numbers, and that the
+ * plan of a model on 2 or 3 threads gives every float of the arena to
+ * one thread (buffers on the same bytes split between the threads at the
+ * same places, plan.c). */
 #include <string.h>
 
 #include "check.h"
@@ -20,12 +23,13 @@ typedef struct size3 {
 
 /* The first of a few image sizes the model fits (the new large models
  * need more than 28x28). */
-static nn_model *make(const char *name, int k, int max_batch, nn_layout layout, size3 *sz)
+static nn_model *make_t(const char *name, int k, int max_batch, nn_layout layout, size3 *sz,
+                        int threads)
 {
     static const size3 sizes[] = {{28, 28, 1}, {32, 32, 3}, {75, 75, 3}, {224, 224, 3}};
     for (size_t i = 0; i < PST_ARRAY_LEN(sizes); i++) {
         nn_model_cfg cfg = {name,      sizes[i].h, sizes[i].w, sizes[i].c, k,
-                            max_batch, 5,          0.01f,      0.1f,       1};
+                            max_batch, 5,          0.01f,      0.1f,       threads};
         nn_model *m = NULL;
         pst_err e = {{0}};
         if (nn_model_new(&m, &cfg, &e) == 0) {
@@ -36,6 +40,57 @@ static nn_model *make(const char *name, int k, int max_batch, nn_layout layout, 
     }
     CHECK(0, "model %s fits none of the test sizes", name);
     return NULL;
+}
+
+static nn_model *make(const char *name, int k, int max_batch, nn_layout layout, size3 *sz)
+{
+    return make_t(name, k, max_batch, layout, sz, 1);
+}
+
+/* Which thread of T writes float a of buffer b (images [B t / T, B (t+1)
+ * / T) go to thread t, pool.h), written out independently of plan.c. */
+static int owner(const nn_buf *b, size_t a, int T, int B)
+{
+    int t = 0;
+    while (t + 1 < T && a >= b->offset + b->img * (size_t)((long long)B * (t + 1) / T)) t++;
+    return t;
+}
+
+/* With T threads the plan gives each float of the arena to one thread:
+ * two per-image buffers on the same bytes (never live together) agree on
+ * every float's thread except within a cache line of a boundary; and the
+ * plan stays valid and no larger than a buffer each. */
+static void check_thread_plan(const char *name, int T)
+{
+    enum { B = 16 };
+    size3 sz;
+    nn_model *m = make_t(name, 10, B, NN_LAYOUT_PLANNED, &sz, T);
+    if (!m) return;
+    char why[512] = "";
+    const nn_plan *plans[2] = {&m->plan_train, &m->plan_infer};
+    nn_memory mm;
+    nn_model_memory(m, &mm);
+    CHECK(mm.train_bytes <= mm.unplanned_bytes, "%s on %d threads: plan %zu > unplanned %zu", name,
+          T, mm.train_bytes, mm.unplanned_bytes);
+    for (int k = 0; k < 2; k++) {
+        const nn_plan *p = plans[k];
+        CHECK(nn_plan_check(p, m, why, sizeof why), "%s on %d threads: %s", name, T, why);
+        for (int i = 0; i < p->nbufs; i++)
+            for (int j = i + 1; j < p->nbufs; j++) {
+                const nn_buf *a = &p->bufs[i], *b = &p->bufs[j];
+                size_t lo = PST_MAX(a->offset, b->offset);
+                size_t hi = PST_MIN(a->offset + a->floats, b->offset + b->floats);
+                if (!a->img || !b->img || lo >= hi) continue;
+                int bad = 0;
+                for (size_t x = lo; x < hi; x += 8) bad += owner(a, x, T, B) != owner(b, x, T, B);
+                CHECK(bad <= 2 * (T - 1),
+                      "%s on %d threads: %s and %s share %zu floats, %d "
+                      "of them (every 8th) written by different threads",
+                      name, T, m->layers[a->layer].name, m->layers[b->layer].name, hi - lo,
+                      8 * bad);
+            }
+    }
+    nn_model_free(m);
 }
 
 /* The checker itself: two live buffers placed on the same bytes are caught. */
@@ -168,6 +223,8 @@ int main(void)
     check_checker();
     for (const char *const *n = nn_model_names(); *n; n++) {
         check_layouts_agree(*n);
+        check_thread_plan(*n, 2);
+        check_thread_plan(*n, 3);
     }
     return check_exit();
 }

@@ -160,6 +160,11 @@ typedef struct nn_buf {
     size_t img;     /* floats per image of a [batch][...] buffer; 0: not per image */
 } nn_buf;
 
+/* On T > 1 threads the plan gives every float of a per-image buffer of at
+ * most T * NN_PLAN_THREAD_FLOATS floats to the thread that writes it in
+ * every buffer on those bytes (plan.c); larger buffers are placed freely. */
+#define NN_PLAN_THREAD_FLOATS ((size_t)1 << 20)
+
 typedef struct nn_plan {
     nn_buf *bufs;
     int nbufs;

@@ -57,9 +57,10 @@ static int owner(const nn_buf *b, size_t a, int T, int B)
 }
 
 /* With T threads the plan gives each float of the arena to one thread:
- * two per-image buffers on the same bytes (never live together) agree on
- * every float's thread except within a cache line of a boundary; and the
- * plan stays valid and no larger than a buffer each. */
+ * two per-image buffers of at most T NN_PLAN_THREAD_FLOATS floats on the
+ * same bytes (never live together) agree on every float's thread except
+ * within a cache line of a boundary; and the plan stays valid and no
+ * larger than a buffer each. */
 static void check_thread_plan(const char *name, int T)
 {
     enum { B = 16 };
@@ -80,7 +81,8 @@ static void check_thread_plan(const char *name, int T)
                 const nn_buf *a = &p->bufs[i], *b = &p->bufs[j];
                 size_t lo = PST_MAX(a->offset, b->offset);
                 size_t hi = PST_MIN(a->offset + a->floats, b->offset + b->floats);
-                if (!a->img || !b->img || lo >= hi) continue;
+                const size_t lim = (size_t)T * NN_PLAN_THREAD_FLOATS;
+                if (!a->img || !b->img || a->floats > lim || b->floats > lim || lo >= hi) continue;
                 int bad = 0;
                 for (size_t x = lo; x < hi; x += 8) bad += owner(a, x, T, B) != owner(b, x, T, B);
                 CHECK(bad <= 2 * (T - 1),

@@ -454,7 +454,12 @@ void nn_model_print_memory(const nn_model *m, int opt_slots, const char *opt, FI
     nn_model_memory(m, &mm);
     char note[128], a[32], b[32], x[48];
     size_t slots = mm.param_bytes * (size_t)opt_slots;
-    fprintf(out, "  memory of one process for a batch of %d:\n", m->cfg.max_batch);
+    int T = nn_pool_threads(m->pool);
+    if (T > 1)
+        fprintf(out, "  memory of one process for a batch of %d on %d threads:\n", m->cfg.max_batch,
+                T);
+    else
+        fprintf(out, "  memory of one process for a batch of %d:\n", m->cfg.max_batch);
     memory_line(out, "parameters", mm.param_bytes, "");
     memory_line(out, "gradients", mm.param_bytes, "");
     snprintf(note, sizeof note, "%s: %d slot%s", opt, opt_slots, opt_slots == 1 ? "" : "s");

@@ -19,6 +19,7 @@ static void plan_usage(FILE *out)
             "usage: pstrain plan --model M --ps P [--placement round-robin|greedy|partition]\n"
             "                    [--partition-bytes N] [--data FILE.h5 | --height H --width W\n"
             "                    --channels C --classes K] [--batch B] [--optimizer NAME]\n"
+            "                    [--threads T]\n"
             "\n"
             "M: %s\n"
             "\n"
@@ -27,7 +28,10 @@ static void plan_usage(FILE *out)
             "per PS, the imbalance ratio (max/mean) and the model's trainable parameters,\n"
             "then its memory in one process: parameters, gradients and the optimizer's\n"
             "slots (--optimizer as for train, default momentum), and the activations of a\n"
-            "batch of B (default 64, as train's --batch) as planned and unplanned.\n"
+            "batch of B (default 64, as train's --batch) as planned and unplanned, for\n"
+            "--threads T (as train's: default 1, 0 = the CPUs of the affinity mask; on\n"
+            "T > 1 threads the plan gives each float of the activations to one thread,\n"
+            "which can take more bytes).\n"
             "The image size comes from --data or the flags (default 28x28x1, 10 classes:\n"
             "Fashion-MNIST).\n",
             nn_model_names_join(names, sizeof names, " | ", " | "));
@@ -36,7 +40,7 @@ static void plan_usage(FILE *out)
 int plan_main(int argc, char **argv)
 {
     const char *model = NULL, *data = NULL;
-    int ps = 0, height = 28, width = 28, channels = 1, classes = 10, batch = 64;
+    int ps = 0, height = 28, width = 28, channels = 1, classes = 10, batch = 64, threads = 1;
     opt_kind opt = OPT_MOMENTUM;
     int64_t partition_bytes = 256 * 1024;
     place_kind kind = PLACE_ROUND_ROBIN;
@@ -47,9 +51,8 @@ int plan_main(int argc, char **argv)
             return 0;
         }
         static const char *const flags[] = {
-            "model",     "data",  "ps",       "placement", "partition-bytes",
-            "height",    "width", "channels", "classes",   "batch",
-            "optimizer", "help",  NULL};
+            "model",    "data",    "ps",    "placement", "partition-bytes", "height", "width",
+            "channels", "classes", "batch", "optimizer", "threads",         "help",   NULL};
         bool known = false;
         for (const char *const *n = flags; *n && a[0] == '-' && a[1] == '-'; n++)
             known |= !strcmp(a + 2, *n);
@@ -82,7 +85,15 @@ int plan_main(int argc, char **argv)
             bad = pst_parse_int(v, &batch) < 0 || batch < 1;
         else if (!strcmp(a, "--optimizer"))
             bad = opt_parse(v, &opt) < 0;
-        else
+        else if (!strcmp(a, "--threads")) {
+            if (pst_parse_int(v, &threads) < 0 || threads < 0 || threads > NN_MAX_THREADS) {
+                fprintf(stderr,
+                        "pstrain plan: --threads '%s': expected 0..%d threads (0: the CPUs of the "
+                        "affinity mask)\n",
+                        v, NN_MAX_THREADS);
+                return 2;
+            }
+        } else
             return pst_unknown_option(a, flags);
         if (bad) {
             char names[NN_MODEL_NAMES_LEN];
@@ -115,6 +126,7 @@ int plan_main(int argc, char **argv)
                        .channels = channels,
                        .num_classes = classes,
                        .max_batch = batch,
+                       .threads = pst_threads_resolve(threads),
                        .seed = 1};
     nn_model *m = NULL;
     if (nn_model_new(&m, &mc, &e) < 0) {

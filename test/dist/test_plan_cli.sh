@@ -66,6 +66,7 @@ path, strategy, nps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 partition_bytes = int(sys.argv[4]) if len(sys.argv) > 4 else 256 * 1024
 batch = int(sys.argv[5]) if len(sys.argv) > 5 else 64
 opt = sys.argv[6] if len(sys.argv) > 6 else "momentum"
+threads = int(sys.argv[7]) if len(sys.argv) > 7 else 1
 text = open(path).read()
 print(text, end="")
 lines = text.splitlines()
@@ -99,9 +100,10 @@ for l in lines[3:]:
     if m:
         trainable = int(m.group(1))
         continue
-    m = re.match(r"^  memory of one process for a batch of (\d+):$", l)
+    m = re.match(r"^  memory of one process for a batch of (\d+)(?: on (\d+) threads)?:$", l)
     if m:
         mem["batch"] = int(m.group(1))
+        mem["threads"] = int(m.group(2) or 1)
         continue
     m = mem_re.match(l)
     if m:
@@ -151,8 +153,9 @@ if imb is None or abs(imb - max(bytes_of[1:]) / mean) > 0.0005:
 want_rows = ["parameters", "gradients", "optimizer slots", "activations (planned)",
              "activations (unplanned)", "layer scratch", "total"]
 missing = [k for k in want_rows if k not in mem]
-if missing or mem.get("batch") != batch:
-    err("memory table: missing %s, batch %r (expected %d)" % (missing, mem.get("batch"), batch))
+if missing or mem.get("batch") != batch or mem.get("threads") != threads:
+    err("memory table: missing %s, batch %r (expected %d), threads %r (expected %d)"
+        % (missing, mem.get("batch"), batch, mem.get("threads"), threads))
 else:
     slots = re.match(r"^(\S+): (\d+) slots?$", mem["optimizer slots note"])
     if mem["parameters"] != total or mem["gradients"] != total:
@@ -282,6 +285,15 @@ memory)
             bad "resnet-56 at batch 8192 under ulimit -v 2 GiB"
     fi
     grep -F "activations (planned)" "$tmp/out"
+    # on 2 threads each float of the arena belongs to one thread (plan.c): the
+    # header says so and the table still adds up; --threads 0 is the affinity
+    # mask's CPUs (exactly 1 under taskset -c 0)
+    plan round-robin 1 262144 64 momentum 2 -- --model inception-mini --ps 1 --threads 2
+    grep -F "activations (planned)" "$tmp/out"
+    if command -v taskset >/dev/null; then
+        (taskset -p -c 0 $BASHPID >/dev/null && plan round-robin 1 262144 64 momentum 1 -- \
+            --model inception-mini --ps 1 --threads 0 && exit $fail) || bad "--threads 0 on one CPU"
+    fi
     ;;
 bad-ps)
     refused 2 --ps "'0'" -- --model lenet5 --ps 0
@@ -297,6 +309,8 @@ bad-args)
     refused 2 --ps "missing value" -- --model lenet5 --ps
     refused 2 --partition-bytes "'0'" -- --model lenet5 --ps 2 --placement partition --partition-bytes 0
     refused 2 --bogus -- --model lenet5 --ps 2 --bogus
+    refused 2 --threads "'-1'" 0..1024 -- --model lenet5 --ps 2 --threads -1
+    refused 2 --threads "'two'" -- --model lenet5 --ps 2 --threads two
     # an unknown model is a usage error naming the table's models; an image
     # too small for the model is refused by the model code: exit 1 (failure)
     refused 2 "'foo'" mlp lenet5 inception-mini -- --model foo --ps 2

@@ -82,41 +82,49 @@ NN_CLONES static void u4_16(double u[W4_POS][16], float g[9][16])
 }
 
 #if WI_X86
-/* u4_16 with AVX-512, the 16 kernels in two halves of 8 doubles, each sum
- * as the portable code's contracted order (G g: the products by G[a][0],
- * [1], [2] added left to right, fused), rounded once into U[p * ps] */
+/* u4_16 with AVX-512, the 16 kernels in two halves of 8 doubles (one half
+ * at a time: t's 18 vectors stay in registers), each sum as the portable
+ * code's contracted order (G g: the products by G[a][0], [1], [2] added
+ * left to right, fused), rounded once into U[p * ps]. G's rows 0 and 5
+ * are (1, 0, 0) and (0, 0, 1): their sums are the one product, exact, and
+ * are taken as it (t[0] = g[0], t[5] = g[2], u[.][0] = t[.][0], u[.][5] =
+ * t[.][2]), a third of the multiply-adds fewer. The same floats, except
+ * that a zero may keep its sign where the sum with +0 products made it +0
+ * (M sums from +0, so U's zero signs never reach it) and that an infinite
+ * tap stays infinite where 0 inf made a NaN. */
 AVX512 static void u4_16_simd(float *U, size_t ps, float g[9][16])
 {
-    __m512d t[6][3][2];
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 2; h++) {
+        __m512d t[6][3];
 #pragma GCC unroll 3
         for (int c = 0; c < 3; c++) {
             __m512d g0 = _mm512_cvtps_pd(_mm256_loadu_ps(g[c] + 8 * h)),
                     g1 = _mm512_cvtps_pd(_mm256_loadu_ps(g[3 + c] + 8 * h)),
                     g2 = _mm512_cvtps_pd(_mm256_loadu_ps(g[6 + c] + 8 * h));
-#pragma GCC unroll 6
-            for (int a = 0; a < 6; a++)
-                t[a][c][h] =
+            t[0][c] = g0, t[5][c] = g2;
+#pragma GCC unroll 4
+            for (int a = 1; a < 5; a++)
+                t[a][c] =
                     _mm512_fmadd_pd(_mm512_set1_pd(G4[a][2]), g2,
                                     _mm512_fmadd_pd(_mm512_set1_pd(G4[a][1]), g1,
                                                     _mm512_mul_pd(_mm512_set1_pd(G4[a][0]), g0)));
         }
 #pragma GCC unroll 6
-    for (int a = 0; a < 6; a++)
+        for (int a = 0; a < 6; a++)
 #pragma GCC unroll 6
-        for (int b = 0; b < 6; b++) {
-            __m256 o[2];
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++)
-                o[h] = _mm512_cvtpd_ps(_mm512_fmadd_pd(
-                    t[a][2][h], _mm512_set1_pd(G4[b][2]),
-                    _mm512_fmadd_pd(t[a][1][h], _mm512_set1_pd(G4[b][1]),
-                                    _mm512_mul_pd(t[a][0][h], _mm512_set1_pd(G4[b][0])))));
-            _mm512_storeu_pd((double *)(U + (size_t)(6 * a + b) * ps),
-                             _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(o[0])),
-                                                _mm256_castps_pd(o[1]), 1));
-        }
+            for (int b = 0; b < 6; b++) {
+                __m512d u =
+                    b == 0 ? t[a][0]
+                    : b == 5
+                        ? t[a][2]
+                        : _mm512_fmadd_pd(
+                              t[a][2], _mm512_set1_pd(G4[b][2]),
+                              _mm512_fmadd_pd(t[a][1], _mm512_set1_pd(G4[b][1]),
+                                              _mm512_mul_pd(t[a][0], _mm512_set1_pd(G4[b][0]))));
+                _mm256_storeu_ps(U + (size_t)(6 * a + b) * ps + 8 * h, _mm512_cvtpd_ps(u));
+            }
+    }
 }
 #endif
 

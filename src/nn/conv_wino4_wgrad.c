@@ -330,9 +330,22 @@ static size_t w4k_uf(const nn_conv_dims *d)
     return W4_POS * w4k_dps(d->C, d->K);
 }
 
+/* Where a thread's slices start in its scratch: past the forward's and
+ * input gradient's U, V and M (nn_wi4_scratch). The reduction (w4k_out_task)
+ * reads half of each slice on the other thread; at the front of the
+ * scratch, where the next layer's input gradient builds U, thread 0's U
+ * then wrote lines the other core held (a hand-over each): the 64 -> 64
+ * input gradient's U took thread 0 1.7-2x as long as thread 1 (rdtsc,
+ * resnet-20 and bench_conv on 2 threads). */
+static size_t w4k_off(const nn_conv_dims *d)
+{
+    return (nn_wi4_scratch(d) + 15) / 16 * 16;
+}
+
 size_t nn_wi4k_wgrad_scratch(const nn_conv_dims *d)
 {
-    return (size_t)w4k_slices(d) * w4k_uf(d) + W4_POS * (w4k_ps(d->C) + w4k_ps(d->K)) + 16;
+    return w4k_off(d) + (size_t)w4k_slices(d) * w4k_uf(d) + W4_POS * (w4k_ps(d->C) + w4k_ps(d->K)) +
+           16;
 }
 
 /* Z[p][i][k] for tiles t0 + i, i < tb, K channels (zero past nt, OH and
@@ -483,7 +496,7 @@ static void w4k_slice_task(void *arg, int s, int tid)
 {
     const wi_job *j = arg;
     const size_t uf = w4k_uf(j->d);
-    float *A = j->scratch + (size_t)tid * j->stride;
+    float *A = j->scratch + (size_t)tid * j->stride + w4k_off(j->d);
     float *V = A + (size_t)j->S * uf, *Z = V + W4_POS * w4k_ps(j->d->C);
     float *dU = A + (size_t)s * uf;
     j->su[s] = dU;

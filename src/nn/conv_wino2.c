@@ -64,6 +64,7 @@ static size_t u_ps(int C, int K)
 size_t nn_wi2_scratch(const nn_conv_dims *d, bool wgrad)
 {
     size_t tb = (size_t)wino_tb(d->C, d->K), S = wgrad ? nn_wi2_slices(d) : 1;
+    if (wgrad && tb < WI_WG_TB) tb = WI_WG_TB; /* the weight gradient's V and Z */
     return S * u_floats(d->C, d->K) + WI_POS * (tb * (wi_r16(d->C) + wi_r16(d->K)) + 16) + 16;
 }
 
@@ -199,15 +200,15 @@ static void u_row(const wi_job *j, float *U, int r)
 
 /* ---- portable kernels ------------------------------------------------------ */
 
-/* V[pos][i][c] for tiles t0 + i, i < TB (zero past the last tile), of the
- * channels c in [c0, c1) (the weight gradient's channel groups; the rest of
- * V's rows of Cs floats is not written). */
-void nn_wi2_in_port(const wi_job *j, float *V, int t0, int nt, int c0, int c1)
+/* V[pos][i][c] for tiles t0 + i, i < rows (zero past the last tile), of
+ * the channels c in [c0, c1) (the weight gradient's channel groups; the
+ * rest of V's rows of Cs floats is not written). */
+void nn_wi2_in_port(const wi_job *j, float *V, int t0, int nt, int rows, int c0, int c1)
 {
     const nn_conv_dims *d = j->d;
     const int C = d->C, Cs = j->Cs;
     const size_t ps = (size_t)j->TB * Cs;
-    for (int i = 0; i < j->TB; i++) {
+    for (int i = 0; i < rows; i++) {
         if (i >= nt) {
             for (int p = 0; p < WI_POS; p++)
                 memset(V + p * ps + (size_t)i * Cs + c0, 0, sizeof(float) * (c1 - c0));
@@ -243,7 +244,7 @@ void nn_wi2_in_port(const wi_job *j, float *V, int t0, int nt, int c0, int c1)
 /* V[pos][i][Cs] for tiles t0 + i, i < TB (zero past the last tile). */
 static void in_port(const wi_job *j, float *V, int t0, int nt)
 {
-    nn_wi2_in_port(j, V, t0, nt, 0, j->Cs);
+    nn_wi2_in_port(j, V, t0, nt, j->TB, 0, j->Cs);
 }
 
 /* M[pos][i][Ks] = V[pos][i][0, C) U[pos][0, C)[Ks], c in increasing order. */
@@ -296,13 +297,13 @@ static void out_port(const wi_job *j, const float *M, int t0, int nt)
 /* ---- AVX-512 kernels ------------------------------------------------------ */
 
 #if WI_X86
-AVX512 void nn_wi2_in_simd(const wi_job *j, float *V, int t0, int nt, int c0, int c1)
+AVX512 void nn_wi2_in_simd(const wi_job *j, float *V, int t0, int nt, int rows, int c0, int c1)
 {
     const nn_conv_dims *d = j->d;
     const int C = d->C, Cs = j->Cs, H = d->H, W = d->W;
     const size_t ps = (size_t)j->TB * Cs;
     const __m512 z = _mm512_setzero_ps();
-    for (int i = 0; i < j->TB; i++) {
+    for (int i = 0; i < rows; i++) {
         if (i >= nt) {
             for (int p = 0; p < WI_POS; p++)
                 for (int c = c0; c < c1; c += 16)
@@ -348,7 +349,7 @@ AVX512 void nn_wi2_in_simd(const wi_job *j, float *V, int t0, int nt, int c0, in
 
 AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
 {
-    nn_wi2_in_simd(j, V, t0, nt, 0, j->Cs);
+    nn_wi2_in_simd(j, V, t0, nt, j->TB, 0, j->Cs);
 }
 
 /* MR tiles x NV vectors of M at one position: sum over c < C in order. */

@@ -36,20 +36,21 @@ int nn_wi2_slices(const nn_conv_dims *d)
  * order, block by block, into its own dU; then dU = dU_0 + dU_1 + ... in
  * slice order and the G^T (.) G transform, by input channel. */
 
-/* Z[pos][i][Ks] for tiles t0 + i, i < nt (zero past them, and past OH, OW). */
+/* Z[pos][i][Ks] for tiles t0 + i, i < nt (zero past OH, OW; the rows from
+ * nt on are not written: the sums read the first nt). */
 static void z_port(const wi_job *j, float *Z, int t0, int nt)
 {
     const nn_conv_dims *d = j->d;
     const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
     const size_t ps = (size_t)j->TB * Ks;
-    for (int i = 0; i < j->TB; i++) {
+    for (int i = 0; i < nt; i++) {
         int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
         for (int k = 0; k < Ks; k++) {
             float y[2][2], q[2][4];
             for (int a = 0; a < 2; a++)
                 for (int b = 0; b < 2; b++) {
                     int oh = 2 * ty + a, ow = 2 * tx + b;
-                    bool in = i < nt && k < K && oh < d->OH && ow < d->OW;
+                    bool in = k < K && oh < d->OH && ow < d->OW;
                     y[a][b] = in ? j->dy[(((size_t)n * d->OH + oh) * d->OW + ow) * K + k] : 0.0f;
                 }
             for (int a = 0; a < 2; a++) {
@@ -88,19 +89,15 @@ static void wgemm_port(const wi_job *j, float *dU, const float *V, const float *
 }
 
 #if WI_X86
+/* z_port with AVX-512 */
 AVX512 static void z_simd(const wi_job *j, float *Z, int t0, int nt)
 {
     const nn_conv_dims *d = j->d;
     const int K = d->K, Ks = j->Ks, per = j->TH * j->TW;
     const size_t ps = (size_t)j->TB * Ks;
     const __m512 z0 = _mm512_setzero_ps();
-    for (int i = 0; i < j->TB; i++) {
+    for (int i = 0; i < nt; i++) {
         float *z = Z + (size_t)i * Ks;
-        if (i >= nt) {
-            for (int p = 0; p < WI_POS; p++)
-                for (int k = 0; k < Ks; k += 16) _mm512_storeu_ps(z + p * ps + k, z0);
-            continue;
-        }
         int t = t0 + i, n = t / per, r = t - n * per, ty = r / j->TW, tx = r - ty * j->TW;
         bool ok[2][2];
         for (int a = 0; a < 2; a++)
@@ -245,18 +242,23 @@ static void wslice_task(void *arg, int q, int tid)
     float *dU = A + (size_t)s * u_floats(j->d->C, j->d->K);
     j->su[q] = dU;
     nn_pool_block(j->NT, j->S, s, &a, &e);
-    for (int t0 = a; t0 < e; t0 += j->TB) {
-        int nt = e - t0 < j->TB ? e - t0 : j->TB;
-        wi_prefetch_next(j, t0, nt, j->TB);
+    /* the slice's tiles in nb near-equal blocks of at most TB (WI_WG_TB) */
+    const int nb = (e - a + j->TB - 1) / j->TB;
+    for (int b = 0; b < nb; b++) {
+        int t0, t1;
+        nn_pool_block(e - a, nb, b, &t0, &t1);
+        t0 += a, t1 += a;
+        int nt = t1 - t0;
+        wi_prefetch_next(j, t0, nt, nt);
 #if WI_X86
         if (j->simd) {
-            nn_wi2_in_simd(j, V, t0, nt, c0, c1);
+            nn_wi2_in_simd(j, V, t0, nt, nt, c0, c1);
             z_simd(j, Z, t0, nt);
             wgemm_simd(j, dU, V, Z, nt, t0 > a, c0, c1);
             continue;
         }
 #endif
-        nn_wi2_in_port(j, V, t0, nt, c0, c1);
+        nn_wi2_in_port(j, V, t0, nt, nt, c0, c1);
         z_port(j, Z, t0, nt);
         wgemm_port(j, dU, V, Z, nt, t0 > a, c0, c1);
     }
@@ -381,6 +383,7 @@ void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
     float *su[WI_MAX_SLICES];
     wi_tile(&w.j);
     nn_wi_f2.setup(&w.j);
+    w.j.TB = WI_WG_TB; /* V's and Z's rows apart (nn_wi2_scratch's room) */
     w.j.S = nn_wi2_slices(d), w.j.su = su;
     w.G = wgrad_groups(w.j.S, w.j.Cs, nn_pool_threads(pool));
     nn_pool_for(pool, w.j.S * w.G, wslice_task, &w);

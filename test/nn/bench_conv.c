@@ -5,7 +5,7 @@
  * also counts other processes). Built with the tests, not registered as one.
  *
  *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [--threads T] [--acc]
- *              [--mean] [--cold MB] [filter ...]
+ *              [--mean] [--cold MB] [--hash] [filter ...]
  * Default: batch 8 and 32, every layer; a filter keeps the layers whose name
  * contains it. Each pass counts 2*N*OH*OW*K*KH*KW*C flops; the best of the
  * repetitions (at least 2, until --min-time CPU seconds) is reported, with %
@@ -30,7 +30,10 @@
  * --cold MB: before each repetition, write and read back MB megabytes
  * (untimed), so that the pass finds none of its data in the caches: the
  * opposite bound to the best repetition, which finds all of it there (see
- * docs/mpi-facts.md, "resnet-20's convolutions inside the model"). */
+ * docs/mpi-facts.md, "resnet-20's convolutions inside the model").
+ * --hash: also a hash (FNV-1a of the bytes) of each pass's output after its
+ * last repetition: y, dw, dx (the inputs are fixed by a seed, so equal hashes
+ * from two binaries or thread counts mean the same bits; without --acc). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +102,15 @@ static const layer layers[] = {
 static double peak_gflops;
 static bool acc_dx;    /* --acc */
 static bool show_mean; /* --mean */
+static bool show_hash; /* --hash */
+
+static unsigned long long fnv(const float *v, size_t n)
+{
+    unsigned long long h = 1469598103934665603ull;
+    const unsigned char *b = (const unsigned char *)v;
+    for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* 12 independent accumulator chains: enough to keep two FMA pipes with a
@@ -269,9 +281,11 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
     char idle[3][64];
     const int which[3] = {PASS_FWD, PASS_WGRAD, PASS_BWD};
     double best[3], *mean[3] = {&mf, &mw, &mb};
+    unsigned long long hash[3];
     for (int k = 0; k < 3; k++) {
         memset(&split, 0, sizeof split);
         best[k] = time_pass(&r, which[k], min_time, mean[k]);
+        hash[k] = k == 0 ? fnv(r.y, r.ny) : k == 1 ? fnv(r.dw, nw) : fnv(r.dx, nx);
         snprintf(idle[k], sizeof idle[k], "%ld tasks in %ld loops, idle %.1f%%", split.tasks,
                  split.loops, 100 * split_median());
     }
@@ -288,6 +302,8 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
                "%.2f), wgrad %7.2f ms\n",
                "", 1e3 * mf, 1e3 * mb, 1e3 * tb, 1e3 * mw);
     if (T > 1) printf("%-32s      fwd %s | bwd %s | wgrad %s\n", "", idle[0], idle[2], idle[1]);
+    if (show_hash)
+        printf("%-32s      hash: y %016llx dw %016llx dx %016llx\n", "", hash[0], hash[1], hash[2]);
     fflush(stdout);
     free(r.x), free(r.w), free(r.y), free(r.dy), free(r.dx), free(r.dw), free(r.scratch);
 }
@@ -320,6 +336,8 @@ int main(int argc, char **argv)
             memset(cold_buf, 0, sizeof(float) * cold_floats);
         } else if (strcmp(argv[i], "--mean") == 0) {
             show_mean = true;
+        } else if (strcmp(argv[i], "--hash") == 0) {
+            show_hash = true;
         } else if (strcmp(argv[i], "--acc") == 0) {
             acc_dx = true;
         } else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {

@@ -94,9 +94,16 @@ NN_CLONES static void u_16(float u[WI_POS][16], float g[9][16])
 }
 
 #if WI_X86
+/* The 8 floats of half q of a 16-float vector, widened to double. */
+AVX512 static INLINE __m512d half_pd(__m512 v, int q)
+{
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), q)));
+}
+
 /* u_16 with AVX-512 (the same operations in the same order: additions and
- * halvings in double, rounded once), stored into U[p * ps] */
-AVX512 static void u_16_simd(float *U, size_t ps, float g[9][16])
+ * halvings in double, rounded once) of the taps' 16 kernels g[tap], stored
+ * into U[p * ps] */
+AVX512 static INLINE void u_16_vec(float *U, size_t ps, const __m512 g[9])
 {
     const __m512d h = _mm512_set1_pd(0.5);
     __m512d t[4][3][2];
@@ -104,9 +111,7 @@ AVX512 static void u_16_simd(float *U, size_t ps, float g[9][16])
     for (int q = 0; q < 2; q++)
 #pragma GCC unroll 3
         for (int b = 0; b < 3; b++) {
-            __m512d g0 = _mm512_cvtps_pd(_mm256_loadu_ps(g[b] + 8 * q)),
-                    g1 = _mm512_cvtps_pd(_mm256_loadu_ps(g[3 + b] + 8 * q)),
-                    g2 = _mm512_cvtps_pd(_mm256_loadu_ps(g[6 + b] + 8 * q));
+            __m512d g0 = half_pd(g[b], q), g1 = half_pd(g[3 + b], q), g2 = half_pd(g[6 + b], q);
             t[0][b][q] = g0;
             t[1][b][q] = _mm512_mul_pd(h, _mm512_add_pd(_mm512_add_pd(g0, g1), g2));
             t[2][b][q] = _mm512_mul_pd(h, _mm512_add_pd(_mm512_sub_pd(g0, g1), g2));
@@ -130,6 +135,27 @@ AVX512 static void u_16_simd(float *U, size_t ps, float g[9][16])
                                                 _mm256_castps_pd(o[b][1]), 1));
     }
 }
+
+/* u_16_vec of g[tap][16] */
+AVX512 static void u_16_simd(float *U, size_t ps, float g[9][16])
+{
+    __m512 v[9];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; t++) v[t] = _mm512_loadu_ps(g[t]);
+    u_16_vec(U, ps, v);
+}
+
+/* u_16_vec of the forward's 16 kernels k0 + [0, 16) of input channel c:
+ * tap t's at w + t C K, loaded in place (zero past K: mask m) instead of
+ * gathered into g[9][16] a float at a time, which took as long as the
+ * transform (res4's 4 MB U, built on each thread: 0.25-0.7 ms per pass) */
+AVX512 static void u_16_simd_w(float *U, size_t ps, const float *w, size_t tap, __mmask16 m)
+{
+    __m512 v[9];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; t++) v[t] = _mm512_maskz_loadu_ps(m, w + t * tap);
+    u_16_vec(U, ps, v);
+}
 #endif
 
 /* Task r of U: forward, row c = r of every position (16 k at a time, read
@@ -143,15 +169,16 @@ static void u_row(const wi_job *j, float *U, int r)
     if (!j->flip) {
         for (int k0 = 0; k0 < K; k0 += 16) {
             int m = K - k0 < 16 ? K - k0 : 16;
-            for (int t = 0; t < 9; t++)
-                for (int i = 0; i < 16; i++)
-                    g[t][i] = i < m ? j->w[((size_t)t * C + r) * K + k0 + i] : 0.0f;
 #if WI_X86
             if (j->simd) {
-                u_16_simd(U + (size_t)r * Ks + k0, u_ps(C, K), g);
+                u_16_simd_w(U + (size_t)r * Ks + k0, u_ps(C, K), j->w + (size_t)r * K + k0,
+                            (size_t)C * K, (__mmask16)((1u << m) - 1));
                 continue;
             }
 #endif
+            for (int t = 0; t < 9; t++)
+                for (int i = 0; i < 16; i++)
+                    g[t][i] = i < m ? j->w[((size_t)t * C + r) * K + k0 + i] : 0.0f;
             u_16(u, g);
             for (int p = 0; p < WI_POS; p++)
                 memcpy(U + p * u_ps(C, K) + (size_t)r * Ks + k0, u[p], sizeof(float) * 16);

@@ -21,8 +21,9 @@
  * splitting a layer (duplicated packing or padding, caches shared by the
  * threads), measurable on a loaded machine where wall time is not; then
  * each pass's tasks and loops and the threads' idle time at the loops'
- * ends, in % of T x the loops' wall time (the imbalance of the last tasks;
- * run it under chrt -f 1 on a shared machine).
+ * ends, in % of T x the loops' wall time (the imbalance of the last tasks),
+ * and the best repetition's wall time (run it under chrt -f 1 on a shared
+ * machine).
  * --acc: the input gradient adds into dx, as for a tensor with two
  * consumers in a model (ResNet's block outputs, Inception's branches).
  * --mean: also the mean of the repetitions (a model's profile is a mean;
@@ -210,6 +211,7 @@ static struct {
     long loops, tasks;
     int n;
     double frac[SPLIT_REPS];
+    double wall; /* the best repetition's wall seconds */
 } split;
 
 static int cmp_double(const void *a, const void *b)
@@ -231,12 +233,14 @@ static double time_pass(run *r, int which, double min_time, double *mean)
     pass(r, which);
     double best = 1e30, spent = 0;
     int rep = 0;
+    split.wall = 1e30;
     for (; rep < 2 || spent < min_time; rep++) {
         if (cold_floats) evict();
         nn_pool_stats_set(r->pool, true);
-        double t0 = pst_thread_cpu();
+        double t0 = pst_thread_cpu(), w0 = pst_now();
         pass(r, which);
-        double t = pst_thread_cpu() - t0;
+        double t = pst_thread_cpu() - t0, wt = pst_now() - w0;
+        if (wt < split.wall) split.wall = wt;
         if (r->pool) {
             /* the workers' task time; the caller's wait at the loops' ends out */
             nn_pool_stats st = nn_pool_stats_read(r->pool);
@@ -278,7 +282,7 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
     r.scratch = rand_buf(r.stride * T, &rng);
     double flops = 2.0 * N * d.OH * d.OW * (double)d.K * d.KH * d.KW * d.C;
     double mf, mw, mb;
-    char idle[3][64];
+    char idle[3][96];
     const int which[3] = {PASS_FWD, PASS_WGRAD, PASS_BWD};
     double best[3], *mean[3] = {&mf, &mw, &mb};
     unsigned long long hash[3];
@@ -286,8 +290,8 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
         memset(&split, 0, sizeof split);
         best[k] = time_pass(&r, which[k], min_time, mean[k]);
         hash[k] = k == 0 ? fnv(r.y, r.ny) : k == 1 ? fnv(r.dw, nw) : fnv(r.dx, nx);
-        snprintf(idle[k], sizeof idle[k], "%ld tasks in %ld loops, idle %.1f%%", split.tasks,
-                 split.loops, 100 * split_median());
+        snprintf(idle[k], sizeof idle[k], "%ld tasks in %ld loops, idle %.1f%%, wall %.2f ms",
+                 split.tasks, split.loops, 100 * split_median(), 1e3 * split.wall);
     }
     double tf = best[0], tw = best[1], tb = best[2];
     double td = tb - tw;

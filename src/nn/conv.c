@@ -444,20 +444,24 @@ static void (*dgrad_fast_setup(conv_job *j, nn_pool *pool, int *ntasks))(void *,
     return nn_cv_dgrad_fast_task;
 }
 
-/* One loop of the weight gradient's nw fast tasks and the input gradient's
- * tasks, cut into P parts (the pool's threads), part p = the weight
- * gradient's block p then the input gradient's block p: the weight
- * gradient of the small 14x14 and 28x28 layers is 8 tasks of ~0.6 ms, and
- * alone in its loop the thread that finished first waited at its end
- * (resnet-50 batch 8 on 2 threads: 5-7 ms of thread time per step); now
- * it takes the input gradient's small tasks meanwhile. The two write
- * different buffers and read only dy, x and w (the fast weight-gradient
- * tasks use no per-thread scratch; the input gradient's tasks use only
- * their thread's front area, the partials and the shared padding lie
- * after it), so the order of the tasks changes no result. */
+/* One loop of the weight gradient's nw fast tasks (wfn: in place or
+ * shared padding, or channel ranges) and the fast input gradient's tasks,
+ * cut into P parts (the pool's threads), part p = the weight gradient's
+ * block p then the input gradient's block p: the weight gradient of the
+ * small 14x14 and 28x28 layers is 8 tasks of ~0.6 ms, and alone in its
+ * loop the thread that finished first waited at its end (resnet-50 batch
+ * 8 on 2 threads: 5-7 ms of thread time per step); now it takes the input
+ * gradient's small tasks meanwhile. The two write different buffers and
+ * read only dy, x and w. Per-thread scratch: the in-place and shared-pad
+ * weight-gradient tasks use none; the channel-range tasks and the input
+ * gradient's use their thread's front area below fast_pad_floats (the
+ * flipped kernel lies after it, the partials and the shared padding after
+ * the front area), one task at a time, and a channel-range task marks the
+ * area as holding no padded group (the input gradient's tag). So the order
+ * of the tasks changes no result. */
 typedef struct fused_job {
     conv_job *j;
-    void (*dfn)(void *, int, int);
+    void (*wfn)(void *, int, int), (*dfn)(void *, int, int);
     int nw, nd, P;
 } fused_job;
 
@@ -473,14 +477,14 @@ static void fused_task(void *arg, int task, int tid)
     }
     int k = task - w0 - d0;
     if (k < w1 - w0)
-        nn_cv_wgrad_fast_task(f->j, w0 + k, tid);
+        f->wfn(f->j, w0 + k, tid);
     else
         f->dfn(f->j, d0 + k - (w1 - w0), tid);
 }
 
-static void backward_fused(conv_job *j, int nw, nn_pool *pool)
+static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, nn_pool *pool)
 {
-    fused_job f = {.j = j, .nw = nw, .P = nn_pool_threads(pool)};
+    fused_job f = {.j = j, .wfn = wfn, .nw = nw, .P = nn_pool_threads(pool)};
     f.dfn = dgrad_fast_setup(j, pool, &f.nd);
     conv_for(pool, nw + f.nd, fused_task, &f);
     if (j->S > 1) {
@@ -523,7 +527,7 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             j.nr = wgrad_row_blocks(d, j.S, j.kbg);
             const int nkb = (K + 63) / 64, nw = j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg);
             if (dinp && fast_dgrad_ok(d) && !nn_wino_dgrad_ok(d)) {
-                backward_fused(&j, nw, pool);
+                backward_fused(&j, nn_cv_wgrad_fast_task, nw, pool);
                 return;
             }
             conv_for(pool, nw, nn_cv_wgrad_fast_task, &j);
@@ -531,6 +535,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             j.nch = wgrad_chan_blocks(d, j.S), j.padf = fast_pad_floats(d);
             j.kbg = wgrad_chan_kb(d);
             const int nkg = ((K + 63) / 64 + j.kbg - 1) / j.kbg;
+            if (dinp && fast_dgrad_ok(d) && !nn_wino_dgrad_ok(d)) {
+                backward_fused(&j, nn_cv_wgrad_chan_task, j.S * j.nch * nkg, pool);
+                return;
+            }
             conv_for(pool, j.S * j.nch * nkg, nn_cv_wgrad_chan_task, &j);
         }
     } else if (conv_is_pointwise(d)) {

@@ -256,6 +256,10 @@ void nn_cv_wgrad_chan_task(void *arg, int task, int tid)
     const int G = j->padf / img > 1 ? (int)(j->padf / img) : 1;
     float *target = (s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K) + (size_t)c0 * d->K;
     float *pad = job_front(j, tid);
+    /* the padded area no longer holds a group of images for the input
+     * gradient's tasks (which run in the same loop: conv.c's
+     * backward_fused) */
+    *job_tag(j, tid) = -1;
     for (int n0 = a; n0 < e; n0 += G) {
         int ng = e - n0 < G ? e - n0 : G;
         for (int i = 0; i < ng; i++)

@@ -252,8 +252,12 @@ static void w4_out_task(void *arg, int c, int tid)
     w4_out_row(j->out, j->su, j->S, c);
 }
 
-void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
-                  nn_pool *pool, float *scratch, size_t stride)
+/* The F(4x4) weight gradient's two loops: the S slices (each its tiles'
+ * dU), then dw from their sum, nrows tasks (by input channel) of out_task. */
+static void w4_wgrad_run(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                         nn_pool *pool, float *scratch, size_t stride, int S,
+                         void (*slice_task)(void *, int, int), int nrows,
+                         void (*out_task)(void *, int, int))
 {
     wi_job j = {.d = d,
                 .inp = inp,
@@ -264,9 +268,16 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
                 .v = &nn_wi_f4};
     float *su[WI_MAX_SLICES];
     wi_tile(&j);
-    j.S = w4_slices(d), j.su = su;
-    nn_pool_for(pool, j.S, w4_slice_task, &j);
-    nn_pool_for(pool, 16, w4_out_task, &j);
+    j.S = S, j.su = su;
+    nn_pool_for(pool, j.S, slice_task, &j);
+    nn_pool_for(pool, nrows, out_task, &j);
+}
+
+void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                  nn_pool *pool, float *scratch, size_t stride)
+{
+    w4_wgrad_run(dw, dout, inp, d, pool, scratch, stride, w4_slices(d), w4_slice_task, 16,
+                 w4_out_task);
 }
 
 /* ---- 32 to 64 channels ---------------------------------------------------
@@ -536,16 +547,6 @@ static void w4k_out_task(void *arg, int c, int tid)
 void nn_wi4k_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                    nn_pool *pool, float *scratch, size_t stride)
 {
-    wi_job j = {.d = d,
-                .inp = inp,
-                .dy = dout,
-                .out = dw,
-                .scratch = scratch,
-                .stride = stride,
-                .v = &nn_wi_f4};
-    float *su[WI_MAX_SLICES];
-    wi_tile(&j);
-    j.S = w4k_slices(d), j.su = su;
-    nn_pool_for(pool, j.S, w4k_slice_task, &j);
-    nn_pool_for(pool, d->C, w4k_out_task, &j);
+    w4_wgrad_run(dw, dout, inp, d, pool, scratch, stride, w4k_slices(d), w4k_slice_task, d->C,
+                 w4k_out_task);
 }

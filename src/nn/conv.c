@@ -522,25 +522,24 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             memset(j.shared + (size_t)d->N * img_floats(d), 0, sizeof(float) * CONV_SLACK);
             conv_for(pool, d->N, nn_cv_wgrad_pad_task, &j);
         }
+        void (*wfn)(void *, int, int);
+        int nw;
         if ((unpadded(d) && !strided_pointwise(d) && !wgrad_chan_unpadded(d)) || j.shared) {
             j.kbg = wgrad_kb_group(d, j.S);
             j.nr = wgrad_row_blocks(d, j.S, j.kbg);
-            const int nkb = (K + 63) / 64, nw = j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg);
-            if (dinp && fast_dgrad_ok(d) && !nn_wino_dgrad_ok(d)) {
-                backward_fused(&j, nn_cv_wgrad_fast_task, nw, pool);
-                return;
-            }
-            conv_for(pool, nw, nn_cv_wgrad_fast_task, &j);
+            const int nkb = (K + 63) / 64;
+            wfn = nn_cv_wgrad_fast_task, nw = j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg);
         } else {
             j.nch = wgrad_chan_blocks(d, j.S), j.padf = fast_pad_floats(d);
             j.kbg = wgrad_chan_kb(d);
             const int nkg = ((K + 63) / 64 + j.kbg - 1) / j.kbg;
-            if (dinp && fast_dgrad_ok(d) && !nn_wino_dgrad_ok(d)) {
-                backward_fused(&j, nn_cv_wgrad_chan_task, j.S * j.nch * nkg, pool);
-                return;
-            }
-            conv_for(pool, j.S * j.nch * nkg, nn_cv_wgrad_chan_task, &j);
+            wfn = nn_cv_wgrad_chan_task, nw = j.S * j.nch * nkg;
         }
+        if (dinp && fast_dgrad_ok(d) && !nn_wino_dgrad_ok(d)) {
+            backward_fused(&j, wfn, nw, pool); /* the reduction too */
+            return;
+        }
+        conv_for(pool, nw, wfn, &j);
     } else if (conv_is_pointwise(d)) {
         j.nr = point_wgrad_row_blocks(d, j.S);
         conv_for(pool, j.S * j.nr, nn_cv_wgrad_point_task, &j);

@@ -182,9 +182,6 @@ static size_t clamp_z(size_t x, size_t lo, size_t hi)
     return x < lo ? lo : x > hi ? hi : x;
 }
 
-/* Whether b at offset off and the placed o give each float they share to
- * the same thread (always when one of them is not constrained: not per
- * image, as the batch norms' statistics, or large). */
 /* Buffers of at most NN_PLAN_THREAD_FLOATS per thread: what a thread writes
  * of a larger one has left its caches before a later layer writes those
  * bytes again, and constraining them grew resnet-50's arena (224x224,
@@ -194,6 +191,9 @@ static bool constrained(const nn_buf *b, int T)
     return b->img && b->floats <= (size_t)T * NN_PLAN_THREAD_FLOATS;
 }
 
+/* Whether b at offset off and the placed o give each float they share to
+ * the same thread (always when one of them is not constrained: not per
+ * image, as the batch norms' statistics, or large). */
 static bool same_threads(const nn_buf *b, size_t off, const nn_buf *o, int T, int B)
 {
     if (!constrained(b, T) || !constrained(o, T)) return true;

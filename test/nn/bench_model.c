@@ -4,7 +4,8 @@
  * tests, not registered as one (a benchmark, not a check).
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
- *               [--threads T] [--predict P] [--rerun] [--loops K] [--unplanned] [model ...]
+ *               [--threads T] [--predict P] [--rerun] [--loops K] [--unplanned]
+ *               [--compare-threads T1,T2,...] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 the img/s by CPU time counts the calling
  * thread only: the wall-time figures need an otherwise idle machine. The
@@ -32,7 +33,26 @@
  * --unplanned: every activation buffer gets its own bytes (the layout of
  * bench_memory --unplanned) instead of the plan's shared arena: whether
  * reusing memory across layers costs (caches, or lines another thread
- * wrote last). */
+ * wrote last).
+ * --compare-threads T1,T2,... (2-8 thread counts; replaces the report
+ * above): one model per thread count in this process (each its own pool;
+ * same seed, same batches), and their steps interleaved: round s runs step s
+ * of every model, in the list's order in even rounds and reversed in odd
+ * ones (A B B A ... for two), each step (train step and optimizer) timed in
+ * wall time. The machine's speed drifts by 10-20% over minutes here, so the
+ * ratio of two separate runs is mostly noise; within a round the models see
+ * the same machine. Prints per thread count the step time's best, quartiles
+ * and max and the img/s of the median and best step; per thread count after
+ * the first, the ratios of medians and of bests against the first and the
+ * distribution of the per-round ratios. --warmup W untimed rounds first,
+ * then --steps S timed ones. The models compute the same bits whatever T
+ * (docs/design.md §11): every step's loss, and at the end the parameters and
+ * the optimizer slots, are compared bitwise; a difference is fatal (exit 1).
+ * Each step starts with the caches as the other model's step left them and
+ * a pool's workers asleep (they sleep 0.5 ms after a loop): a few tens of
+ * microseconds per step that back-to-back steps of one model do not pay.
+ * --perturb (a test's seeded defect): flips the lowest bit of the last
+ * model's last parameter before the comparison, which must then fail. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +71,7 @@ static int (*const main_fn)(int, char **) = main;
 static int warmup = 20, classes = 10, predict = 2; /* --warmup, --classes, --predict */
 static bool rerun;                                 /* --rerun */
 static bool unplanned;                             /* --unplanned */
+static bool perturb;                               /* --perturb */
 static int show_loops = 12;                        /* --loops */
 #define WINDOW 20
 
@@ -143,6 +164,140 @@ static void print_loops(const nn_pool_kind *kinds, int nk, int64_t steps, int T)
     free(k);
 }
 
+/* ---- --compare-threads: one model per thread count, steps interleaved ---- */
+
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* q-quantile of sorted v[0..n) (linear between neighbours) */
+static double quant(const double *v, int n, double q)
+{
+    double i = q * (n - 1);
+    int lo = (int)i;
+    return lo + 1 < n ? v[lo] + (i - lo) * (v[lo + 1] - v[lo]) : v[n - 1];
+}
+
+typedef struct cmp_run {
+    nn_model *m;
+    float *slots;
+    double *t; /* wall seconds of each timed step */
+} cmp_run;
+
+static void compare(const char *name, int batch, int steps, int h, int w, int c, const int *tl,
+                    int nt)
+{
+    size_t per = (size_t)h * w * c;
+    int nbatches = 8;
+    float *x = pst_aligned_alloc(sizeof(float) * nbatches * batch * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * nbatches * batch);
+    nn_rng r;
+    nn_rng_seed(&r, 99);
+    for (size_t i = 0; i < (size_t)nbatches * batch * per; i++) x[i] = (float)nn_rng_normal(&r);
+    for (int i = 0; i < nbatches * batch; i++)
+        y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)classes);
+    opt_cfg oc = opt_defaults(OPT_MOMENTUM);
+    cmp_run *run = pst_calloc((size_t)nt, sizeof(cmp_run));
+    size_t size = 0;
+    char list[128] = "";
+    for (int k = 0; k < nt; k++) {
+        nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, tl[k]};
+        pst_err e;
+        if (nn_model_new(&run[k].m, &cfg, &e) < 0) pst_die("%s", e.msg);
+        if (unplanned) nn_model_set_layout(run[k].m, NN_LAYOUT_PRIVATE);
+        size = nn_model_size(run[k].m);
+        run[k].slots = pst_aligned_alloc(sizeof(float) * size);
+        opt_init_slots(&oc, run[k].slots, size, size);
+        run[k].t = pst_malloc(sizeof(double) * (size_t)steps);
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%d", k ? "," : "", tl[k]);
+    }
+    printf("compare %s batch %d %dx%dx%d classes %d: threads %s, %d warm-up + %d timed steps "
+           "each, interleaved (forward and reverse order in alternate rounds)\n",
+           name, batch, h, w, c, classes, list, warmup, steps);
+    fflush(stdout);
+    /* round s runs step s of every model: in order 0..nt-1 in even rounds,
+     * reversed in odd ones (ABBA for two), so that a drift of the machine's
+     * speed and a position in the round weigh on every configuration alike */
+    float loss0 = 0;
+    for (int s = 0; s < warmup + steps; s++) {
+        int b = s % nbatches;
+        for (int i = 0; i < nt; i++) {
+            int k = s % 2 ? nt - 1 - i : i;
+            nn_model *m = run[k].m;
+            float *p = nn_model_params(m), *g = nn_model_grads(m);
+            double a = pst_now();
+            float loss = nn_model_train_step(m, x + (size_t)b * batch * per, y + (size_t)b * batch,
+                                             batch, s, NULL);
+            nn_model_opt_apply(m, &oc, 0.01f, s + 1, p, g, run[k].slots, size, size);
+            nn_model_apply_state(m, p, g, 0, size);
+            double t = pst_now() - a;
+            if (s >= warmup) run[k].t[s - warmup] = t;
+            /* the determinism rule: every thread count gives the same bits */
+            if (i == 0)
+                loss0 = loss;
+            else if (memcmp(&loss, &loss0, sizeof loss) != 0)
+                pst_die("compare %s: step %d's loss differs: threads %d %.9g, threads %d %.9g",
+                        name, s, tl[k], (double)loss, tl[s % 2 ? nt - 1 : 0], (double)loss0);
+        }
+    }
+    /* per-round ratios of the first configuration's step time to each other's */
+    double *ratio = pst_malloc(sizeof(double) * (size_t)steps);
+    double med0 = 0, best0 = 0;
+    for (int k = 0; k < nt; k++) {
+        if (k > 0)
+            for (int s = 0; s < steps; s++) ratio[s] = run[0].t[s] / run[k].t[s];
+        double *t = run[k].t;
+        qsort(t, (size_t)steps, sizeof(double), dcmp);
+        double med = quant(t, steps, 0.5), best = t[0];
+        printf("  threads %d: step ms best %.3f q1 %.3f median %.3f q3 %.3f max %.3f; img/s median "
+               "%.0f best %.0f\n",
+               tl[k], 1e3 * best, 1e3 * quant(t, steps, 0.25), 1e3 * med,
+               1e3 * quant(t, steps, 0.75), 1e3 * t[steps - 1], batch / med, batch / best);
+        if (k == 0) {
+            med0 = med, best0 = best;
+            /* the sorted times are no longer per round: ratios come first */
+            continue;
+        }
+        qsort(ratio, (size_t)steps, sizeof(double), dcmp);
+        printf("  speedup threads %d / threads %d: median/median %.3fx  best/best %.3fx  per round "
+               "min %.3f q1 %.3f median %.3f q3 %.3f max %.3f\n",
+               tl[k], tl[0], med0 / med, best0 / best, ratio[0], quant(ratio, steps, 0.25),
+               quant(ratio, steps, 0.5), quant(ratio, steps, 0.75), ratio[steps - 1]);
+    }
+    if (perturb) { /* the test's seeded defect: the last model's last parameter */
+        float *pl = nn_model_params(run[nt - 1].m);
+        uint32_t u;
+        memcpy(&u, &pl[size - 1], sizeof u);
+        u ^= 1;
+        memcpy(&pl[size - 1], &u, sizeof u);
+    }
+    /* the models saw the same batches in the same order: the same bits */
+    const float *p0 = nn_model_params(run[0].m);
+    for (int k = 1; k < nt; k++) {
+        const float *pk = nn_model_params(run[k].m);
+        for (size_t i = 0; i < size; i++)
+            if (memcmp(&p0[i], &pk[i], sizeof(float)) != 0)
+                pst_die("compare %s: parameters differ after %d steps: threads %d and %d at "
+                        "float %zu (%.9g, %.9g)",
+                        name, warmup + steps, tl[0], tl[k], i, (double)p0[i], (double)pk[i]);
+        if (memcmp(run[0].slots, run[k].slots, sizeof(float) * size) != 0)
+            pst_die("compare %s: optimizer slots differ after %d steps: threads %d and %d", name,
+                    warmup + steps, tl[0], tl[k]);
+    }
+    printf("  bitwise equal: threads %s, parameters and optimizer slots (%zu floats) and every "
+           "step's loss after %d steps\n",
+           list, size, warmup + steps);
+    fflush(stdout);
+    for (int k = 0; k < nt; k++) {
+        free(run[k].slots), free(run[k].t);
+        nn_model_free(run[k].m);
+    }
+    free(run), free(ratio), free(x), free(y);
+}
+
 static void bench(const char *name, int batch, int steps, int h, int w, int c, int threads)
 {
     nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, threads};
@@ -222,7 +377,8 @@ int main(int argc, char **argv)
 {
     pst_set_progname("bench_model");
     nn_blis_init();
-    int batch = 64, steps = 300, h = 28, w = 28, c = 1, threads = 1, nmodels = 0;
+    int batch = 64, steps = 300, h = 28, w = 28, c = 1, threads = 1, nmodels = 0, ncmp = 0;
+    int cmp[8];
     const char *models[8];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
@@ -243,6 +399,14 @@ int main(int argc, char **argv)
             rerun = true;
         } else if (strcmp(argv[i], "--loops") == 0 && i + 1 < argc) {
             if (pst_parse_int(argv[++i], &show_loops) < 0 || show_loops < 0) pst_die("bad --loops");
+        } else if (strcmp(argv[i], "--compare-threads") == 0 && i + 1 < argc) {
+            char *list = argv[++i], *save = NULL;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+                if (ncmp == 8 || pst_parse_int(t, &cmp[ncmp++]) < 0 || cmp[ncmp - 1] < 1)
+                    pst_die("bad --compare-threads, want a list of 2-8 thread counts: 1,2");
+            if (ncmp < 2) pst_die("bad --compare-threads, want a list of 2-8 thread counts: 1,2");
+        } else if (strcmp(argv[i], "--perturb") == 0) {
+            perturb = true;
         } else if (strcmp(argv[i], "--unplanned") == 0) {
             unplanned = true;
         } else if (nmodels < 8) {
@@ -251,6 +415,10 @@ int main(int argc, char **argv)
     }
     if (!nmodels)
         models[0] = "mlp", models[1] = "lenet5", models[2] = "inception-mini", nmodels = 3;
-    for (int i = 0; i < nmodels; i++) bench(models[i], batch, steps, h, w, c, threads);
+    for (int i = 0; i < nmodels; i++)
+        if (ncmp)
+            compare(models[i], batch, steps, h, w, c, cmp, ncmp);
+        else
+            bench(models[i], batch, steps, h, w, c, threads);
     return 0;
 }

@@ -211,11 +211,22 @@ static void w4_slice_task(void *arg, int s, int tid)
 /* G^T dU G for 16 kernels of one input channel, in double, rounded once:
  * position p's sums at su[s][p * ps + o], the S slices added in slice
  * order; tap (r, t) of the result to dw[(3 r + t) * tap_stride]. Both
- * weight gradients' last step (w4_out_row, w4k_out_row). */
+ * weight gradients' last step (w4_out_row, w4k_out_row).
+ *
+ * The next 16 kernels' sums (at o + 16, while below end) are requested
+ * first: the S x 36 lines a call reads are ps floats apart, which the
+ * hardware prefetchers do not follow, and on two threads half of them
+ * are in the other core's cache (each slice is summed by the thread that
+ * ran it), ~225 ns a line (docs/mpi-facts.md): the 64 -> 64 reduction at
+ * 7x7, batch 64, took each of two threads as long as one thread the whole
+ * (bench_conv, rdtsc). A hint only: the sums do not change. */
 static INLINE void w4_gtg16(float *dw, size_t tap_stride, float *const *su, int S, size_t o,
-                            size_t ps)
+                            size_t ps, size_t end)
 {
     double m[W4_POS][16], q[6][3][16];
+    if (o + 16 < end)
+        for (int s = 0; s < S; s++)
+            for (int p = 0; p < W4_POS; p++) __builtin_prefetch(su[s] + p * ps + o + 16, 0, 3);
     for (int p = 0; p < W4_POS; p++) {
         const size_t e = p * ps + o;
         for (int i = 0; i < 16; i++) m[p][i] = su[0][e + i];
@@ -242,7 +253,7 @@ static INLINE void w4_gtg16(float *dw, size_t tap_stride, float *const *su, int 
  * G^T dU G, in double, rounded once */
 NN_CLONES static void w4_out_row(float *dw, float *const *su, int S, int c)
 {
-    w4_gtg16(dw + (size_t)c * 16, 256, su, S, (size_t)c * 16, 256);
+    w4_gtg16(dw + (size_t)c * 16, 256, su, S, (size_t)c * 16, 256, 256);
 }
 
 static void w4_out_task(void *arg, int c, int tid)
@@ -534,7 +545,8 @@ static void w4k_slice_task(void *arg, int s, int tid)
 NN_CLONES static void w4k_out_row(float *dw, float *const *su, int S, int C, int K, int c)
 {
     for (int k0 = 0; k0 < K; k0 += 16)
-        w4_gtg16(dw + (size_t)c * K + k0, (size_t)C * K, su, S, (size_t)c * K + k0, w4k_dps(C, K));
+        w4_gtg16(dw + (size_t)c * K + k0, (size_t)C * K, su, S, (size_t)c * K + k0, w4k_dps(C, K),
+                 (size_t)C * K);
 }
 
 static void w4k_out_task(void *arg, int c, int tid)

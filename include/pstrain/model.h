@@ -170,5 +170,14 @@ void nn_model_profile_report(nn_model *m, FILE *out);
  * the preceding layers left (bench_model --rerun). The second backward is
  * checked bitwise against the first; results are those of one call. */
 void nn_model_set_profile_rerun(nn_model *m, bool on);
+/* Wall-time-only profiling (bench_model --compare-threads --layers): while
+ * times is not NULL, train_step writes each layer's wall seconds into
+ * times[2 i] (forward of layer i) and times[2 i + 1] (backward), overwriting
+ * them every step (times: 2 * layers doubles, owned by the caller), and no
+ * other profiling runs: no CPU-time reads (a system call of some 5 us on
+ * the machine of docs/design.md section 11) and no pool statistics, only
+ * two reads of the wall clock per pass. NULL: off. Not together with
+ * nn_model_set_profiling. */
+void nn_model_set_profile_wall(nn_model *m, double *times);
 
 #endif

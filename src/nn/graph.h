@@ -207,6 +207,7 @@ struct nn_model {
     int profile_threads; /* predict this many threads (0: no prediction) */
     bool profile_rerun;  /* convolutions run twice, the second time timed apart */
     float *rerun_buf;    /* its snapshots: grads, then 2 of the largest input gradient */
+    double *profile_wall; /* nn_model_set_profile_wall: [2 * nlayers] wall seconds, or NULL */
     int64_t profiled_steps;
     bool failed; /* a builder failed; err holds why */
     pst_err *err;

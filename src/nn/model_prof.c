@@ -1,9 +1,11 @@
 /*
  * model_prof.c - the profiling of a model's steps: the marks model.c puts
  * around every layer's pass (model_prof.h), the convolutions' reruns
- * (nn_model_set_profile_rerun) and the report (nn_model_profile_report;
+ * (nn_model_set_profile_rerun), the wall-time-only mode
+ * (nn_model_set_profile_wall) and the report (nn_model_profile_report;
  * bench_model prints it). Moved out of model.c unchanged.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +93,10 @@ static void rerun_bwd(nn_model *m, nn_layer *l, int n, nn_prof_mark *r)
 
 void nn_prof_begin(nn_model *m, nn_layer *l, int n, bool bwd, nn_prof_mark *k)
 {
+    if (m->profile_wall) { /* wall time only (nn_model_set_profile_wall) */
+        k->wall = pst_now();
+        return;
+    }
     bool rerun = bwd && m->profile_rerun && l->ops == &nn_conv_ops;
     memset(k, 0, sizeof *k);
     if (rerun) rerun_before(m, l, n, k); /* clears k too */
@@ -102,6 +108,10 @@ void nn_prof_begin(nn_model *m, nn_layer *l, int n, bool bwd, nn_prof_mark *k)
 
 void nn_prof_end_fwd(nn_model *m, nn_layer *l, int n, bool train, const nn_prof_mark *k)
 {
+    if (m->profile_wall) {
+        m->profile_wall[2 * (l - m->layers)] = pst_now() - k->wall;
+        return;
+    }
     par_end(m, k, &l->par[0]);
     nn_pool_prof p1 = nn_pool_prof_read();
     l->t_fwd += pst_thread_cpu() - k->t0 - (p1.clock - k->p0.clock);
@@ -117,6 +127,10 @@ void nn_prof_end_fwd(nn_model *m, nn_layer *l, int n, bool train, const nn_prof_
 
 void nn_prof_end_bwd(nn_model *m, nn_layer *l, int n, nn_prof_mark *k)
 {
+    if (m->profile_wall) {
+        m->profile_wall[2 * (l - m->layers) + 1] = pst_now() - k->wall;
+        return;
+    }
     par_end(m, k, &l->par[1]);
     nn_pool_prof p1 = nn_pool_prof_read();
     l->t_bwd += pst_thread_cpu() - k->t0 - (p1.clock - k->p0.clock);
@@ -137,6 +151,13 @@ void nn_model_set_profiling(nn_model *m, bool on)
 {
     m->profile = on;
     profile_pool(m);
+}
+
+void nn_model_set_profile_wall(nn_model *m, double *times)
+{
+    assert(!times || !m->profile || m->profile_wall); /* not with nn_model_set_profiling */
+    m->profile_wall = times;
+    m->profile = times != NULL; /* model.c's marks; the pool's statistics stay off */
 }
 
 void nn_model_set_profile_rerun(nn_model *m, bool on)

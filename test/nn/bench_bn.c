@@ -10,8 +10,11 @@
  * Each call reads one of several rotating buffer sets (at least 48 MB in
  * all, so that a call finds its tensors out of the caches, as a layer
  * mostly does). One thread: thread CPU time per call (best and median of
- * R); T > 1: wall time per call and the threads' idle time in the loops
- * (the pool's statistics: T x wall - busy, summed over the call's loops).
+ * R); T > 1: wall time per call with the pool's statistics off, beside the
+ * wall time of the same call on the caller alone (interleaved, pair by
+ * pair, on the next buffer set: the speedup without the drift of separate
+ * runs), and in separate calls the threads' idle time in the loops (the
+ * pool's statistics: T x wall - busy, summed over the call's loops).
  * Variants: f (forward + ReLU), fa (forward + fused add + ReLU), b
  * (backward + ReLU), ba (backward of the fused add + ReLU, the addend's
  * gradient written), b2 (backward + ReLU, the gradient in two parts). */
@@ -86,6 +89,18 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* One call of variant v on set q: thread CPU time (one thread) or wall
+ * time (T > 1, the pool's statistics off: their clock reads cost some 5 us
+ * each here, more than a small layer's loop) in us. */
+static double timed(nn_pool *pool, double *red, set *q, const params *p, int M, int C, int v)
+{
+    int T = nn_pool_threads(pool);
+    double w0 = pst_now(), c0 = pst_thread_cpu();
+    run(pool, red, q, p, M, C, v);
+    double w1 = pst_now(), c1 = pst_thread_cpu();
+    return 1e6 * (T > 1 ? w1 - w0 : c1 - c0);
+}
+
 static void bench(nn_pool *pool, int N, int H, int W, int C, int reps)
 {
     int M = N * H * W, T = nn_pool_threads(pool);
@@ -97,43 +112,52 @@ static void bench(nn_pool *pool, int N, int H, int W, int C, int reps)
     params p = {vec(C, 1, 1.5f), vec(C, 1, 0), vec(C, 1, 0), vec(C, 0.5f, 1.0f)};
     double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
     double *t = pst_malloc(sizeof(double) * reps), *idle = pst_malloc(sizeof(double) * reps);
+    double *t1 = pst_malloc(sizeof(double) * reps), *ratio = pst_malloc(sizeof(double) * reps);
     printf("%dx%dx%dx%d  M %d  blocks %d  threads %d  sets %d\n", N, H, W, C, M, nn_bn_blocks(M, C),
            T, nsets);
     for (int v = 0; v < V_NV; v++) {
         int fwd = v == V_BA ? V_FA : V_F;
         for (int k = 0; k < nsets; k++) run(pool, red, &s[k], &p, M, C, fwd);
-        for (int r = -2; r < reps; r++) {
-            set *q = &s[(r + 2) % nsets];
-            if (T > 1) nn_pool_stats_set(pool, true);
-            nn_pool_enter(pool);
-            double w0 = pst_now(), c0 = pst_thread_cpu();
-            run(pool, red, q, &p, M, C, v);
-            double w1 = pst_now(), c1 = pst_thread_cpu();
-            nn_pool_leave(pool);
+        /* T > 1: each rep also runs the call on the caller alone (wall
+         * time), alternately before and after the T-thread call, on the
+         * next set: the same machine for both, so the ratio of the two is
+         * not the drift of separate runs */
+        for (int r = -2, k = 0; r < reps; r++) {
+            double a = 0, b;
+            if (T > 1 && r % 2) a = timed(NULL, red, &s[k++ % nsets], &p, M, C, v);
+            b = timed(pool, red, &s[k++ % nsets], &p, M, C, v);
+            if (T > 1 && !(r % 2)) a = timed(NULL, red, &s[k++ % nsets], &p, M, C, v);
             if (r < 0) continue;
-            t[r] = 1e6 * (T > 1 ? w1 - w0 : c1 - c0);
-            idle[r] = 0;
-            if (T > 1) {
+            t[r] = b;
+            if (T > 1) t1[r] = a, ratio[r] = a / b;
+        }
+        if (T > 1) /* the idle thread time in separate calls, the statistics on */
+            for (int r = 0; r < reps; r++) {
+                nn_pool_stats_set(pool, true);
+                run(pool, red, &s[r % nsets], &p, M, C, v);
                 nn_pool_stats ps = nn_pool_stats_read(pool);
                 double busy = 0;
                 for (int i = 0; i < T; i++) busy += ps.busy[i];
                 idle[r] = 1e6 * (T * ps.wall - busy);
                 nn_pool_stats_set(pool, false);
             }
-        }
-        double med_idle = 0;
-        if (T > 1) {
-            qsort(idle, (size_t)reps, sizeof(double), cmp_d);
-            med_idle = idle[reps / 2];
-        }
         qsort(t, (size_t)reps, sizeof(double), cmp_d);
         printf("  %-3s %s best %8.1f us  median %8.1f us", vname[v], T > 1 ? "wall" : "cpu ", t[0],
                t[reps / 2]);
-        if (T > 1) printf("  idle (median) %7.1f us", med_idle);
+        if (T > 1) {
+            qsort(idle, (size_t)reps, sizeof(double), cmp_d);
+            qsort(t1, (size_t)reps, sizeof(double), cmp_d);
+            qsort(ratio, (size_t)reps, sizeof(double), cmp_d);
+            printf("  1 thread best %8.1f median %8.1f  speedup median/median %.2fx (per pair "
+                   "q1 %.2f median %.2f q3 %.2f)  idle (median, statistics on) %7.1f us",
+                   t1[0], t1[reps / 2], t1[reps / 2] / t[reps / 2], ratio[reps / 4],
+                   ratio[reps / 2], ratio[3 * reps / 4], idle[reps / 2]);
+        }
         printf("\n");
     }
     for (int k = 0; k < nsets; k++) set_free(&s[k]);
     free(s), free(p.g), free(p.b), free(p.mm), free(p.mv), free(red), free(t), free(idle);
+    free(t1), free(ratio);
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n)
@@ -225,6 +249,9 @@ int main(int argc, char **argv)
     nn_pool *pool = NULL;
     pst_err e;
     if (threads > 1 && nn_pool_new(&pool, threads, &e) < 0) pst_die("%s", e.msg);
+    /* the caller pinned once for the whole run, as a model's step is (not
+     * per call: pinning takes system calls that a layer does not pay) */
+    nn_pool_enter(pool);
     for (int i = 0; i < nshapes; i++) {
         if (shapes[i][3] > NN_BN_MAX_C || shapes[i][0] * shapes[i][1] * shapes[i][2] < 2)
             pst_die("bench_bn: shape %d: at most %d channels, at least 2 rows", i, NN_BN_MAX_C);
@@ -233,6 +260,7 @@ int main(int argc, char **argv)
         else
             bench(pool, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], reps);
     }
+    nn_pool_leave(pool);
     nn_pool_free(pool);
     return 0;
 }

@@ -5,7 +5,7 @@
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
  *               [--threads T] [--predict P] [--rerun] [--loops K] [--unplanned]
- *               [--compare-threads T1,T2,...] [model ...]
+ *               [--compare-threads T1,T2,... [--layers]] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 the img/s by CPU time counts the calling
  * thread only: the wall-time figures need an otherwise idle machine. The
@@ -51,6 +51,13 @@
  * Each step starts with the caches as the other model's step left them and
  * a pool's workers asleep (they sleep 0.5 ms after a loop): a few tens of
  * microseconds per step that back-to-back steps of one model do not pay.
+ * --layers (with --compare-threads): also per layer and direction the
+ * median wall time of each thread count over the timed steps, the first's
+ * over each other's, and the sums of those medians by kind of layer: what
+ * the per-layer profile above gives, without its clock reads (a thread CPU
+ * time read is a 5 us system call here, pool statistics read two per loop
+ * and thread) and interleaved (nn_model_set_profile_wall: two wall-clock
+ * reads per pass). Results are the same bits (compared as above).
  * --perturb (a test's seeded defect): flips the lowest bit of the last
  * model's last parameter before the comparison, which must then fail. */
 #include <stdint.h>
@@ -72,6 +79,7 @@ static int warmup = 20, classes = 10, predict = 2; /* --warmup, --classes, --pre
 static bool rerun;                                 /* --rerun */
 static bool unplanned;                             /* --unplanned */
 static bool perturb;                               /* --perturb */
+static bool layers;                                /* --layers */
 static int show_loops = 12;                        /* --loops */
 #define WINDOW 20
 
@@ -183,8 +191,78 @@ static double quant(const double *v, int n, double q)
 typedef struct cmp_run {
     nn_model *m;
     float *slots;
-    double *t; /* wall seconds of each timed step */
+    double *t;    /* wall seconds of each timed step */
+    double *cur;  /* --layers: this step's [2 * layers] (nn_model_set_profile_wall) */
+    double *hist; /* --layers: [timed steps][2 * layers] */
 } cmp_run;
+
+/* --layers: per layer and direction the median wall time of each thread
+ * count, the first's against each other's; then the sums of the medians by
+ * kind of layer and over all layers. */
+static void print_layers(const cmp_run *run, const int *tl, int nt, int steps)
+{
+    const nn_model *m0 = run[0].m;
+    int L = m0->nlayers;
+    double *v = pst_malloc(sizeof(double) * (size_t)steps);
+    double *med = pst_calloc((size_t)nt * 2 * L, sizeof(double));
+    for (int k = 0; k < nt; k++)
+        for (int i = 0; i < 2 * L; i++) {
+            for (int s = 0; s < steps; s++) v[s] = run[k].hist[(size_t)s * 2 * L + i];
+            qsort(v, (size_t)steps, sizeof(double), dcmp);
+            med[(size_t)k * 2 * L + i] = quant(v, steps, 0.5);
+        }
+    printf("  per layer, median wall us of the %d timed steps (threads %d first, then each "
+           "other thread count and the first's time over its):\n",
+           steps, tl[0]);
+    printf("  %-28s %-10s %9s", "layer", "kind", "fwd");
+    for (int k = 1; k < nt; k++) printf(" %9s %6s", "fwd", "x");
+    printf(" %9s", "bwd");
+    for (int k = 1; k < nt; k++) printf(" %9s %6s", "bwd", "x");
+    printf("\n");
+    const char *kinds[64];
+    int nkinds = 0;
+    double *bykind = pst_calloc((size_t)64 * nt * 2, sizeof(double));
+    for (int i = 0; i < L; i++) {
+        const nn_layer *l = &m0->layers[i];
+        int q = 0;
+        while (q < nkinds && strcmp(kinds[q], l->ops->kind) != 0) q++;
+        if (q == nkinds && nkinds < 63) kinds[nkinds++] = l->ops->kind;
+        double any = 0;
+        for (int k = 0; k < nt; k++)
+            for (int d = 0; d < 2; d++) {
+                double x = med[(size_t)k * 2 * L + 2 * i + d];
+                any += x;
+                bykind[((size_t)q * nt + k) * 2 + d] += x;
+            }
+        if (any <= 0) continue; /* no pass of its own (fused) */
+        printf("  %-28s %-10s", l->name, l->ops->kind);
+        for (int d = 0; d < 2; d++) {
+            double a = med[2 * i + d];
+            printf(" %9.1f", 1e6 * a);
+            for (int k = 1; k < nt; k++) {
+                double b = med[(size_t)k * 2 * L + 2 * i + d];
+                printf(" %9.1f %5.2fx", 1e6 * b, b > 0 ? a / b : 0.0);
+            }
+        }
+        printf("\n");
+    }
+    double *all = pst_calloc((size_t)nt * 2, sizeof(double));
+    for (int q = 0; q < nkinds + 1; q++) {
+        const double *r = q < nkinds ? bykind + (size_t)q * nt * 2 : all;
+        if (q < nkinds)
+            for (int k = 0; k < 2 * nt; k++) all[k] += r[k];
+        printf("  %-28s %-10s", q < nkinds ? "sum of medians" : "sum of medians, all",
+               q < nkinds ? kinds[q] : "");
+        for (int d = 0; d < 2; d++) {
+            printf(" %9.1f", 1e6 * r[d]);
+            for (int k = 1; k < nt; k++)
+                printf(" %9.1f %5.2fx", 1e6 * r[k * 2 + d],
+                       r[k * 2 + d] > 0 ? r[d] / r[k * 2 + d] : 0.0);
+        }
+        printf("\n");
+    }
+    free(all), free(bykind), free(med), free(v);
+}
 
 static void compare(const char *name, int batch, int steps, int h, int w, int c, const int *tl,
                     int nt)
@@ -211,6 +289,12 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
         run[k].slots = pst_aligned_alloc(sizeof(float) * size);
         opt_init_slots(&oc, run[k].slots, size, size);
         run[k].t = pst_malloc(sizeof(double) * (size_t)steps);
+        if (layers) {
+            size_t L2 = 2 * (size_t)run[k].m->nlayers;
+            run[k].cur = pst_calloc(L2, sizeof(double));
+            run[k].hist = pst_calloc(L2 * (size_t)steps, sizeof(double));
+            nn_model_set_profile_wall(run[k].m, run[k].cur);
+        }
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%d", k ? "," : "", tl[k]);
     }
@@ -235,6 +319,11 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
             nn_model_apply_state(m, p, g, 0, size);
             double t = pst_now() - a;
             if (s >= warmup) run[k].t[s - warmup] = t;
+            if (s >= warmup && layers) {
+                size_t L2 = 2 * (size_t)m->nlayers;
+                memcpy(run[k].hist + L2 * (size_t)(s - warmup), run[k].cur, sizeof(double) * L2);
+                memset(run[k].cur, 0, sizeof(double) * L2);
+            }
             /* the determinism rule: every thread count gives the same bits */
             if (i == 0)
                 loss0 = loss;
@@ -267,6 +356,7 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
                tl[k], tl[0], med0 / med, best0 / best, ratio[0], quant(ratio, steps, 0.25),
                quant(ratio, steps, 0.5), quant(ratio, steps, 0.75), ratio[steps - 1]);
     }
+    if (layers) print_layers(run, tl, nt, steps);
     if (perturb) { /* the test's seeded defect: the last model's last parameter */
         float *pl = nn_model_params(run[nt - 1].m);
         uint32_t u;
@@ -292,7 +382,7 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
            list, size, warmup + steps);
     fflush(stdout);
     for (int k = 0; k < nt; k++) {
-        free(run[k].slots), free(run[k].t);
+        free(run[k].slots), free(run[k].t), free(run[k].cur), free(run[k].hist);
         nn_model_free(run[k].m);
     }
     free(run), free(ratio), free(x), free(y);
@@ -405,6 +495,8 @@ int main(int argc, char **argv)
                 if (ncmp == 8 || pst_parse_int(t, &cmp[ncmp++]) < 0 || cmp[ncmp - 1] < 1)
                     pst_die("bad --compare-threads, want a list of 2-8 thread counts: 1,2");
             if (ncmp < 2) pst_die("bad --compare-threads, want a list of 2-8 thread counts: 1,2");
+        } else if (strcmp(argv[i], "--layers") == 0) {
+            layers = true;
         } else if (strcmp(argv[i], "--perturb") == 0) {
             perturb = true;
         } else if (strcmp(argv[i], "--unplanned") == 0) {

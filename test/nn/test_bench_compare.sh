@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_model --compare-threads on small models for a few interleaved steps:
 # the per-thread-count lines, the speedup lines and the bitwise-equal line
-# are printed (no timing is checked), a seeded defect (--perturb: one bit of
+# are printed (no timing is checked), --layers prints its per-layer table
+# and keeps the bits, a seeded defect (--perturb: one bit of
 # one parameter) makes the comparison fail with exit 1 and a message, and a
 # bad list is refused.
 set -u
@@ -28,6 +29,18 @@ for t in 2 3; do
     check "speedup $t/1 line, both models" test "$(grep -cE "^  speedup threads $t / threads 1: median/median [0-9.]+x  best/best [0-9.]+x  per round min [0-9.]+ q1 [0-9.]+ median [0-9.]+ q3 [0-9.]+ max [0-9.]+$" "$tmp/out")" -eq 2
 done
 check "bitwise-equal line, both models" test "$(grep -cE "^  bitwise equal: threads 1,2,3, parameters and optimizer slots \([0-9]+ floats\) and every step's loss after 4 steps$" "$tmp/out")" -eq 2
+
+# --layers: per-layer medians (nn_model_set_profile_wall), the same bits
+"$bench" --batch 8 --warmup 1 --steps 3 --compare-threads 1,2 --layers lenet5 >"$tmp/layers" 2>&1
+st=$?
+check "--layers: exit status 0 (got $st)" test $st -eq 0
+check "--layers: header" has "$tmp/layers" "^  per layer, median wall us of the 3 timed steps \(threads 1 first"
+for l in conv1 pool1 conv2 fc1 logits; do
+    check "--layers: row $l" has "$tmp/layers" "^  $l +[a-z0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+ +[0-9.]+x$"
+done
+check "--layers: sums by kind" has "$tmp/layers" "^  sum of medians +conv2d +[0-9.]+ +[0-9.]+ +[0-9.]+x"
+check "--layers: sum of all" has "$tmp/layers" "^  sum of medians, all +[0-9.]+ +[0-9.]+ +[0-9.]+x"
+check "--layers: bitwise-equal line" has "$tmp/layers" "^  bitwise equal: threads 1,2,"
 
 # the seeded defect: the comparison must see one flipped bit
 "$bench" --batch 8 --warmup 0 --steps 2 --compare-threads 1,2 --perturb lenet5 >"$tmp/bad" 2>&1

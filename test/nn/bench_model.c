@@ -35,7 +35,9 @@
  * reusing memory across layers costs (caches, or lines another thread
  * wrote last).
  * --compare-threads T1,T2,... (2-8 thread counts; replaces the report
- * above): one model per thread count in this process (each its own pool;
+ * above; a count followed by u, as 2u: that model with --unplanned's
+ * layout, to measure what the shared arena costs or saves on T threads):
+ * one model per thread count in this process (each its own pool;
  * same seed, same batches), and their steps interleaved: round s runs step s
  * of every model, in the list's order in even rounds and reversed in odd
  * ones (A B B A ... for two), each step (train step and optimizer) timed in
@@ -199,7 +201,7 @@ typedef struct cmp_run {
 /* --layers: per layer and direction the median wall time of each thread
  * count, the first's against each other's; then the sums of the medians by
  * kind of layer and over all layers. */
-static void print_layers(const cmp_run *run, const int *tl, int nt, int steps)
+static void print_layers(const cmp_run *run, char (*lab)[8], int nt, int steps)
 {
     const nn_model *m0 = run[0].m;
     int L = m0->nlayers;
@@ -211,9 +213,9 @@ static void print_layers(const cmp_run *run, const int *tl, int nt, int steps)
             qsort(v, (size_t)steps, sizeof(double), dcmp);
             med[(size_t)k * 2 * L + i] = quant(v, steps, 0.5);
         }
-    printf("  per layer, median wall us of the %d timed steps (threads %d first, then each "
+    printf("  per layer, median wall us of the %d timed steps (threads %s first, then each "
            "other thread count and the first's time over its):\n",
-           steps, tl[0]);
+           steps, lab[0]);
     printf("  %-28s %-10s %9s", "layer", "kind", "fwd");
     for (int k = 1; k < nt; k++) printf(" %9s %6s", "fwd", "x");
     printf(" %9s", "bwd");
@@ -265,7 +267,7 @@ static void print_layers(const cmp_run *run, const int *tl, int nt, int steps)
 }
 
 static void compare(const char *name, int batch, int steps, int h, int w, int c, const int *tl,
-                    int nt)
+                    const bool *tu, int nt)
 {
     size_t per = (size_t)h * w * c;
     int nbatches = 8;
@@ -279,12 +281,12 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
     opt_cfg oc = opt_defaults(OPT_MOMENTUM);
     cmp_run *run = pst_calloc((size_t)nt, sizeof(cmp_run));
     size_t size = 0;
-    char list[128] = "";
+    char list[128] = "", lab[8][8];
     for (int k = 0; k < nt; k++) {
         nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, tl[k]};
         pst_err e;
         if (nn_model_new(&run[k].m, &cfg, &e) < 0) pst_die("%s", e.msg);
-        if (unplanned) nn_model_set_layout(run[k].m, NN_LAYOUT_PRIVATE);
+        if (unplanned || tu[k]) nn_model_set_layout(run[k].m, NN_LAYOUT_PRIVATE);
         size = nn_model_size(run[k].m);
         run[k].slots = pst_aligned_alloc(sizeof(float) * size);
         opt_init_slots(&oc, run[k].slots, size, size);
@@ -296,7 +298,8 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
             nn_model_set_profile_wall(run[k].m, run[k].cur);
         }
         size_t l = strlen(list);
-        snprintf(list + l, sizeof list - l, "%s%d", k ? "," : "", tl[k]);
+        snprintf(lab[k], sizeof lab[k], "%d%s", tl[k], tu[k] ? "u" : "");
+        snprintf(list + l, sizeof list - l, "%s%s", k ? "," : "", lab[k]);
     }
     printf("compare %s batch %d %dx%dx%d classes %d: threads %s, %d warm-up + %d timed steps "
            "each, interleaved (forward and reverse order in alternate rounds)\n",
@@ -328,8 +331,8 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
             if (i == 0)
                 loss0 = loss;
             else if (memcmp(&loss, &loss0, sizeof loss) != 0)
-                pst_die("compare %s: step %d's loss differs: threads %d %.9g, threads %d %.9g",
-                        name, s, tl[k], (double)loss, tl[s % 2 ? nt - 1 : 0], (double)loss0);
+                pst_die("compare %s: step %d's loss differs: threads %s %.9g, threads %s %.9g",
+                        name, s, lab[k], (double)loss, lab[s % 2 ? nt - 1 : 0], (double)loss0);
         }
     }
     /* per-round ratios of the first configuration's step time to each other's */
@@ -341,9 +344,9 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
         double *t = run[k].t;
         qsort(t, (size_t)steps, sizeof(double), dcmp);
         double med = quant(t, steps, 0.5), best = t[0];
-        printf("  threads %d: step ms best %.3f q1 %.3f median %.3f q3 %.3f max %.3f; img/s median "
+        printf("  threads %s: step ms best %.3f q1 %.3f median %.3f q3 %.3f max %.3f; img/s median "
                "%.0f best %.0f\n",
-               tl[k], 1e3 * best, 1e3 * quant(t, steps, 0.25), 1e3 * med,
+               lab[k], 1e3 * best, 1e3 * quant(t, steps, 0.25), 1e3 * med,
                1e3 * quant(t, steps, 0.75), 1e3 * t[steps - 1], batch / med, batch / best);
         if (k == 0) {
             med0 = med, best0 = best;
@@ -351,12 +354,12 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
             continue;
         }
         qsort(ratio, (size_t)steps, sizeof(double), dcmp);
-        printf("  speedup threads %d / threads %d: median/median %.3fx  best/best %.3fx  per round "
+        printf("  speedup threads %s / threads %s: median/median %.3fx  best/best %.3fx  per round "
                "min %.3f q1 %.3f median %.3f q3 %.3f max %.3f\n",
-               tl[k], tl[0], med0 / med, best0 / best, ratio[0], quant(ratio, steps, 0.25),
+               lab[k], lab[0], med0 / med, best0 / best, ratio[0], quant(ratio, steps, 0.25),
                quant(ratio, steps, 0.5), quant(ratio, steps, 0.75), ratio[steps - 1]);
     }
-    if (layers) print_layers(run, tl, nt, steps);
+    if (layers) print_layers(run, lab, nt, steps);
     if (perturb) { /* the test's seeded defect: the last model's last parameter */
         float *pl = nn_model_params(run[nt - 1].m);
         uint32_t u;
@@ -370,12 +373,12 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
         const float *pk = nn_model_params(run[k].m);
         for (size_t i = 0; i < size; i++)
             if (memcmp(&p0[i], &pk[i], sizeof(float)) != 0)
-                pst_die("compare %s: parameters differ after %d steps: threads %d and %d at "
+                pst_die("compare %s: parameters differ after %d steps: threads %s and %s at "
                         "float %zu (%.9g, %.9g)",
-                        name, warmup + steps, tl[0], tl[k], i, (double)p0[i], (double)pk[i]);
+                        name, warmup + steps, lab[0], lab[k], i, (double)p0[i], (double)pk[i]);
         if (memcmp(run[0].slots, run[k].slots, sizeof(float) * size) != 0)
-            pst_die("compare %s: optimizer slots differ after %d steps: threads %d and %d", name,
-                    warmup + steps, tl[0], tl[k]);
+            pst_die("compare %s: optimizer slots differ after %d steps: threads %s and %s", name,
+                    warmup + steps, lab[0], lab[k]);
     }
     printf("  bitwise equal: threads %s, parameters and optimizer slots (%zu floats) and every "
            "step's loss after %d steps\n",
@@ -469,6 +472,7 @@ int main(int argc, char **argv)
     nn_blis_init();
     int batch = 64, steps = 300, h = 28, w = 28, c = 1, threads = 1, nmodels = 0, ncmp = 0;
     int cmp[8];
+    bool cmpu[8];
     const char *models[8];
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
@@ -491,9 +495,13 @@ int main(int argc, char **argv)
             if (pst_parse_int(argv[++i], &show_loops) < 0 || show_loops < 0) pst_die("bad --loops");
         } else if (strcmp(argv[i], "--compare-threads") == 0 && i + 1 < argc) {
             char *list = argv[++i], *save = NULL;
-            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                size_t n = strlen(t);
+                if (ncmp < 8) cmpu[ncmp] = n > 1 && t[n - 1] == 'u';
+                if (ncmp < 8 && cmpu[ncmp]) t[n - 1] = 0; /* "2u": unplanned */
                 if (ncmp == 8 || pst_parse_int(t, &cmp[ncmp++]) < 0 || cmp[ncmp - 1] < 1)
                     pst_die("bad --compare-threads, want a list of 2-8 thread counts: 1,2");
+            }
             if (ncmp < 2) pst_die("bad --compare-threads, want a list of 2-8 thread counts: 1,2");
         } else if (strcmp(argv[i], "--layers") == 0) {
             layers = true;
@@ -509,7 +517,7 @@ int main(int argc, char **argv)
         models[0] = "mlp", models[1] = "lenet5", models[2] = "inception-mini", nmodels = 3;
     for (int i = 0; i < nmodels; i++)
         if (ncmp)
-            compare(models[i], batch, steps, h, w, c, cmp, ncmp);
+            compare(models[i], batch, steps, h, w, c, cmp, cmpu, ncmp);
         else
             bench(models[i], batch, steps, h, w, c, threads);
     return 0;

@@ -30,17 +30,19 @@ for t in 2 3; do
 done
 check "bitwise-equal line, both models" test "$(grep -cE "^  bitwise equal: threads 1,2,3, parameters and optimizer slots \([0-9]+ floats\) and every step's loss after 4 steps$" "$tmp/out")" -eq 2
 
-# --layers: per-layer medians (nn_model_set_profile_wall), the same bits
-"$bench" --batch 8 --warmup 1 --steps 3 --compare-threads 1,2 --layers lenet5 >"$tmp/layers" 2>&1
+# --layers: per-layer medians (nn_model_set_profile_wall), the same bits;
+# and 2u: a second 2-thread model with every buffer its own bytes
+"$bench" --batch 8 --warmup 1 --steps 3 --compare-threads 1,2,2u --layers lenet5 >"$tmp/layers" 2>&1
 st=$?
 check "--layers: exit status 0 (got $st)" test $st -eq 0
 check "--layers: header" has "$tmp/layers" "^  per layer, median wall us of the 3 timed steps \(threads 1 first"
 for l in conv1 pool1 conv2 fc1 logits; do
-    check "--layers: row $l" has "$tmp/layers" "^  $l +[a-z0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+ +[0-9.]+x$"
+    check "--layers: row $l" has "$tmp/layers" "^  $l +[a-z0-9]+ +[0-9.]+( +[0-9.]+ +[0-9.]+x){2} +[0-9.]+( +[0-9.]+ +[0-9.]+x){2}$"
 done
 check "--layers: sums by kind" has "$tmp/layers" "^  sum of medians +conv2d +[0-9.]+ +[0-9.]+ +[0-9.]+x"
 check "--layers: sum of all" has "$tmp/layers" "^  sum of medians, all +[0-9.]+ +[0-9.]+ +[0-9.]+x"
-check "--layers: bitwise-equal line" has "$tmp/layers" "^  bitwise equal: threads 1,2,"
+check "2u: its line" has "$tmp/layers" "^  speedup threads 2u / threads 1: median/median"
+check "--layers: bitwise-equal line" has "$tmp/layers" "^  bitwise equal: threads 1,2,2u,"
 
 # the seeded defect: the comparison must see one flipped bit
 "$bench" --batch 8 --warmup 0 --steps 2 --compare-threads 1,2 --perturb lenet5 >"$tmp/bad" 2>&1

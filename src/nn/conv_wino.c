@@ -191,11 +191,32 @@ static void block_task(void *arg, int task, int tid)
         }
         U = A;
     }
-    int t0 = task * j->TB, nt = j->NT - t0 < j->TB ? j->NT - t0 : j->TB, s = j->simd;
+    int lo, hi, s = j->simd;
+    nn_pool_block((j->NT + j->g - 1) / j->g, j->nb, task, &lo, &hi);
+    int t0 = lo * j->g, nt = (hi * j->g < j->NT ? hi * j->g : j->NT) - t0;
     wi_prefetch_next(j, t0, nt, j->TB);
     j->v->in[s](j, V, t0, nt);
-    j->v->gemm[s](j, M, V, U);
+    j->v->gemm[s](j, M, V, U, wi_rows(j, nt));
     j->v->out[s](j, M, t0, nt);
+}
+
+/* The blocks of a call: its NT tiles in steps of g (the rows a block's
+ * products compute at once: F(2x2)'s register-tile heights, F(4x4)'s
+ * whole TB), at most TB tiles per block, the steps spread evenly over the
+ * blocks, and on T threads a multiple of T blocks where there are enough
+ * steps. Before, blocks of exactly TB tiles left the last one short but
+ * computing all TB rows (res4's 3x3 256 at batch 8: 392 tiles in 17 blocks
+ * of 24, 16 rows of zeros in the last), and T contiguous parts of
+ * unequal work (9 blocks against 8, the second thread then taking one of
+ * the first's: a block's time idle at the loop's end). Which block a tile
+ * falls in changes no output (every output sums its c in order in any
+ * block), so the blocks may follow T. */
+static int wi_blocks(const wi_job *j, int T)
+{
+    int steps = (j->NT + j->g - 1) / j->g, per = j->TB / j->g;
+    int nb = (steps + per - 1) / per;
+    if (T > 1 && nb % T && nb + T - nb % T <= steps) nb += T - nb % T;
+    return nb;
 }
 
 /* Every block task multiplies by all of U, so a U built by tasks on every
@@ -216,7 +237,7 @@ static void wino_run(wi_job *j, nn_pool *pool)
 {
     wi_tile(j);
     j->nu = j->v->setup(j);
-    int nb = (j->NT + j->TB - 1) / j->TB;
+    j->nb = wi_blocks(j, nn_pool_threads(pool));
     if (j->NT >= WI_OWN_TILES * (nn_pool_threads(pool) - 1)) {
         j->U = NULL;
         j->serial = atomic_fetch_add_explicit(&wi_calls, 1, memory_order_relaxed) + 1;
@@ -224,7 +245,7 @@ static void wino_run(wi_job *j, nn_pool *pool)
         j->U = j->scratch;
         nn_pool_for(pool, j->nu, u_task, j);
     }
-    nn_pool_for(pool, nb, block_task, j);
+    nn_pool_for(pool, j->nb, block_task, j);
 }
 
 void nn_wino_forward(float *out, const float *inp, const float *w, const float *b,

@@ -268,18 +268,19 @@ void nn_wi2_in_port(const wi_job *j, float *V, int t0, int nt, int rows, int c0,
     }
 }
 
-/* V[pos][i][Cs] for tiles t0 + i, i < TB (zero past the last tile). */
+/* V[pos][i][Cs] for tiles t0 + i, i < wi_rows (zero past the last tile). */
 static void in_port(const wi_job *j, float *V, int t0, int nt)
 {
-    nn_wi2_in_port(j, V, t0, nt, j->TB, 0, j->Cs);
+    nn_wi2_in_port(j, V, t0, nt, wi_rows(j, nt), 0, j->Cs);
 }
 
-/* M[pos][i][Ks] = V[pos][i][0, C) U[pos][0, C)[Ks], c in increasing order. */
-static void gemm_port(const wi_job *j, float *M, const float *V, const float *U)
+/* M[pos][i][Ks] = V[pos][i][0, C) U[pos][0, C)[Ks], c in increasing order,
+ * i < rows. */
+static void gemm_port(const wi_job *j, float *M, const float *V, const float *U, int rows)
 {
     const int C = j->d->C, Cs = j->Cs, Ks = j->Ks, TB = j->TB;
     for (int p = 0; p < WI_POS; p++)
-        for (int i = 0; i < TB; i++) {
+        for (int i = 0; i < rows; i++) {
             float *m = M + ((size_t)p * TB + i) * Ks;
             const float *v = V + ((size_t)p * TB + i) * Cs;
             const float *u = U + p * u_ps(C, Ks);
@@ -376,7 +377,7 @@ AVX512 void nn_wi2_in_simd(const wi_job *j, float *V, int t0, int nt, int rows, 
 
 AVX512 static void in_simd(const wi_job *j, float *V, int t0, int nt)
 {
-    nn_wi2_in_simd(j, V, t0, nt, j->TB, 0, j->Cs);
+    nn_wi2_in_simd(j, V, t0, nt, wi_rows(j, nt), 0, j->Cs);
 }
 
 /* MR tiles x NV vectors of M at one position: sum over c < C in order. */
@@ -422,7 +423,7 @@ AVX512 static void gemm_6x4(float *M, int Ks, const float *V, int Cs, const floa
     gemm_tile(6, 4, M, Ks, V, Cs, U, C);
 }
 
-static void gemm_simd(const wi_job *j, float *M, const float *V, const float *U)
+static void gemm_simd(const wi_job *j, float *M, const float *V, const float *U, int rows)
 {
     const int C = j->d->C, Cs = j->Cs, Ks = j->Ks, TB = j->TB, nv = Ks / 16;
     for (int p = 0; p < WI_POS; p++) {
@@ -430,7 +431,7 @@ static void gemm_simd(const wi_job *j, float *M, const float *V, const float *U)
         float *Mp = M + (size_t)p * TB * Ks;
         for (int v0 = 0; v0 < nv; v0 += 4) {
             int w = nv - v0 < 4 ? nv - v0 : 4, mr = w == 1 ? 24 : w == 2 ? 12 : w == 3 ? 8 : 6;
-            for (int i = 0; i < TB; i += mr) {
+            for (int i = 0; i < rows; i += mr) {
                 float *m = Mp + (size_t)i * Ks + 16 * v0;
                 const float *v = Vp + (size_t)i * Cs, *u = Up + 16 * v0;
                 if (w == 1)
@@ -493,10 +494,29 @@ AVX512 static void out_simd(const wi_job *j, const float *M, int t0, int nt)
 }
 #endif
 
+/* The least common multiple of the register-tile heights gemm_simd uses
+ * for Ks (its groups of up to 4 vectors of k: 6 rows for 4, 8 for 3, 12
+ * for 2, 24 for 1): a block computes its rows in steps of it. */
+static int f2_rows_step(int Ks)
+{
+    int nv = Ks / 16, g = 1;
+    for (int v0 = 0; v0 < nv; v0 += 4) {
+        int w = nv - v0 < 4 ? nv - v0 : 4, mr = w == 1 ? 24 : w == 2 ? 12 : w == 3 ? 8 : 6;
+        int a = g, b = mr;
+        while (b) {
+            int t = a % b;
+            a = b, b = t;
+        }
+        g = g / a * mr; /* lcm(g, mr) */
+    }
+    return g;
+}
+
 static int f2_setup(wi_job *j)
 {
     const nn_conv_dims *d = j->d;
     j->TB = wino_tb(d->C, d->K), j->Cs = wi_r16(d->C), j->Ks = wi_r16(d->K);
+    j->g = f2_rows_step(j->Ks);
     j->uf = WI_POS * u_ps(d->C, d->K), j->vf = (size_t)WI_POS * j->TB * j->Cs;
     return j->flip ? j->Ks / 16 : d->C;
 }

@@ -193,9 +193,10 @@ static void in4_port(const wi_job *j, float *V, int t0, int nt)
 /* M[p][i][k] = sum over c of V[p][i][c] U[p][c][k] in float, in two
  * chains, c = 0..C/2-1 and C/2..C-1 in order, added at the end (the
  * header says why) */
-static void gemm4_port(const wi_job *j, float *M, const float *V, const float *U)
+static void gemm4_port(const wi_job *j, float *M, const float *V, const float *U, int rows)
 {
     const int C = j->d->C, K = j->d->K, h = C / 2;
+    (void)rows; /* always W4_TB (j->g) */
     for (int p = 0; p < W4_POS; p++)
         for (int i = 0; i < W4_TB; i++) {
             float *m = M + ((size_t)p * W4_TB + i) * K, m2[64];
@@ -331,9 +332,10 @@ AVX512 static INLINE void gemm4_pos(float *m, const float *v, const float *U, in
                 gemm4_tile2(6, 2, m + (size_t)i * K + k0, K, v + (size_t)i * C, C, U + k0);
 }
 
-AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V, const float *U0)
+AVX512 static void gemm4_simd(const wi_job *j, float *M, const float *V, const float *U0, int rows)
 {
     const int C = j->d->C, K = j->d->K;
+    (void)rows; /* always W4_TB (j->g) */
     for (int p = 0; p < W4_POS; p++) {
         const float *U = U0 + p * u4_ps(C, K), *v = V + (size_t)p * W4_TB * C;
         float *m = M + (size_t)p * W4_TB * K;
@@ -420,7 +422,7 @@ size_t nn_wi4_scratch(const nn_conv_dims *d)
 static int f4_setup(wi_job *j)
 {
     const int C = j->d->C, K = j->d->K;
-    j->TB = W4_TB, j->Cs = C, j->Ks = K;
+    j->TB = j->g = W4_TB, j->Cs = C, j->Ks = K;
     j->uf = W4_POS * u4_ps(C, K), j->vf = (size_t)W4_POS * W4_TB * C;
     return C / 16; /* u4_row's blocks of 16 rows */
 }

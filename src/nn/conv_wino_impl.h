@@ -39,7 +39,9 @@ typedef struct wi_job {
     size_t stride;
     bool relu, acc, flip, simd;
     int TH, TW, NT; /* output tiles per column, per row, in all */
-    int TB, Cs, Ks; /* tiles per block, channels rounded up to 16 */
+    int TB, Cs, Ks; /* tiles per block (at most), channels rounded up to 16 */
+    int g, nb;      /* forward, input gradient: rows of V and M computed in steps of g
+                       (wi_blocks); nb blocks of whole steps */
     int S;          /* weight gradient: slices (at most WI_MAX_SLICES) */
     float **su;     /* weight gradient: slice s's sums, in the scratch of the thread that ran it */
     int nu;         /* rows of U */
@@ -49,12 +51,13 @@ typedef struct wi_job {
 } wi_job;
 
 typedef void (*wi_in_fn)(const wi_job *j, float *V, int t0, int nt);
-typedef void (*wi_gemm_fn)(const wi_job *j, float *M, const float *V, const float *U);
+/* M's first `rows` rows (a multiple of j->g, at most j->TB; F(4x4): TB) */
+typedef void (*wi_gemm_fn)(const wi_job *j, float *M, const float *V, const float *U, int rows);
 typedef void (*wi_out_fn)(const wi_job *j, const float *M, int t0, int nt);
 
 struct wi_variant {
     int m, pos; /* output tile m x m, transformed tile pos = (m + 2)^2 */
-    /* fills TB, Cs, Ks, uf, vf from j->d and returns the rows of U (F(4x4): blocks of 16) */
+    /* fills TB, g, Cs, Ks, uf, vf from j->d and returns the rows of U (F(4x4): blocks of 16) */
     int (*setup)(wi_job *j);
     /* row (block) r of U (the rows are independent; each writes its own floats) */
     void (*u_row)(const wi_job *j, float *U, int r);
@@ -74,6 +77,14 @@ static inline void wi_tile(wi_job *j)
     const int m = j->v->m;
     j->simd = WI_X86 && nn_narrow_use_simd(-1);
     j->TH = (d->OH + m - 1) / m, j->TW = (d->OW + m - 1) / m, j->NT = d->N * j->TH * j->TW;
+}
+
+/* Rows of V and M a block of nt tiles computes: nt rounded up to a
+ * multiple of j->g (at most j->TB). */
+static inline int wi_rows(const wi_job *j, int nt)
+{
+    int r = (nt + j->g - 1) / j->g * j->g;
+    return r < j->TB ? r : j->TB;
 }
 
 /* The float offset of row r (clipped to the image) of image n. */

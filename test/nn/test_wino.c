@@ -339,7 +339,8 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
 
 /* The three passes on no pool and on pools of 1, 2 and 3 threads give the
  * same bits: F(4x4)'s weight gradient of 32 to 64 channels at shapes with
- * several slices (fixed by the shapes: conv_wino4_wgrad.c's w4k_slices). */
+ * several slices (fixed by the shapes: conv_wino4_wgrad.c's w4k_slices);
+ * F(2x2)'s blocks of tiles, whose count follows T. */
 static void test_wino_threads(int N, int H, int W, int C, int K)
 {
     nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
@@ -552,6 +553,12 @@ int main(int argc, char **argv)
         test_wino(4, 30, 29, 16, 20, 1, 1, true, false);  /* 3 weight-gradient slices */
         /* res4-like: one weight-gradient slice of 128 channels */
         test_wino(2, 14, 14, 128, 96, 1, 1, false, false);
+        /* F(2x2) on 1-3 threads: blocks of whole steps of 12 (K = 96), 6
+         * (256) and 24 (80) rows, their count rounded up to a multiple of
+         * T (conv_wino.c's wi_blocks): other blocks, the same bits */
+        test_wino_threads(3, 14, 14, 128, 96);
+        test_wino_threads(2, 14, 14, 256, 256);
+        test_wino_threads(2, 9, 9, 32, 80);
         /* F(4x4) for 16 -> 16: partial tiles, paddings 0-2, several blocks */
         nn_wino_use(3);
         test_wino(2, 9, 7, 16, 16, 1, 1, true, true);

@@ -514,6 +514,10 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     j.part = job_front(&j, 0) + front_floats(d);
     j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
     if (nn_wino_wgrad_ok(d)) {
+        if (dinp && nn_wino_dgrad_ok(d)) {
+            nn_wino_backward(dw, dinp, acc, dout, inp, w, d, pool, job_front(&j, 0), stride);
+            return;
+        }
         nn_wino_wgrad(dw, dout, inp, d, pool, job_front(&j, 0), stride);
         j.S = 1; /* its slices are summed inside */
     } else if (fast_dw_ok(d)) {

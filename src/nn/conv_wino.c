@@ -5,7 +5,9 @@
  * F(2x2, 3x3) (conv_wino2.c) or F(4x4, 3x3) (conv_wino4.c), for the
  * forward and the input gradient. The weight gradients have their own
  * drivers: F(2x2)'s (conv_wino2_wgrad.c) and F(4x4)'s (conv_wino4_wgrad.c:
- * one for 16 -> 16 layers, one for 32 to 64 channels).
+ * one for 16 -> 16 layers, one for 32 to 64 channels); nn_wino_backward
+ * runs F(2x2)'s weight gradient and input gradient in one loop where both
+ * take it (conv_wino2_wgrad.c's nn_wi2_backward).
  *
  * A variant with m x m output tiles transforms each (m + 2) x (m + 2) input
  * patch (B^T d B) and each kernel (G g G^T, into U), multiplies them
@@ -143,6 +145,15 @@ bool nn_wino_dgrad_ok(const nn_conv_dims *d)
     /* the input-gradient convolution: padding 2 - P must be >= 0 */
     return nn_wino_ok(d) || (nn_wino_use(-1) != 0 && wino4_dgrad_use(d));
 }
+/* Whether the weight gradient and the input gradient are both F(2x2):
+ * then nn_wino_backward runs them in one loop (nn_wi2_backward), and the
+ * scratch has room for both (nn_wi2_bwd_scratch). */
+static bool wino_bwd_fused(const nn_conv_dims *d)
+{
+    return nn_wino_wgrad_ok(d) && !wino4_use(d) && !wino4_wgrad_use(d) && nn_wino_dgrad_ok(d) &&
+           !wino4_dgrad_use(d);
+}
+
 size_t nn_wino_scratch(const nn_conv_dims *d)
 {
     if (!nn_wino_dgrad_ok(d) && !nn_wino_wgrad_ok(d)) return 0;
@@ -150,8 +161,9 @@ size_t nn_wino_scratch(const nn_conv_dims *d)
     size_t f2 = nn_wi2_scratch(d, nn_wino_wgrad_ok(d)),
            f4 = wino4_dgrad_use(d) ? nn_wi4_scratch(d) : 0,
            w4 = wino4_wgrad_use(d) ? nn_wi4k_wgrad_scratch(d) : 0;
-    size_t m = f2 > f4 ? f2 : f4;
-    return m > w4 ? m : w4;
+    size_t m = f2 > f4 ? f2 : f4, b = wino_bwd_fused(d) ? nn_wi2_bwd_scratch(d) : 0;
+    m = m > w4 ? m : w4;
+    return m > b ? m : b;
 }
 
 void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
@@ -179,7 +191,7 @@ static void u_task(void *arg, int r, int tid)
     j->v->u_row(j, j->U, r);
 }
 
-static void block_task(void *arg, int task, int tid)
+void nn_wi_block_task(void *arg, int task, int tid)
 {
     const wi_job *j = arg;
     float *A = j->scratch + (size_t)tid * j->stride, *V = A + j->uf, *M = V + j->vf;
@@ -233,19 +245,24 @@ static int wi_blocks(const wi_job *j, int T)
  * batches, many threads): U by tasks into thread 0's scratch, as before. */
 #define WI_OWN_TILES 128
 
-static void wino_run(wi_job *j, nn_pool *pool)
+bool nn_wi_prepare(wi_job *j, int T)
 {
     wi_tile(j);
     j->nu = j->v->setup(j);
-    j->nb = wi_blocks(j, nn_pool_threads(pool));
-    if (j->NT >= WI_OWN_TILES * (nn_pool_threads(pool) - 1)) {
-        j->U = NULL;
-        j->serial = atomic_fetch_add_explicit(&wi_calls, 1, memory_order_relaxed) + 1;
-    } else {
+    j->nb = wi_blocks(j, T);
+    if (j->NT < WI_OWN_TILES * (T - 1)) return false;
+    j->U = NULL;
+    j->serial = atomic_fetch_add_explicit(&wi_calls, 1, memory_order_relaxed) + 1;
+    return true;
+}
+
+static void wino_run(wi_job *j, nn_pool *pool)
+{
+    if (!nn_wi_prepare(j, nn_pool_threads(pool))) {
         j->U = j->scratch;
         nn_pool_for(pool, j->nu, u_task, j);
     }
-    nn_pool_for(pool, j->nb, block_task, j);
+    nn_pool_for(pool, j->nb, nn_wi_block_task, j);
 }
 
 void nn_wino_forward(float *out, const float *inp, const float *w, const float *b,
@@ -264,19 +281,41 @@ void nn_wino_forward(float *out, const float *inp, const float *w, const float *
     wino_run(&j, pool);
 }
 
+/* The input gradient's job: dinp = conv(dy padded by 2 - P, flipped and
+ * transposed kernel), g the dimensions of that convolution. */
+static wi_job dgrad_job(nn_conv_dims *g, float *dinp, bool acc, const float *dout, const float *w,
+                        const nn_conv_dims *d, float *scratch, size_t stride)
+{
+    nn_conv_dims t = {d->N, d->OH, d->OW, d->K, 3, 3, 1, 1, 2 - d->PH, 2 - d->PW, d->H, d->W, d->C};
+    *g = t;
+    return (wi_job){.d = g,
+                    .inp = dout,
+                    .w = w,
+                    .out = dinp,
+                    .scratch = scratch,
+                    .stride = stride,
+                    .acc = acc,
+                    .flip = true,
+                    .v = wino4_dgrad_use(d) ? &nn_wi_f4 : &nn_wi_f2};
+}
+
 void nn_wino_dgrad(float *dinp, bool acc, const float *dout, const float *w, const nn_conv_dims *d,
                    nn_pool *pool, float *scratch, size_t stride)
 {
-    /* dinp = conv(dy padded by 2 - P, flipped and transposed kernel) */
-    nn_conv_dims g = {d->N, d->OH, d->OW, d->K, 3, 3, 1, 1, 2 - d->PH, 2 - d->PW, d->H, d->W, d->C};
-    wi_job j = {.d = &g,
-                .inp = dout,
-                .w = w,
-                .out = dinp,
-                .scratch = scratch,
-                .stride = stride,
-                .acc = acc,
-                .flip = true,
-                .v = wino4_dgrad_use(d) ? &nn_wi_f4 : &nn_wi_f2};
+    nn_conv_dims g;
+    wi_job j = dgrad_job(&g, dinp, acc, dout, w, d, scratch, stride);
     wino_run(&j, pool);
+}
+
+void nn_wino_backward(float *dw, float *dinp, bool acc, const float *dout, const float *inp,
+                      const float *w, const nn_conv_dims *d, nn_pool *pool, float *scratch,
+                      size_t stride)
+{
+    if (wino_bwd_fused(d)) {
+        nn_conv_dims g;
+        wi_job j = dgrad_job(&g, dinp, acc, dout, w, d, scratch, stride);
+        if (nn_wi2_backward(dw, &j, dout, inp, d, pool)) return;
+    }
+    nn_wino_wgrad(dw, dout, inp, d, pool, scratch, stride);
+    nn_wino_dgrad(dinp, acc, dout, w, d, pool, scratch, stride);
 }

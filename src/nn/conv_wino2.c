@@ -68,6 +68,18 @@ size_t nn_wi2_scratch(const nn_conv_dims *d, bool wgrad)
     return S * u_floats(d->C, d->K) + WI_POS * (tb * (wi_r16(d->C) + wi_r16(d->K)) + 16) + 16;
 }
 
+/* nn_wi2_backward's area per thread: the S slices' dU, the input
+ * gradient's U (the transposed convolution's: u_ps(K, C) apart), then the
+ * larger of a slice task's V and Z (WI_WG_TB rows) and a block's V and M
+ * (wino_tb rows, symmetric in C and K). */
+size_t nn_wi2_bwd_scratch(const nn_conv_dims *d)
+{
+    size_t tb = (size_t)wino_tb(d->C, d->K);
+    if (tb < WI_WG_TB) tb = WI_WG_TB;
+    return (size_t)nn_wi2_slices(d) * u_floats(d->C, d->K) + WI_POS * u_ps(d->K, d->C) +
+           WI_POS * (tb * (wi_r16(d->C) + wi_r16(d->K)) + 16) + 16;
+}
+
 /* ---- the kernel transform: U[pos][c][Ks] = G g G^T ---------------------- */
 
 /* U of 16 kernels at once: g[tap][i] (i < 16) -> u[pos][i], in double,

@@ -7,7 +7,8 @@
  * a slice's input channels into groups while slices are fewer than threads
  * (wgrad_groups: the same sums); then one task per input channel adds the
  * slices' sums in slice order and transforms them into dw. The result is
- * the same bits for every thread count.
+ * the same bits for every thread count. nn_wi2_backward runs the slice
+ * tasks in one loop with the input gradient's blocks (below).
  */
 #include <string.h>
 
@@ -201,7 +202,8 @@ static void wgemm_simd(const wi_job *j, float *dU, const float *V, const float *
 /* The weight gradient's job: the common one and its channel groups. */
 typedef struct {
     wi_job j;
-    int G; /* groups of input channels per slice (wgrad_groups) */
+    int G;     /* groups of input channels per slice (wgrad_groups) */
+    size_t vz; /* floats from a thread's area to its V and Z (after the S dU) */
 } wg_job;
 
 /* Groups of input channels whose dU rows a slice computes in separate
@@ -237,7 +239,7 @@ static void wslice_task(void *arg, int q, int tid)
     nn_pool_block(j->Cs / 16, w->G, q % w->G, &lo, &hi);
     const int c0 = 16 * lo, c1 = 16 * hi;
     float *A = j->scratch + (size_t)tid * j->stride;
-    float *V = A + (size_t)j->S * u_floats(j->d->C, j->d->K);
+    float *V = A + w->vz;
     float *Z = V + (size_t)WI_POS * j->TB * j->Cs;
     float *dU = A + (size_t)s * u_floats(j->d->C, j->d->K);
     j->su[q] = dU;
@@ -370,8 +372,8 @@ static void wout_task(void *arg, int c, int tid)
     (void)tid;
 }
 
-void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
-                  nn_pool *pool, float *scratch, size_t stride)
+static wg_job wg_setup(float *dw, const float *dout, const float *inp, const nn_conv_dims *d, int T,
+                       float *scratch, size_t stride, float **su)
 {
     wg_job w = {.j = {.d = d,
                       .inp = inp,
@@ -380,12 +382,77 @@ void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
                       .scratch = scratch,
                       .stride = stride,
                       .v = &nn_wi_f2}};
-    float *su[WI_MAX_SLICES];
     wi_tile(&w.j);
     nn_wi_f2.setup(&w.j);
     w.j.TB = WI_WG_TB; /* V's and Z's rows apart (nn_wi2_scratch's room) */
     w.j.S = nn_wi2_slices(d), w.j.su = su;
-    w.G = wgrad_groups(w.j.S, w.j.Cs, nn_pool_threads(pool));
+    w.G = wgrad_groups(w.j.S, w.j.Cs, T);
+    w.vz = (size_t)w.j.S * u_floats(d->C, d->K);
+    return w;
+}
+
+void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
+                  nn_pool *pool, float *scratch, size_t stride)
+{
+    float *su[WI_MAX_SLICES];
+    wg_job w = wg_setup(dw, dout, inp, d, nn_pool_threads(pool), scratch, stride, su);
     nn_pool_for(pool, w.j.S * w.G, wslice_task, &w);
     nn_pool_for(pool, d->C, wout_task, &w);
+}
+
+/* ---- with the input gradient ---------------------------------------------
+ * The slice tasks are few and long (res4's 3x3 256 at batch 8: one slice in
+ * 2 channel groups on 2 threads, ~2.7 ms each; res3's 3x3 128: 2 slices):
+ * alone in their loop, whatever made one finish first left the other
+ * thread idle until the loop's end. With the input gradient's blocks (the
+ * same dy, their own outputs) in the same loop, that thread takes blocks
+ * meanwhile. A thread's area holds the S slices' dU (kept until the
+ * reduction), then the input gradient's U (kept over the thread's blocks),
+ * then the transient V and Z of a slice task or V and M of a block. The
+ * tasks are ordered so that part p of the pool's T contiguous parts holds
+ * the slice tasks p of T first, then the blocks p of T (the pool's own
+ * split where both counts are multiples of T): each thread starts with its
+ * long task and ends with short ones. Which thread runs which task changes
+ * no bits: the slice sums and the blocks' outputs are computed as in
+ * separate loops. */
+typedef struct {
+    wg_job *w;
+    wi_job *g;
+    int T;
+} bw_job;
+
+static void bw_task(void *arg, int i, int tid)
+{
+    const bw_job *b = arg;
+    const int W = b->w->j.S * b->w->G, nb = b->g->nb;
+    for (int p = 0, start = 0; p < b->T; p++) {
+        int wl, wh, bl, bh;
+        nn_pool_block(W, b->T, p, &wl, &wh);
+        nn_pool_block(nb, b->T, p, &bl, &bh);
+        int o = i - start;
+        if (o < wh - wl) {
+            wslice_task(b->w, wl + o, tid);
+            return;
+        }
+        if (o < wh - wl + bh - bl) {
+            nn_wi_block_task(b->g, bl + o - (wh - wl), tid);
+            return;
+        }
+        start += wh - wl + bh - bl;
+    }
+}
+
+bool nn_wi2_backward(float *dw, wi_job *g, const float *dout, const float *inp,
+                     const nn_conv_dims *d, nn_pool *pool)
+{
+    const int T = nn_pool_threads(pool);
+    if (!nn_wi_prepare(g, T)) return false;
+    float *su[WI_MAX_SLICES], *scratch = g->scratch;
+    wg_job w = wg_setup(dw, dout, inp, d, T, scratch, g->stride, su);
+    g->scratch = scratch + w.vz; /* after the slices' dU */
+    w.vz += g->uf;               /* and the input gradient's U */
+    bw_job b = {.w = &w, .g = g, .T = T};
+    nn_pool_for(pool, w.j.S * w.G + g->nb, bw_task, &b);
+    nn_pool_for(pool, d->C, wout_task, &w);
+    return true;
 }

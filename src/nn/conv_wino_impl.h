@@ -149,6 +149,14 @@ static inline const float *wi_tile_src(const wi_job *j, int t, int *h0, int *w0)
     return j->inp + (size_t)n * d->H * d->W * d->C;
 }
 
+/* Sets up j for its blocks on T threads (the tiles, the variant's sizes,
+ * j->nb) and, where each thread builds its own U before its first block
+ * (at least WI_OWN_TILES tiles per extra thread), a new serial for that;
+ * false where U is to be built by tasks into thread 0's scratch first. */
+bool nn_wi_prepare(wi_job *j, int T);
+/* Block `task` of a job that nn_wi_prepare returned true for (pool task) */
+void nn_wi_block_task(void *arg, int task, int tid);
+
 /* The variants' scratch floats per thread (conv_wino2.c: with the weight
  * gradient's slices when wgrad) and F(2x2)'s rule for F(4x4) shapes. */
 size_t nn_wi2_scratch(const nn_conv_dims *d, bool wgrad);
@@ -158,6 +166,13 @@ size_t nn_wi4_scratch(const nn_conv_dims *d);
  * (conv_wino2_wgrad.c) and F(4x4) for 16 -> 16 (conv_wino4_wgrad.c). */
 void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                   nn_pool *pool, float *scratch, size_t stride);
+/* F(2x2)'s weight gradient of d with the input gradient's job g (its
+ * scratch, stride, ...: conv_wino.c) in one loop; false (nothing done)
+ * where g would build U by tasks (nn_wi_prepare). Scratch floats per
+ * thread: nn_wi2_bwd_scratch. */
+bool nn_wi2_backward(float *dw, wi_job *g, const float *dout, const float *inp,
+                     const nn_conv_dims *d, nn_pool *pool);
+size_t nn_wi2_bwd_scratch(const nn_conv_dims *d);
 void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                   nn_pool *pool, float *scratch, size_t stride);
 /* F(4x4) for C and K multiples of 16 up to 64 other than 16 -> 16

@@ -248,6 +248,12 @@ void nn_wino_dgrad(float *dinp, bool acc, const float *dout, const float *w, con
  * in order (F(4x4) for the 16 -> 16 layers that take it). */
 void nn_wino_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                    nn_pool *pool, float *scratch, size_t stride);
+/* Both of them (nn_wino_wgrad_ok and nn_wino_dgrad_ok): the same results
+ * as nn_wino_wgrad then nn_wino_dgrad; where both are F(2x2), the weight
+ * gradient's slices and the input gradient's blocks in one pool loop. */
+void nn_wino_backward(float *dw, float *dinp, bool acc, const float *dout, const float *inp,
+                      const float *w, const nn_conv_dims *d, nn_pool *pool, float *scratch,
+                      size_t stride);
 
 /* One-channel, stride-1 convolutions with K <= 16, an output pixel's
  * channels per vector (conv1ch.c): whether they apply (AVX-512 only), the

@@ -340,7 +340,8 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
 /* The three passes on no pool and on pools of 1, 2 and 3 threads give the
  * same bits: F(4x4)'s weight gradient of 32 to 64 channels at shapes with
  * several slices (fixed by the shapes: conv_wino4_wgrad.c's w4k_slices);
- * F(2x2)'s blocks of tiles, whose count follows T. */
+ * F(2x2)'s blocks of tiles, whose count follows T, and its backward in one
+ * loop (no pool: the two passes apart, the reference). */
 static void test_wino_threads(int N, int H, int W, int C, int K)
 {
     nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
@@ -358,8 +359,14 @@ static void test_wino_threads(int N, int H, int W, int C, int K)
         dw[t] = pst_malloc(sizeof(float) * nw);
         nn_conv2d_forward(y[t], x, w, NULL, &d, false, pool, scratch, stride);
         memcpy(dy, R, sizeof(float) * ny);
-        nn_conv2d_backward(dx[t], false, dw[t], NULL, dy, y[t], x, w, &d, false, pool, scratch,
-                           stride);
+        if (t == 0 && nn_wino_wgrad_ok(&d) && nn_wino_dgrad_ok(&d)) {
+            /* the reference: the two passes apart (nn_wino_backward may
+             * run them in one loop) */
+            nn_wino_wgrad(dw[t], dy, x, &d, NULL, scratch, stride);
+            nn_wino_dgrad(dx[t], false, dy, w, &d, NULL, scratch, stride);
+        } else
+            nn_conv2d_backward(dx[t], false, dw[t], NULL, dy, y[t], x, w, &d, false, pool, scratch,
+                               stride);
         free(scratch);
         nn_pool_free(pool);
     }
@@ -559,6 +566,11 @@ int main(int argc, char **argv)
         test_wino_threads(3, 14, 14, 128, 96);
         test_wino_threads(2, 14, 14, 256, 256);
         test_wino_threads(2, 9, 9, 32, 80);
+        /* the weight gradient's slice tasks and the input gradient's blocks in
+         * one loop (nn_wi2_backward) on 1-3 threads: one slice in 1-2 channel
+         * groups, 2 slices */
+        test_wino_threads(6, 14, 14, 128, 64);
+        test_wino_threads(4, 28, 28, 64, 96);
         /* F(4x4) for 16 -> 16: partial tiles, paddings 0-2, several blocks */
         nn_wino_use(3);
         test_wino(2, 9, 7, 16, 16, 1, 1, true, true);

@@ -177,14 +177,32 @@ static size_t front_floats(const nn_conv_dims *d)
     if (dg > f) f = dg;
     return align16(g > f ? g : f);
 }
+/* The weight gradient of the narrow kernels (narrow.c's implicit im2col:
+ * K <= 16, or K = 24 or 32 with window rows of whole vectors) on the GEMM
+ * path: one task per slice (nn_cv_wgrad_gemm_task). */
+static bool narrow_dw_path(const nn_conv_dims *d)
+{
+    return !fast_dw_ok(d) && !conv_is_pointwise(d) && !nn_conv1ch_ok(d) && !nn_wino_wgrad_ok(d) &&
+           nn_narrow_conv_dw_ok(d->KW * d->C, d->K);
+}
+
 /* Slices of the batch whose weight gradients are summed separately (then
  * in slice order): as many as CONV_PART_FLOATS of partials allow, with at
- * least CONV_SLICE_PIXELS output pixels each, at most N. */
+ * least CONV_SLICE_PIXELS output pixels each, at most N. A layer of the
+ * narrow path with fewer than CONV_NARROW_SLICES of those gets
+ * CONV_WG_TASKS slices (at most N, within the partials) instead: there a
+ * slice is a task, and one slice left the other threads idle
+ * (inception-mini's mixed_b/bdbl_2, 16->32 at 7x7, batch 64: ~230 us on
+ * the caller alone per step). Cut by the shapes, as every slice count;
+ * docs/design.md, "Threads". */
+#define CONV_NARROW_SLICES 4
+#define CONV_WG_TASKS 8
 static int wgrad_slices(const nn_conv_dims *d)
 {
-    size_t RK = (size_t)d->KH * d->KW * d->C * d->K, S = CONV_PART_FLOATS / (RK ? RK : 1);
-    size_t by_work = (size_t)d->N * d->OH * d->OW / CONV_SLICE_PIXELS;
+    size_t RK = (size_t)d->KH * d->KW * d->C * d->K, cap = CONV_PART_FLOATS / (RK ? RK : 1);
+    size_t S = cap, by_work = (size_t)d->N * d->OH * d->OW / CONV_SLICE_PIXELS;
     if (S > by_work) S = by_work;
+    if (S < CONV_NARROW_SLICES && narrow_dw_path(d)) S = cap < CONV_WG_TASKS ? cap : CONV_WG_TASKS;
     if (S > (size_t)d->N) S = (size_t)d->N;
     return S < 1 ? 1 : (int)S;
 }
@@ -357,7 +375,6 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
  * one slice, and one task would leave the other threads idle. No sum
  * changes with the cut (every dw element still sums its slice's pixels in
  * order), so the cut may depend on how the images are read. */
-#define CONV_WG_TASKS 8
 #define CONV_WG_MIN_ROWS 16
 static int wgrad_row_blocks(const nn_conv_dims *d, int S, int kbg)
 {

@@ -98,6 +98,10 @@ static const layer layers[] = {
     {"r20 3x3/2 32->64 @14", 14, 14, 32, 64, 3, 3, 2, 2, 1, 1},
     {"r20 proj 1x1/2 16->32 @28", 28, 28, 16, 32, 1, 1, 2, 2, 0, 0},
     {"r20 proj 1x1/2 32->64 @14", 14, 14, 32, 64, 1, 1, 2, 2, 0, 0},
+    /* inception-mini's (28x28x1): the narrow kernels' 3x3 layers */
+    {"im mixed_a b3x3_2 3x3 16->24 @14", 14, 14, 16, 24, 3, 3, 1, 1, 1, 1},
+    {"im mixed_a bdbl_2 3x3 8->16 @14", 14, 14, 8, 16, 3, 3, 1, 1, 1, 1},
+    {"im mixed_b bdbl_2 3x3 16->32 @7", 7, 7, 16, 32, 3, 3, 1, 1, 1, 1},
 };
 
 static double peak_gflops;

@@ -4,6 +4,7 @@
  * AVX-512 implicit-GEMM kernels, narrow, one-channel, GEMM, pointwise,
  * strided, Winograd), AVX-512 and portable. Also run under ThreadSanitizer
  * (jobs/test.sh): the tasks share the packed kernel and the partials. */
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
@@ -120,6 +121,68 @@ static void test_conv_small_batch(int B, int N, int H, int W, int C, int K, int 
     free(x), free(w), free(R), free(dy);
 }
 
+/* dw of the narrow kernel's layers with few slices of 2,048 pixels: 8
+ * slices (conv.c's wgrad_slices), each summing its images in order, the
+ * slices then added in slice order, on no pool and 1, 2, 3 threads.
+ * Inception-mini's mixed_b/bdbl_2 (16 -> 32, 3x3, 7x7) at N = 16: slices
+ * of 2 images, t0 + t1, then (t0 + t1) + (t2 + t3) + ..., where one slice
+ * summed ((t0 + t1) + t2) + ... (fails on that binary); each image's t from
+ * a call with N = 1. Also within 1e-4 of a double-precision sum. */
+static void test_narrow_slices(void)
+{
+    enum { N = 16, H = 7, W = 7, C = 16, K = 32, SL = 8 };
+    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K}, d1 = d;
+    d1.N = 1;
+    nn_conv_dims_finish(&d), nn_conv_dims_finish(&d1);
+    const size_t img = (size_t)H * W * C, oimg = (size_t)d.OH * d.OW * K, nw = (size_t)9 * C * K;
+    float *x = rand_vec(N * img, 1), *w = rand_vec(nw, 0.5f), *dy = rand_vec(N * oimg, 1);
+    float *ref = pst_calloc(nw, sizeof(float)), *sl = pst_calloc(nw, sizeof(float));
+    float *t = pst_calloc(nw, sizeof(float));
+    size_t stride = (nn_conv_scratch(&d1) + 15) / 16 * 16;
+    float *scratch = pst_aligned_alloc(sizeof(float) * stride);
+    for (int n = 0; n < N; n++) {
+        nn_conv2d_backward(NULL, false, t, NULL, dy + n * oimg, NULL, x + n * img, w, &d1, false,
+                           NULL, scratch, stride);
+        for (size_t i = 0; i < nw; i++) sl[i] = n % (N / SL) ? sl[i] + t[i] : t[i];
+        if (n % (N / SL) == N / SL - 1)
+            for (size_t i = 0; i < nw; i++) ref[i] = n < N / SL ? sl[i] : ref[i] + sl[i];
+    }
+    free(scratch);
+    /* the double-precision sum */
+    double err = 0;
+    for (int kh = 0; kh < 3; kh++)
+        for (int kw = 0; kw < 3; kw++)
+            for (int c = 0; c < C; c++)
+                for (int k = 0; k < K; k++) {
+                    double s = 0;
+                    for (int n = 0; n < N; n++)
+                        for (int oh = 0; oh < H; oh++)
+                            for (int ow = 0; ow < W; ow++) {
+                                int h = oh + kh - 1, wi = ow + kw - 1;
+                                if (h < 0 || h >= H || wi < 0 || wi >= W) continue;
+                                s += (double)x[n * img + ((size_t)h * W + wi) * C + c] *
+                                     dy[n * oimg + ((size_t)oh * W + ow) * K + k];
+                            }
+                    double e = fabs(s - ref[((kh * 3 + kw) * C + c) * K + k]);
+                    if (e > err) err = e;
+                }
+    CHECK(err < 1e-4, "narrow dw slices: %g from the double-precision sum", err);
+    stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
+    for (int T = 0; T <= 3; T++) {
+        nn_pool *pool = NULL;
+        pst_err e;
+        if (T > 0 && nn_pool_new(&pool, T, &e) < 0) pst_die("%s", e.msg);
+        scratch = pst_aligned_alloc(sizeof(float) * stride * (T > 0 ? T : 1));
+        float *dw = rand_vec(nw, 1), *dx = rand_vec(N * img, 1);
+        nn_conv2d_backward(dx, false, dw, NULL, dy, NULL, x, w, &d, false, pool, scratch, stride);
+        CHECK(!memcmp(dw, ref, sizeof(float) * nw),
+              "narrow dw on %d threads: not 8 slices of 2 images summed in slice order", T);
+        free(dw), free(dx), free(scratch);
+        nn_pool_free(pool);
+    }
+    free(x), free(w), free(dy), free(ref), free(sl), free(t);
+}
+
 int main(void)
 {
     nn_blis_init();
@@ -152,6 +215,9 @@ int main(void)
          * input gradient as a convolution of dy, dw in whole vectors */
         test_conv_threads(6, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(5, 10, 9, 16, 8, 3, 3, 1, 1, 1, 1, false);
+        /* inception-mini's mixed_b/bdbl_2: the narrow weight gradient of
+         * one slice of 2,048 pixels cut into 8 (test_narrow_slices) */
+        test_conv_threads(9, 7, 7, 16, 32, 3, 3, 1, 1, 1, 1, true);
         /* narrow 1x1 layers (inception-mini's reductions): the weight
          * gradient in blocks of input channels within one slice and within
          * two; images in 8 blocks of 1-2 (odd rows per block); pointwise
@@ -169,6 +235,8 @@ int main(void)
         test_conv_threads(3, 33, 33, 130, 48, 3, 3, 2, 2, 0, 0, false); /* 6a-like */
     }
     if (simd) {
+        nn_narrow_use_simd(1);
+        test_narrow_slices();
         /* 7x7 outputs, batch 8 in groups of 4 + 4, a last batch of 6 in one
          * group: res5's 3x3 (the fast forward and input gradient) and its
          * 3x3/2 (the grouped strided input gradient) */

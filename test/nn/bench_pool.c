@@ -3,6 +3,11 @@
  * the workers' start, the caller's join) for a few task counts, and range
  * loops (nn_pool_range) over the shapes of resnet-20's batch-norm output
  * passes (batch 64: 64x28x28x16, 64x14x14x32, 64x7x7x64, ReLU of x a + b).
+ * Then the concat backward (layers.c) over inception-mini's reduce/concat
+ * (3136 rows of 64 + 64) and mixed_a/concat (12544 rows of 16 + 24 + 16 +
+ * 8), its dy written just before by a range loop, by the caller alone, or
+ * by the previous concat loop (hot): the loop alone, against the 1.3-1.9x
+ * one thread's work that those layers measured on two inside the model.
  * Best of R rounds of N loops each, wall time; run it under `chrt -f 50`
  * on a shared machine. Built with the tests, not registered as one.
  *
@@ -11,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers.h"
 #include "pool.h"
 
 static volatile float sink[NN_POOL_MAX_THREADS * 16];
@@ -35,6 +41,21 @@ static void affine_range(void *varg, int lo, int hi)
         float v = a->x[i] * 1.5f + 0.25f;
         a->y[i] = v > 0.0f ? v : 0.0f;
     }
+}
+
+typedef struct cjob {
+    float *dins[4];
+    const float *dy;
+    int cs[4], nin, ctot;
+} cjob;
+
+static void concat_bwd(void *varg, int lo, int hi)
+{
+    const cjob *c = varg;
+    float *d[4];
+    const bool acc[4] = {false, false, false, false};
+    for (int k = 0; k < c->nin; k++) d[k] = c->dins[k] + (size_t)lo * c->cs[k];
+    nn_concat_backward(d, acc, c->dy + (size_t)lo * c->ctot, c->cs, c->nin, hi - lo);
 }
 
 int main(int argc, char **argv)
@@ -82,6 +103,45 @@ int main(int argc, char **argv)
         }
         printf("threads %d  range loop %dx%d: %8.2f us\n", T, M, C, 1e6 * best);
         free(x), free(y);
+    }
+    /* concat backward (layers.c) over inception-mini's two concats that
+     * measured 1.3-1.9x one thread's work on two: dy written just before
+     * by a range loop (as the consumers' input gradients write it), or by
+     * the caller alone, or by the concat loop before (hot) */
+    const int cshapes[][5] = {{64 * 7 * 7, 2, 64, 64, 0}, {64 * 14 * 14, 4, 16, 24, 16}};
+    for (int s = 0; s < 2; s++) {
+        const int M = cshapes[s][0], nin = cshapes[s][1];
+        int Cs[4] = {cshapes[s][2], cshapes[s][3], cshapes[s][4], 8}, Ct = 0;
+        for (int k = 0; k < nin; k++) Ct += Cs[k];
+        const size_t n = (size_t)M * Ct;
+        float *x = pst_aligned_alloc(sizeof(float) * n), *dy = pst_aligned_alloc(sizeof(float) * n);
+        float *din = pst_aligned_alloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f, dy[i] = din[i] = 0.0f;
+        cjob c = {.dy = dy, .nin = nin, .ctot = Ct};
+        for (int k = 0, o = 0; k < nin; k++) c.cs[k] = Cs[k], c.dins[k] = din + o, o += M * Cs[k];
+        affine a = {x, dy, Ct};
+        int nl = loops / 50 > 10 ? loops / 50 : 10;
+        for (int mode = 0; mode < 3; mode++) {
+            double best = 1e30;
+            for (int r = 0; r < rounds; r++) {
+                double sum = 0;
+                for (int i = 0; i < nl; i++) {
+                    if (mode == 0) nn_pool_range(p, M, 2 * (size_t)Ct, affine_range, &a);
+                    if (mode == 1) affine_range(&a, 0, M);
+                    double t0 = pst_now();
+                    nn_pool_range(p, M, 2 * (size_t)Ct, concat_bwd, &c);
+                    sum += pst_now() - t0;
+                }
+                if (sum / nl < best) best = sum / nl;
+            }
+            printf("threads %d  concat backward %dx%d (%d inputs), dy from %s: %8.2f us\n", T, M,
+                   Ct, nin,
+                   mode == 0   ? "a range loop"
+                   : mode == 1 ? "the caller"
+                               : "itself (hot)",
+                   1e6 * best);
+        }
+        free(x), free(dy), free(din);
     }
     nn_pool_free(p);
     return 0;

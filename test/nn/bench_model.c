@@ -266,18 +266,27 @@ static void print_layers(const cmp_run *run, char (*lab)[8], int nt, int steps)
     free(all), free(bykind), free(med), free(v);
 }
 
+/* NBATCHES batches of random images and labels (seed 99), a few different
+ * batches as a data stream would give; every model of a run sees the same. */
+enum { NBATCHES = 8 };
+static void random_batches(int batch, size_t per, float **x, int32_t **y)
+{
+    *x = pst_aligned_alloc(sizeof(float) * NBATCHES * batch * per);
+    *y = pst_malloc(sizeof(int32_t) * NBATCHES * batch);
+    nn_rng r;
+    nn_rng_seed(&r, 99);
+    for (size_t i = 0; i < (size_t)NBATCHES * batch * per; i++) (*x)[i] = (float)nn_rng_normal(&r);
+    for (int i = 0; i < NBATCHES * batch; i++)
+        (*y)[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)classes);
+}
+
 static void compare(const char *name, int batch, int steps, int h, int w, int c, const int *tl,
                     const bool *tu, int nt)
 {
     size_t per = (size_t)h * w * c;
-    int nbatches = 8;
-    float *x = pst_aligned_alloc(sizeof(float) * nbatches * batch * per);
-    int32_t *y = pst_malloc(sizeof(int32_t) * nbatches * batch);
-    nn_rng r;
-    nn_rng_seed(&r, 99);
-    for (size_t i = 0; i < (size_t)nbatches * batch * per; i++) x[i] = (float)nn_rng_normal(&r);
-    for (int i = 0; i < nbatches * batch; i++)
-        y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)classes);
+    float *x;
+    int32_t *y;
+    random_batches(batch, per, &x, &y);
     opt_cfg oc = opt_defaults(OPT_MOMENTUM);
     cmp_run *run = pst_calloc((size_t)nt, sizeof(cmp_run));
     size_t size = 0;
@@ -310,7 +319,7 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
      * speed and a position in the round weigh on every configuration alike */
     float loss0 = 0;
     for (int s = 0; s < warmup + steps; s++) {
-        int b = s % nbatches;
+        int b = s % NBATCHES;
         for (int i = 0; i < nt; i++) {
             int k = s % 2 ? nt - 1 - i : i;
             nn_model *m = run[k].m;
@@ -399,14 +408,9 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);
     if (unplanned) nn_model_set_layout(m, NN_LAYOUT_PRIVATE);
     size_t per = (size_t)h * w * c, size = nn_model_size(m);
-    int nbatches = 8; /* a few different batches, as a data stream would give */
-    float *x = pst_aligned_alloc(sizeof(float) * nbatches * batch * per);
-    int32_t *y = pst_malloc(sizeof(int32_t) * nbatches * batch);
-    nn_rng r;
-    nn_rng_seed(&r, 99);
-    for (size_t i = 0; i < (size_t)nbatches * batch * per; i++) x[i] = (float)nn_rng_normal(&r);
-    for (int i = 0; i < nbatches * batch; i++)
-        y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)classes);
+    float *x;
+    int32_t *y;
+    random_batches(batch, per, &x, &y);
     opt_cfg oc = opt_defaults(OPT_MOMENTUM);
     float *slots = pst_aligned_alloc(sizeof(float) * size);
     opt_init_slots(&oc, slots, size, size);
@@ -423,7 +427,7 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
             if (s > warmup && now - wstart < wbest) wbest = now - wstart;
             wstart = now;
         }
-        int b = s % nbatches;
+        int b = s % NBATCHES;
         double a = pst_now();
         loss = nn_model_train_step(m, x + (size_t)b * batch * per, y + (size_t)b * batch, batch, s,
                                    NULL);
@@ -452,8 +456,8 @@ static void bench(const char *name, int batch, int steps, int h, int w, int c, i
     nn_model_set_profile_rerun(m, rerun);
     int psteps = steps < 50 ? steps : 50;
     for (int s = 0; s < psteps; s++)
-        nn_model_train_step(m, x + (size_t)(s % nbatches) * batch * per,
-                            y + (size_t)(s % nbatches) * batch, batch, s, NULL);
+        nn_model_train_step(m, x + (size_t)(s % NBATCHES) * batch * per,
+                            y + (size_t)(s % NBATCHES) * batch, batch, s, NULL);
     /* read before the report, which resets the pool's statistics */
     nn_pool_kind kinds[NN_POOL_KINDS + 1];
     int nk =

@@ -580,10 +580,12 @@ static void opt_task(void *varg, int task, int tid)
 void nn_model_opt_apply(nn_model *m, const opt_cfg *c, float lr, int64_t t, float *param,
                         const float *grad, float *slots, size_t slot_stride, size_t n)
 {
+    /* no nn_pool_enter: pinning the caller for one loop of some 50 us cost
+     * three system calls (getaffinity, setaffinity twice: 8-10 us on the
+     * machine of docs/design.md section 11), and the caller comes from the
+     * train step on its CPU anyway */
     opt_job j = {c, lr, t, param, slots, grad, slot_stride, n};
-    nn_pool_enter(m->pool);
     nn_pool_for(m->pool, (int)((n + OPT_BLOCK - 1) / OPT_BLOCK), opt_task, &j);
-    nn_pool_leave(m->pool);
 }
 
 int nn_model_pinned_cpus(const nn_model *m, int *cpu, int max)

@@ -5,7 +5,7 @@
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
  *               [--threads T] [--predict P] [--rerun] [--loops K] [--unplanned]
- *               [--compare-threads T1,T2,... [--layers]] [model ...]
+ *               [--compare-threads T1,T2,... [--layers] [--asleep]] [model ...]
  * Default: mlp lenet5 inception-mini, batch 64, 28x28x1, 10 classes, one
  * thread. With --threads T > 1 the img/s by CPU time counts the calling
  * thread only: the wall-time figures need an otherwise idle machine. The
@@ -50,16 +50,27 @@
  * then --steps S timed ones. The models compute the same bits whatever T
  * (docs/design.md §11): every step's loss, and at the end the parameters and
  * the optimizer slots, are compared bitwise; a difference is fatal (exit 1).
- * Each step starts with the caches as the other model's step left them and
- * a pool's workers asleep (they sleep 0.5 ms after a loop): a few tens of
- * microseconds per step that back-to-back steps of one model do not pay.
+ * Each step starts with the caches as the other model's step left them. A
+ * pool's workers sleep 0.5 ms after a loop, so they slept through the other
+ * models' steps: an empty loop on the pool wakes them before the step's
+ * clock starts, as back-to-back steps of one model find them (their
+ * wake-up cost inception-mini's first layer on 2 threads some 60 us per
+ * step); --asleep: not (what a step after a wait of more than 0.5 ms, an
+ * MPI exchange, pays).
  * --layers (with --compare-threads): also per layer and direction the
  * median wall time of each thread count over the timed steps, the first's
  * over each other's, and the sums of those medians by kind of layer: what
  * the per-layer profile above gives, without its clock reads (a thread CPU
  * time read is a 5 us system call here, pool statistics read two per loop
  * and thread) and interleaved (nn_model_set_profile_wall: two wall-clock
- * reads per pass). Results are the same bits (compared as above).
+ * reads per pass). Results are the same bits (compared as above). Then
+ * the time outside the layers per thread count, each figure the median over
+ * the steps of a per-step quantity: the step, the train step, the sum of
+ * its layers' passes, the difference (loss, enter/leave) and the optimizer;
+ * beside it the step's median minus the sum of the per-layer medians,
+ * which is not that time (a sum of medians is not the median of a sum: on
+ * inception-mini it was 0.5-1.6 ms where the per-step figures gave
+ * 60-125 us).
  * --perturb (a test's seeded defect): flips the lowest bit of the last
  * model's last parameter before the comparison, which must then fail. */
 #include <stdint.h>
@@ -82,6 +93,7 @@ static bool rerun;                                 /* --rerun */
 static bool unplanned;                             /* --unplanned */
 static bool perturb;                               /* --perturb */
 static bool layers;                                /* --layers */
+static bool asleep;                                /* --asleep */
 static int show_loops = 12;                        /* --loops */
 #define WINDOW 20
 
@@ -193,15 +205,29 @@ static double quant(const double *v, int n, double q)
 typedef struct cmp_run {
     nn_model *m;
     float *slots;
-    double *t;    /* wall seconds of each timed step */
+    char lab[8];  /* its thread count, "2u" for an unplanned one */
+    double *t;    /* wall seconds of each timed step: train step and optimizer */
+    double *ts;   /* of which nn_model_train_step */
+    double *lsum; /* --layers: of which the layers' passes (the sum of cur) */
     double *cur;  /* --layers: this step's [2 * layers] (nn_model_set_profile_wall) */
     double *hist; /* --layers: [timed steps][2 * layers] */
 } cmp_run;
 
+/* median of v[0..n), v left unchanged */
+static double median_of(const double *v, int n)
+{
+    double *s = pst_malloc(sizeof(double) * (size_t)n);
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), dcmp);
+    double q = quant(s, n, 0.5);
+    free(s);
+    return q;
+}
+
 /* --layers: per layer and direction the median wall time of each thread
  * count, the first's against each other's; then the sums of the medians by
  * kind of layer and over all layers. */
-static void print_layers(const cmp_run *run, char (*lab)[8], int nt, int steps)
+static void print_layers(const cmp_run *run, int nt, int steps, double *sum_med)
 {
     const nn_model *m0 = run[0].m;
     int L = m0->nlayers;
@@ -215,7 +241,7 @@ static void print_layers(const cmp_run *run, char (*lab)[8], int nt, int steps)
         }
     printf("  per layer, median wall us of the %d timed steps (threads %s first, then each "
            "other thread count and the first's time over its):\n",
-           steps, lab[0]);
+           steps, run[0].lab);
     printf("  %-28s %-10s %9s", "layer", "kind", "fwd");
     for (int k = 1; k < nt; k++) printf(" %9s %6s", "fwd", "x");
     printf(" %9s", "bwd");
@@ -263,6 +289,7 @@ static void print_layers(const cmp_run *run, char (*lab)[8], int nt, int steps)
         }
         printf("\n");
     }
+    for (int k = 0; k < nt; k++) sum_med[k] = all[2 * k] + all[2 * k + 1];
     free(all), free(bykind), free(med), free(v);
 }
 
@@ -280,124 +307,233 @@ static void random_batches(int batch, size_t per, float **x, int32_t **y)
         (*y)[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)classes);
 }
 
-static void compare(const char *name, int batch, int steps, int h, int w, int c, const int *tl,
-                    const bool *tu, int nt)
-{
-    size_t per = (size_t)h * w * c;
-    float *x;
+/* One --compare-threads run of a model: what compare()'s parts share. */
+typedef struct cmp_state {
+    const char *name;
+    int batch, steps, h, w, c, nt;
+    size_t per, size; /* floats of an image, of the model's slab */
+    float *x;         /* random_batches */
     int32_t *y;
-    random_batches(batch, per, &x, &y);
-    opt_cfg oc = opt_defaults(OPT_MOMENTUM);
-    cmp_run *run = pst_calloc((size_t)nt, sizeof(cmp_run));
-    size_t size = 0;
-    char list[128] = "", lab[8][8];
+    opt_cfg oc;
+    cmp_run *run; /* [nt] */
+    char list[128];
+} cmp_state;
+
+/* The models (one per thread count, tl[k], unplanned where tu[k]), their
+ * optimizer slots, the step times' arrays and the batches. */
+static void cmp_setup(cmp_state *r, const char *name, int batch, int steps, int h, int w, int c,
+                      const int *tl, const bool *tu, int nt)
+{
+    *r =
+        (cmp_state){.name = name, .batch = batch, .steps = steps, .h = h, .w = w, .c = c, .nt = nt};
+    r->per = (size_t)h * w * c;
+    random_batches(batch, r->per, &r->x, &r->y);
+    r->oc = opt_defaults(OPT_MOMENTUM);
+    r->run = pst_calloc((size_t)nt, sizeof(cmp_run));
     for (int k = 0; k < nt; k++) {
+        cmp_run *q = &r->run[k];
         nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, tl[k]};
         pst_err e;
-        if (nn_model_new(&run[k].m, &cfg, &e) < 0) pst_die("%s", e.msg);
-        if (unplanned || tu[k]) nn_model_set_layout(run[k].m, NN_LAYOUT_PRIVATE);
-        size = nn_model_size(run[k].m);
-        run[k].slots = pst_aligned_alloc(sizeof(float) * size);
-        opt_init_slots(&oc, run[k].slots, size, size);
-        run[k].t = pst_malloc(sizeof(double) * (size_t)steps);
+        if (nn_model_new(&q->m, &cfg, &e) < 0) pst_die("%s", e.msg);
+        if (unplanned || tu[k]) nn_model_set_layout(q->m, NN_LAYOUT_PRIVATE);
+        r->size = nn_model_size(q->m);
+        q->slots = pst_aligned_alloc(sizeof(float) * r->size);
+        opt_init_slots(&r->oc, q->slots, r->size, r->size);
+        q->t = pst_malloc(sizeof(double) * (size_t)steps);
+        q->ts = pst_malloc(sizeof(double) * (size_t)steps);
+        q->lsum = pst_calloc((size_t)steps, sizeof(double));
         if (layers) {
-            size_t L2 = 2 * (size_t)run[k].m->nlayers;
-            run[k].cur = pst_calloc(L2, sizeof(double));
-            run[k].hist = pst_calloc(L2 * (size_t)steps, sizeof(double));
-            nn_model_set_profile_wall(run[k].m, run[k].cur);
+            size_t L2 = 2 * (size_t)q->m->nlayers;
+            q->cur = pst_calloc(L2, sizeof(double));
+            q->hist = pst_calloc(L2 * (size_t)steps, sizeof(double));
+            nn_model_set_profile_wall(q->m, q->cur);
         }
-        size_t l = strlen(list);
-        snprintf(lab[k], sizeof lab[k], "%d%s", tl[k], tu[k] ? "u" : "");
-        snprintf(list + l, sizeof list - l, "%s%s", k ? "," : "", lab[k]);
+        size_t l = strlen(r->list);
+        snprintf(q->lab, sizeof q->lab, "%d%s", tl[k], tu[k] ? "u" : "");
+        snprintf(r->list + l, sizeof r->list - l, "%s%s", k ? "," : "", q->lab);
     }
-    printf("compare %s batch %d %dx%dx%d classes %d: threads %s, %d warm-up + %d timed steps "
-           "each, interleaved (forward and reverse order in alternate rounds)\n",
-           name, batch, h, w, c, classes, list, warmup, steps);
-    fflush(stdout);
-    /* round s runs step s of every model: in order 0..nt-1 in even rounds,
-     * reversed in odd ones (ABBA for two), so that a drift of the machine's
-     * speed and a position in the round weigh on every configuration alike */
-    float loss0 = 0;
-    for (int s = 0; s < warmup + steps; s++) {
-        int b = s % NBATCHES;
+}
+
+static void wake_task(void *arg, int task, int tid)
+{
+    (void)arg, (void)task, (void)tid;
+}
+
+/* Step s of model k (train step and optimizer), timed from round `warmup`
+ * on; returns the loss. */
+static float cmp_step(cmp_state *r, int k, int s)
+{
+    cmp_run *q = &r->run[k];
+    nn_model *m = q->m;
+    int b = s % NBATCHES;
+    float *p = nn_model_params(m), *g = nn_model_grads(m);
+    /* the pool's workers slept through the other models' steps (they sleep
+     * 0.5 ms after a loop): wake them before the clock starts, as back-to-
+     * back steps of one model find them (--asleep: not) */
+    if (!asleep) nn_pool_for(m->pool, nn_pool_threads(m->pool), wake_task, NULL);
+    double a = pst_now();
+    float loss = nn_model_train_step(m, r->x + (size_t)b * r->batch * r->per,
+                                     r->y + (size_t)b * r->batch, r->batch, s, NULL);
+    double mid = pst_now();
+    nn_model_opt_apply(m, &r->oc, 0.01f, s + 1, p, g, q->slots, r->size, r->size);
+    nn_model_apply_state(m, p, g, 0, r->size);
+    double end = pst_now();
+    if (s < warmup) return loss;
+    int i = s - warmup;
+    q->t[i] = end - a, q->ts[i] = mid - a;
+    if (layers) {
+        size_t L2 = 2 * (size_t)m->nlayers;
+        for (size_t j = 0; j < L2; j++) q->lsum[i] += q->cur[j];
+        memcpy(q->hist + L2 * (size_t)i, q->cur, sizeof(double) * L2);
+        memset(q->cur, 0, sizeof(double) * L2);
+    }
+    return loss;
+}
+
+/* Round s runs step s of every model: in order 0..nt-1 in even rounds,
+ * reversed in odd ones (ABBA for two), so that a drift of the machine's
+ * speed and a position in the round weigh on every configuration alike.
+ * Every step's loss must be the same bits on every thread count. */
+static void cmp_loop(cmp_state *r)
+{
+    int nt = r->nt;
+    for (int s = 0; s < warmup + r->steps; s++) {
+        float loss0 = 0;
         for (int i = 0; i < nt; i++) {
             int k = s % 2 ? nt - 1 - i : i;
-            nn_model *m = run[k].m;
-            float *p = nn_model_params(m), *g = nn_model_grads(m);
-            double a = pst_now();
-            float loss = nn_model_train_step(m, x + (size_t)b * batch * per, y + (size_t)b * batch,
-                                             batch, s, NULL);
-            nn_model_opt_apply(m, &oc, 0.01f, s + 1, p, g, run[k].slots, size, size);
-            nn_model_apply_state(m, p, g, 0, size);
-            double t = pst_now() - a;
-            if (s >= warmup) run[k].t[s - warmup] = t;
-            if (s >= warmup && layers) {
-                size_t L2 = 2 * (size_t)m->nlayers;
-                memcpy(run[k].hist + L2 * (size_t)(s - warmup), run[k].cur, sizeof(double) * L2);
-                memset(run[k].cur, 0, sizeof(double) * L2);
-            }
-            /* the determinism rule: every thread count gives the same bits */
+            float loss = cmp_step(r, k, s);
             if (i == 0)
                 loss0 = loss;
             else if (memcmp(&loss, &loss0, sizeof loss) != 0)
                 pst_die("compare %s: step %d's loss differs: threads %s %.9g, threads %s %.9g",
-                        name, s, lab[k], (double)loss, lab[s % 2 ? nt - 1 : 0], (double)loss0);
+                        r->name, s, r->run[k].lab, (double)loss, r->run[s % 2 ? nt - 1 : 0].lab,
+                        (double)loss0);
         }
     }
-    /* per-round ratios of the first configuration's step time to each other's */
+}
+
+/* Per thread count the step time's quantiles; per later thread count the
+ * ratios of medians, of bests and the quantiles of the per-round ratios. */
+static void cmp_report(const cmp_state *r)
+{
+    int steps = r->steps;
     double *ratio = pst_malloc(sizeof(double) * (size_t)steps);
+    double *t = pst_malloc(sizeof(double) * (size_t)steps);
     double med0 = 0, best0 = 0;
-    for (int k = 0; k < nt; k++) {
-        if (k > 0)
-            for (int s = 0; s < steps; s++) ratio[s] = run[0].t[s] / run[k].t[s];
-        double *t = run[k].t;
+    for (int k = 0; k < r->nt; k++) {
+        const cmp_run *q = &r->run[k];
+        memcpy(t, q->t, sizeof(double) * (size_t)steps);
         qsort(t, (size_t)steps, sizeof(double), dcmp);
         double med = quant(t, steps, 0.5), best = t[0];
         printf("  threads %s: step ms best %.3f q1 %.3f median %.3f q3 %.3f max %.3f; img/s median "
                "%.0f best %.0f\n",
-               lab[k], 1e3 * best, 1e3 * quant(t, steps, 0.25), 1e3 * med,
-               1e3 * quant(t, steps, 0.75), 1e3 * t[steps - 1], batch / med, batch / best);
+               q->lab, 1e3 * best, 1e3 * quant(t, steps, 0.25), 1e3 * med,
+               1e3 * quant(t, steps, 0.75), 1e3 * t[steps - 1], r->batch / med, r->batch / best);
         if (k == 0) {
             med0 = med, best0 = best;
-            /* the sorted times are no longer per round: ratios come first */
             continue;
         }
+        for (int s = 0; s < steps; s++) ratio[s] = r->run[0].t[s] / q->t[s];
         qsort(ratio, (size_t)steps, sizeof(double), dcmp);
         printf("  speedup threads %s / threads %s: median/median %.3fx  best/best %.3fx  per round "
                "min %.3f q1 %.3f median %.3f q3 %.3f max %.3f\n",
-               lab[k], lab[0], med0 / med, best0 / best, ratio[0], quant(ratio, steps, 0.25),
+               q->lab, r->run[0].lab, med0 / med, best0 / best, ratio[0], quant(ratio, steps, 0.25),
                quant(ratio, steps, 0.5), quant(ratio, steps, 0.75), ratio[steps - 1]);
     }
-    if (layers) print_layers(run, lab, nt, steps);
-    if (perturb) { /* the test's seeded defect: the last model's last parameter */
-        float *pl = nn_model_params(run[nt - 1].m);
+    free(t), free(ratio);
+}
+
+/* --layers: the step apart from its layers, per thread count. The median of
+ * the step minus the sum of the per-layer medians is not the time outside
+ * the layers: a sum of medians is not the median of the sums. Here every
+ * figure is a median over the steps of a per-step quantity. */
+static void cmp_outside(const cmp_state *r, const double *sum_med)
+{
+    int steps = r->steps;
+    double *v = pst_malloc(sizeof(double) * (size_t)steps);
+    printf("  outside the layers, median us over the timed steps of each per-step figure: step, "
+           "train step, layers (sum of the step's passes), train step - layers, optimizer "
+           "(nn_model_opt_apply + apply_state); and the step's median minus the sum of per-layer "
+           "medians:\n");
+    for (int k = 0; k < r->nt; k++) {
+        const cmp_run *q = &r->run[k];
+        double med[5];
+        for (int f = 0; f < 5; f++) {
+            for (int s = 0; s < steps; s++) {
+                double x[5] = {q->t[s], q->ts[s], q->lsum[s], q->ts[s] - q->lsum[s],
+                               q->t[s] - q->ts[s]};
+                v[s] = x[f];
+            }
+            med[f] = median_of(v, steps);
+        }
+        printf("  threads %-3s step %9.1f  train step %9.1f  layers %9.1f  train step - layers "
+               "%7.1f  optimizer %7.1f  step - sum of layer medians %7.1f\n",
+               q->lab, 1e6 * med[0], 1e6 * med[1], 1e6 * med[2], 1e6 * med[3], 1e6 * med[4],
+               1e6 * (med[0] - sum_med[k]));
+    }
+    free(v);
+}
+
+/* The models saw the same batches in the same order: the same parameters
+ * and optimizer slots, bitwise (--perturb first flips a bit of the last
+ * model's last parameter: the check must then fail). */
+static void cmp_check(const cmp_state *r)
+{
+    size_t size = r->size;
+    int nt = r->nt, n = warmup + r->steps;
+    if (perturb) {
+        float *pl = nn_model_params(r->run[nt - 1].m);
         uint32_t u;
         memcpy(&u, &pl[size - 1], sizeof u);
         u ^= 1;
         memcpy(&pl[size - 1], &u, sizeof u);
     }
-    /* the models saw the same batches in the same order: the same bits */
-    const float *p0 = nn_model_params(run[0].m);
+    const float *p0 = nn_model_params(r->run[0].m);
     for (int k = 1; k < nt; k++) {
-        const float *pk = nn_model_params(run[k].m);
+        const float *pk = nn_model_params(r->run[k].m);
         for (size_t i = 0; i < size; i++)
             if (memcmp(&p0[i], &pk[i], sizeof(float)) != 0)
                 pst_die("compare %s: parameters differ after %d steps: threads %s and %s at "
                         "float %zu (%.9g, %.9g)",
-                        name, warmup + steps, lab[0], lab[k], i, (double)p0[i], (double)pk[i]);
-        if (memcmp(run[0].slots, run[k].slots, sizeof(float) * size) != 0)
-            pst_die("compare %s: optimizer slots differ after %d steps: threads %s and %s", name,
-                    warmup + steps, lab[0], lab[k]);
+                        r->name, n, r->run[0].lab, r->run[k].lab, i, (double)p0[i], (double)pk[i]);
+        if (memcmp(r->run[0].slots, r->run[k].slots, sizeof(float) * size) != 0)
+            pst_die("compare %s: optimizer slots differ after %d steps: threads %s and %s", r->name,
+                    n, r->run[0].lab, r->run[k].lab);
     }
     printf("  bitwise equal: threads %s, parameters and optimizer slots (%zu floats) and every "
            "step's loss after %d steps\n",
-           list, size, warmup + steps);
+           r->list, size, n);
     fflush(stdout);
-    for (int k = 0; k < nt; k++) {
-        free(run[k].slots), free(run[k].t), free(run[k].cur), free(run[k].hist);
-        nn_model_free(run[k].m);
+}
+
+static void cmp_free(cmp_state *r)
+{
+    for (int k = 0; k < r->nt; k++) {
+        cmp_run *q = &r->run[k];
+        free(q->slots), free(q->t), free(q->ts), free(q->lsum), free(q->cur), free(q->hist);
+        nn_model_free(q->m);
     }
-    free(run), free(ratio), free(x), free(y);
+    free(r->run), free(r->x), free(r->y);
+}
+
+static void compare(const char *name, int batch, int steps, int h, int w, int c, const int *tl,
+                    const bool *tu, int nt)
+{
+    cmp_state r;
+    cmp_setup(&r, name, batch, steps, h, w, c, tl, tu, nt);
+    printf("compare %s batch %d %dx%dx%d classes %d: threads %s, %d warm-up + %d timed steps "
+           "each, interleaved (forward and reverse order in alternate rounds)\n",
+           name, batch, h, w, c, classes, r.list, warmup, steps);
+    fflush(stdout);
+    cmp_loop(&r);
+    cmp_report(&r);
+    if (layers) {
+        double sum_med[8];
+        print_layers(r.run, nt, steps, sum_med);
+        cmp_outside(&r, sum_med);
+    }
+    cmp_check(&r);
+    cmp_free(&r);
 }
 
 static void bench(const char *name, int batch, int steps, int h, int w, int c, int threads)
@@ -509,6 +645,8 @@ int main(int argc, char **argv)
             if (ncmp < 2) pst_die("bad --compare-threads, want a list of 2-8 thread counts: 1,2");
         } else if (strcmp(argv[i], "--layers") == 0) {
             layers = true;
+        } else if (strcmp(argv[i], "--asleep") == 0) {
+            asleep = true;
         } else if (strcmp(argv[i], "--perturb") == 0) {
             perturb = true;
         } else if (strcmp(argv[i], "--unplanned") == 0) {

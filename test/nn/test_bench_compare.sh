@@ -41,6 +41,9 @@ for l in conv1 pool1 conv2 fc1 logits; do
 done
 check "--layers: sums by kind" has "$tmp/layers" "^  sum of medians +conv2d +[0-9.]+ +[0-9.]+ +[0-9.]+x"
 check "--layers: sum of all" has "$tmp/layers" "^  sum of medians, all +[0-9.]+ +[0-9.]+ +[0-9.]+x"
+for t in 1 2 2u; do
+    check "--layers: outside the layers, threads $t" has "$tmp/layers" "^  threads $t +step +[0-9.]+  train step +[0-9.]+  layers +[0-9.]+  train step - layers +-?[0-9.]+  optimizer +[0-9.]+  step - sum of layer medians +-?[0-9.]+$"
+done
 check "2u: its line" has "$tmp/layers" "^  speedup threads 2u / threads 1: median/median"
 check "--layers: bitwise-equal line" has "$tmp/layers" "^  bitwise equal: threads 1,2,2u,"
 

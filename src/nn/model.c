@@ -557,7 +557,8 @@ void nn_model_apply_state(const nn_model *m, float *params, const float *src, si
     }
 }
 
-#define OPT_BLOCK 16384 /* floats of an optimizer task */
+#define OPT_BLOCK 16384          /* floats of an optimizer task */
+#define OPT_PIN_FLOATS (1 << 20) /* from which the optimizer's caller is pinned */
 
 typedef struct opt_job {
     const opt_cfg *c;
@@ -580,12 +581,16 @@ static void opt_task(void *varg, int task, int tid)
 void nn_model_opt_apply(nn_model *m, const opt_cfg *c, float lr, int64_t t, float *param,
                         const float *grad, float *slots, size_t slot_stride, size_t n)
 {
-    /* no nn_pool_enter: pinning the caller for one loop of some 50 us cost
-     * three system calls (getaffinity, setaffinity twice: 8-10 us on the
-     * machine of docs/design.md section 11), and the caller comes from the
-     * train step on its CPU anyway */
+    /* a small model's optimizer (inception-mini: 97k floats, some 50 us)
+     * runs without pinning the caller, whose three system calls cost 8-10
+     * us on the machine of docs/design.md section 11 (the caller comes from
+     * the train step on its CPU anyway); a loop of milliseconds (resnet-50:
+     * 25M floats) keeps the caller off the workers' CPUs */
+    bool pin = n >= OPT_PIN_FLOATS;
     opt_job j = {c, lr, t, param, slots, grad, slot_stride, n};
+    if (pin) nn_pool_enter(m->pool);
     nn_pool_for(m->pool, (int)((n + OPT_BLOCK - 1) / OPT_BLOCK), opt_task, &j);
+    if (pin) nn_pool_leave(m->pool);
 }
 
 int nn_model_pinned_cpus(const nn_model *m, int *cpu, int max)

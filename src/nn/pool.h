@@ -61,8 +61,9 @@ int nn_pool_threads(const nn_pool *p);
  *
  * Workers are pinned for their lifetime (they start on their CPU). The
  * caller is pinned to CPU 0 of the list only between nn_pool_enter and
- * nn_pool_leave (the model's train step and evaluation; not the
- * optimizer's one loop of some 50 us, for which the three calls cost 8-10 us),
+ * nn_pool_leave (the model's train step and evaluation, and the optimizer
+ * call over at least 1M floats: for a loop of some 50 us the three calls
+ * cost 8-10 us),
  * from the first loop that runs on the threads (three system calls per
  * such call, none for a call whose loops all run on the caller), and gets
  * its own mask back at the leave: a

@@ -429,10 +429,21 @@ static bool wgrad_chan_unpadded(const nn_conv_dims *d)
 {
     return (d->SH > 1 || d->SW > 1) && (size_t)d->H * d->W * d->C > CONV_IMG_L2;
 }
+/* Window-row floats (KW*C') per channel range, at least: 48 for a window
+ * wider than one pixel, else 16 (one vector: 1x1 projections and 7x1
+ * layers, as before). Every range reads all of its slice's dy again:
+ * inception-mini's reduce/b3x3 (3x3/2, 64->64 at 14x14, batch 64, one
+ * slice) as 8 ranges of 8 channels (24 floats) spent ~16% more on its
+ * backward than as 4 ranges of 16 (one thread 3,890-3,974 -> 3,259-3,308
+ * us per step, two threads 2,179-2,200 -> 1,832-1,840). No sum changes with
+ * the ranges (each dw element sums its slice's pixels in order), so no bit
+ * does; of the built-in models only that layer's cut changes. */
+#define CONV_WG_CHAN_ROW 48
 static int wgrad_chan_blocks(const nn_conv_dims *d, int S)
 {
     const int nkb = (d->K + 63) / 64, kbg = wgrad_chan_kb(d), per = S * ((nkb + kbg - 1) / kbg);
-    int nch = (CONV_WG_TASKS + per - 1) / per, most = d->KW * d->C / 16;
+    const int row = d->KW > 1 ? CONV_WG_CHAN_ROW : 16;
+    int nch = (CONV_WG_TASKS + per - 1) / per, most = d->KW * d->C / row;
     if (nch > most) nch = most;
     if (nch > d->C) nch = d->C;
     return nch < 1 ? 1 : nch;

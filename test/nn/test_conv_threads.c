@@ -233,6 +233,10 @@ int main(void)
         test_conv_threads(4, 11, 11, 72, 300, 3, 3, 2, 2, 0, 0, true);
         test_conv_threads(3, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1, false);
         test_conv_threads(3, 33, 33, 130, 48, 3, 3, 2, 2, 0, 0, false); /* 6a-like */
+        /* inception-mini's reduce/b3x3 (3x3/2, 64 -> 64): without the
+         * shared padding, 4 input-channel ranges of 16 (48-float window
+         * rows) */
+        test_conv_threads(4, 14, 14, 64, 64, 3, 3, 2, 2, 1, 1, true);
     }
     if (simd) {
         nn_narrow_use_simd(1);

@@ -315,6 +315,12 @@ void nn_wino_backward(float *dw, float *dinp, bool acc, const float *dout, const
         nn_conv_dims g;
         wi_job j = dgrad_job(&g, dinp, acc, dout, w, d, scratch, stride);
         if (nn_wi2_backward(dw, &j, dout, inp, d, pool)) return;
+    } else if (wino4_wgrad_use(d) && wino4_dgrad_use(d)) {
+        /* both F(4x4) (res2's 3x3 64, ResNet-20's 32- and 64-channel
+         * stages): one loop too, nn_wi4k_backward */
+        nn_conv_dims g;
+        wi_job j = dgrad_job(&g, dinp, acc, dout, w, d, scratch, stride);
+        if (nn_wi4k_backward(dw, &j, dout, inp, d, pool)) return;
     }
     nn_wino_wgrad(dw, dout, inp, d, pool, scratch, stride);
     nn_wino_dgrad(dinp, acc, dout, w, d, pool, scratch, stride);

@@ -562,3 +562,62 @@ void nn_wi4k_wgrad(float *dw, const float *dout, const float *inp, const nn_conv
     w4_wgrad_run(dw, dout, inp, d, pool, scratch, stride, w4k_slices(d), w4k_slice_task, d->C,
                  w4k_out_task);
 }
+
+/* ---- with the input gradient ---------------------------------------------
+ * As F(2x2)'s nn_wi2_backward: the slice tasks are few and long (res2's 3x3
+ * 64 at batch 8: 6 slices of ~0.6 ms; ResNet-20's 7x7 stage at batch 64: 2)
+ * and alone in their loop left the thread that finished first idle until
+ * the loop's end; with the input gradient's F(4x4) blocks (12 tiles each)
+ * in the same loop, that thread takes blocks meanwhile. Part p of the
+ * pool's T contiguous parts holds the slice tasks p of T first, then the
+ * blocks p of T. The scratch already holds both apart: a block's U, V and
+ * M lie below w4k_off (nn_wi4_scratch: the input gradient's sizes equal
+ * the forward's), the slices' dU and their V and Z from w4k_off on. Which
+ * thread runs which task changes no bits: the slice sums and the blocks'
+ * outputs are computed as in separate loops. */
+typedef struct {
+    wi_job *w, *g;
+    int T;
+} w4k_bw_job;
+
+static void w4k_bw_task(void *arg, int i, int tid)
+{
+    const w4k_bw_job *b = arg;
+    const int W = b->w->S, nb = b->g->nb;
+    for (int p = 0, start = 0; p < b->T; p++) {
+        int wl, wh, bl, bh;
+        nn_pool_block(W, b->T, p, &wl, &wh);
+        nn_pool_block(nb, b->T, p, &bl, &bh);
+        int o = i - start;
+        if (o < wh - wl) {
+            w4k_slice_task(b->w, wl + o, tid);
+            return;
+        }
+        if (o < wh - wl + bh - bl) {
+            nn_wi_block_task(b->g, bl + o - (wh - wl), tid);
+            return;
+        }
+        start += wh - wl + bh - bl;
+    }
+}
+
+bool nn_wi4k_backward(float *dw, wi_job *g, const float *dout, const float *inp,
+                      const nn_conv_dims *d, nn_pool *pool)
+{
+    const int T = nn_pool_threads(pool);
+    if (!nn_wi_prepare(g, T)) return false;
+    float *su[WI_MAX_SLICES];
+    wi_job w = {.d = d,
+                .inp = inp,
+                .dy = dout,
+                .out = dw,
+                .scratch = g->scratch,
+                .stride = g->stride,
+                .v = &nn_wi_f4};
+    wi_tile(&w);
+    w.S = w4k_slices(d), w.su = su;
+    w4k_bw_job b = {.w = &w, .g = g, .T = T};
+    nn_pool_for(pool, w.S + g->nb, w4k_bw_task, &b);
+    nn_pool_for(pool, d->C, w4k_out_task, &w);
+    return true;
+}

@@ -180,5 +180,10 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
 void nn_wi4k_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_dims *d,
                    nn_pool *pool, float *scratch, size_t stride);
 size_t nn_wi4k_wgrad_scratch(const nn_conv_dims *d);
+/* F(4x4)'s weight gradient of d (nn_wi4k_wgrad's shapes) with the F(4x4)
+ * input gradient's job g in one loop; false (nothing done) where g would
+ * build U by tasks (nn_wi_prepare). Scratch: nn_wi4k_wgrad_scratch. */
+bool nn_wi4k_backward(float *dw, wi_job *g, const float *dout, const float *inp,
+                      const nn_conv_dims *d, nn_pool *pool);
 
 #endif

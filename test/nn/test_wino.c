@@ -585,7 +585,10 @@ int main(int argc, char **argv)
         test_wino(2, 14, 13, 32, 32, 1, 0, false, false);
         test_wino(1, 9, 10, 32, 64, 1, 1, true, false);
         test_wino(2, 6, 11, 48, 16, 0, 2, false, true);
-        /* its weight gradient of 32 to 64 channels: 2 and 3 slices */
+        /* its weight gradient of 32 to 64 channels: 2 and 3 slices; on a
+         * pool (and no pool) with the input gradient's F(4x4) blocks in one
+         * loop (nn_wi4k_backward), the reference the two passes apart (fails
+         * when the blocks' U is put over the slices' dU) */
         test_wino(17, 14, 14, 32, 32, 1, 1, true, false);
         test_wino_threads(48, 14, 14, 32, 32);
         test_wino_threads(80, 7, 7, 64, 64);

@@ -521,6 +521,68 @@ static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, n
     }
 }
 
+/* The input gradient of a strided layer (dcol: per image; dcolg: per
+ * group) in one loop with the channel-range weight gradient's nw tasks,
+ * cut as backward_fused's parts: those tasks (8-18 of 0.1-1.4 ms:
+ * resnet-50's 3x3/2 layers, inception-mini's reduce/b3x3) alone in their
+ * loop left the thread that finished first idle at its end. w^T is packed
+ * first where no task writes in thread 0's area: dcol, at the end of the
+ * col area (its dcol block lies at the start, its padded gradient after
+ * the col area), the channel-range tasks' padded sub-images kept below it
+ * (fewer images per call of the kernel: no sum changes, each dw element
+ * still adds its pixels in order), or else past the padded gradient;
+ * dcolg, past its padded gradients and dcol block and past the channel-
+ * range tasks' area. False (nothing done) where the front area has no such
+ * room. Each task writes its own outputs as in separate loops, and
+ * initialises its area first, so no bit changes. */
+static int fuse_strided_mode = 1;
+
+bool nn_conv_fuse_strided(int force)
+{
+    if (force == 0 || force == 1) fuse_strided_mode = force;
+    return fuse_strided_mode == 1;
+}
+
+static bool backward_fused_strided(conv_job *j, void (*wfn)(void *, int, int), int nw,
+                                   nn_pool *pool)
+{
+    if (!fuse_strided_mode) return false;
+    const nn_conv_dims *d = j->d;
+    const int R = d->KH * d->KW * d->C;
+    const size_t packed = nn_cf_packed_floats(d->K, R), fp = fast_pad_floats(d);
+    size_t off, cap = fp; /* cap: the channel-range tasks' padded images */
+    fused_job f = {.j = j, .wfn = wfn, .nw = nw, .P = nn_pool_threads(pool)};
+    if (fast_dcol_ok(d)) {
+        const size_t col = col_floats(d), past = col + pad_floats(d);
+        if (col >= dcol_block_floats(d) + packed) {
+            off = (col - packed) / 16 * 16;
+            if (cap > off) cap = off;
+        } else
+            off = fp > past ? fp : past;
+        f.dfn = nn_cv_dgrad_dcol_task, f.nd = d->N;
+    } else if (dcolg_ok(d)) {
+        const size_t past = dcolg_pad_floats(d) + dcolg_buf_floats(d);
+        off = fp > past ? fp : past;
+        j->G = dcolg_group(d), j->ngroups = (d->N + j->G - 1) / j->G;
+        j->dpadf = dcolg_pad_floats(d);
+        f.dfn = nn_cv_dgrad_dcolg_task, f.nd = j->ngroups;
+    } else
+        return false;
+    nn_conv_dims sub = *d; /* the widest channel range's padded image */
+    sub.C = (d->C + j->nch - 1) / j->nch;
+    if (off + packed > front_floats(d) || cap < img_floats(&sub)) return false;
+    j->padf = cap;
+    float *wp = job_front(j, 0) + off;
+    nn_cv_pack_transposed(pool, wp, j->w, R, d->K);
+    j->wp = wp;
+    conv_for(pool, nw + f.nd, fused_task, &f);
+    if (j->S > 1) {
+        const size_t RK = (size_t)R * d->K;
+        conv_for(pool, (int)((RK + CONV_RED - 1) / CONV_RED), nn_cv_wgrad_reduce_task, j);
+    }
+    return true;
+}
+
 void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
                         const float *inp, const float *w, const nn_conv_dims *d, bool relu,
                         nn_pool *pool, float *scratch, size_t stride)
@@ -571,6 +633,9 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
             backward_fused(&j, wfn, nw, pool); /* the reduction too */
             return;
         }
+        if (dinp && wfn == nn_cv_wgrad_chan_task && !nn_wino_dgrad_ok(d) &&
+            backward_fused_strided(&j, wfn, nw, pool))
+            return;
         conv_for(pool, nw, wfn, &j);
     } else if (conv_is_pointwise(d)) {
         j.nr = point_wgrad_row_blocks(d, j.S);
@@ -599,8 +664,8 @@ void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout
     }
     if (dcolg_ok(d)) {
         j.G = dcolg_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
-        j.padf = dcolg_pad_floats(d);
-        float *wp = job_front(&j, 0) + j.padf + dcolg_buf_floats(d);
+        j.dpadf = dcolg_pad_floats(d);
+        float *wp = job_front(&j, 0) + j.dpadf + dcolg_buf_floats(d);
         nn_cv_pack_transposed(pool, wp, w, R, K);
         j.wp = wp;
         conv_for(pool, j.ngroups, nn_cv_dgrad_dcolg_task, &j);

@@ -164,10 +164,11 @@ typedef struct conv_job {
     float *scratch;  /* thread t's: scratch + t*stride */
     size_t stride;
     int G, ngroups, nkb, S, nr, chunk, nrc;
-    int nib;     /* GEMM path: blocks of images (forward, input gradient) */
-    int kbg;     /* weight gradient: channel blocks per task */
-    int nch;     /* weight gradient, padded: input-channel ranges per slice */
-    size_t padf; /* floats of a thread's padded-image area */
+    int nib;      /* GEMM path: blocks of images (forward, input gradient) */
+    int kbg;      /* weight gradient: channel blocks per task */
+    int nch;      /* weight gradient, padded: input-channel ranges per slice */
+    size_t padf;  /* floats of a thread's padded-image area */
+    size_t dpadf; /* strided input gradient (dcolg): its padded gradients' floats */
 } conv_job;
 
 static inline float *job_front(const conv_job *j, int tid)

@@ -559,7 +559,7 @@ void nn_cv_dgrad_dcolg_task(void *arg, int task, int tid)
     int n0, ng;
     group_range(j, task, &n0, &ng);
     const size_t img = img_floats(d);
-    float *dpad = job_front(j, tid), *dcol = dpad + j->padf;
+    float *dpad = job_front(j, tid), *dcol = dpad + j->dpadf;
     memset(dpad, 0, sizeof(float) * ng * img);
     const int rows = ng * P;
     nn_cf_geom g = {1, rows, 0, K, 1, 0, K, 1, 0, false};

@@ -151,6 +151,10 @@ size_t nn_conv_scratch(const nn_conv_dims *d);
  * all its tasks (default on); force 0 or 1 sets it (tests), -1 asks. The
  * result is the same bits either way. */
 bool nn_conv_shared_pad(int force);
+/* Whether a strided layer's input gradient shares its loop with the
+ * channel-range weight gradient (default on); force 0 or 1 sets it
+ * (tests), -1 asks. The same bits either way. */
+bool nn_conv_fuse_strided(int force);
 
 /* The pool of a model (pool.h); NULL runs everything on the caller. */
 typedef struct nn_pool nn_pool;

@@ -33,8 +33,8 @@
  * opposite bound to the best repetition, which finds all of it there (see
  * docs/mpi-facts.md, "resnet-20's convolutions inside the model").
  * --hash: also a hash (FNV-1a of the bytes) of each pass's output after its
- * last repetition: y, dw, dx (the inputs are fixed by a seed, so equal hashes
- * from two binaries or thread counts mean the same bits; without --acc). */
+ * last repetition: y, dw, dx and the whole backward's dw (the inputs are fixed by a seed, so equal
+ * hashes from two binaries or thread counts mean the same bits; without --acc). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +102,7 @@ static const layer layers[] = {
     {"im mixed_a b3x3_2 3x3 16->24 @14", 14, 14, 16, 24, 3, 3, 1, 1, 1, 1},
     {"im mixed_a bdbl_2 3x3 8->16 @14", 14, 14, 8, 16, 3, 3, 1, 1, 1, 1},
     {"im mixed_b bdbl_2 3x3 16->32 @7", 7, 7, 16, 32, 3, 3, 1, 1, 1, 1},
+    {"im reduce/b3x3 3x3/2 64->64 @14", 14, 14, 64, 64, 3, 3, 2, 2, 1, 1},
 };
 
 static double peak_gflops;
@@ -289,11 +290,12 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
     char idle[3][96];
     const int which[3] = {PASS_FWD, PASS_WGRAD, PASS_BWD};
     double best[3], *mean[3] = {&mf, &mw, &mb};
-    unsigned long long hash[3];
+    unsigned long long hash[4];
     for (int k = 0; k < 3; k++) {
         memset(&split, 0, sizeof split);
         best[k] = time_pass(&r, which[k], min_time, mean[k]);
         hash[k] = k == 0 ? fnv(r.y, r.ny) : k == 1 ? fnv(r.dw, nw) : fnv(r.dx, nx);
+        if (k == 2) hash[3] = fnv(r.dw, nw); /* dw of the whole backward (its fused loops) */
         snprintf(idle[k], sizeof idle[k], "%ld tasks in %ld loops, idle %.1f%%, wall %.2f ms",
                  split.tasks, split.loops, 100 * split_median(), 1e3 * split.wall);
     }
@@ -311,7 +313,8 @@ static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
                "", 1e3 * mf, 1e3 * mb, 1e3 * tb, 1e3 * mw);
     if (T > 1) printf("%-32s      fwd %s | bwd %s | wgrad %s\n", "", idle[0], idle[2], idle[1]);
     if (show_hash)
-        printf("%-32s      hash: y %016llx dw %016llx dx %016llx\n", "", hash[0], hash[1], hash[2]);
+        printf("%-32s      hash: y %016llx dw %016llx dx %016llx bwd dw %016llx\n", "", hash[0],
+               hash[1], hash[2], hash[3]);
     fflush(stdout);
     free(r.x), free(r.w), free(r.y), free(r.dy), free(r.dx), free(r.dw), free(r.scratch);
 }

@@ -2,7 +2,8 @@
  * bits for every thread count: forward, input, weight and bias gradients
  * on pools of 1, 2 and 3 threads against no pool, on every path (the
  * AVX-512 implicit-GEMM kernels, narrow, one-channel, GEMM, pointwise,
- * strided, Winograd), AVX-512 and portable. Also run under ThreadSanitizer
+ * strided, Winograd), AVX-512 and portable, and against the strided input
+ * gradient in a loop of its own. Also run under ThreadSanitizer
  * (jobs/test.sh): the tasks share the packed kernel and the partials. */
 #include <math.h>
 #include <string.h>
@@ -39,14 +40,16 @@ static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW,
            ny = (size_t)N * d.OH * d.OW * K, stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
     float *x = rand_vec(nx, 1), *w = rand_vec(nw, 0.5f), *b = rand_vec(K, 0.5f),
           *R = rand_vec(ny, 1), *dy = rand_vec(ny, 0);
-    float *y[7], *dx[7], *dw[7], *db[7];
-    for (int t = 0; t < 7; t++) { /* t = 0: no pool; 4: no pool, no shared padding; 5, 6: 2, 3
-                                     threads, no shared padding */
+    float *y[8], *dx[8], *dw[8], *db[8];
+    for (int t = 0; t < 8; t++) { /* t = 0: no pool; 4: no pool, no shared padding; 5, 6: 2, 3
+                                     threads, no shared padding; 7: no pool, a strided input
+                                     gradient in a loop of its own */
         nn_pool *pool = NULL;
         pst_err e;
-        const int T = t == 4 ? 0 : t < 4 ? t : t - 3;
+        const int T = t == 4 || t == 7 ? 0 : t < 4 ? t : t - 3;
         if (T > 0 && nn_pool_new(&pool, T, &e) < 0) pst_die("%s", e.msg);
-        nn_conv_shared_pad(t >= 4 ? 0 : 1);
+        nn_conv_shared_pad(t >= 4 && t < 7 ? 0 : 1);
+        nn_conv_fuse_strided(t == 7 ? 0 : 1);
         float *scratch = pst_aligned_alloc(sizeof(float) * stride * (T > 0 ? T : 1));
         y[t] = rand_vec(ny, 1), dx[t] = rand_vec(nx, 1), dw[t] = rand_vec(nw, 1);
         db[t] = rand_vec(K, 1);
@@ -58,20 +61,22 @@ static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW,
         nn_pool_free(pool);
     }
     nn_conv_shared_pad(1);
-    for (int t = 1; t < 7; t++) {
+    nn_conv_fuse_strided(1);
+    for (int t = 1; t < 8; t++) {
         bool same =
             !memcmp(y[0], y[t], sizeof(float) * ny) && !memcmp(dx[0], dx[t], sizeof(float) * nx) &&
             !memcmp(dw[0], dw[t], sizeof(float) * nw) && !memcmp(db[0], db[t], sizeof(float) * K);
         CHECK(same, "conv N%d %dx%dx%d->%d k%dx%d s%d p%d,%d: %s differ from no pool", N, H, W, C,
               K, KH, KW, SH, PH, PW,
-              t == 4   ? "no shared padding"
+              t == 7   ? "the strided input gradient apart"
+              : t == 4 ? "no shared padding"
               : t == 5 ? "2 threads, no shared padding"
               : t == 6 ? "3 threads, no shared padding"
               : t == 1 ? "1 thread"
               : t == 2 ? "2 threads"
                        : "3 threads");
     }
-    for (int t = 0; t < 7; t++) free(y[t]), free(dx[t]), free(dw[t]), free(db[t]);
+    for (int t = 0; t < 8; t++) free(y[t]), free(dx[t]), free(dw[t]), free(db[t]);
     free(x), free(w), free(b), free(R), free(dy);
 }
 
@@ -237,6 +242,11 @@ int main(void)
          * shared padding, 4 input-channel ranges of 16 (48-float window
          * rows) */
         test_conv_threads(4, 14, 14, 64, 64, 3, 3, 2, 2, 1, 1, true);
+        /* inception-mini's reduce/b3x3: the dcol input gradient in one loop
+         * with the channel-range weight gradient, w^T packed at the end of
+         * the col area and those tasks' padded images kept below it (t = 7
+         * fails when they are not) */
+        test_conv_threads(46, 14, 14, 64, 64, 3, 3, 2, 2, 1, 1, false);
     }
     if (simd) {
         nn_narrow_use_simd(1);

@@ -1,6 +1,7 @@
 /*
- * conv.c - 2-D convolution: which kernel family runs each pass of a layer,
- * how a call is cut into tasks on the pool, and each thread's scratch.
+ * conv.c - 2-D convolution: each thread's scratch (its layout and sizes),
+ * how a call is cut into tasks on the pool, which kernel family runs each
+ * pass of a layer, and the forward's dispatch.
  *
  * Which code multiplies depends on the shape (K output channels):
  *   K > 32     the AVX-512 implicit GEMM (conv_fast.c): windows read from a
@@ -23,9 +24,11 @@
  *              (conv_wino4.c) for all three passes.
  * The narrow and one-channel kernels are AVX-512 with portable versions.
  *
- * The tasks themselves are in conv_tasks.c, the im2col + BLIS path (one
- * thread's share of a call) in conv_gemm.c, what they share in conv_impl.h.
- * Every cut here depends on the shapes only, never on the thread count.
+ * The backward's dispatch (the weight gradient's path, the input
+ * gradient's, the loops that run both) is in conv_backward.c, the tasks
+ * themselves in conv_tasks.c, the im2col + BLIS path (one thread's share
+ * of a call) in conv_gemm.c, what they share in conv_impl.h. Every cut
+ * here depends on the shapes only, never on the thread count.
  */
 #include "conv_impl.h"
 
@@ -54,13 +57,13 @@ static size_t wt_floats(const nn_conv_dims *d)
 }
 
 /* The col area. */
-static size_t col_floats(const nn_conv_dims *d)
+size_t nn_cv_col_floats(const nn_conv_dims *d)
 {
     size_t col = (size_t)nn_conv_chunk(d) * d->OH * d->OW * d->KH * d->KW * d->C;
     return align16(col + CONV_SLACK);
 }
 
-static size_t pad_floats(const nn_conv_dims *d)
+size_t nn_cv_pad_floats(const nn_conv_dims *d)
 {
     return align16((size_t)pad_h(d) * pad_w(d) * d->C + pad_slack(d));
 }
@@ -80,7 +83,7 @@ static size_t pad_floats(const nn_conv_dims *d)
  * the narrow kernel instead: the fast kernel's channel-range tasks left
  * its 64-channel tiles half empty (resnet-20's 16->32 3x3/2: 46% -> 80-85%
  * of peak); unpadded ones (Inception's 2a, 32->32 at 149^2, 76%) stay. */
-static bool fast_dw_ok(const nn_conv_dims *d)
+bool nn_cv_fast_dw_ok(const nn_conv_dims *d)
 {
     return CONV_X86 && d->K > 16 && d->KW * d->C >= 16 && nn_narrow_use_simd(-1) &&
            (unpadded(d) || !nn_narrow_conv_dw_ok(d->KW * d->C, d->K));
@@ -89,17 +92,17 @@ static bool fast_dw_ok(const nn_conv_dims *d)
 /* The input gradient through the fast kernel (a convolution of dy, or dy
  * w^T for 1x1): K > 32, or K > 16 with 32 or more input channels (the
  * narrow kernels' scatter-add is slower there), AVX-512. */
-static bool fast_dgrad_ok(const nn_conv_dims *d)
+bool nn_cv_fast_dgrad_ok(const nn_conv_dims *d)
 {
     bool shape = conv_is_pointwise(d) || dgrad_as_conv(d) || strided_pointwise(d);
-    return shape && (nn_cf_ok(d) || (fast_dw_ok(d) && d->C >= 32));
+    return shape && (nn_cf_ok(d) || (nn_cv_fast_dw_ok(d) && d->C >= 32));
 }
 
 /* A padded image of the fast path: the input, or dy for the input gradient. */
 static size_t fast_img_floats(const nn_conv_dims *d)
 {
     size_t n = img_floats(d);
-    if (fast_dgrad_ok(d) && dgrad_as_conv(d)) {
+    if (nn_cv_fast_dgrad_ok(d) && dgrad_as_conv(d)) {
         nn_conv_dims g = dgrad_dims(d);
         if (img_floats(&g) > n) n = img_floats(&g);
     }
@@ -127,50 +130,51 @@ static int even_group(int N, int G)
     int ng = (N + G - 1) / G;
     return (N + ng - 1) / ng;
 }
-static int fast_group(const nn_conv_dims *d)
+int nn_cv_fast_group(const nn_conv_dims *d)
 {
     return even_group(d->N, group_cap(d, fast_img_floats(d)));
 }
-static size_t fast_pad_floats(const nn_conv_dims *d)
+size_t nn_cv_fast_pad_floats(const nn_conv_dims *d)
 {
     return align16((size_t)group_cap(d, fast_img_floats(d)) * fast_img_floats(d) + CONV_SLACK);
 }
 static size_t fast_floats(const nn_conv_dims *d)
 {
-    if (!nn_cf_ok(d) && !fast_dgrad_ok(d)) return fast_dw_ok(d) ? fast_pad_floats(d) : 0;
+    if (!nn_cf_ok(d) && !nn_cv_fast_dgrad_ok(d))
+        return nn_cv_fast_dw_ok(d) ? nn_cv_fast_pad_floats(d) : 0;
     const int R = d->KH * d->KW * d->C;
     size_t wp = nn_cf_packed_floats(R, d->K), wpt = nn_cf_packed_floats(d->KH * d->KW * d->K, d->C);
-    return fast_pad_floats(d) + align16(wp > wpt ? wp : wpt);
+    return nn_cv_fast_pad_floats(d) + align16(wp > wpt ? wp : wpt);
 }
 /* The input gradient of the other strided layers through the fast kernel
  * (nn_cv_dgrad_dcolg_task): groups of images of at least CONV_GROUP_PIXELS
  * output pixels, their padded gradients within CONV_GROUP_FLOATS, the
  * groups of near-equal size (N = 8 at 7x7: two groups of 4, not 6 + 2). */
-static bool dcolg_ok(const nn_conv_dims *d);
-static int dcolg_group(const nn_conv_dims *d)
+int nn_cv_dcolg_group(const nn_conv_dims *d)
 {
     return even_group(d->N, group_cap(d, img_floats(d)));
 }
-static size_t dcolg_pad_floats(const nn_conv_dims *d)
+size_t nn_cv_dcolg_pad_floats(const nn_conv_dims *d)
 {
     return align16((size_t)group_cap(d, img_floats(d)) * img_floats(d) + CONV_SLACK);
 }
-static size_t dcolg_buf_floats(const nn_conv_dims *d)
+size_t nn_cv_dcolg_buf_floats(const nn_conv_dims *d)
 {
     return align16((size_t)group_cap(d, img_floats(d)) * d->OH * d->OW * 64 + CONV_SLACK);
 }
 static size_t dcolg_floats(const nn_conv_dims *d)
 {
-    if (!dcolg_ok(d)) return 0;
-    return dcolg_pad_floats(d) + dcolg_buf_floats(d) +
+    if (!nn_cv_dcolg_ok(d)) return 0;
+    return nn_cv_dcolg_pad_floats(d) + nn_cv_dcolg_buf_floats(d) +
            align16(nn_cf_packed_floats(d->K, d->KH * d->KW * d->C));
 }
 static size_t gemm_floats(const nn_conv_dims *d)
 {
-    return conv_is_pointwise(d) ? wt_floats(d) : col_floats(d) + pad_floats(d) + wt_floats(d);
+    return conv_is_pointwise(d) ? wt_floats(d)
+                                : nn_cv_col_floats(d) + nn_cv_pad_floats(d) + wt_floats(d);
 }
 /* A thread's working area (after the header): either path's layout. */
-static size_t front_floats(const nn_conv_dims *d)
+size_t nn_cv_front_floats(const nn_conv_dims *d)
 {
     size_t g = gemm_floats(d), f = fast_floats(d), wi = nn_wino_scratch(d), dg = dcolg_floats(d);
     if (wi > f) f = wi;
@@ -182,8 +186,8 @@ static size_t front_floats(const nn_conv_dims *d)
  * path: one task per slice (nn_cv_wgrad_gemm_task). */
 static bool narrow_dw_path(const nn_conv_dims *d)
 {
-    return !fast_dw_ok(d) && !conv_is_pointwise(d) && !nn_conv1ch_ok(d) && !nn_wino_wgrad_ok(d) &&
-           nn_narrow_conv_dw_ok(d->KW * d->C, d->K);
+    return !nn_cv_fast_dw_ok(d) && !conv_is_pointwise(d) && !nn_conv1ch_ok(d) &&
+           !nn_wino_wgrad_ok(d) && nn_narrow_conv_dw_ok(d->KW * d->C, d->K);
 }
 
 /* Slices of the batch whose weight gradients are summed separately (then
@@ -197,7 +201,7 @@ static bool narrow_dw_path(const nn_conv_dims *d)
  * docs/design.md, "Threads". */
 #define CONV_NARROW_SLICES 4
 #define CONV_WG_TASKS 8
-static int wgrad_slices(const nn_conv_dims *d)
+int nn_cv_wgrad_slices(const nn_conv_dims *d)
 {
     size_t RK = (size_t)d->KH * d->KW * d->C * d->K, cap = CONV_PART_FLOATS / (RK ? RK : 1);
     size_t S = cap, by_work = (size_t)d->N * d->OH * d->OW / CONV_SLICE_PIXELS;
@@ -224,37 +228,37 @@ bool nn_conv_shared_pad(int force)
 
 static size_t shared_pad_floats(const nn_conv_dims *d)
 {
-    if (!fast_dw_ok(d) || (d->PH == 0 && d->PW == 0)) return 0;
+    if (!nn_cv_fast_dw_ok(d) || (d->PH == 0 && d->PW == 0)) return 0;
     size_t n = (size_t)d->N * img_floats(d);
     return align16((n < CONV_SHARED_PAD_FLOATS ? n : CONV_SHARED_PAD_FLOATS) + CONV_SLACK);
 }
-static bool use_shared_pad(const nn_conv_dims *d)
+bool nn_cv_use_shared_pad(const nn_conv_dims *d)
 {
     return shared_pad_mode == 1 && shared_pad_floats(d) &&
            (size_t)d->N * img_floats(d) <= CONV_SHARED_PAD_FLOATS;
 }
 
-static size_t parts_floats(const nn_conv_dims *d)
+size_t nn_cv_parts_floats(const nn_conv_dims *d)
 {
     size_t RK = (size_t)d->KH * d->KW * d->C * d->K;
-    return align16((size_t)(wgrad_slices(d) - 1) * RK);
+    return align16((size_t)(nn_cv_wgrad_slices(d) - 1) * RK);
 }
 
 size_t nn_conv_scratch(const nn_conv_dims *d)
 {
-    return CONV_HDR + front_floats(d) + parts_floats(d) + shared_pad_floats(d);
+    return CONV_HDR + nn_cv_front_floats(d) + nn_cv_parts_floats(d) + shared_pad_floats(d);
 }
 
 /* Scratch layout: [col chunk + slack | padded image + slack | W^T + slack]
  * (a pointwise conv has only W^T). */
 float *nn_cv_scratch_pad(float *scratch, const nn_conv_dims *d)
 {
-    return scratch + col_floats(d);
+    return scratch + nn_cv_col_floats(d);
 }
 float *nn_cv_scratch_wt(float *scratch, const nn_conv_dims *d)
 {
     if (conv_is_pointwise(d)) return scratch;
-    return nn_cv_scratch_pad(scratch, d) + pad_floats(d);
+    return nn_cv_scratch_pad(scratch, d) + nn_cv_pad_floats(d);
 }
 
 /* The input gradient of a strided layer with a small kernel (ResNet's
@@ -271,24 +275,25 @@ int nn_cv_dcol_pixels(const nn_conv_dims *d)
     int px = CONV_DCOL_FLOATS / (d->KH * d->KW * d->C) / 12 * 12; /* whole 6- and 12-pixel tiles */
     return px < 12 ? 12 : px > 60 ? 60 : px;
 }
-static size_t dcol_block_floats(const nn_conv_dims *d)
+size_t nn_cv_dcol_block_floats(const nn_conv_dims *d)
 {
     return align16((size_t)nn_cv_dcol_pixels(d) * d->KH * d->KW * d->C + CONV_SLACK);
 }
-static bool fast_dcol_ok(const nn_conv_dims *d)
+bool nn_cv_fast_dcol_ok(const nn_conv_dims *d)
 {
     const int R = d->KH * d->KW * d->C;
     const size_t packed = nn_cf_packed_floats(d->K, R);
-    return nn_cf_ok(d) && !fast_dgrad_ok(d) && !conv_is_pointwise(d) &&
-           packed <= CONV_DCOL_PACKED && col_floats(d) >= dcol_block_floats(d) + packed;
+    return nn_cf_ok(d) && !nn_cv_fast_dgrad_ok(d) && !conv_is_pointwise(d) &&
+           packed <= CONV_DCOL_PACKED && nn_cv_col_floats(d) >= nn_cv_dcol_block_floats(d) + packed;
 }
 /* The other strided (or over-padded) layers of the fast kernel. */
-static bool dcolg_ok(const nn_conv_dims *d)
+bool nn_cv_dcolg_ok(const nn_conv_dims *d)
 {
-    return nn_cf_ok(d) && !fast_dgrad_ok(d) && !conv_is_pointwise(d) && !fast_dcol_ok(d);
+    return nn_cf_ok(d) && !nn_cv_fast_dgrad_ok(d) && !conv_is_pointwise(d) &&
+           !nn_cv_fast_dcol_ok(d);
 }
 
-/* ---- the dispatch: tasks on the pool (conv_tasks.c) -------------------- */
+/* ---- how many tasks a loop has (conv_tasks.c runs them) --------------- */
 
 /* Every loop of a layer gets CONV_MIN_TASKS near-equal tasks where the
  * shape allows: with fewer (3 chunks of 27, 27 and 10 images, say), two
@@ -303,7 +308,7 @@ static bool dcolg_ok(const nn_conv_dims *d)
 
 /* Blocks of images of the GEMM / narrow / one-channel forward and input
  * gradient: a chunk (nn_conv_chunk) each at most, CONV_MIN_TASKS at least. */
-static int image_blocks(const nn_conv_dims *d)
+int nn_cv_image_blocks(const nn_conv_dims *d)
 {
     int chunk = nn_conv_chunk(d), nb = (d->N + chunk - 1) / chunk;
     int want = d->N < CONV_MIN_TASKS ? d->N : CONV_MIN_TASKS;
@@ -313,7 +318,7 @@ static int image_blocks(const nn_conv_dims *d)
 /* Row blocks of a pointwise product with nkb channel blocks: CONV_ROWS
  * rows each at most; more, down to CONV_MIN_ROWS, for CONV_MIN_TASKS
  * tasks. */
-static int point_row_blocks(int rows, int nkb)
+int nn_cv_point_row_blocks(int rows, int nkb)
 {
     int nb = (rows + CONV_ROWS - 1) / CONV_ROWS, want = (CONV_MIN_TASKS + nkb - 1) / nkb;
     int most = rows / CONV_MIN_ROWS > 1 ? rows / CONV_MIN_ROWS : 1;
@@ -322,17 +327,96 @@ static int point_row_blocks(int rows, int nkb)
 }
 
 /* Kernel-row blocks of the 1x1 GEMM weight gradient with S slices. */
-static int point_wgrad_row_blocks(const nn_conv_dims *d, int S)
+int nn_cv_point_wgrad_row_blocks(const nn_conv_dims *d, int S)
 {
     int want = (CONV_MIN_TASKS + S - 1) / S, most = d->C / CONV_WG_POINT_ROWS;
     if (want > most) want = most;
     return want > 1 ? want : 1;
 }
 
-static void conv_for(nn_pool *pool, int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
+/* Blocks of kernel rows of the fast weight gradient when its images are
+ * read in place or padded once for all tasks: at most CONV_WG_ROWS rows
+ * each, more, down to CONV_WG_MIN_ROWS rows, until the slices, row blocks
+ * and channel blocks make CONV_WG_TASKS tasks: a layer of small images has
+ * one slice, and one task would leave the other threads idle. No sum
+ * changes with the cut (every dw element still sums its slice's pixels in
+ * order), so the cut may depend on how the images are read. */
+#define CONV_WG_MIN_ROWS 16
+int nn_cv_wgrad_row_blocks(const nn_conv_dims *d, int S, int kbg)
 {
-    nn_pool_for(pool, ntasks, fn, arg);
+    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
+    int nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS, per = S * ((nkb + kbg - 1) / kbg);
+    int want = (CONV_WG_TASKS + per - 1) / per, most = R / CONV_WG_MIN_ROWS;
+    if (want > most) want = most;
+    return nr > want ? nr : want;
 }
+
+/* Channel blocks per weight-gradient task: all of them for a 1x1 layer
+ * whose slices and row blocks already make CONV_WG_TASKS tasks (each task
+ * then reads its pixels' x and dy rows once, in order, instead of a 64-
+ * channel stripe of dy per task); up to CONV_WG_CHAN_KB for the other 1x1
+ * layers, whose row blocks are then cut finer for CONV_WG_TASKS tasks: a
+ * task of one 64-channel block read its x rows (C floats apart, 4 KB at
+ * res4's C = 1024) once per channel block, from memory when the batch
+ * exceeds L3; else one. */
+#define CONV_WG_CHAN_KB 4 /* output-channel blocks per task: dy blocks of >= 128 pixels */
+int nn_cv_wgrad_kb_group(const nn_conv_dims *d, int S)
+{
+    const int nkb = (d->K + 63) / 64;
+    if (d->KH != 1 || d->KW != 1) return 1;
+    if (S * nn_cv_wgrad_row_blocks(d, S, 1) >= CONV_WG_TASKS) return nkb;
+    int kbg = nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
+    /* C <= K: fewer channel blocks per task rather than row blocks cut
+     * finer than CONV_WG_ROWS for the task count: a task then reads x (C
+     * floats a pixel) once more, not dy (K floats) packed once more.
+     * resnet-50's 128->512 at 28^2 (3 slices x 2 row blocks x 2 groups of
+     * 4 -> 3 x 4 groups of 2) and 256->1024 at 14^2: 5-15% faster */
+    const int rows = (d->C + CONV_WG_ROWS - 1) / CONV_WG_ROWS;
+    if (d->C <= d->K)
+        while (kbg > 1 && nn_cv_wgrad_row_blocks(d, S, kbg) > rows) kbg /= 2;
+    return kbg;
+}
+
+/* Input-channel ranges per slice of the fast weight gradient of padded
+ * images and projections (nn_cv_wgrad_chan_task): with the groups of
+ * CONV_WG_CHAN_KB output-channel blocks, enough for CONV_WG_TASKS tasks,
+ * each range KW*C' >= 16 floats wide (the register tiles' rows). */
+int nn_cv_wgrad_chan_kb(const nn_conv_dims *d)
+{
+    const int nkb = (d->K + 63) / 64;
+    return nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
+}
+/* An unpadded strided layer whose image exceeds CONV_IMG_L2 floats (512
+ * KB: Inception's 6a, 35x35x288) also takes the channel-range tasks: read
+ * in place, each 6-row tile walked its strided windows through an image
+ * that does not stay in L2; a sub-image of C' channels does. */
+#define CONV_IMG_L2 (128 * 1024)
+bool nn_cv_wgrad_chan_unpadded(const nn_conv_dims *d)
+{
+    return (d->SH > 1 || d->SW > 1) && (size_t)d->H * d->W * d->C > CONV_IMG_L2;
+}
+/* Window-row floats (KW*C') per channel range, at least: 48 for a window
+ * wider than one pixel, else 16 (one vector: 1x1 projections and 7x1
+ * layers, as before). Every range reads all of its slice's dy again:
+ * inception-mini's reduce/b3x3 (3x3/2, 64->64 at 14x14, batch 64, one
+ * slice) as 8 ranges of 8 channels (24 floats) spent ~16% more on its
+ * backward than as 4 ranges of 16 (one thread 3,890-3,974 -> 3,259-3,308
+ * us per step, two threads 2,179-2,200 -> 1,832-1,840). No sum changes with
+ * the ranges (each dw element sums its slice's pixels in order), so no bit
+ * does; of the built-in models only that layer's cut changes. */
+#define CONV_WG_CHAN_ROW 48
+int nn_cv_wgrad_chan_blocks(const nn_conv_dims *d, int S)
+{
+    const int nkb = (d->K + 63) / 64, kbg = nn_cv_wgrad_chan_kb(d),
+              per = S * ((nkb + kbg - 1) / kbg);
+    const int row = d->KW > 1 ? CONV_WG_CHAN_ROW : 16;
+    int nch = (CONV_WG_TASKS + per - 1) / per, most = d->KW * d->C / row;
+    if (nch > most) nch = most;
+    if (nch > d->C) nch = d->C;
+    return nch < 1 ? 1 : nch;
+}
+
+/* ---- the forward's dispatch -------------------------------------------- */
 
 void nn_conv2d_forward(float *out, const float *inp, const float *w, const float *b,
                        const nn_conv_dims *d, bool relu, nn_pool *pool, float *scratch,
@@ -351,326 +435,19 @@ void nn_conv2d_forward(float *out, const float *inp, const float *w, const float
         return;
     }
     if (nn_cf_ok(d)) {
-        float *wp = job_front(&j, 0) + fast_pad_floats(d);
+        float *wp = job_front(&j, 0) + nn_cv_fast_pad_floats(d);
         nn_cv_pack_par(pool, wp, w, d, false);
         j.wp = wp, j.nkb = (d->K + 63) / 64;
         if (conv_is_pointwise(d)) {
-            j.nrc = point_row_blocks(d->N * d->H * d->W, j.nkb);
+            j.nrc = nn_cv_point_row_blocks(d->N * d->H * d->W, j.nkb);
             conv_for(pool, j.nrc * j.nkb, nn_cv_fwd_point_task, &j);
             return;
         }
-        j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
+        j.G = nn_cv_fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
         nn_cv_job_reset_tags(&j, pool);
         conv_for(pool, j.ngroups * j.nkb, nn_cv_fwd_fast_task, &j);
         return;
     }
-    j.nib = image_blocks(d);
+    j.nib = nn_cv_image_blocks(d);
     conv_for(pool, j.nib, nn_cv_fwd_gemm_task, &j);
-}
-
-/* Blocks of kernel rows of the fast weight gradient when its images are
- * read in place or padded once for all tasks: at most CONV_WG_ROWS rows
- * each, more, down to CONV_WG_MIN_ROWS rows, until the slices, row blocks
- * and channel blocks make CONV_WG_TASKS tasks: a layer of small images has
- * one slice, and one task would leave the other threads idle. No sum
- * changes with the cut (every dw element still sums its slice's pixels in
- * order), so the cut may depend on how the images are read. */
-#define CONV_WG_MIN_ROWS 16
-static int wgrad_row_blocks(const nn_conv_dims *d, int S, int kbg)
-{
-    const int R = d->KH * d->KW * d->C, nkb = (d->K + 63) / 64;
-    int nr = (R + CONV_WG_ROWS - 1) / CONV_WG_ROWS, per = S * ((nkb + kbg - 1) / kbg);
-    int want = (CONV_WG_TASKS + per - 1) / per, most = R / CONV_WG_MIN_ROWS;
-    if (want > most) want = most;
-    return nr > want ? nr : want;
-}
-
-/* Channel blocks per weight-gradient task: all of them for a 1x1 layer
- * whose slices and row blocks already make CONV_WG_TASKS tasks (each task
- * then reads its pixels' x and dy rows once, in order, instead of a 64-
- * channel stripe of dy per task); up to CONV_WG_CHAN_KB for the other 1x1
- * layers, whose row blocks are then cut finer for CONV_WG_TASKS tasks: a
- * task of one 64-channel block read its x rows (C floats apart, 4 KB at
- * res4's C = 1024) once per channel block, from memory when the batch
- * exceeds L3; else one. */
-#define CONV_WG_CHAN_KB 4 /* output-channel blocks per task: dy blocks of >= 128 pixels */
-static int wgrad_kb_group(const nn_conv_dims *d, int S)
-{
-    const int nkb = (d->K + 63) / 64;
-    if (d->KH != 1 || d->KW != 1) return 1;
-    if (S * wgrad_row_blocks(d, S, 1) >= CONV_WG_TASKS) return nkb;
-    int kbg = nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
-    /* C <= K: fewer channel blocks per task rather than row blocks cut
-     * finer than CONV_WG_ROWS for the task count: a task then reads x (C
-     * floats a pixel) once more, not dy (K floats) packed once more.
-     * resnet-50's 128->512 at 28^2 (3 slices x 2 row blocks x 2 groups of
-     * 4 -> 3 x 4 groups of 2) and 256->1024 at 14^2: 5-15% faster */
-    const int rows = (d->C + CONV_WG_ROWS - 1) / CONV_WG_ROWS;
-    if (d->C <= d->K)
-        while (kbg > 1 && wgrad_row_blocks(d, S, kbg) > rows) kbg /= 2;
-    return kbg;
-}
-
-/* Input-channel ranges per slice of the fast weight gradient of padded
- * images and projections (nn_cv_wgrad_chan_task): with the groups of
- * CONV_WG_CHAN_KB output-channel blocks, enough for CONV_WG_TASKS tasks,
- * each range KW*C' >= 16 floats wide (the register tiles' rows). */
-static int wgrad_chan_kb(const nn_conv_dims *d)
-{
-    const int nkb = (d->K + 63) / 64;
-    return nkb < CONV_WG_CHAN_KB ? nkb : CONV_WG_CHAN_KB;
-}
-/* An unpadded strided layer whose image exceeds CONV_IMG_L2 floats (512
- * KB: Inception's 6a, 35x35x288) also takes the channel-range tasks: read
- * in place, each 6-row tile walked its strided windows through an image
- * that does not stay in L2; a sub-image of C' channels does. */
-#define CONV_IMG_L2 (128 * 1024)
-static bool wgrad_chan_unpadded(const nn_conv_dims *d)
-{
-    return (d->SH > 1 || d->SW > 1) && (size_t)d->H * d->W * d->C > CONV_IMG_L2;
-}
-/* Window-row floats (KW*C') per channel range, at least: 48 for a window
- * wider than one pixel, else 16 (one vector: 1x1 projections and 7x1
- * layers, as before). Every range reads all of its slice's dy again:
- * inception-mini's reduce/b3x3 (3x3/2, 64->64 at 14x14, batch 64, one
- * slice) as 8 ranges of 8 channels (24 floats) spent ~16% more on its
- * backward than as 4 ranges of 16 (one thread 3,890-3,974 -> 3,259-3,308
- * us per step, two threads 2,179-2,200 -> 1,832-1,840). No sum changes with
- * the ranges (each dw element sums its slice's pixels in order), so no bit
- * does; of the built-in models only that layer's cut changes. */
-#define CONV_WG_CHAN_ROW 48
-static int wgrad_chan_blocks(const nn_conv_dims *d, int S)
-{
-    const int nkb = (d->K + 63) / 64, kbg = wgrad_chan_kb(d), per = S * ((nkb + kbg - 1) / kbg);
-    const int row = d->KW > 1 ? CONV_WG_CHAN_ROW : 16;
-    int nch = (CONV_WG_TASKS + per - 1) / per, most = d->KW * d->C / row;
-    if (nch > most) nch = most;
-    if (nch > d->C) nch = d->C;
-    return nch < 1 ? 1 : nch;
-}
-
-/* The fast input gradient: packs the flipped kernel on the pool, sets up
- * the job and returns the task function, *ntasks its tasks. */
-static void (*dgrad_fast_setup(conv_job *j, nn_pool *pool, int *ntasks))(void *, int, int)
-{
-    const nn_conv_dims *d = j->d;
-    float *wp = job_front(j, 0) + fast_pad_floats(d);
-    nn_cv_pack_par(pool, wp, j->w, d, true);
-    j->wp = wp;
-    int nkb = (d->C + 63) / 64;
-    nn_cv_job_reset_tags(j, pool);
-    if (conv_is_pointwise(d)) {
-        j->nrc = point_row_blocks(d->N * d->H * d->W, nkb);
-        *ntasks = j->nrc * nkb;
-        return nn_cv_dgrad_point_task;
-    }
-    if (strided_pointwise(d)) {
-        *ntasks = j->ngroups;
-        return nn_cv_dgrad_strided_point_task;
-    }
-    *ntasks = j->ngroups * nkb;
-    return nn_cv_dgrad_fast_task;
-}
-
-/* One loop of the weight gradient's nw fast tasks (wfn: in place or
- * shared padding, or channel ranges) and the fast input gradient's tasks,
- * cut into P parts (the pool's threads), part p = the weight gradient's
- * block p then the input gradient's block p: the weight gradient of the
- * small 14x14 and 28x28 layers is 8 tasks of ~0.6 ms, and alone in its
- * loop the thread that finished first waited at its end (resnet-50 batch
- * 8 on 2 threads: 5-7 ms of thread time per step); now it takes the input
- * gradient's small tasks meanwhile. The two write different buffers and
- * read only dy, x and w. Per-thread scratch: the in-place and shared-pad
- * weight-gradient tasks use none; the channel-range tasks and the input
- * gradient's use their thread's front area below fast_pad_floats (the
- * flipped kernel lies after it, the partials and the shared padding after
- * the front area), one task at a time, and a channel-range task marks the
- * area as holding no padded group (the input gradient's tag). So the order
- * of the tasks changes no result. */
-typedef struct fused_job {
-    conv_job *j;
-    void (*wfn)(void *, int, int), (*dfn)(void *, int, int);
-    int nw, nd, P;
-} fused_job;
-
-static void fused_task(void *arg, int task, int tid)
-{
-    const fused_job *f = arg;
-    /* block p of each starts at w0 + d0 of the sequence */
-    int p = 0, w0, w1, d0, d1;
-    for (;; p++) {
-        nn_pool_block(f->nw, f->P, p, &w0, &w1);
-        nn_pool_block(f->nd, f->P, p, &d0, &d1);
-        if (task < w1 + d1) break;
-    }
-    int k = task - w0 - d0;
-    if (k < w1 - w0)
-        f->wfn(f->j, w0 + k, tid);
-    else
-        f->dfn(f->j, d0 + k - (w1 - w0), tid);
-}
-
-static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, nn_pool *pool)
-{
-    fused_job f = {.j = j, .wfn = wfn, .nw = nw, .P = nn_pool_threads(pool)};
-    f.dfn = dgrad_fast_setup(j, pool, &f.nd);
-    conv_for(pool, nw + f.nd, fused_task, &f);
-    if (j->S > 1) {
-        const size_t RK = (size_t)j->d->KH * j->d->KW * j->d->C * j->d->K;
-        conv_for(pool, (int)((RK + CONV_RED - 1) / CONV_RED), nn_cv_wgrad_reduce_task, j);
-    }
-}
-
-/* The input gradient of a strided layer (dcol: per image; dcolg: per
- * group) in one loop with the channel-range weight gradient's nw tasks,
- * cut as backward_fused's parts: those tasks (8-18 of 0.1-1.4 ms:
- * resnet-50's 3x3/2 layers, inception-mini's reduce/b3x3) alone in their
- * loop left the thread that finished first idle at its end. w^T is packed
- * first where no task writes in thread 0's area: dcol, at the end of the
- * col area (its dcol block lies at the start, its padded gradient after
- * the col area), the channel-range tasks' padded sub-images kept below it
- * (fewer images per call of the kernel: no sum changes, each dw element
- * still adds its pixels in order), or else past the padded gradient;
- * dcolg, past its padded gradients and dcol block and past the channel-
- * range tasks' area. False (nothing done) where the front area has no such
- * room. Each task writes its own outputs as in separate loops, and
- * initialises its area first, so no bit changes. */
-static int fuse_strided_mode = 1;
-
-bool nn_conv_fuse_strided(int force)
-{
-    if (force == 0 || force == 1) fuse_strided_mode = force;
-    return fuse_strided_mode == 1;
-}
-
-static bool backward_fused_strided(conv_job *j, void (*wfn)(void *, int, int), int nw,
-                                   nn_pool *pool)
-{
-    if (!fuse_strided_mode) return false;
-    const nn_conv_dims *d = j->d;
-    const int R = d->KH * d->KW * d->C;
-    const size_t packed = nn_cf_packed_floats(d->K, R), fp = fast_pad_floats(d);
-    size_t off, cap = fp; /* cap: the channel-range tasks' padded images */
-    fused_job f = {.j = j, .wfn = wfn, .nw = nw, .P = nn_pool_threads(pool)};
-    if (fast_dcol_ok(d)) {
-        const size_t col = col_floats(d), past = col + pad_floats(d);
-        if (col >= dcol_block_floats(d) + packed) {
-            off = (col - packed) / 16 * 16;
-            if (cap > off) cap = off;
-        } else
-            off = fp > past ? fp : past;
-        f.dfn = nn_cv_dgrad_dcol_task, f.nd = d->N;
-    } else if (dcolg_ok(d)) {
-        const size_t past = dcolg_pad_floats(d) + dcolg_buf_floats(d);
-        off = fp > past ? fp : past;
-        j->G = dcolg_group(d), j->ngroups = (d->N + j->G - 1) / j->G;
-        j->dpadf = dcolg_pad_floats(d);
-        f.dfn = nn_cv_dgrad_dcolg_task, f.nd = j->ngroups;
-    } else
-        return false;
-    nn_conv_dims sub = *d; /* the widest channel range's padded image */
-    sub.C = (d->C + j->nch - 1) / j->nch;
-    if (off + packed > front_floats(d) || cap < img_floats(&sub)) return false;
-    j->padf = cap;
-    float *wp = job_front(j, 0) + off;
-    nn_cv_pack_transposed(pool, wp, j->w, R, d->K);
-    j->wp = wp;
-    conv_for(pool, nw + f.nd, fused_task, &f);
-    if (j->S > 1) {
-        const size_t RK = (size_t)R * d->K;
-        conv_for(pool, (int)((RK + CONV_RED - 1) / CONV_RED), nn_cv_wgrad_reduce_task, j);
-    }
-    return true;
-}
-
-void nn_conv2d_backward(float *dinp, bool acc, float *dw, float *db, float *dout, const float *out,
-                        const float *inp, const float *w, const nn_conv_dims *d, bool relu,
-                        nn_pool *pool, float *scratch, size_t stride)
-{
-    const int K = d->K, R = d->KH * d->KW * d->C;
-    const size_t rows = (size_t)d->N * d->OH * d->OW, RK = (size_t)R * K;
-    if (relu) nn_relu_mask(dout, out, rows * K);
-    if (db) nn_bias_backward(db, dout, (int)rows, K);
-    conv_job j = {.d = d,
-                  .inp = inp,
-                  .w = w,
-                  .dout = dout,
-                  .dinp = dinp,
-                  .dw = dw,
-                  .acc = acc,
-                  .scratch = scratch,
-                  .stride = stride};
-    j.S = wgrad_slices(d);
-    j.part = job_front(&j, 0) + front_floats(d);
-    j.G = fast_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
-    if (nn_wino_wgrad_ok(d)) {
-        if (dinp && nn_wino_dgrad_ok(d)) {
-            nn_wino_backward(dw, dinp, acc, dout, inp, w, d, pool, job_front(&j, 0), stride);
-            return;
-        }
-        nn_wino_wgrad(dw, dout, inp, d, pool, job_front(&j, 0), stride);
-        j.S = 1; /* its slices are summed inside */
-    } else if (fast_dw_ok(d)) {
-        if (use_shared_pad(d)) {
-            j.shared = job_front(&j, 0) + front_floats(d) + parts_floats(d);
-            memset(j.shared + (size_t)d->N * img_floats(d), 0, sizeof(float) * CONV_SLACK);
-            conv_for(pool, d->N, nn_cv_wgrad_pad_task, &j);
-        }
-        void (*wfn)(void *, int, int);
-        int nw;
-        if ((unpadded(d) && !strided_pointwise(d) && !wgrad_chan_unpadded(d)) || j.shared) {
-            j.kbg = wgrad_kb_group(d, j.S);
-            j.nr = wgrad_row_blocks(d, j.S, j.kbg);
-            const int nkb = (K + 63) / 64;
-            wfn = nn_cv_wgrad_fast_task, nw = j.S * j.nr * ((nkb + j.kbg - 1) / j.kbg);
-        } else {
-            j.nch = wgrad_chan_blocks(d, j.S), j.padf = fast_pad_floats(d);
-            j.kbg = wgrad_chan_kb(d);
-            const int nkg = ((K + 63) / 64 + j.kbg - 1) / j.kbg;
-            wfn = nn_cv_wgrad_chan_task, nw = j.S * j.nch * nkg;
-        }
-        if (dinp && fast_dgrad_ok(d) && !nn_wino_dgrad_ok(d)) {
-            backward_fused(&j, wfn, nw, pool); /* the reduction too */
-            return;
-        }
-        if (dinp && wfn == nn_cv_wgrad_chan_task && !nn_wino_dgrad_ok(d) &&
-            backward_fused_strided(&j, wfn, nw, pool))
-            return;
-        conv_for(pool, nw, wfn, &j);
-    } else if (conv_is_pointwise(d)) {
-        j.nr = point_wgrad_row_blocks(d, j.S);
-        conv_for(pool, j.S * j.nr, nn_cv_wgrad_point_task, &j);
-    } else {
-        conv_for(pool, j.S, nn_cv_wgrad_gemm_task, &j);
-    }
-    if (j.S > 1) conv_for(pool, (int)((RK + CONV_RED - 1) / CONV_RED), nn_cv_wgrad_reduce_task, &j);
-    if (!dinp) return;
-    if (nn_wino_dgrad_ok(d)) {
-        nn_wino_dgrad(dinp, acc, dout, w, d, pool, job_front(&j, 0), stride);
-        return;
-    }
-    if (fast_dgrad_ok(d)) {
-        int nd;
-        void (*fn)(void *, int, int) = dgrad_fast_setup(&j, pool, &nd);
-        conv_for(pool, nd, fn, &j);
-        return;
-    }
-    if (fast_dcol_ok(d)) {
-        float *wp = job_front(&j, 0) + dcol_block_floats(d);
-        nn_cv_pack_transposed(pool, wp, w, R, K);
-        j.wp = wp;
-        conv_for(pool, d->N, nn_cv_dgrad_dcol_task, &j);
-        return;
-    }
-    if (dcolg_ok(d)) {
-        j.G = dcolg_group(d), j.ngroups = (d->N + j.G - 1) / j.G;
-        j.dpadf = dcolg_pad_floats(d);
-        float *wp = job_front(&j, 0) + j.dpadf + dcolg_buf_floats(d);
-        nn_cv_pack_transposed(pool, wp, w, R, K);
-        j.wp = wp;
-        conv_for(pool, j.ngroups, nn_cv_dgrad_dcolg_task, &j);
-        return;
-    }
-    j.nib = image_blocks(d);
-    conv_for(pool, j.nib, nn_cv_dgrad_gemm_task, &j);
 }

@@ -2,7 +2,9 @@
  * conv_impl.h - what the convolution driver's files share (internal to
  * src/nn; the API is layers.h's nn_conv2d_forward / nn_conv2d_backward):
  *   conv.c        dims, scratch sizes and layout, how a call is cut into
- *                 tasks, and the dispatch to a kernel family per pass
+ *                 tasks, and the forward's dispatch to a kernel family
+ *   conv_backward.c  the backward's dispatch: the weight gradient's path,
+ *                 the input gradient's, and the loops that run both
  *   conv_gemm.c   the im2col + BLIS path (also the narrow and one-channel
  *                 kernels' loops over images): one thread's share of a call
  *   conv_tasks.c  the pool tasks of every path (a conv_job describes the
@@ -128,6 +130,60 @@ float *nn_cv_scratch_wt(float *scratch, const nn_conv_dims *d);
 /* Output pixels per dcol block of the strided input gradient. */
 int nn_cv_dcol_pixels(const nn_conv_dims *d);
 
+/* Floats of the areas of a thread's scratch (conv_backward.c places its
+ * buffers by them): */
+/* the GEMM path's col area (a chunk's im2col matrix) */
+size_t nn_cv_col_floats(const nn_conv_dims *d);
+/* the GEMM path's padded image, after the col area */
+size_t nn_cv_pad_floats(const nn_conv_dims *d);
+/* the fast path's padded group of images (the packed kernel follows) */
+size_t nn_cv_fast_pad_floats(const nn_conv_dims *d);
+/* a dcol block of the strided input gradient (nn_cv_dgrad_dcol_task) */
+size_t nn_cv_dcol_block_floats(const nn_conv_dims *d);
+/* the grouped strided input gradient's padded gradients (nn_cv_dgrad_dcolg_task) */
+size_t nn_cv_dcolg_pad_floats(const nn_conv_dims *d);
+/* its dcol buffer, after them */
+size_t nn_cv_dcolg_buf_floats(const nn_conv_dims *d);
+/* a thread's working area after its header: any path's layout */
+size_t nn_cv_front_floats(const nn_conv_dims *d);
+/* the weight-gradient partials of slices 1..S-1, after thread 0's front area */
+size_t nn_cv_parts_floats(const nn_conv_dims *d);
+
+/* ---- conv.c: the paths and the cut (shapes only, never the thread count) */
+
+/* dw through the fast kernel */
+bool nn_cv_fast_dw_ok(const nn_conv_dims *d);
+/* the input gradient through the fast kernel (a convolution of dy, or dy w^T) */
+bool nn_cv_fast_dgrad_ok(const nn_conv_dims *d);
+/* a strided layer's input gradient through the fast kernel by dcol blocks, a task per image */
+bool nn_cv_fast_dcol_ok(const nn_conv_dims *d);
+/* the other strided layers' input gradient through the fast kernel, a task per group */
+bool nn_cv_dcolg_ok(const nn_conv_dims *d);
+/* the batch padded once for the weight-gradient tasks (after the partials) */
+bool nn_cv_use_shared_pad(const nn_conv_dims *d);
+/* an unpadded strided layer whose image exceeds L2: channel-range weight-gradient tasks */
+bool nn_cv_wgrad_chan_unpadded(const nn_conv_dims *d);
+/* images per group of the fast path */
+int nn_cv_fast_group(const nn_conv_dims *d);
+/* images per group of the grouped strided input gradient */
+int nn_cv_dcolg_group(const nn_conv_dims *d);
+/* image blocks of the GEMM / narrow / one-channel forward and input gradient */
+int nn_cv_image_blocks(const nn_conv_dims *d);
+/* row blocks of a pointwise product with nkb channel blocks */
+int nn_cv_point_row_blocks(int rows, int nkb);
+/* slices of the batch whose weight gradients are summed separately, then in slice order */
+int nn_cv_wgrad_slices(const nn_conv_dims *d);
+/* kernel-row blocks of the 1x1 GEMM weight gradient with S slices */
+int nn_cv_point_wgrad_row_blocks(const nn_conv_dims *d, int S);
+/* kernel-row blocks of the fast weight gradient read in place or padded once */
+int nn_cv_wgrad_row_blocks(const nn_conv_dims *d, int S, int kbg);
+/* output-channel blocks per task of the fast weight gradient */
+int nn_cv_wgrad_kb_group(const nn_conv_dims *d, int S);
+/* output-channel blocks per task of the channel-range weight gradient */
+int nn_cv_wgrad_chan_kb(const nn_conv_dims *d);
+/* input-channel ranges per slice of the channel-range weight gradient */
+int nn_cv_wgrad_chan_blocks(const nn_conv_dims *d, int S);
+
 /* ---- conv_gemm.c: the im2col + BLIS path -------------------------------- */
 
 /* Copies image n of inp into the padded buffer's interior (borders stay 0). */
@@ -190,7 +246,15 @@ void nn_cv_pack_par(nn_pool *pool, float *wp, const float *w, const nn_conv_dims
  * (a block of 64 kernel rows per task). */
 void nn_cv_pack_transposed(nn_pool *pool, float *wp, const float *w, int R, int K);
 
-/* The tasks (nn_pool_for's fn) of each pass and path; conv.c says how many. */
+/* A loop of ntasks tasks on the pool: every loop of conv.c and conv_backward.c. */
+static inline void conv_for(nn_pool *pool, int ntasks, void (*fn)(void *arg, int task, int tid),
+                            void *arg)
+{
+    nn_pool_for(pool, ntasks, fn, arg);
+}
+
+/* The tasks (nn_pool_for's fn) of each pass and path; conv.c's cut says how
+ * many, conv.c (forward) and conv_backward.c which. */
 void nn_cv_fwd_fast_task(void *arg, int task, int tid);
 void nn_cv_fwd_point_task(void *arg, int task, int tid);
 void nn_cv_fwd_gemm_task(void *arg, int task, int tid);

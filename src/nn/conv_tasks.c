@@ -1,10 +1,10 @@
 /*
  * conv_tasks.c - the pool tasks of the convolutions: what one task of
- * nn_pool_for computes, for every pass and path. conv.c decides the path,
- * how many tasks and the cut (all from the shapes only), and fills the
- * conv_job; a task's result depends on its index only, never on which
- * thread runs it (tid picks the scratch), so results do not depend on the
- * thread count (pool.h's rule).
+ * nn_pool_for computes, for every pass and path. conv.c (forward) and
+ * conv_backward.c decide the path and fill the conv_job, conv.c's cut
+ * says how many tasks (all from the shapes only); a task's result depends
+ * on its index only, never on which thread runs it (tid picks the
+ * scratch), so results do not depend on the thread count (pool.h's rule).
  *   forward          fast: (group of images, 64 output channels); pointwise:
  *                    (block of rows, 64 channels); GEMM: block of images
  *   weight gradient  fast: (slice of the batch, block of kernel rows, group
@@ -257,7 +257,7 @@ void nn_cv_wgrad_chan_task(void *arg, int task, int tid)
     float *target = (s == 0 ? j->dw : j->part + (size_t)(s - 1) * R * d->K) + (size_t)c0 * d->K;
     float *pad = job_front(j, tid);
     /* the padded area no longer holds a group of images for the input
-     * gradient's tasks (which run in the same loop: conv.c's
+     * gradient's tasks (which run in the same loop: conv_backward.c's
      * backward_fused) */
     *job_tag(j, tid) = -1;
     for (int n0 = a; n0 < e; n0 += G) {
@@ -476,7 +476,7 @@ void nn_cv_pack_transposed(nn_pool *pool, float *wp, const float *w, int R, int 
 }
 
 /* input gradient of a strided layer with a small kernel (conv.c's
- * fast_dcol_ok): task = image, dcol = dy rows x w^T in blocks of output
+ * nn_cv_fast_dcol_ok): task = image, dcol = dy rows x w^T in blocks of output
  * pixels, each added into the padded image gradient while in cache */
 void nn_cv_dgrad_dcol_task(void *arg, int task, int tid)
 {
@@ -543,7 +543,7 @@ AVX512 static void dcolg_scatter(float *dpad, size_t img, const float *dcol, int
 #endif
 
 /* input gradient of a strided layer with a large kernel (conv.c's
- * dcolg_ok: ResNet-50's res4/res5 3x3/2, Inception's 6a/7a): task = group
+ * nn_cv_dcolg_ok: ResNet-50's res4/res5 3x3/2, Inception's 6a/7a): task = group
  * of images; w^T packed once per call (thread 0's scratch). For each
  * block of 64 kernel rows (its packed w^T, [K][64], stays in L2): dcol
  * [rows][64] = dy rows x that block for all the group's output pixels

@@ -15,8 +15,8 @@
  * matrix products [tiles x C] x [C x K]) and transforms M back (A^T M A).
  *
  * The input gradient of a stride-1 layer is the forward of dy zero-padded
- * by 2 - PH (2 - PW) with the kernel flipped and transposed (as conv.c's
- * fast path): the same code with U built from the flipped kernel.
+ * by 2 - PH (2 - PW) with the kernel flipped and transposed (as
+ * conv_backward.c's fast path): the same code with U built from the flipped kernel.
  *
  * Work: blocks of TB tiles (fixed by the variant, C and K), numbered over
  * the batch; a task transforms its block's input into V, multiplies, and

@@ -1,8 +1,8 @@
 /* layer_conv.c - 2-D convolution (NHWC, kernel [KH][KW][C][K], square
  * stride, padding PH rows top and bottom and PW columns left and right,
  * optional bias and fused ReLU). Kernels:
- * nn_conv2d_forward/backward (conv.c), run as tasks on the model's pool;
- * each thread has its own scratch (nn_scratch), shared by all
+ * nn_conv2d_forward/backward (conv.c, conv_backward.c), run as tasks on
+ * the model's pool; each thread has its own scratch (nn_scratch), shared by all
  * convolutions of the model. */
 #include "graph.h"
 

@@ -232,10 +232,11 @@ void nn_cf_dw_runs(float *dw, const float *pad, const nn_cf_geom *g, const float
  * up to 64 (tests, also portable); -1 asks. The environment variable
  * PSTRAIN_WINO=0/1/2/3 sets the start value (benchmarks: old against new
  * in one binary). nn_wino_ok / nn_wino_dgrad_ok: whether
- * conv.c's forward / input gradient go this way; nn_wino_scratch: floats per
- * thread (0 when neither does). Same contracts as nn_conv2d_forward and the
- * input gradient of nn_conv2d_backward (scratch: thread 0's area, threads
- * `stride` floats apart); bitwise the same for every thread count. */
+ * the forward (conv.c) / input gradient (conv_backward.c) go this way;
+ * nn_wino_scratch: floats per thread (0 when neither does). Same contracts
+ * as nn_conv2d_forward and the input gradient of nn_conv2d_backward
+ * (scratch: thread 0's area, threads `stride` floats apart); bitwise the
+ * same for every thread count. */
 int nn_wino_use(int force);
 bool nn_wino_shape(const nn_conv_dims *d);
 bool nn_wino_ok(const nn_conv_dims *d);

@@ -127,7 +127,7 @@ static void test_conv_small_batch(int B, int N, int H, int W, int C, int K, int 
 }
 
 /* dw of the narrow kernel's layers with few slices of 2,048 pixels: 8
- * slices (conv.c's wgrad_slices), each summing its images in order, the
+ * slices (conv.c's nn_cv_wgrad_slices), each summing its images in order, the
  * slices then added in slice order, on no pool and 1, 2, 3 threads.
  * Inception-mini's mixed_b/bdbl_2 (16 -> 32, 3x3, 7x7) at N = 16: slices
  * of 2 images, t0 + t1, then (t0 + t1) + (t2 + t3) + ..., where one slice

@@ -60,18 +60,11 @@ typedef struct fused_job {
 static void fused_task(void *arg, int task, int tid)
 {
     const fused_job *f = arg;
-    /* block p of each starts at w0 + d0 of the sequence */
-    int p = 0, w0, w1, d0, d1;
-    for (;; p++) {
-        nn_pool_block(f->nw, f->P, p, &w0, &w1);
-        nn_pool_block(f->nd, f->P, p, &d0, &d1);
-        if (task < w1 + d1) break;
-    }
-    int k = task - w0 - d0;
-    if (k < w1 - w0)
-        f->wfn(f->j, w0 + k, tid);
+    int k;
+    if (nn_pool_two_lists(task, f->nw, f->nd, f->P, &k) == 0)
+        f->wfn(f->j, k, tid);
     else
-        f->dfn(f->j, d0 + k - (w1 - w0), tid);
+        f->dfn(f->j, k, tid);
 }
 
 static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, nn_pool *pool)

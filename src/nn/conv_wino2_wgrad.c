@@ -424,22 +424,11 @@ typedef struct {
 static void bw_task(void *arg, int i, int tid)
 {
     const bw_job *b = arg;
-    const int W = b->w->j.S * b->w->G, nb = b->g->nb;
-    for (int p = 0, start = 0; p < b->T; p++) {
-        int wl, wh, bl, bh;
-        nn_pool_block(W, b->T, p, &wl, &wh);
-        nn_pool_block(nb, b->T, p, &bl, &bh);
-        int o = i - start;
-        if (o < wh - wl) {
-            wslice_task(b->w, wl + o, tid);
-            return;
-        }
-        if (o < wh - wl + bh - bl) {
-            nn_wi_block_task(b->g, bl + o - (wh - wl), tid);
-            return;
-        }
-        start += wh - wl + bh - bl;
-    }
+    int k;
+    if (nn_pool_two_lists(i, b->w->j.S * b->w->G, b->g->nb, b->T, &k) == 0)
+        wslice_task(b->w, k, tid);
+    else
+        nn_wi_block_task(b->g, k, tid);
 }
 
 bool nn_wi2_backward(float *dw, wi_job *g, const float *dout, const float *inp,

@@ -583,22 +583,11 @@ typedef struct {
 static void w4k_bw_task(void *arg, int i, int tid)
 {
     const w4k_bw_job *b = arg;
-    const int W = b->w->S, nb = b->g->nb;
-    for (int p = 0, start = 0; p < b->T; p++) {
-        int wl, wh, bl, bh;
-        nn_pool_block(W, b->T, p, &wl, &wh);
-        nn_pool_block(nb, b->T, p, &bl, &bh);
-        int o = i - start;
-        if (o < wh - wl) {
-            w4k_slice_task(b->w, wl + o, tid);
-            return;
-        }
-        if (o < wh - wl + bh - bl) {
-            nn_wi_block_task(b->g, bl + o - (wh - wl), tid);
-            return;
-        }
-        start += wh - wl + bh - bl;
-    }
+    int k;
+    if (nn_pool_two_lists(i, b->w->S, b->g->nb, b->T, &k) == 0)
+        w4k_slice_task(b->w, k, tid);
+    else
+        nn_wi_block_task(b->g, k, tid);
 }
 
 bool nn_wi4k_backward(float *dw, wi_job *g, const float *dout, const float *inp,

@@ -184,4 +184,28 @@ static inline void nn_pool_block(int n, int nblocks, int b, int *lo, int *hi)
     *hi = (int)((long long)n * (b + 1) / nblocks);
 }
 
+/* One loop over two lists of tasks (na of the first kind, nb of the
+ * second), cut so that part p of T (the part thread p starts with, above)
+ * holds block p of the first list and then block p of the second: each
+ * thread does its share of both before it helps the others. Task i of that
+ * loop is task *k of the first list when this returns 0, of the second when
+ * it returns 1. For a layer's weight-gradient and input-gradient tasks in
+ * one loop (conv_backward.c, conv_wino2_wgrad.c, conv_wino4_wgrad.c). */
+static inline int nn_pool_two_lists(int i, int na, int nb, int T, int *k)
+{
+    int p = 0, a0, a1, b0, b1;
+    for (;; p++) {
+        nn_pool_block(na, T, p, &a0, &a1);
+        nn_pool_block(nb, T, p, &b0, &b1);
+        if (i < a1 + b1) break;
+    }
+    const int o = i - a0 - b0;
+    if (o < a1 - a0) {
+        *k = a0 + o;
+        return 0;
+    }
+    *k = b0 + o - (a1 - a0);
+    return 1;
+}
+
 #endif

@@ -192,7 +192,14 @@ static bool narrow_dw_path(const nn_conv_dims *d)
 
 /* Slices of the batch whose weight gradients are summed separately (then
  * in slice order): as many as CONV_PART_FLOATS of partials allow, with at
- * least CONV_SLICE_PIXELS output pixels each, at most N. A layer of the
+ * least CONV_SLICE_PIXELS output pixels each, at most N; 2 where that
+ * gives one (a batch of 2,048-4,095 output pixels: slices of at least
+ * 1,024, session 17). Every task list is slice-major, so on 2 threads
+ * the pool's part p (pool.h) is slice p: thread p reads only the images it
+ * writes in the layers before and after. With one slice every task read
+ * every image, half of them last written by the other core, which in the
+ * VM's slow state costs more than the arithmetic (inception-mini's 7x7
+ * outputs, batch 64; docs/mpi-facts.md, session 17). A layer of the
  * narrow path with fewer than CONV_NARROW_SLICES of those gets
  * CONV_WG_TASKS slices (at most N, within the partials) instead: there a
  * slice is a task, and one slice left the other threads idle
@@ -206,6 +213,7 @@ int nn_cv_wgrad_slices(const nn_conv_dims *d)
     size_t RK = (size_t)d->KH * d->KW * d->C * d->K, cap = CONV_PART_FLOATS / (RK ? RK : 1);
     size_t S = cap, by_work = (size_t)d->N * d->OH * d->OW / CONV_SLICE_PIXELS;
     if (S > by_work) S = by_work;
+    if (S == 1 && by_work == 1 && cap >= 2) S = 2;
     if (S < CONV_NARROW_SLICES && narrow_dw_path(d)) S = cap < CONV_WG_TASKS ? cap : CONV_WG_TASKS;
     if (S > (size_t)d->N) S = (size_t)d->N;
     return S < 1 ? 1 : (int)S;

@@ -188,6 +188,60 @@ static void test_narrow_slices(void)
     free(x), free(w), free(dy), free(ref), free(sl), free(t);
 }
 
+/* dw of a layer whose batch has 2,048-4,095 output pixels (one slice of
+ * 2,048): 2 slices (conv.c's nn_cv_wgrad_slices, session 17), images
+ * [0, N/2) and [N/2, N), each summed as a call of N/2 images (one slice of
+ * its own) sums them, then added in slice order: dw(first half) +
+ * dw(second half), where one slice summed all N images in one chain (fails
+ * on that binary). On no pool and 1, 2, 3 threads, with the input gradient
+ * (the fused loops) and without, the strided one apart too. */
+static void test_two_slices(int N, int H, int W, int C, int K, int KH, int KW, int SH, int PH)
+{
+    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SH, PH, PH, 0, 0, K}, h = d;
+    h.N = N / 2;
+    nn_conv_dims_finish(&d), nn_conv_dims_finish(&h);
+    CHECK(N % 2 == 0 && (size_t)N * d.OH * d.OW >= 2048 && (size_t)N * d.OH * d.OW < 4096,
+          "two slices: N%d at %dx%d is not one slice of 2,048 pixels", N, d.OH, d.OW);
+    const size_t img = (size_t)H * W * C, oimg = (size_t)d.OH * d.OW * K,
+                 nw = (size_t)KH * KW * C * K;
+    float *x = rand_vec(N * img, 1), *w = rand_vec(nw, 0.5f), *dy = rand_vec(N * oimg, 1);
+    float *ref = pst_calloc(nw, sizeof(float)), *t = pst_calloc(nw, sizeof(float));
+    size_t stride = (nn_conv_scratch(&h) + 15) / 16 * 16;
+    float *scratch = pst_aligned_alloc(sizeof(float) * stride);
+    for (int s = 0; s < 2; s++) {
+        nn_conv2d_backward(NULL, false, s ? t : ref, NULL, dy + (size_t)s * h.N * oimg, NULL,
+                           x + (size_t)s * h.N * img, w, &h, false, NULL, scratch, stride);
+        if (s)
+            for (size_t i = 0; i < nw; i++) ref[i] += t[i];
+    }
+    free(scratch);
+    stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
+    for (int v = 0; v < 10; v++) { /* T = v % 4 (0: no pool); v >= 4: no input gradient; v >= 8:
+                                      the strided input gradient in a loop of its own */
+        const int T = v % 4;
+        nn_pool *pool = NULL;
+        pst_err e;
+        if (T > 0 && nn_pool_new(&pool, T, &e) < 0) pst_die("%s", e.msg);
+        nn_conv_fuse_strided(v >= 8 ? 0 : 1);
+        scratch = pst_aligned_alloc(sizeof(float) * stride * (T > 0 ? T : 1));
+        float *dw = rand_vec(nw, 1), *dx = rand_vec(N * img, 1);
+        nn_conv2d_backward(v >= 4 && v < 8 ? NULL : dx, false, dw, NULL, dy, NULL, x, w, &d, false,
+                           pool, scratch, stride);
+        CHECK(!memcmp(dw, ref, sizeof(float) * nw),
+              "dw N%d %dx%dx%d->%d k%dx%d s%d on %d threads%s: not 2 slices of %d images summed "
+              "in slice order",
+              N, H, W, C, K, KH, KW, SH, T,
+              v >= 8   ? ", strided dx apart"
+              : v >= 4 ? ", no dx"
+                       : "",
+              N / 2);
+        free(dw), free(dx), free(scratch);
+        nn_pool_free(pool);
+    }
+    nn_conv_fuse_strided(1);
+    free(x), free(w), free(dy), free(ref), free(t);
+}
+
 int main(void)
 {
     nn_blis_init();
@@ -247,6 +301,19 @@ int main(void)
          * the col area and those tasks' padded images kept below it (t = 7
          * fails when they are not) */
         test_conv_threads(46, 14, 14, 64, 64, 3, 3, 2, 2, 1, 1, false);
+    }
+    /* inception-mini's 7x7 outputs at batch 48 (2,352 pixels): 2 slices of
+     * 24 images on every path of its one-slice layers, AVX-512 and
+     * portable: reduce/b3x3 (3x3/2, channel ranges), mixed_b/b1x1 and
+     * bpool_1 (1x1, fast), bdbl_1 (1x1, narrow); and a one-channel layer */
+    for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
+        nn_narrow_use_simd(mode);
+        /*              N   H   W    C   K KH KW SH PH */
+        test_two_slices(48, 14, 14, 64, 64, 3, 3, 2, 1);
+        test_two_slices(48, 7, 7, 128, 48, 1, 1, 1, 0);
+        test_two_slices(48, 7, 7, 128, 32, 1, 1, 1, 0);
+        test_two_slices(48, 7, 7, 128, 16, 1, 1, 1, 0);
+        test_two_slices(40, 8, 8, 1, 8, 3, 3, 1, 1);
     }
     if (simd) {
         nn_narrow_use_simd(1);

@@ -222,6 +222,7 @@ typedef struct conv_job {
     int G, ngroups, nkb, S, nr, chunk, nrc;
     int nib;      /* GEMM path: blocks of images (forward, input gradient) */
     int kbg;      /* weight gradient: channel blocks per task */
+    int kbc;      /* forward, fast: chunks of channel blocks, outermost (conv.c's fwd_kb_chunks) */
     int nch;      /* weight gradient, padded: input-channel ranges per slice */
     size_t padf;  /* floats of a thread's padded-image area */
     size_t dpadf; /* strided input gradient (dcolg): its padded gradients' floats */
@@ -245,6 +246,19 @@ void nn_cv_pack_par(nn_pool *pool, float *wp, const float *w, const nn_conv_dims
 /* wp = w^T [K][R] packed as nn_cf_pack packs a [K][R] kernel, on the pool
  * (a block of 64 kernel rows per task). */
 void nn_cv_pack_transposed(nn_pool *pool, float *wp, const float *w, int R, int K);
+
+/* Task `task` of the fast forward: (outer, kb), outer = a group of images
+ * or a block of rows of nouter; kb outermost in j->kbc chunks where
+ * j->kbc > 1, then outer, then kb within the chunk. */
+static inline void conv_fwd_task(const conv_job *j, int task, int nouter, int *outer, int *kb)
+{
+    if (j->kbc <= 1) {
+        *outer = task / j->nkb, *kb = task % j->nkb;
+        return;
+    }
+    const int per = j->nkb / j->kbc, chunk = task / (nouter * per), r = task % (nouter * per);
+    *outer = r / per, *kb = chunk * per + r % per;
+}
 
 /* A loop of ntasks tasks on the pool: every loop of conv.c and conv_backward.c. */
 static inline void conv_for(nn_pool *pool, int ntasks, void (*fn)(void *arg, int task, int tid),

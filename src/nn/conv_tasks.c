@@ -102,7 +102,8 @@ void nn_cv_fwd_fast_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    int gi = task / j->nkb, kb = task % j->nkb, n0, ng;
+    int gi, kb, n0, ng;
+    conv_fwd_task(j, task, j->ngroups, &gi, &kb);
     group_range(j, gi, &n0, &ng);
     float *o = j->out + (size_t)n0 * d->OH * d->OW * d->K;
     if (unpadded(d)) {
@@ -133,7 +134,8 @@ void nn_cv_fwd_point_task(void *arg, int task, int tid)
 {
     conv_job *j = arg;
     const nn_conv_dims *d = j->d;
-    int rc = task / j->nkb, kb = task % j->nkb, r0, r1;
+    int rc, kb, r0, r1;
+    conv_fwd_task(j, task, j->nrc, &rc, &kb);
     point_rows(j, rc, &r0, &r1);
     nn_cf_geom g = {1, r1 - r0, 0, d->C, 1, 0, d->C, 1, 0, conv_stream(d, d->K)};
     nn_cf_forward(j->out + (size_t)r0 * d->K, j->inp + (size_t)r0 * d->C, &g, j->wp, d->K, kb, j->b,

@@ -258,6 +258,9 @@ int main(void)
         test_conv_threads(6, 8, 8, 8, 48, 1, 7, 1, 1, 0, 3, false);
         test_conv_threads(5, 9, 8, 5, 33, 3, 3, 2, 2, 1, 1, true);
         test_conv_threads(4, 5, 5, 64, 1024, 3, 3, 1, 1, 1, 1, false);
+        /* kernel outweighs input + output: the forward's channel blocks
+         * outermost on 2 threads (conv.c's fwd_kb_chunks), pointwise */
+        test_conv_threads(3, 3, 3, 256, 256, 1, 1, 1, 1, 0, 0, true);
         test_conv_threads(6, 10, 10, 3, 24, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(5, 10, 9, 32, 32, 3, 3, 1, 1, 0, 0, false);
         test_conv_threads(6, 10, 10, 4, 16, 5, 5, 1, 1, 2, 2, false);

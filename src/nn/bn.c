@@ -76,6 +76,7 @@ typedef struct bn_job {
     const float *scale, *shift; /* forward: the affine map */
     bn_bw bw;                   /* backward: pointers at row 0 */
     double *red;                /* [nb][2C] partials */
+    size_t ldo;                 /* forward: floats between rows of out */
     int M, C, nb, mask, dres;
     bool relu, acc;
 } bn_job;
@@ -93,8 +94,8 @@ static void bn_affine_range(void *varg, int lo, int hi)
 {
     const bn_job *j = varg;
     size_t o = (size_t)lo * j->C;
-    nn_bn_affine(j->out + o, j->inp + o, j->res ? j->res + o : NULL, j->scale, j->shift, hi - lo,
-                 j->C, j->relu);
+    nn_bn_affine(j->out + (size_t)lo * j->ldo, j->ldo, j->inp + o, j->res ? j->res + o : NULL,
+                 j->scale, j->shift, hi - lo, j->C, j->relu);
 }
 
 static void bn_grad_task(void *varg, int b, int tid)
@@ -102,7 +103,7 @@ static void bn_grad_task(void *varg, int b, int tid)
     const bn_job *j = varg;
     int lo, hi;
     bn_block(j->M, j->nb, b, &lo, &hi);
-    bn_bw w = bw_at(&j->bw, (size_t)lo * j->C);
+    bn_bw w = bw_at(&j->bw, (size_t)lo, (size_t)j->C);
     double *part = j->red + (size_t)b * 2 * j->C;
     nn_bn_grad_sums(part, part + j->C, &w, hi - lo, j->C, j->mask, j->dres);
 }
@@ -110,7 +111,7 @@ static void bn_grad_task(void *varg, int b, int tid)
 static void bn_dx_range(void *varg, int lo, int hi)
 {
     const bn_job *j = varg;
-    bn_bw w = bw_at(&j->bw, (size_t)lo * j->C);
+    bn_bw w = bw_at(&j->bw, (size_t)lo, (size_t)j->C);
     nn_bn_dx(&w, hi - lo, j->C, j->mask, j->acc);
 }
 
@@ -137,13 +138,13 @@ __attribute__((noinline)) static void bn_scale_shift(float *scale, float *shift,
     }
 }
 
-void nn_bn_forward_train_par(nn_pool *pool, double *red, float *out, float *mean, float *invstd,
-                             float *new_mean, float *new_var, const float *inp, const float *gamma,
-                             const float *beta, const float *moving_mean, const float *moving_var,
-                             int M, int C, float momentum, float eps, bool relu,
-                             const nn_bn_res *res)
+void nn_bn_forward_train_ld(nn_pool *pool, double *red, float *out, int ld, float *mean,
+                            float *invstd, float *new_mean, float *new_var, const float *inp,
+                            const float *gamma, const float *beta, const float *moving_mean,
+                            const float *moving_var, int M, int C, float momentum, float eps,
+                            bool relu, const nn_bn_res *res)
 {
-    assert(C <= BN_MAX_C && M > 0);
+    assert(C <= BN_MAX_C && M > 0 && ld >= C && (ld == C || !res));
     double sum[BN_MAX_C], sq[BN_MAX_C];
     float scale[BN_MAX_C], shift[BN_MAX_C];
     bn_job j = {.out = out,
@@ -152,6 +153,7 @@ void nn_bn_forward_train_par(nn_pool *pool, double *red, float *out, float *mean
                 .scale = scale,
                 .shift = shift,
                 .red = red,
+                .ldo = (size_t)ld,
                 .M = M,
                 .C = C,
                 .nb = nn_bn_blocks(M, C),
@@ -175,11 +177,21 @@ void nn_bn_forward_train_par(nn_pool *pool, double *red, float *out, float *mean
     nn_pool_range(pool, M, (size_t)(j.res ? 3 : 2) * C, bn_affine_range, &j);
 }
 
-void nn_bn_forward_infer_par(nn_pool *pool, float *out, const float *inp, const float *gamma,
+void nn_bn_forward_train_par(nn_pool *pool, double *red, float *out, float *mean, float *invstd,
+                             float *new_mean, float *new_var, const float *inp, const float *gamma,
                              const float *beta, const float *moving_mean, const float *moving_var,
-                             int M, int C, float eps, bool relu, const nn_bn_res *res)
+                             int M, int C, float momentum, float eps, bool relu,
+                             const nn_bn_res *res)
 {
-    assert(C <= BN_MAX_C && !(res && relu));
+    nn_bn_forward_train_ld(pool, red, out, C, mean, invstd, new_mean, new_var, inp, gamma, beta,
+                           moving_mean, moving_var, M, C, momentum, eps, relu, res);
+}
+
+void nn_bn_forward_infer_ld(nn_pool *pool, float *out, int ld, const float *inp, const float *gamma,
+                            const float *beta, const float *moving_mean, const float *moving_var,
+                            int M, int C, float eps, bool relu, const nn_bn_res *res)
+{
+    assert(C <= BN_MAX_C && !(res && relu) && ld >= C && (ld == C || !res));
     float scale[BN_MAX_C], shift[BN_MAX_C];
     for (int c = 0; c < C; c++) {
         scale[c] = gamma[c] / sqrtf(moving_var[c] + eps);
@@ -190,24 +202,39 @@ void nn_bn_forward_infer_par(nn_pool *pool, float *out, const float *inp, const 
                 .res = res ? res->res : NULL,
                 .scale = scale,
                 .shift = shift,
+                .ldo = (size_t)ld,
                 .M = M,
                 .C = C,
                 .relu = res ? res->relu : relu};
     nn_pool_range(pool, M, (size_t)(j.res ? 3 : 2) * C, bn_affine_range, &j);
 }
 
-void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
-                        float *dbeta, float *dout, const float *dout2, const float *out,
-                        const float *inp, const float *gamma, const float *beta, const float *mean,
-                        const float *invstd, int M, int C, bool relu, const nn_bn_res *res)
+void nn_bn_forward_infer_par(nn_pool *pool, float *out, const float *inp, const float *gamma,
+                             const float *beta, const float *moving_mean, const float *moving_var,
+                             int M, int C, float eps, bool relu, const nn_bn_res *res)
+{
+    nn_bn_forward_infer_ld(pool, out, C, inp, gamma, beta, moving_mean, moving_var, M, C, eps, relu,
+                           res);
+}
+
+void nn_bn_backward_ld(nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
+                       float *dbeta, const float *dout, int ld, const float *dout2,
+                       const float *out, const float *inp, const float *gamma, const float *beta,
+                       const float *mean, const float *invstd, int M, int C, bool relu,
+                       const nn_bn_res *res)
 {
     assert(C <= BN_MAX_C && M > 0 && !(res && relu));
+    /* a strided gradient comes in one part, not fused with an add */
+    assert(ld >= C && (ld == C || (!dout2 && !res)));
     double sdy[BN_MAX_C], sdyx[BN_MAX_C];
     float scale[BN_MAX_C], shift[BN_MAX_C];
     if (relu) bn_scale_shift(scale, shift, gamma, beta, mean, invstd, C);
     bn_job j = {.bw = {.x = inp,
                        .dy = dout,
                        .dy2 = dout2,
+                       .ldy = (size_t)ld,
+                       .pfc_dy = pf_dist(BN_PFC, (size_t)ld, (size_t)C),
+                       .pfl_dy = pf_dist(BN_PF, (size_t)ld, (size_t)C),
                        .out = res && res->relu ? out : NULL,
                        .dres = res ? res->dres : NULL,
                        .dx = dinp,
@@ -246,10 +273,21 @@ void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float
          * from there */
         j.bw.dy = j.bw.dres;
         j.bw.dy2 = NULL;
+        j.bw.ldy = (size_t)C;
+        j.bw.pfc_dy = BN_PFC, j.bw.pfl_dy = BN_PF;
         j.mask = MASK_NONE;
     }
     int streams = 3 + (j.mask == MASK_OUT) + (j.bw.dy2 != NULL);
     nn_pool_range(pool, M, (size_t)streams * C, bn_dx_range, &j);
+}
+
+void nn_bn_backward_par(nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
+                        float *dbeta, float *dout, const float *dout2, const float *out,
+                        const float *inp, const float *gamma, const float *beta, const float *mean,
+                        const float *invstd, int M, int C, bool relu, const nn_bn_res *res)
+{
+    nn_bn_backward_ld(pool, red, dinp, acc, dgamma, dbeta, dout, C, dout2, out, inp, gamma, beta,
+                      mean, invstd, M, C, relu, res);
 }
 
 /* ---- the single-threaded entry points: the same blocks, on the caller ---- */

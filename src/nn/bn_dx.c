@@ -32,22 +32,23 @@ AI void dx_chunk(const bn_bw *b, int M, const int NG, const bool H8, const int m
         sc8 = mask == MASK_RELU ? vld8(b->scale + c) : (vf8){0};
         sh8 = mask == MASK_RELU ? vld8(b->shift + c) : (vf8){0};
     }
+    const size_t ldy = b->ldy;
     for (int i = 0; i < M; i++) {
         for (int g = 0; g < NG; g++) {
-            size_t e = (size_t)i * C + 16 * g;
-            pf_chunk(X, e, false), pf_chunk(DY, e, false), pf_chunk(DX, e, true);
-            if (two) pf_chunk(DY2, e, false);
+            size_t e = (size_t)i * C + 16 * g, ed = (size_t)i * ldy + 16 * g;
+            pf_chunk(X, e, false), pf_far(DY, ed, b->pfc_dy, false), pf_chunk(DX, e, true);
+            if (two) pf_far(DY2, ed, b->pfc_dy, false);
             if (mask == MASK_OUT) pf_chunk(OUT, e, false);
-            vf16 x = vld(X + e), d = dmask16(DY, DY2, OUT, e, x, sc[g], sh[g], mask, two);
+            vf16 x = vld(X + e), d = dmask16(DY, DY2, ed, OUT, e, x, sc[g], sh[g], mask, two);
             vf16 v = av[g] * d - bt[g] - (x - mu[g]) * gv[g];
             vst(DX + e, acc ? vld(DX + e) + v : v);
         }
         if (H8) {
-            size_t e = (size_t)i * C + 16 * NG;
-            pf_chunk(X, e, false), pf_chunk(DY, e, false), pf_chunk(DX, e, true);
-            if (two) pf_chunk(DY2, e, false);
+            size_t e = (size_t)i * C + 16 * NG, ed = (size_t)i * ldy + 16 * NG;
+            pf_chunk(X, e, false), pf_far(DY, ed, b->pfc_dy, false), pf_chunk(DX, e, true);
+            if (two) pf_far(DY2, ed, b->pfc_dy, false);
             if (mask == MASK_OUT) pf_chunk(OUT, e, false);
-            vf8 x = vld8(X + e), d = dmask8(DY, DY2, OUT, e, x, sc8, sh8, mask, two);
+            vf8 x = vld8(X + e), d = dmask8(DY, DY2, ed, OUT, e, x, sc8, sh8, mask, two);
             vf8 v = av8 * d - bt8 - (x - mu8) * gv8;
             vst8(DX + e, acc ? vld8(DX + e) + v : v);
         }
@@ -65,24 +66,24 @@ AI void dx_wide(const bn_bw *b, int M, int C, const int mask, const bool acc, co
     int cv = C / 16 * 16;
     float dm[16];
     for (int i = 0; i < M; i++) {
-        size_t o = (size_t)i * C;
+        size_t o = (size_t)i * C, od = (size_t)i * b->ldy;
         for (int c = 0; c < cv; c += 16) {
-            size_t e = o + c;
-            pf_line(b->x, e, false), pf_line(b->dy, e, false), pf_line(b->dx, e, true);
-            if (two) pf_line(b->dy2, e, false);
+            size_t e = o + c, ed = od + c;
+            pf_line(b->x, e, false), pf_far(b->dy, ed, b->pfl_dy, false), pf_line(b->dx, e, true);
+            if (two) pf_far(b->dy2, ed, b->pfl_dy, false);
             if (mask == MASK_OUT) pf_line(b->out, e, false);
             vf16 x = vld(b->x + e);
             vf16 sc = mask == MASK_RELU ? vld(b->scale + c) : (vf16){0};
             vf16 sh = mask == MASK_RELU ? vld(b->shift + c) : (vf16){0};
-            vf16 d = dmask16(b->dy, b->dy2, b->out, e, x, sc, sh, mask, two);
+            vf16 d = dmask16(b->dy, b->dy2, ed, b->out, e, x, sc, sh, mask, two);
             vf16 v = vld(b->a + c) * d - vld(b->bterm + c) - (x - vld(b->mean + c)) * vld(b->g + c);
             vst(b->dx + e, acc ? vld(b->dx + e) + v : v);
         }
         const float *x = b->x + o;
         for (int c = cv; c < C; c++)
             dm[c - cv] =
-                dmask1(x, b->dy + o, two ? b->dy2 + o : NULL, mask == MASK_OUT ? b->out + o : NULL,
-                       b->scale, b->shift, c, mask, two);
+                dmask1(x, b->dy + od, two ? b->dy2 + od : NULL,
+                       mask == MASK_OUT ? b->out + o : NULL, b->scale, b->shift, c, mask, two);
         for (int c = cv; c < C; c++) {
             float v = b->a[c] * dm[c - cv] - b->bterm[c] - (x[c] - b->mean[c]) * b->g[c];
             b->dx[o + c] = acc ? b->dx[o + c] + v : v;

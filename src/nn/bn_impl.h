@@ -133,6 +133,22 @@ AI void pf_chunk(const float *p, size_t e, const bool w)
     else
         __builtin_prefetch(p + e + BN_PFC, 0, 3);
 }
+/* The prefetch distance of a stream with rows ld floats apart: as many
+ * rows ahead as `dist` floats are rows of C (a strided stream, a
+ * concat's slice, otherwise looked only dist floats, fewer rows, ahead:
+ * inception-v3's aliased batch norms ran about 2x slower). */
+AI size_t pf_dist(size_t dist, size_t ld, size_t C)
+{
+    return ld == C ? dist : dist * ld / C;
+}
+/* A prefetch d floats past element e (a distance from pf_dist). */
+AI void pf_far(const float *p, size_t e, size_t d, const bool w)
+{
+    if (w)
+        __builtin_prefetch(p + e + d, 1, 3);
+    else
+        __builtin_prefetch(p + e + d, 0, 3);
+}
 /* ---- backward ---- */
 
 enum { MASK_NONE, MASK_RELU, MASK_OUT }; /* no mask; own ReLU (from x); the add's (out > 0) */
@@ -143,6 +159,10 @@ enum { DRES_NONE, DRES_SET, DRES_ADD };  /* the residual's gradient: none, writt
 typedef struct bn_bw {
     const float *x, *dy, *out; /* out: the add's output (MASK_OUT) */
     const float *dy2;          /* the gradient's second part (dy + dy2), or NULL */
+    size_t ldy;                /* floats between rows of dy and dy2 (C, or more when dy is
+                                * a channel slice of a concat's gradient); the others: C */
+    size_t pfc_dy, pfl_dy;     /* dy's prefetch distance in floats: as many rows ahead as
+                                * BN_PFC / BN_PF floats are of C (pf_dist) */
     float *dres, *dx;
     const float *mean, *invstd, *scale, *shift; /* scale, shift: MASK_RELU */
     const float *a, *bterm, *g;                 /* the dx pass */
@@ -154,21 +174,21 @@ typedef struct bn_bw {
  * channels at element e (x: their input, sc/sh: their scale and shift);
  * dmask1: channel c of a row (pointers at the row). The same expression
  * per lane, so the vector and the plain loops give the same bits. */
-AI vf16 dmask16(const float *dy, const float *dy2, const float *out, size_t e, vf16 x, vf16 sc,
-                vf16 sh, const int mask, const bool two)
+AI vf16 dmask16(const float *dy, const float *dy2, size_t ed, const float *out, size_t e, vf16 x,
+                vf16 sc, vf16 sh, const int mask, const bool two)
 {
-    vf16 d = vld(dy + e);
-    if (two) d = d + vld(dy2 + e);
+    vf16 d = vld(dy + ed);
+    if (two) d = d + vld(dy2 + ed);
     if (mask == MASK_RELU) d = vkeep(x * sc + sh, d);
     if (mask == MASK_OUT) d = vkeep(vld(out + e), d);
     return d;
 }
 
-AI vf8 dmask8(const float *dy, const float *dy2, const float *out, size_t e, vf8 x, vf8 sc, vf8 sh,
-              const int mask, const bool two)
+AI vf8 dmask8(const float *dy, const float *dy2, size_t ed, const float *out, size_t e, vf8 x,
+              vf8 sc, vf8 sh, const int mask, const bool two)
 {
-    vf8 d = vld8(dy + e);
-    if (two) d = d + vld8(dy2 + e);
+    vf8 d = vld8(dy + ed);
+    if (two) d = d + vld8(dy2 + ed);
     if (mask == MASK_RELU) d = vkeep8(x * sc + sh, d);
     if (mask == MASK_OUT) d = vkeep8(vld8(out + e), d);
     return d;
@@ -181,13 +201,15 @@ AI float dmask1(const float *x, const float *dy, const float *dy2, const float *
     float dv = two ? dy[c] + dy2[c] : dy[c];
     return keep > 0.0f ? dv : 0.0f;
 }
-/* The backward's pointers moved by o floats. */
-static inline bn_bw bw_at(const bn_bw *b, size_t o)
+/* The backward's pointers moved by `rows` rows of C floats (dy, dy2: of
+ * ldy floats). */
+static inline bn_bw bw_at(const bn_bw *b, size_t rows, size_t C)
 {
     bn_bw r = *b;
+    size_t o = rows * C;
     r.x += o;
-    if (r.dy) r.dy += o;
-    if (r.dy2) r.dy2 += o;
+    if (r.dy) r.dy += rows * b->ldy;
+    if (r.dy2) r.dy2 += rows * b->ldy;
     if (r.out) r.out += o;
     if (r.dres) r.dres += o;
     if (r.dx) r.dx += o;
@@ -209,8 +231,8 @@ void nn_bn_fwd_sums(double *restrict sum, double *restrict sq, const float *inp,
                     const float *restrict s0, int M, int C);
 void nn_bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int mask, int dres);
 /* bn_affine.c: out = x*scale[c] + shift[c] (+ res), then ReLU when relu,
- * over M rows. */
-void nn_bn_affine(float *out, const float *inp, const float *res, const float *scale,
+ * over M rows (of out: ldo floats apart; the others C). */
+void nn_bn_affine(float *out, size_t ldo, const float *inp, const float *res, const float *scale,
                   const float *shift, int M, int C, bool relu);
 /* bn_dx.c: dx = a*d - bterm - (x - mean)*g (written, or added when acc),
  * d the masked dy (b->dy + b->dy2), over the M rows at b's pointers. */

@@ -72,16 +72,16 @@ AI void ck_load(bn_ck *k, const bn_bw *b, int c0, const int NG, const bool H8, c
 /* One row (its first element at o) of 16 * NG channels into the float
  * sums fs, fq. OP_FWD: x - s and its square. OP_BWD: d = the masked dy,
  * also into dres; d and d * xhat. */
-AI void row_terms(vf16 *fs, vf16 *fq, vf8 *hs, vf8 *hq, const bn_bw *b, size_t o, const bn_ck *k,
-                  const int NG, const bool H8, const int op, const int mask, const int dres,
-                  const bool two)
+AI void row_terms(vf16 *fs, vf16 *fq, vf8 *hs, vf8 *hq, const bn_bw *b, size_t o, size_t od,
+                  const bn_ck *k, const int NG, const bool H8, const int op, const int mask,
+                  const int dres, const bool two)
 {
     for (int g = 0; g < NG; g++) {
-        size_t e = o + 16 * g;
+        size_t e = o + 16 * g, ed = od + 16 * g;
         pf_chunk(b->x, e, false);
-        if (op == OP_BWD) pf_chunk(b->dy, e, false);
+        if (op == OP_BWD) pf_far(b->dy, ed, b->pfc_dy, false);
         if (op == OP_BWD && mask == MASK_OUT) pf_chunk(b->out, e, false);
-        if (op == OP_BWD && two) pf_chunk(b->dy2, e, false);
+        if (op == OP_BWD && two) pf_far(b->dy2, ed, b->pfc_dy, false);
         if (op == OP_BWD && dres != DRES_NONE) pf_chunk(b->dres, e, true);
         vf16 x = vld(b->x + e);
         if (op == OP_FWD) {
@@ -89,25 +89,25 @@ AI void row_terms(vf16 *fs, vf16 *fq, vf8 *hs, vf8 *hq, const bn_bw *b, size_t o
             fs[g] += v, fq[g] += v * v;
             continue;
         }
-        vf16 d = dmask16(b->dy, b->dy2, b->out, e, x, k->sc[g], k->sh[g], mask, two);
+        vf16 d = dmask16(b->dy, b->dy2, ed, b->out, e, x, k->sc[g], k->sh[g], mask, two);
         if (dres == DRES_SET) vst(b->dres + e, d);
         if (dres == DRES_ADD) vst(b->dres + e, vld(b->dres + e) + d);
         vf16 t = (x - k->mu[g]) * k->is[g];
         fs[g] += d, fq[g] += d * t;
     }
     if (H8) {
-        size_t e = o + 16 * NG;
+        size_t e = o + 16 * NG, ed = od + 16 * NG;
         pf_chunk(b->x, e, false);
-        if (op == OP_BWD) pf_chunk(b->dy, e, false);
+        if (op == OP_BWD) pf_far(b->dy, ed, b->pfc_dy, false);
         if (op == OP_BWD && mask == MASK_OUT) pf_chunk(b->out, e, false);
-        if (op == OP_BWD && two) pf_chunk(b->dy2, e, false);
+        if (op == OP_BWD && two) pf_far(b->dy2, ed, b->pfc_dy, false);
         if (op == OP_BWD && dres != DRES_NONE) pf_chunk(b->dres, e, true);
         vf8 x = vld8(b->x + e);
         if (op == OP_FWD) {
             vf8 v = x - k->mu8;
             *hs += v, *hq += v * v;
         } else {
-            vf8 d = dmask8(b->dy, b->dy2, b->out, e, x, k->sc8, k->sh8, mask, two);
+            vf8 d = dmask8(b->dy, b->dy2, ed, b->out, e, x, k->sc8, k->sh8, mask, two);
             if (dres == DRES_SET) vst8(b->dres + e, d);
             if (dres == DRES_ADD) vst8(b->dres + e, vld8(b->dres + e) + d);
             vf8 t = (x - k->mu8) * k->is8;
@@ -132,11 +132,14 @@ AI void chunk_rows(vd8 *s, vd8 *q, const bn_bw *b, size_t C, int i0, int i1, con
         for (int g = 0; g < NG; g++) fs0[g] = fq0[g] = fs1[g] = fq1[g] = (vf16){0};
         int i = i0;
         for (; i + 1 < ie; i += 2) {
-            row_terms(fs0, fq0, &hs0, &hq0, b, (size_t)i * C, k, NG, H8, op, mask, dres, two);
-            row_terms(fs1, fq1, &hs1, &hq1, b, (size_t)(i + 1) * C, k, NG, H8, op, mask, dres, two);
+            row_terms(fs0, fq0, &hs0, &hq0, b, (size_t)i * C, (size_t)i * b->ldy, k, NG, H8, op,
+                      mask, dres, two);
+            row_terms(fs1, fq1, &hs1, &hq1, b, (size_t)(i + 1) * C, (size_t)(i + 1) * b->ldy, k, NG,
+                      H8, op, mask, dres, two);
         }
         if (i < ie)
-            row_terms(fs0, fq0, &hs0, &hq0, b, (size_t)i * C, k, NG, H8, op, mask, dres, two);
+            row_terms(fs0, fq0, &hs0, &hq0, b, (size_t)i * C, (size_t)i * b->ldy, k, NG, H8, op,
+                      mask, dres, two);
         group_add(s, fs0, fs1, NG, H8, hs0, hs1), group_add(q, fq0, fq1, NG, H8, hq0, hq1);
     }
 }
@@ -159,16 +162,16 @@ AI void sums_one(double *sum, double *sq, const bn_bw *b, int M, const int NG, c
  * memory fs, fq (C floats each): the terms of row_terms, added to them
  * (first: to 0, the group's first row into these sums). The channels past
  * the last multiple of 16 take the same expressions one by one. */
-AI void row_mem(float *fs, float *fq, const bn_bw *b, size_t o, int C, const bool first,
+AI void row_mem(float *fs, float *fq, const bn_bw *b, size_t o, size_t od, int C, const bool first,
                 const int op, const int mask, const int dres, const bool two)
 {
     int cv = C / 16 * 16;
     for (int c = 0; c < cv; c += 16) {
-        size_t e = o + c;
+        size_t e = o + c, ed = od + c;
         pf_line(b->x, e, false);
-        if (op == OP_BWD) pf_line(b->dy, e, false);
+        if (op == OP_BWD) pf_far(b->dy, ed, b->pfl_dy, false);
         if (op == OP_BWD && mask == MASK_OUT) pf_line(b->out, e, false);
-        if (op == OP_BWD && two) pf_line(b->dy2, e, false);
+        if (op == OP_BWD && two) pf_far(b->dy2, ed, b->pfl_dy, false);
         if (op == OP_BWD && dres != DRES_NONE) pf_line(b->dres, e, true);
         vf16 x = vld(b->x + e), u, t;
         vf16 s = first ? (vf16){0} : vld(fs + c), q = first ? (vf16){0} : vld(fq + c);
@@ -177,7 +180,7 @@ AI void row_mem(float *fs, float *fq, const bn_bw *b, size_t o, int C, const boo
         } else {
             vf16 sc = mask == MASK_RELU ? vld(b->scale + c) : (vf16){0};
             vf16 sh = mask == MASK_RELU ? vld(b->shift + c) : (vf16){0};
-            u = dmask16(b->dy, b->dy2, b->out, e, x, sc, sh, mask, two);
+            u = dmask16(b->dy, b->dy2, ed, b->out, e, x, sc, sh, mask, two);
             if (dres == DRES_SET) vst(b->dres + e, u);
             if (dres == DRES_ADD) vst(b->dres + e, vld(b->dres + e) + u);
             t = (x - vld(b->mean + c)) * vld(b->invstd + c);
@@ -191,7 +194,7 @@ AI void row_mem(float *fs, float *fq, const bn_bw *b, size_t o, int C, const boo
     float dm[16];
     if (op == OP_BWD)
         for (int c = cv; c < C; c++) {
-            float u = dmask1(x, b->dy + o, b->dy2 ? b->dy2 + o : NULL, b->out ? b->out + o : NULL,
+            float u = dmask1(x, b->dy + od, b->dy2 ? b->dy2 + od : NULL, b->out ? b->out + o : NULL,
                              b->scale, b->shift, c, mask, two);
             if (dres == DRES_SET) b->dres[o + c] = u;
             if (dres == DRES_ADD) b->dres[o + c] += u;
@@ -234,14 +237,16 @@ AI void sums_mem(double *sum, double *sq, const bn_bw *b, int M, int C, const in
     for (int c = 0; c < C; c++) sum[c] = 0.0, sq[c] = 0.0;
     for (int i0 = 0; i0 < M; i0 += BN_GROUP) {
         int ie = i0 + BN_GROUP < M ? i0 + BN_GROUP : M;
-        row_mem(fb[0], fb[2], b, (size_t)i0 * C, C, true, op, mask, dres, two);
+        const size_t ld = b->ldy;
+        row_mem(fb[0], fb[2], b, (size_t)i0 * C, (size_t)i0 * ld, C, true, op, mask, dres, two);
         if (i0 + 1 < ie)
-            row_mem(fb[1], fb[3], b, (size_t)(i0 + 1) * C, C, true, op, mask, dres, two);
+            row_mem(fb[1], fb[3], b, (size_t)(i0 + 1) * C, (size_t)(i0 + 1) * ld, C, true, op, mask,
+                    dres, two);
         else
             memset(fb[1], 0, sizeof(float) * C), memset(fb[3], 0, sizeof(float) * C);
         for (int i = i0 + 2; i < ie; i++)
-            row_mem(fb[(i - i0) & 1], fb[2 + ((i - i0) & 1)], b, (size_t)i * C, C, false, op, mask,
-                    dres, two);
+            row_mem(fb[(i - i0) & 1], fb[2 + ((i - i0) & 1)], b, (size_t)i * C, (size_t)i * ld, C,
+                    false, op, mask, dres, two);
         group_add_mem(sum, fb[0], fb[1], C), group_add_mem(sq, fb[2], fb[3], C);
     }
 }

@@ -48,6 +48,10 @@ typedef struct nn_layer_ops {
     size_t priv_size;
     /* NN_READS_*: what backward reads (see above). */
     unsigned bwd_reads;
+    /* Its forward writes y and its backward reads dy with rows l->ld floats
+     * apart (not y by any other access): a concat may alias them
+     * (nn_layer.alias). */
+    bool strided;
     /* Floats of per-batch state the layer keeps in the model's arena beyond
      * its output and gradient (batch-norm statistics, pooling indices,
      * dropout masks) for max_batch B; NULL: none. The training forward
@@ -91,6 +95,11 @@ struct nn_layer {
     bool split;             /* its gradient may come in two parts (split gradients, below) */
     float *dy2;             /* the second part where the bound plan has one (split, training) */
     bool dy2_written;       /* during backward: the second part was written */
+    int alias;              /* concat without copies (model.c): the concat + 1 whose output
+                             * and gradient hold this layer's y and dy as a channel slice
+                             * (rows ld floats apart); 0: its own buffers */
+    int alias_c0, ld;       /* the slice's first channel; floats between rows of y and dy
+                             * (c unless aliased) */
     int fuse;               /* graph fusion (model.c): the partner layer + 1 when this layer
                              * runs fused with another (a batch norm and the residual add it
                              * feeds: the batch norm computes both); 0: not fused */
@@ -204,9 +213,9 @@ struct nn_model {
     const float *x; /* the batch being processed */
     int64_t step;
     bool profile;
-    int profile_threads; /* predict this many threads (0: no prediction) */
-    bool profile_rerun;  /* convolutions run twice, the second time timed apart */
-    float *rerun_buf;    /* its snapshots: grads, then 2 of the largest input gradient */
+    int profile_threads;  /* predict this many threads (0: no prediction) */
+    bool profile_rerun;   /* convolutions run twice, the second time timed apart */
+    float *rerun_buf;     /* its snapshots: grads, then 2 of the largest input gradient */
     double *profile_wall; /* nn_model_set_profile_wall: [2 * nlayers] wall seconds, or NULL */
     int64_t profiled_steps;
     bool failed; /* a builder failed; err holds why */
@@ -274,6 +283,14 @@ static inline const float *nn_dy2(const nn_layer *l)
  * binary). Read when a model is built: a model keeps what it was built
  * with. */
 int nn_fuse_use(int force);
+/* Concat without copies (model.c, docs/design.md "Concat without copies"):
+ * a producer of a strided kind (nn_layer_ops.strided: batch norm) whose
+ * only consumer is a concat (not fused, not split) writes its output
+ * straight into its channel slice of the concat's output and reads its
+ * gradient from the concat's gradient; the concat copies only its other
+ * inputs. nn_alias_use(force): 0 off, 1 on (the default), -1 asks;
+ * PSTRAIN_ALIAS=0/1 sets the start value. Read when a model is built. */
+int nn_alias_use(int force);
 /* The add a batch norm computes (its fusion partner), or NULL. */
 static inline nn_layer *nn_fused_add(nn_model *m, const nn_layer *l)
 {
@@ -389,6 +406,11 @@ void nn_plan_free(nn_plan *p);
  * by width_div (rounded up; the other models ignore it): narrow versions
  * of the large models whose gradients the tests check quickly. */
 int nn_model_new_narrow(nn_model **out, const nn_model_cfg *cfg, int width_div, pst_err *e);
+/* nn_model_new with the graph built by `build` (nn_add_* calls; returns
+ * the last layer or NN_FAILED) instead of a named model: tests of graph
+ * shapes no built-in model has. cfg->name names it in messages. */
+int nn_model_new_graph(nn_model **out, const nn_model_cfg *cfg, int (*build)(nn_model *m),
+                       pst_err *e);
 
 /* Builds the named model into m (models.c); -1 with m->err on failure. */
 int nn_build_named(nn_model *m);

@@ -35,16 +35,17 @@ static void bn_fwd(nn_model *m, nn_layer *l, int n, bool train)
     const nn_layer *add = nn_fused_add(m, l);
     nn_bn_res r = add ? fused_res(m, l, add, false) : (nn_bn_res){0};
     float *y = add ? add->y : l->y;
+    int ld = add ? add->c : l->ld; /* a concat's row when aliased (graph.h) */
     if (train)
-        nn_bn_forward_train_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), y, s->mean,
-                                s->invstd, nn_grad(m, l, 2), nn_grad(m, l, 3), nn_in_y(m, l, 0),
-                                nn_param(m, l, 0), nn_param(m, l, 1), nn_param(m, l, 2),
-                                nn_param(m, l, 3), M, l->c, BN_MOMENTUM, s->eps, l->relu,
-                                add ? &r : NULL);
+        nn_bn_forward_train_ld(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), y, ld, s->mean,
+                               s->invstd, nn_grad(m, l, 2), nn_grad(m, l, 3), nn_in_y(m, l, 0),
+                               nn_param(m, l, 0), nn_param(m, l, 1), nn_param(m, l, 2),
+                               nn_param(m, l, 3), M, l->c, BN_MOMENTUM, s->eps, l->relu,
+                               add ? &r : NULL);
     else
-        nn_bn_forward_infer_par(m->pool, y, nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1),
-                                nn_param(m, l, 2), nn_param(m, l, 3), M, l->c, s->eps, l->relu,
-                                add ? &r : NULL);
+        nn_bn_forward_infer_ld(m->pool, y, ld, nn_in_y(m, l, 0), nn_param(m, l, 0),
+                               nn_param(m, l, 1), nn_param(m, l, 2), nn_param(m, l, 3), M, l->c,
+                               s->eps, l->relu, add ? &r : NULL);
 }
 
 static void bn_bwd(nn_model *m, nn_layer *l, int n)
@@ -57,10 +58,11 @@ static void bn_bwd(nn_model *m, nn_layer *l, int n)
     bool acc;
     float *din = nn_in_dy(m, l, 0, &acc);
     int M = n * l->h * l->w;
-    nn_bn_backward_par(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), din, acc, nn_grad(m, l, 0),
-                       nn_grad(m, l, 1), add ? add->dy : l->dy, nn_dy2(add ? add : l),
-                       add ? add->y : NULL, nn_in_y(m, l, 0), nn_param(m, l, 0), nn_param(m, l, 1),
-                       s->mean, s->invstd, M, l->c, l->relu, add ? &r : NULL);
+    nn_bn_backward_ld(m->pool, nn_red(m, nn_bn_red_doubles(M, l->c)), din, acc, nn_grad(m, l, 0),
+                      nn_grad(m, l, 1), add ? add->dy : l->dy, add ? add->c : l->ld,
+                      nn_dy2(add ? add : l), add ? add->y : NULL, nn_in_y(m, l, 0),
+                      nn_param(m, l, 0), nn_param(m, l, 1), s->mean, s->invstd, M, l->c, l->relu,
+                      add ? &r : NULL);
 }
 
 static size_t bn_arena(const nn_layer *l, size_t B)
@@ -85,6 +87,7 @@ const nn_layer_ops nn_bn_ops = {
     .forward = bn_fwd,
     .backward = bn_bwd,
     .bwd_reads = NN_READS_IN, /* the ReLU's mask is recomputed from the input */
+    .strided = true,          /* y and dy with rows l->ld apart: a concat may alias them */
     .priv_size = sizeof(bn_state),
     .arena_floats = bn_arena,
     .arena_bind = bn_bind,

@@ -1,6 +1,9 @@
 /* layer_concat.c - concatenation of up to NN_MAX_IN producers of the same
  * height and width along the channels (the Inception towers). No
- * variables. Kernels: nn_concat_forward/backward (layers.c). */
+ * variables. Kernels: nn_concat_forward/backward (layers.c). An input
+ * whose producer is aliased into this concat (graph.h, concat without
+ * copies: it wrote its slice of l->y itself and reads its slice of l->dy)
+ * is not copied either way. */
 #include <assert.h>
 
 #include "graph.h"
@@ -20,7 +23,7 @@ static void concat_fwd_range(void *varg, int lo, int hi)
 {
     const concat_job *j = varg;
     const float *ins[NN_MAX_IN];
-    for (int k = 0; k < j->nin; k++) ins[k] = j->ins[k] + (size_t)lo * j->cs[k];
+    for (int k = 0; k < j->nin; k++) ins[k] = j->ins[k] ? j->ins[k] + (size_t)lo * j->cs[k] : NULL;
     nn_concat_forward(j->y + (size_t)lo * j->ctot, ins, j->cs, j->nin, hi - lo);
 }
 
@@ -42,20 +45,41 @@ static void concat_job_init(nn_model *m, const nn_layer *l, concat_job *j)
     }
 }
 
+/* Whether input k is aliased: its producer wrote its output into l->y
+ * and reads its gradient from l->dy (graph.h, concat without copies). */
+static bool aliased(const nn_model *m, const nn_layer *l, int k)
+{
+    return l->in[k] >= 0 && m->layers[l->in[k]].alias == (int)(l - m->layers) + 1;
+}
+
 static void concat_fwd(nn_model *m, nn_layer *l, int n, bool train)
 {
     concat_job j = {.y = l->y};
     concat_job_init(m, l, &j);
-    for (int k = 0; k < l->nin; k++) j.ins[k] = nn_in_y(m, l, k);
-    nn_pool_range(m->pool, n * l->h * l->w, 2 * (size_t)l->c, concat_fwd_range, &j);
+    size_t copied = 0;
+    for (int k = 0; k < l->nin; k++) {
+        j.ins[k] = aliased(m, l, k) ? NULL : nn_in_y(m, l, k);
+        if (j.ins[k]) copied += (size_t)j.cs[k];
+    }
+    if (copied) nn_pool_range(m->pool, n * l->h * l->w, 2 * copied, concat_fwd_range, &j);
 }
 
 static void concat_bwd(nn_model *m, nn_layer *l, int n)
 {
     concat_job j = {.dy = l->dy};
     concat_job_init(m, l, &j);
-    for (int k = 0; k < l->nin; k++) j.dins[k] = nn_in_dy(m, l, k, &j.acc[k]);
-    nn_pool_range(m->pool, n * l->h * l->w, 2 * (size_t)l->c, concat_bwd_range, &j);
+    size_t copied = 0;
+    for (int k = 0; k < l->nin; k++) {
+        if (aliased(m, l, k)) {
+            /* the producer reads its slice of l->dy */
+            j.dins[k] = NULL, j.acc[k] = false;
+            m->layers[l->in[k]].dy_written = true;
+            continue;
+        }
+        j.dins[k] = nn_in_dy(m, l, k, &j.acc[k]);
+        if (j.dins[k]) copied += (size_t)j.cs[k];
+    }
+    if (copied) nn_pool_range(m->pool, n * l->h * l->w, 2 * copied, concat_bwd_range, &j);
 }
 
 static void concat_describe(const nn_model *m, const nn_layer *l, char *buf, size_t len)

@@ -731,7 +731,7 @@ void nn_concat_forward(float *out, const float *const *ins, const int *Cs, int n
     for (int i = 0; i < M; i++) {
         float *o = out + (size_t)i * Ctot;
         for (int j = 0; j < nin; j++) {
-            memcpy(o, ins[j] + (size_t)i * Cs[j], sizeof(float) * Cs[j]);
+            if (ins[j]) memcpy(o, ins[j] + (size_t)i * Cs[j], sizeof(float) * Cs[j]);
             o += Cs[j];
         }
     }

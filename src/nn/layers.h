@@ -360,6 +360,25 @@ void nn_bn_backward_par(struct nn_pool *pool, double *red, float *dinp, bool acc
                         float *dbeta, float *dout, const float *dout2, const float *out,
                         const float *inp, const float *gamma, const float *beta, const float *mean,
                         const float *invstd, int M, int C, bool relu, const nn_bn_res *res);
+/* The same with a row stride ld >= C for the output (forward) or for the
+ * gradient dout (backward): out and dout are a channel slice of a wider
+ * tensor (a concat's output and gradient, docs/design.md "concat without
+ * copies"); the other tensors have rows of C floats. ld > C only without
+ * res and dout2. The same bits as with a contiguous output. */
+void nn_bn_forward_train_ld(struct nn_pool *pool, double *red, float *out, int ld, float *mean,
+                            float *invstd, float *new_mean, float *new_var, const float *inp,
+                            const float *gamma, const float *beta, const float *moving_mean,
+                            const float *moving_var, int M, int C, float momentum, float eps,
+                            bool relu, const nn_bn_res *res);
+void nn_bn_forward_infer_ld(struct nn_pool *pool, float *out, int ld, const float *inp,
+                            const float *gamma, const float *beta, const float *moving_mean,
+                            const float *moving_var, int M, int C, float eps, bool relu,
+                            const nn_bn_res *res);
+void nn_bn_backward_ld(struct nn_pool *pool, double *red, float *dinp, bool acc, float *dgamma,
+                       float *dbeta, const float *dout, int ld, const float *dout2,
+                       const float *out, const float *inp, const float *gamma, const float *beta,
+                       const float *mean, const float *invstd, int M, int C, bool relu,
+                       const nn_bn_res *res);
 
 /* ---- dropout (inverted) ----------------------------------------------------- */
 
@@ -376,7 +395,8 @@ void nn_dropout_backward(float *dinp, bool acc, const float *dout, const float *
 
 /* ---- concat along channels ------------------------------------------------- */
 
-/* out[M][sum Ci] = [in0[M][C0] | in1[M][C1] | ...]. */
+/* out[M][sum Ci] = [in0[M][C0] | in1[M][C1] | ...]; a NULL input: its
+ * columns are left as they are (a producer that wrote them itself). */
 void nn_concat_forward(float *out, const float *const *ins, const int *Cs, int nin, int M);
 /* dins[i] (NULL = skip) get their slices of dout; acc[i] per input. */
 void nn_concat_backward(float *const *dins, const bool *acc, const float *dout, const int *Cs,

@@ -192,6 +192,49 @@ static void fuse_layers(nn_model *m)
     free(uses);
 }
 
+static int alias_mode = -1; /* -1: not read yet */
+
+int nn_alias_use(int force)
+{
+    if (force >= 0 && force <= 1) alias_mode = force;
+    if (alias_mode < 0) {
+        const char *e = getenv("PSTRAIN_ALIAS");
+        alias_mode = e && e[0] == '0' && !e[1] ? 0 : 1;
+    }
+    return alias_mode;
+}
+
+/* Concat without copies (graph.h): marks each producer of a strided kind
+ * whose one use is an input of a concat (not fused with an add, not split)
+ * as aliased into that concat's output and gradient; every layer's row
+ * stride ld (c, or the concat's channel count). */
+static void alias_layers(nn_model *m)
+{
+    int *uses = pst_calloc((size_t)m->nlayers, sizeof(int));
+    for (int j = 0; j < m->nlayers; j++)
+        for (int k = 0; k < m->layers[j].nin; k++)
+            if (m->layers[j].in[k] >= 0) uses[m->layers[j].in[k]]++;
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *l = &m->layers[i];
+        l->alias = l->alias_c0 = 0, l->ld = l->c;
+    }
+    for (int j = 0; j < m->nlayers && nn_alias_use(-1); j++) {
+        const nn_layer *c = &m->layers[j];
+        if (c->ops != &nn_concat_ops) continue;
+        for (int k = 0, c0 = 0; k < c->nin; k++) {
+            int i = c->in[k], h, w, ch;
+            nn_in_shape(m, i, &h, &w, &ch);
+            if (i >= 0) {
+                nn_layer *p = &m->layers[i];
+                if (p->ops->strided && uses[i] == 1 && !p->fuse && !p->split)
+                    p->alias = j + 1, p->alias_c0 = c0, p->ld = c->c;
+            }
+            c0 += ch;
+        }
+    }
+    free(uses);
+}
+
 /* ---- construction ------------------------------------------------------------ */
 
 static void init_vars(nn_model *m)
@@ -267,7 +310,22 @@ int nn_model_new(nn_model **out, const nn_model_cfg *cfg, pst_err *e)
     return nn_model_new_narrow(out, cfg, 1, e);
 }
 
+static int model_new(nn_model **out, const nn_model_cfg *cfg, int width_div,
+                     int (*build)(nn_model *m), pst_err *e);
+
 int nn_model_new_narrow(nn_model **out, const nn_model_cfg *cfg, int width_div, pst_err *e)
+{
+    return model_new(out, cfg, width_div, NULL, e);
+}
+
+int nn_model_new_graph(nn_model **out, const nn_model_cfg *cfg, int (*build)(nn_model *m),
+                       pst_err *e)
+{
+    return model_new(out, cfg, 1, build, e);
+}
+
+static int model_new(nn_model **out, const nn_model_cfg *cfg, int width_div,
+                     int (*build)(nn_model *m), pst_err *e)
 {
     *out = NULL;
     const char *name = cfg->name ? cfg->name : "(null)";
@@ -290,7 +348,7 @@ int nn_model_new_narrow(nn_model **out, const nn_model_cfg *cfg, int width_div, 
     snprintf(m->name, sizeof m->name, "%s", name);
     m->cfg.name = m->name;
     m->err = e;
-    if (nn_build_named(m) < 0) goto fail;
+    if (build ? build(m) == NN_FAILED || m->failed : nn_build_named(m) < 0) goto fail;
     if (m->nlayers == 0 || m->layers[m->nlayers - 1].ops != &nn_dense_ops ||
         m->layers[m->nlayers - 1].c != cfg->num_classes) {
         pst_fail(e, "model %s: the last layer must be dense with %d outputs", name,
@@ -322,6 +380,7 @@ int nn_model_new_narrow(nn_model **out, const nn_model_cfg *cfg, int width_div, 
         }
     }
     fuse_layers(m);
+    alias_layers(m);
     if (cfg->threads > 1 && nn_pool_new(&m->pool, cfg->threads, e) < 0) goto fail;
     m->err = NULL;
     m->params = pst_aligned_alloc(sizeof(float) * m->size);

@@ -22,6 +22,11 @@
  *                   gradient and output (the ReLU's mask) live until the
  *                   batch norm's backward; the batch norm's own output and
  *                   gradient are never touched (16-float placeholders).
+ *   aliased layers  a producer aliased into a concat (graph.h, concat without
+ *                   copies): placeholders, bound to its slice of the
+ *                   concat's output and gradient; the concat's output is
+ *                   born at the first aliased producer's forward and its
+ *                   gradient read until that producer's backward.
  * Buffers are then packed greedily (largest first, each at the lowest
  * aligned offset free of every placed buffer whose lifetime intersects its
  * own), so that at any time point the live buffers never share a byte. In
@@ -60,9 +65,13 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
      * input slot each: a consumer taking a tensor twice counts twice) and
      * the first consumer that reads its inputs in backward (the last
      * backward to read y) */
-    int *last_use = pst_malloc(sizeof(int) * (size_t)L * 3), *first_reader = last_use + L;
-    int *next_use = last_use + 2 * L;
-    for (int i = 0; i < L; i++) last_use[i] = next_use[i] = -1, first_reader[i] = L;
+    int *last_use = pst_malloc(sizeof(int) * (size_t)L * 4), *first_reader = last_use + L;
+    int *next_use = last_use + 2 * L, *first_alias = last_use + 3 * L;
+    for (int i = 0; i < L; i++)
+        last_use[i] = next_use[i] = -1, first_reader[i] = first_alias[i] = L;
+    /* concat without copies: the first producer aliased into each concat */
+    for (int i = L - 1; i >= 0; i--)
+        if (m->layers[i].alias) first_alias[m->layers[i].alias - 1] = i;
     for (int j = 0; j < L; j++) {
         const nn_layer *c = &m->layers[j];
         for (int k = 0; k < c->nin; k++) {
@@ -97,7 +106,12 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
             if (reads_out(l) && 2 * L - i > y_end) y_end = 2 * L - i;
         }
         int dy_start = last ? L : 2 * L - last_use[i], dy_end = 2 * L - i;
-        if (l->fuse && l->fuse - 1 > i) {
+        if (l->alias) {
+            /* its output and gradient are a slice of the concat's (graph.h):
+             * placeholders keep the pointers valid until the bind */
+            add_buf(p, i, NN_BUF_Y, i, i, nn_arena_round(0), 0);
+            if (train) add_buf(p, i, NN_BUF_DY, 2 * L - i, 2 * L - i, nn_arena_round(0), 0);
+        } else if (l->fuse && l->fuse - 1 > i) {
             /* a batch norm that computes the add after it (graph.h): it
              * writes neither its output nor reads its gradient; placeholders
              * keep the pointers valid */
@@ -105,6 +119,13 @@ static int lifetimes(nn_model *m, nn_plan *p, bool train)
             if (train) add_buf(p, i, NN_BUF_DY, 2 * L - i, 2 * L - i, nn_arena_round(0), 0);
         } else {
             int y_start = i;
+            if (first_alias[i] < i) {
+                /* a concat holding its producers' outputs and gradients:
+                 * born at the first one's forward, its gradient read until
+                 * that one's backward */
+                y_start = first_alias[i];
+                dy_end = 2 * L - first_alias[i];
+            }
             if (l->fuse) {
                 /* the add computed by the batch norm before it: written at
                  * t = i - 1; its gradient (and output, for the ReLU's mask)
@@ -362,6 +383,13 @@ void nn_plan_bind(nn_model *m, const nn_plan *p)
             l->dy2 = at;
         else
             l->ops->arena_bind(l, at);
+    }
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *l = &m->layers[i];
+        if (!l->alias) continue;
+        const nn_layer *c = &m->layers[l->alias - 1];
+        l->y = c->y + l->alias_c0;
+        l->dy = c->dy ? c->dy + l->alias_c0 : NULL;
     }
     m->bound = p;
 }

@@ -717,6 +717,61 @@ static void test_bn_threads(int M, int C)
     free(x), free(r), free(d1), free(d2), free(g), free(b), free(mm), free(mv), free(red), free(dy);
 }
 
+/* Batch norm with a row stride (nn_bn_*_ld: a concat's channel slice,
+ * concat without copies) against the contiguous entry points: y written
+ * only in its slice of each row (the other floats untouched), the same
+ * bits as contiguous, and the backward from a strided dy the same dx,
+ * dgamma and dbeta bits, with and without ReLU, on 1 and 2 threads; the
+ * chunk kernels (8-64 channels) and the row-wise ones (others). */
+static void test_bn_ld(int M, int C, int ld)
+{
+    size_t n = (size_t)M * C, nl = (size_t)M * ld;
+    float *x = rand_vec(n, 2), *d1 = rand_vec(n, 1);
+    float *g = rand_vec(C, 1), *b = rand_vec(C, 1), *mm = rand_vec(C, 1), *mv = rand_vec(C, 0.5f);
+    for (int c = 0; c < C; c++) g[c] += 1.5f, mv[c] += 1.0f;
+    for (size_t i = 0; i < n; i++) x[i] += 0.5f;
+    double *red = pst_malloc(sizeof(double) * nn_bn_red_doubles(M, C));
+    float *y = rand_vec(n, 0), *yl = pst_malloc(sizeof(float) * nl);
+    float *dyl = pst_malloc(sizeof(float) * nl), *st = rand_vec(4 * (size_t)C, 0);
+    float *st2 = rand_vec(4 * (size_t)C, 0), *dx = rand_vec(n, 0), *dx2 = rand_vec(n, 0);
+    float *dgb = rand_vec(2 * (size_t)C, 0), *dgb2 = rand_vec(2 * (size_t)C, 0);
+    for (size_t i = 0; i < nl; i++) dyl[i] = -7.0f; /* the other channels: not read */
+    for (int i = 0; i < M; i++) memcpy(dyl + (size_t)i * ld, d1 + (size_t)i * C, sizeof(float) * C);
+    for (int relu = 0; relu < 2; relu++)
+        for (int t = 0; t < 2; t++) {
+            nn_pool *pool = NULL;
+            pst_err e;
+            if (t) CHECK(nn_pool_new(&pool, 2, &e) == 0, "pool: %s", e.msg);
+            for (size_t i = 0; i < nl; i++) yl[i] = 3.0f;
+            nn_bn_forward_train_par(pool, red, y, st, st + C, st + 2 * C, st + 3 * C, x, g, b, mm,
+                                    mv, M, C, 0.99f, 1e-3f, relu, NULL);
+            nn_bn_forward_train_ld(pool, red, yl, ld, st2, st2 + C, st2 + 2 * C, st2 + 3 * C, x, g,
+                                   b, mm, mv, M, C, 0.99f, 1e-3f, relu, NULL);
+            bool same = memcmp(st, st2, sizeof(float) * 4 * C) == 0, kept = true;
+            for (int i = 0; i < M; i++) {
+                same = same && !memcmp(y + (size_t)i * C, yl + (size_t)i * ld, sizeof(float) * C);
+                for (int c = C; c < ld; c++) kept = kept && yl[(size_t)i * ld + c] == 3.0f;
+            }
+            nn_bn_forward_infer_ld(pool, yl, ld, x, g, b, mm, mv, M, C, 1e-3f, relu, NULL);
+            nn_bn_forward_infer_par(pool, y, x, g, b, mm, mv, M, C, 1e-3f, relu, NULL);
+            for (int i = 0; i < M; i++)
+                same = same && !memcmp(y + (size_t)i * C, yl + (size_t)i * ld, sizeof(float) * C);
+            CHECK(same && kept, "bn ld M%d C%d ld %d relu %d threads %d: forward %s", M, C, ld,
+                  relu, t + 1, same ? "wrote outside its slice" : "differs from contiguous");
+            nn_bn_backward_par(pool, red, dx, false, dgb, dgb + C, d1, NULL, NULL, x, g, b, st,
+                               st + C, M, C, relu, NULL);
+            nn_bn_backward_ld(pool, red, dx2, false, dgb2, dgb2 + C, dyl, ld, NULL, NULL, x, g, b,
+                              st, st + C, M, C, relu, NULL);
+            CHECK(memcmp(dx, dx2, sizeof(float) * n) == 0 &&
+                      memcmp(dgb, dgb2, sizeof(float) * 2 * C) == 0,
+                  "bn ld M%d C%d ld %d relu %d threads %d: backward differs from contiguous", M, C,
+                  ld, relu, t + 1);
+            nn_pool_free(pool);
+        }
+    free(x), free(d1), free(g), free(b), free(mm), free(mv), free(red), free(y), free(yl);
+    free(dyl), free(st), free(st2), free(dx), free(dx2), free(dgb), free(dgb2);
+}
+
 /* A channel whose variance is near eps normalises differently with 1e-3
  * and 1e-5: eps reaches the kernel. */
 static void test_bn_eps_matters(void)
@@ -1382,6 +1437,12 @@ int main(void)
     test_bn_threads(12544, 8);
     test_bn_threads(389, 256);
     test_bn_threads(600, 200);
+    test_bn_ld(1201, 8, 64);
+    test_bn_ld(1201, 24, 40);
+    test_bn_ld(1201, 64, 176);
+    test_bn_ld(803, 40, 41);
+    test_bn_ld(803, 80, 128);
+    test_bn_ld(389, 200, 288);
 
     test_relu_dropout();
     test_concat();

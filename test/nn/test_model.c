@@ -21,12 +21,17 @@ typedef struct spec {
 } spec;
 
 /* A model of spec s with its channel counts divided by div (1: published). */
+/* Set: make_div builds this graph (nn_model_new_graph) instead of the
+ * named model. */
+static int (*graph_build)(nn_model *m);
+
 static nn_model *make_div(const spec *s, uint64_t seed, float wd, float ls, int max_batch, int div)
 {
     nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, max_batch, seed, wd, ls, 1};
     nn_model *m = NULL;
     pst_err e = {{0}};
-    int rc = nn_model_new_narrow(&m, &cfg, div, &e);
+    int rc = graph_build ? nn_model_new_graph(&m, &cfg, graph_build, &e)
+                         : nn_model_new_narrow(&m, &cfg, div, &e);
     CHECK(rc == 0 && m, "%s %dx%dx%d: %s", s->name, s->h, s->w, s->c, e.msg);
     return m;
 }
@@ -530,6 +535,100 @@ static void test_split(const spec *s, int div, int expect_split)
     nn_fuse_use(2);
 }
 
+/* Concat without copies (model.c, graph.h: a batch norm whose only
+ * consumer is a concat writes its output into the concat's and reads its
+ * gradient from the concat's) against the copying concat: the expected
+ * producers aliased, the same loss, logits and gradient slab (pure data
+ * movement: bitwise) over two training steps, and the same evaluation; the
+ * aliased model on the poison layout, so that a concat buffer born too
+ * late or dead too early (a producer writing it before the concat's
+ * lifetime, or reading its gradient after) turns into NaN. */
+static void test_alias(const spec *s, int div, int expect_aliased)
+{
+    nn_alias_use(0);
+    nn_model *a = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
+    nn_alias_use(1);
+    nn_model *b = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
+    if (!a || !b) return;
+    nn_model_set_layout(b, NN_LAYOUT_POISON);
+    int na = 0, nb = 0;
+    for (int i = 0; i < a->nlayers; i++) na += a->layers[i].alias != 0;
+    for (int i = 0; i < b->nlayers; i++) {
+        const nn_layer *l = &b->layers[i];
+        nb += l->alias != 0;
+        CHECK(l->alias == 0 || (b->layers[l->alias - 1].ops == &nn_concat_ops &&
+                                l->ld == b->layers[l->alias - 1].c && l->ld > l->c),
+              "%s: layer %s aliased into %d with row %d", s->name, l->name, l->alias, l->ld);
+    }
+    CHECK(na == 0 && nb == expect_aliased, "%s: %d / %d layers aliased, expected 0 / %d", s->name,
+          na, nb, expect_aliased);
+    size_t size = nn_model_size(a), per = (size_t)s->h * s->w * s->c;
+    float *x = pst_malloc(sizeof(float) * s->n * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
+    for (int step = 0; step < 2; step++) {
+        fill_batch(x, y, s->n, per, s->k, 60 + (uint64_t)step);
+        float la = nn_model_train_step(a, x, y, s->n, step, NULL);
+        float lb = nn_model_train_step(b, x, y, s->n, step, NULL);
+        CHECK(la == lb, "%s step %d: aliased loss %.9g, copied %.9g", s->name, step, lb, la);
+        CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
+              "%s step %d: aliased logits differ", s->name, step);
+        CHECK(memcmp(nn_model_grads(a), nn_model_grads(b), sizeof(float) * size) == 0,
+              "%s step %d: aliased gradients differ", s->name, step);
+        float *pa = nn_model_params(a), *pb = nn_model_params(b);
+        const float *ga = nn_model_grads(a);
+        for (size_t i = 0; i < size; i++) pa[i] = pb[i] = pa[i] - 0.1f * ga[i];
+    }
+    int ca = -1, cb = -2;
+    float ea = nn_model_eval(a, x, y, s->n, &ca, NULL),
+          eb = nn_model_eval(b, x, y, s->n, &cb, NULL);
+    CHECK(ea == eb && ca == cb, "%s eval: aliased loss %.9g (%d correct), copied %.9g (%d)",
+          s->name, eb, cb, ea, ca);
+    CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
+          "%s eval: aliased logits differ", s->name);
+    free(x), free(y);
+    nn_model_free(a), nn_model_free(b);
+}
+
+/* Concat graphs no built-in model has. Towers: a (conv, batch norm +
+ * ReLU) whose output also feeds a second consumer (a global average pool:
+ * copied, not aliased), b (conv, batch norm without ReLU: aliased), a max
+ * pool (not a strided kind: copied), and c (aliased) taken once; a second
+ * concat joins the first one's pooled output with the side pool's (both
+ * copied). The same batch norm twice in one concat is copied too. */
+static int concat_graph(nn_model *m)
+{
+    int a = nn_add_conv_bn(m, "a", NN_INPUT, 3, 3, 3, 1, 1);
+    int b = nn_add_conv_bn_named(m, "b", "b/bn", NN_INPUT, 2, 1, 1, 1, 0, 0, 1e-3f, false);
+    int p = nn_add_pool(m, "p", NN_INPUT, true, 3, 3, 1, 1);
+    int c = nn_add_conv_bn(m, "c", a, 5, 1, 1, 1, 0);
+    int d = nn_add_conv_bn(m, "d", NN_INPUT, 2, 1, 1, 1, 0);
+    int cat = nn_add_concat(m, "cat", (int[]){a, b, p, c, d, d}, 6);
+    int g1 = nn_add_pool(m, "g1", cat, false, 0, 0, 0, 0);
+    int g2 = nn_add_pool(m, "g2", a, false, 0, 0, 0, 0);
+    int cat2 = nn_add_concat(m, "cat2", (int[]){g1, g2}, 2);
+    return nn_add_dense(m, "logits", cat2, m->cfg.num_classes, false);
+}
+
+static void test_concat_graph(void)
+{
+    graph_build = concat_graph;
+    const spec s = {"concat-graph", 6, 5, 2, 3, 4};
+    nn_model *m = make(&s, 5, 0, 0, s.n);
+    if (m) {
+        const char *want = "b/bn c/bn"; /* the aliased layers */
+        char got[64] = "";
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].alias)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", got[0] ? " " : "",
+                         m->layers[i].name);
+        CHECK(strcmp(got, want) == 0, "concat graph: aliased '%s', expected '%s'", got, want);
+        nn_model_free(m);
+    }
+    test_model_gradients(&s);
+    test_alias(&s, 1, 2);
+    graph_build = NULL;
+}
+
 /* Plain SGD on one fixed batch must drive the loss down. */
 static void test_fits_batch(const spec *s, float lr, int steps)
 {
@@ -617,6 +716,12 @@ int main(void)
      * layer4's 128 */
     test_split(&(spec){"resnet-50", 40, 40, 3, 4, 3}, 16, 13);
     test_split(&(spec){"inception-mini", 9, 9, 2, 3, 4}, 1, 0);
+    /* inception-mini: every tower's last batch norm of mixed_a and mixed_b
+     * and reduce/b3x3/bn (reduce/pool is a max pool: copied); narrow
+     * inception-v3: the batch norms ending its towers */
+    test_alias(&(spec){"inception-mini", 9, 9, 2, 3, 4}, 1, 9);
+    test_concat_graph();
+    test_alias(&(spec){"inception-v3", 107, 107, 2, 3, 4}, 16, 44);
     const spec fit[] = {{"mlp", 8, 8, 1, 4, 16},
                         {"lenet5", 16, 16, 1, 4, 16},
                         {"inception-mini", 12, 12, 1, 4, 16}};

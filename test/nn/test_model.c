@@ -425,6 +425,40 @@ static void test_determinism_and_state(void)
     nn_model_free(a), nn_model_free(b), nn_model_free(c);
 }
 
+/* Model b (`mine`) against model a (`theirs`, the reference graph) from
+ * the same parameters: the same loss, logits and gradient slab, bitwise,
+ * over two training steps (batches from seed, seed + 1; a step of SGD on
+ * both in between, so that the second step starts elsewhere), and the same
+ * evaluation. */
+static void expect_same_training(nn_model *a, nn_model *b, const spec *s, uint64_t seed,
+                                 const char *mine, const char *theirs)
+{
+    size_t size = nn_model_size(a), per = (size_t)s->h * s->w * s->c;
+    float *x = pst_malloc(sizeof(float) * s->n * per);
+    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
+    for (int step = 0; step < 2; step++) {
+        fill_batch(x, y, s->n, per, s->k, seed + (uint64_t)step);
+        float la = nn_model_train_step(a, x, y, s->n, step, NULL);
+        float lb = nn_model_train_step(b, x, y, s->n, step, NULL);
+        CHECK(la == lb, "%s step %d: %s loss %.9g, %s %.9g", s->name, step, mine, lb, theirs, la);
+        CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
+              "%s step %d: %s logits differ", s->name, step, mine);
+        CHECK(memcmp(nn_model_grads(a), nn_model_grads(b), sizeof(float) * size) == 0,
+              "%s step %d: %s gradients differ", s->name, step, mine);
+        float *pa = nn_model_params(a), *pb = nn_model_params(b);
+        const float *ga = nn_model_grads(a);
+        for (size_t i = 0; i < size; i++) pa[i] = pb[i] = pa[i] - 0.1f * ga[i];
+    }
+    int ca = -1, cb = -2;
+    float ea = nn_model_eval(a, x, y, s->n, &ca, NULL),
+          eb = nn_model_eval(b, x, y, s->n, &cb, NULL);
+    CHECK(ea == eb && ca == cb, "%s eval: %s loss %.9g (%d correct), %s %.9g (%d)", s->name, mine,
+          eb, cb, theirs, ea, ca);
+    CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
+          "%s eval: %s logits differ", s->name, mine);
+    free(x), free(y);
+}
+
 /* Graph fusion (model.c: a batch norm computes the residual add after it)
  * against the unfused graph: the same loss, logits, gradient slab (with the
  * new moving statistics) over two training steps, and the same evaluation;
@@ -443,31 +477,7 @@ static void test_fusion(const spec *s, int div, int expect_fused)
     for (int i = 0; i < b->nlayers; i++) fb += b->layers[i].fuse != 0;
     CHECK(fa == 0 && fb == 2 * expect_fused, "%s: %d / %d layers fused, expected 0 / %d", s->name,
           fa, fb, 2 * expect_fused);
-    size_t size = nn_model_size(a), per = (size_t)s->h * s->w * s->c;
-    float *x = pst_malloc(sizeof(float) * s->n * per);
-    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
-    for (int step = 0; step < 2; step++) {
-        fill_batch(x, y, s->n, per, s->k, 20 + (uint64_t)step);
-        float la = nn_model_train_step(a, x, y, s->n, step, NULL);
-        float lb = nn_model_train_step(b, x, y, s->n, step, NULL);
-        CHECK(la == lb, "%s step %d: fused loss %.9g, unfused %.9g", s->name, step, lb, la);
-        CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
-              "%s step %d: fused logits differ", s->name, step);
-        CHECK(memcmp(nn_model_grads(a), nn_model_grads(b), sizeof(float) * size) == 0,
-              "%s step %d: fused gradients differ", s->name, step);
-        /* a step of SGD on both, so that the second step starts elsewhere */
-        float *pa = nn_model_params(a), *pb = nn_model_params(b);
-        const float *ga = nn_model_grads(a);
-        for (size_t i = 0; i < size; i++) pa[i] = pb[i] = pa[i] - 0.1f * ga[i];
-    }
-    int ca = -1, cb = -2;
-    float ea = nn_model_eval(a, x, y, s->n, &ca, NULL),
-          eb = nn_model_eval(b, x, y, s->n, &cb, NULL);
-    CHECK(ea == eb && ca == cb, "%s eval: fused loss %.9g (%d correct), unfused %.9g (%d)", s->name,
-          eb, cb, ea, ca);
-    CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
-          "%s eval: fused logits differ", s->name);
-    free(x), free(y);
+    expect_same_training(a, b, s, 20, "fused", "unfused");
     nn_model_free(a), nn_model_free(b);
 }
 
@@ -562,30 +572,7 @@ static void test_alias(const spec *s, int div, int expect_aliased)
     }
     CHECK(na == 0 && nb == expect_aliased, "%s: %d / %d layers aliased, expected 0 / %d", s->name,
           na, nb, expect_aliased);
-    size_t size = nn_model_size(a), per = (size_t)s->h * s->w * s->c;
-    float *x = pst_malloc(sizeof(float) * s->n * per);
-    int32_t *y = pst_malloc(sizeof(int32_t) * s->n);
-    for (int step = 0; step < 2; step++) {
-        fill_batch(x, y, s->n, per, s->k, 60 + (uint64_t)step);
-        float la = nn_model_train_step(a, x, y, s->n, step, NULL);
-        float lb = nn_model_train_step(b, x, y, s->n, step, NULL);
-        CHECK(la == lb, "%s step %d: aliased loss %.9g, copied %.9g", s->name, step, lb, la);
-        CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
-              "%s step %d: aliased logits differ", s->name, step);
-        CHECK(memcmp(nn_model_grads(a), nn_model_grads(b), sizeof(float) * size) == 0,
-              "%s step %d: aliased gradients differ", s->name, step);
-        float *pa = nn_model_params(a), *pb = nn_model_params(b);
-        const float *ga = nn_model_grads(a);
-        for (size_t i = 0; i < size; i++) pa[i] = pb[i] = pa[i] - 0.1f * ga[i];
-    }
-    int ca = -1, cb = -2;
-    float ea = nn_model_eval(a, x, y, s->n, &ca, NULL),
-          eb = nn_model_eval(b, x, y, s->n, &cb, NULL);
-    CHECK(ea == eb && ca == cb, "%s eval: aliased loss %.9g (%d correct), copied %.9g (%d)",
-          s->name, eb, cb, ea, ca);
-    CHECK(memcmp(nn_model_logits(a), nn_model_logits(b), sizeof(float) * s->n * s->k) == 0,
-          "%s eval: aliased logits differ", s->name);
-    free(x), free(y);
+    expect_same_training(a, b, s, 60, "aliased", "copied");
     nn_model_free(a), nn_model_free(b);
 }
 

@@ -150,13 +150,28 @@ const char *nn_in_name(const nn_model *m, int in)
 
 static int fuse_mode = -1; /* -1: not read yet */
 
+/* A graph pass's switch: the environment variable's one digit below
+ * limit, else the default (limit - 1: on). */
+static int env_switch(const char *name, int limit)
+{
+    const char *e = getenv(name);
+    return e && e[0] >= '0' && e[0] < '0' + limit && !e[1] ? e[0] - '0' : limit - 1;
+}
+
+/* How many layers read each layer's output (an array of m->nlayers; free it). */
+static int *layer_uses(const nn_model *m)
+{
+    int *uses = pst_calloc((size_t)m->nlayers, sizeof(int));
+    for (int j = 0; j < m->nlayers; j++)
+        for (int k = 0; k < m->layers[j].nin; k++)
+            if (m->layers[j].in[k] >= 0) uses[m->layers[j].in[k]]++;
+    return uses;
+}
+
 int nn_fuse_use(int force)
 {
     if (force >= 0 && force <= 2) fuse_mode = force;
-    if (fuse_mode < 0) {
-        const char *e = getenv("PSTRAIN_FUSE");
-        fuse_mode = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] - '0' : 2;
-    }
+    if (fuse_mode < 0) fuse_mode = env_switch("PSTRAIN_FUSE", 3);
     return fuse_mode;
 }
 
@@ -168,10 +183,7 @@ int nn_fuse_use(int force)
 static void fuse_layers(nn_model *m)
 {
     if (!nn_fuse_use(-1)) return;
-    int *uses = pst_calloc((size_t)m->nlayers, sizeof(int));
-    for (int j = 0; j < m->nlayers; j++)
-        for (int k = 0; k < m->layers[j].nin; k++)
-            if (m->layers[j].in[k] >= 0) uses[m->layers[j].in[k]]++;
+    int *uses = layer_uses(m);
     for (int i = 0; i + 1 < m->nlayers; i++) {
         nn_layer *b = &m->layers[i], *a = &m->layers[i + 1];
         if (b->ops != &nn_bn_ops || b->relu || uses[i] != 1 || a->ops != &nn_add_ops ||
@@ -197,10 +209,7 @@ static int alias_mode = -1; /* -1: not read yet */
 int nn_alias_use(int force)
 {
     if (force >= 0 && force <= 1) alias_mode = force;
-    if (alias_mode < 0) {
-        const char *e = getenv("PSTRAIN_ALIAS");
-        alias_mode = e && e[0] == '0' && !e[1] ? 0 : 1;
-    }
+    if (alias_mode < 0) alias_mode = env_switch("PSTRAIN_ALIAS", 2);
     return alias_mode;
 }
 
@@ -210,10 +219,7 @@ int nn_alias_use(int force)
  * stride ld (c, or the concat's channel count). */
 static void alias_layers(nn_model *m)
 {
-    int *uses = pst_calloc((size_t)m->nlayers, sizeof(int));
-    for (int j = 0; j < m->nlayers; j++)
-        for (int k = 0; k < m->layers[j].nin; k++)
-            if (m->layers[j].in[k] >= 0) uses[m->layers[j].in[k]]++;
+    int *uses = layer_uses(m);
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *l = &m->layers[i];
         l->alias = l->alias_c0 = 0, l->ld = l->c;

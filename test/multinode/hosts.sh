@@ -34,8 +34,9 @@
 #   host 1 reaches the others and skips (77) if not.
 #
 # The launcher: MPIEXEC (default mpirun, Open MPI) with MPI_FLAVOUR
-# openmpi|mpich (default: from MPIEXEC's name); mn_mpi_args holds every
-# flavour-specific flag. Both run on host 1 and start the other hosts'
+# openmpi|mpich (default: from MPIEXEC's name), and MPIEXEC_ARGS, extra
+# flags split on blanks (the names and meanings of jobs/mpiexec.sh);
+# mn_mpi_args holds every flavour-specific flag. Both run on host 1 and start the other hosts'
 # daemons through mn-agent.sh (this directory), the harness's ssh. What
 # each MPI needs, found by experiment (Open MPI 4.1.4, MPICH 4.0.2
 # ch4:ucx, Debian 12), is written at mn_mpi_args.
@@ -258,7 +259,7 @@ mn_hostfile() {
     done
 }
 
-# mn_mpi_args: MPIEXEC_ARGS, the flavour's flags for the hosts. What each
+# mn_mpi_args: MN_MPI_ARGS, the flavour's flags for the hosts. What each
 # MPI needs, and why:
 # - Open MPI 4.1.4 (mpirun): `--mca plm_rsh_agent AGENT` (rsh launcher:
 #   it runs `AGENT ADDR orted ...` for every other host of the hostfile;
@@ -280,14 +281,15 @@ mn_hostfile() {
 #   tcp/eth0 between hosts (seen with UCX_LOG_LEVEL=info: ep_cfg lines).
 #   The hostfile is ADDR:SLOTS.
 mn_mpi_args() {
+    # shellcheck disable=SC2054 # commas inside flags' values
     case $(mn_flavour) in
     openmpi)
-        MPIEXEC_ARGS=(--hostfile "$MN_HOSTFILE" --mca plm_rsh_agent "$MN_AGENT"
+        MN_MPI_ARGS=(--hostfile "$MN_HOSTFILE" --mca plm_rsh_agent "$MN_AGENT"
             --mca oob_tcp_if_include "$MN_SUBNET" --mca btl_tcp_if_include "$MN_SUBNET"
             --mca btl self,vader,tcp --mca pml ob1 --mca osc pt2pt)
         ;;
     mpich)
-        MPIEXEC_ARGS=(-f "$MN_HOSTFILE" -launcher rsh -launcher-exec "$MN_AGENT" -iface eth0
+        MN_MPI_ARGS=(-f "$MN_HOSTFILE" -launcher rsh -launcher-exec "$MN_AGENT" -iface eth0
             -genv UCX_NET_DEVICES eth0 -genv UCX_TLS tcp,sm,self)
         ;;
     *) mn_die "MPI_FLAVOUR must be openmpi or mpich, not $(mn_flavour)" ;;
@@ -301,9 +303,10 @@ mn_mpi_args() {
 mn_mpiexec_bg() {
     [ -n "${MN_HOSTFILE:-}" ] || mn_die "mn_mpiexec before mn_hostfile"
     mn_mpi_args
+    # shellcheck disable=SC2086 # MPIEXEC_ARGS: flags split on blanks
     timeout -k 5 "$MN_TIMEOUT" ip netns exec "$(mn_ns 1)" unshare --uts --ipc \
         sh -c 'hostname "$0" && exec "$@"' "$(mn_name 1)" \
-        "$MPIEXEC" "${MPIEXEC_ARGS[@]}" "$@" &
+        "$MPIEXEC" "${MN_MPI_ARGS[@]}" ${MPIEXEC_ARGS:-} "$@" &
     MN_JOB=$!
 }
 

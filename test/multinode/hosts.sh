@@ -114,14 +114,21 @@ hosts_sweep() {
     done
 }
 
+# mn_require: skip (77) with the reason unless this can make hosts
+mn_require() {
+    [ "$(id -u)" = 0 ] || mn_skip "multinode tests need root (network namespaces)"
+    if ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
+        mn_skip "no 'ip netns' (iproute2)"
+    fi
+    command -v unshare >/dev/null || mn_skip "no unshare (util-linux)"
+}
+
 # hosts_up N: hosts 1..N (N from 1 to 250). Skips (77) when not root, when
 # ip netns or unshare is missing or fails, or when the hosts cannot reach
 # each other; exports MN_HOSTS, the agent's host table.
 hosts_up() {
     local n=$1 i ns
-    [ "$(id -u)" = 0 ] || mn_skip "multinode tests need root (network namespaces)"
-    command -v ip >/dev/null && ip netns list >/dev/null 2>&1 || mn_skip "no 'ip netns' (iproute2)"
-    command -v unshare >/dev/null || mn_skip "no unshare (util-linux)"
+    mn_require
     hosts_sweep
     MN_NET=198.18.$(($$ % 256))
     MN_SUBNET=$MN_NET.0/24
@@ -313,7 +320,9 @@ mn_mpiexec_bg() {
 # mn_mpiexec ARGS...: the same in the foreground; returns its status.
 # (Started in the background and waited for, so that a SIGTERM or SIGINT
 # to the test runs the cleanup at once: bash runs a trap only after the
-# foreground command ends, and timeout's process group is not the test's.)
+# foreground command ends, and timeout's process group is not the test's.
+# A job killed on purpose makes bash print "PID Killed timeout ...": timeout
+# re-raises its child's signal.)
 mn_mpiexec() {
     mn_mpiexec_bg "$@"
     wait "$MN_JOB"

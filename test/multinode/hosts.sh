@@ -33,20 +33,23 @@
 #   (Docker sets FORWARD to DROP) cuts the hosts off; hosts_up checks that
 #   host 1 reaches the others and skips (77) if not.
 #
-# The launcher: MPIEXEC (default mpirun, Open MPI) with MPI_FLAVOUR
-# openmpi|mpich (default: from MPIEXEC's name), and MPIEXEC_ARGS, extra
-# flags split on blanks (the names and meanings of jobs/mpiexec.sh);
-# mn_mpi_args holds every flavour-specific flag. Both run on host 1 and start the other hosts'
-# daemons through mn-agent.sh (this directory), the harness's ssh. What
+# The launcher: MPIEXEC with MPI_FLAVOUR openmpi|mpich and MPIEXEC_ARGS,
+# extra flags split on blanks (jobs/mpiexec.sh, which this sources);
+# mn_mpi_args holds every flavour-specific flag. Both run on host 1 and
+# start the other hosts' daemons through mn-agent.sh (this directory), the
+# harness's ssh. What
 # each MPI needs, found by experiment (Open MPI 4.1.4, MPICH 4.0.2
 # ch4:ucx, Debian 12), is written at mn_mpi_args.
 
 MN_DIR_SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# MPIEXEC, MPI_FLAVOUR and Open MPI's run-as-root variables, as every test
+# and job script gets them
+# shellcheck source=../../jobs/mpiexec.sh
+. "$MN_DIR_SELF/../../jobs/mpiexec.sh"
 MN_AGENT=$MN_DIR_SELF/mn-agent.sh
 MN_PREFIX=pstmn$$
 MN_N=0
 MN_TIMEOUT=${MN_TIMEOUT:-120}
-MPIEXEC=${MPIEXEC:-mpirun}
 
 mn_skip() {
     echo "SKIP: $*" >&2
@@ -238,16 +241,7 @@ mn_kill_host() {
 
 # --- the MPI launcher ----------------------------------------------------
 
-mn_flavour() {
-    if [ -n "${MPI_FLAVOUR:-}" ]; then
-        echo "$MPI_FLAVOUR"
-        return
-    fi
-    case $(basename "$MPIEXEC") in
-    *mpich* | *hydra*) echo mpich ;;
-    *) echo openmpi ;;
-    esac
-}
+mn_flavour() { echo "$MPI_FLAVOUR"; }
 
 # mn_hostfile S1 S2 ...: the hostfile, S_I slots on host I (0: none), in
 # host order, so that ranks fill host 1's slots first, then host 2's...

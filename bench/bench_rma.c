@@ -38,6 +38,7 @@ typedef struct opts {
     int lat, bw;                   /* tests to run */
     int lat_reps;                  /* timed operations per latency op */
     long long lat_size;            /* bytes of a latency operation */
+    int lat_batch;                 /* operations per flush, message-cost test */
     long long min, max;            /* bandwidth sizes */
     int reps;                      /* repetitions per bandwidth point */
     double seconds;                /* minimum length of one repetition */
@@ -51,6 +52,8 @@ static const char usage_text[] =
     "  --test lat|bw|all     what to measure (default all)\n"
     "  --lat-reps R          timed operations per latency measurement (default 2000)\n"
     "  --lat-size BYTES      bytes of a latency get/put (default 8)\n"
+    "  --lat-batch N         message cost: N gets (puts) of --lat-size, then one flush\n"
+    "                        (default 64): us per operation\n"
     "  --min BYTES           smallest bandwidth size (default 4K; K, M, G suffixes: 2^10...)\n"
     "  --max BYTES           largest bandwidth size (default 64M); sizes go x4 from --min\n"
     "  --ops get,put         bandwidth operations (default both)\n"
@@ -133,6 +136,7 @@ static void parse(int argc, char **argv, opts *o)
                 .bw = 1,
                 .lat_reps = 2000,
                 .lat_size = 8,
+                .lat_batch = 64,
                 .min = 4 << 10,
                 .max = 64 << 20,
                 .reps = 5,
@@ -145,8 +149,9 @@ static void parse(int argc, char **argv, opts *o)
             if (env_rank() == 0) fputs(usage_text, stdout);
             exit(0);
         }
-        static const char *known[] = {"--test", "--lat-reps", "--lat-size", "--min", "--max",
-                                      "--reps", "--seconds",  "--poll",     "--ops", "--origins"};
+        static const char *known[] = {"--test", "--lat-reps", "--lat-size", "--lat-batch",
+                                      "--min",  "--max",      "--reps",     "--seconds",
+                                      "--poll", "--ops",      "--origins"};
         int ok = 0;
         for (size_t k = 0; k < sizeof known / sizeof *known; k++) ok |= !strcmp(a, known[k]);
         if (!ok)
@@ -162,6 +167,8 @@ static void parse(int argc, char **argv, opts *o)
             o->lat_reps = (int)parse_int(v, a, 10, 10000000);
         } else if (!strcmp(a, "--lat-size")) {
             o->lat_size = parse_bytes(v, a);
+        } else if (!strcmp(a, "--lat-batch")) {
+            o->lat_batch = (int)parse_int(v, a, 1, 100000);
         } else if (!strcmp(a, "--min")) {
             o->min = parse_bytes(v, a);
         } else if (!strcmp(a, "--max")) {
@@ -245,6 +252,7 @@ typedef struct ctx {
     char *buf;  /* origin's buffer */
     int rank, size;
     int64_t served; /* target: origin completions seen so far */
+    int64_t fop_result;
     int busy;
 } ctx;
 
@@ -276,9 +284,9 @@ static void report_done(ctx *c)
 enum { OP_GET, OP_PUT, OP_FOP };
 static const char *op_name[] = {"get", "put", "fop"};
 
-/* One operation of `bytes` by this origin (slot: its part of the window
- * for puts), completed by a flush. */
-static void op_once(ctx *c, int op, long long bytes, int slot, long long slot_bytes)
+/* Starts one operation of `bytes` by this origin (slot: its part of the
+ * window for puts); op_once also completes it with a flush. */
+static void op_start(ctx *c, int op, long long bytes, int slot, long long slot_bytes)
 {
     const MPI_Aint disp = CTL_BYTES + (MPI_Aint)slot * (MPI_Aint)slot_bytes;
     if (op == OP_GET) {
@@ -288,10 +296,15 @@ static void op_once(ctx *c, int op, long long bytes, int slot, long long slot_by
         check(MPI_Put(c->buf, (int)bytes, MPI_BYTE, 0, disp, (int)bytes, MPI_BYTE, c->win),
               "MPI_Put");
     } else {
-        int64_t r = 0;
-        check(MPI_Fetch_and_op(NULL, &r, MPI_INT64_T, 0, CTL_BYTES, MPI_NO_OP, c->win),
+        /* the result lands at the flush: not in a local of this function */
+        check(MPI_Fetch_and_op(NULL, &c->fop_result, MPI_INT64_T, 0, CTL_BYTES, MPI_NO_OP, c->win),
               "MPI_Fetch_and_op");
     }
+}
+
+static void op_once(ctx *c, int op, long long bytes, int slot, long long slot_bytes)
+{
+    op_start(c, op, bytes, slot, slot_bytes);
     check(MPI_Win_flush(0, c->win), "MPI_Win_flush");
 }
 
@@ -331,6 +344,35 @@ static void latency(ctx *c, const opts *o)
             fflush(stdout);
         }
     }
+    /* message cost: lat_batch operations in flight, one flush (a pull of
+     * many ranges); each put to its own bytes */
+    const int groups = o->lat_reps / o->lat_batch > 20 ? o->lat_reps / o->lat_batch : 20;
+    double *g = malloc(sizeof *g * (size_t)groups);
+    if (!g) check(MPI_ERR_NO_MEM, "malloc");
+    for (int op = OP_GET; op <= OP_PUT; op++) {
+        check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+        if (c->rank == 0) {
+            serve(c, 1);
+        } else if (c->rank == 1) {
+            for (int i = 0; i < groups + 2; i++) {
+                double t0 = now();
+                for (int j = 0; j < o->lat_batch; j++)
+                    op_start(c, op, o->lat_size, op == OP_PUT ? j : 0, o->lat_size);
+                check(MPI_Win_flush(0, c->win), "MPI_Win_flush");
+                if (i >= 2) g[i - 2] = now() - t0; /* two warm-up groups */
+            }
+            report_done(c);
+            qsort(g, (size_t)groups, sizeof *g, cmp_double);
+            printf(
+                "per-msg    %-3s %9lld B  median %8.1f us  p10 %8.1f  p90 %8.1f  (per operation, "
+                "%d per flush, %d flushes)\n",
+                op_name[op], o->lat_size, 1e6 * pct(g, groups, 0.5) / o->lat_batch,
+                1e6 * pct(g, groups, 0.1) / o->lat_batch, 1e6 * pct(g, groups, 0.9) / o->lat_batch,
+                o->lat_batch, groups);
+            fflush(stdout);
+        }
+    }
+    free(g);
     free(t);
 }
 
@@ -428,8 +470,12 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    /* the target: control word and one slot of --max bytes per origin */
-    const MPI_Aint win_bytes = c.rank == 0 ? CTL_BYTES + (MPI_Aint)W * (MPI_Aint)o.max : 0;
+    /* the target: control word, then one slot of --max bytes per origin (or
+     * the message-cost puts' bytes, if more) */
+    MPI_Aint data = (MPI_Aint)W * (MPI_Aint)o.max;
+    if (data < (MPI_Aint)o.lat_batch * (MPI_Aint)o.lat_size)
+        data = (MPI_Aint)o.lat_batch * (MPI_Aint)o.lat_size;
+    const MPI_Aint win_bytes = c.rank == 0 ? CTL_BYTES + data : 0;
     check(MPI_Win_allocate(win_bytes, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &c.base, &c.win),
           "MPI_Win_allocate");
     MPI_Win_set_errhandler(c.win, MPI_ERRORS_RETURN);

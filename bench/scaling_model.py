@@ -14,8 +14,11 @@ of version v, on the critical path (design.md §3.5):
   T_pull = T_push = max(M / B_worker, W * M_link / B_ps)
   T_apply  = (W + 3) * M_ps / B_mem         (sum W gradients, momentum update)
   T_take   = W * S / B_root, exposed beyond the PS's apply and wake-up
-  T_lat    = (P + 5) * L + n_msg * o + t_wake
+  T_lat    = (P + 7) * L + n_msg * o + t_wake
 
+Round trips per step: 4 to the root (take a ticket, poll the slot, get it,
+release it), P to the PS (wait for the version), 1 for the pull's flush and
+2 for the push's (data and stamp, then the seq word).
 C: a worker's compute time per step; M: the model's bytes; M_ps: the largest
 PS's bytes; M_link: the bytes behind one PS link (M_ps, or the sum over the
 PS that share a host with --ps-per-host); S: a ring slot (batch * (H*W*C +
@@ -106,7 +109,7 @@ def step(p, W, a):
     take = max(S / B_w, W * S / B_root)
     take_exposed = max(0.0, take - apply_ - wake)
     L = a.lat_us / 1e6
-    lat = (p["ps"] + 5) * L + 2 * p["ranges"] * a.msg_us / 1e6 + wake
+    lat = (p["ps"] + 7) * L + 2 * p["ranges"] * a.msg_us / 1e6 + wake
     C = a.compute
     T = C + pull + push + apply_ + take_exposed + lat
     return T, {"compute": C, "pull": pull, "push": push, "apply": apply_,

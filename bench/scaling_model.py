@@ -11,7 +11,9 @@ The model's bytes per PS and its messages (ranges) come from
 of version v, on the critical path (design.md §3.5):
 
   T = C + T_pull + T_push + T_apply + T_take_exposed + T_lat
-  T_pull = T_push = max(M / B_worker, W * M_link / B_ps)
+  T_pull + T_push = (W + 1) * M_link / B_ps  (served in turn, --sharing serial)
+                 or 2 * W * M_link / B_ps   (shared fairly, --sharing fair)
+                 and at least 2 * M / B_worker
   T_apply  = (W + 3) * M_ps / B_mem         (sum W gradients, momentum update)
   T_take   = W * S / B_root, exposed beyond the PS's apply and wake-up
   T_lat    = (P + 7) * L + n_msg * o + t_wake
@@ -101,8 +103,15 @@ def step(p, W, a):
     shards = sorted((b for _, b in p["per_ps"]), reverse=True)
     M_link = sum(shards[:per_host])
     S = slot_bytes(a.batch, p["geom"])
-    pull = max(M / B_w, W * M_link / B_ps)
-    push = pull
+    # The PS link moves W * M_link each way per step. Served one worker
+    # after another (what the capped runs show: pt2pt answers requests in
+    # order), worker i's push overlaps worker i+1's pull and compute, and
+    # the last push ends (W + 1) * M_link / B after the version; shared
+    # fairly, every transfer ends together: 2 * W * M_link / B.
+    m = M_link / B_ps
+    link = (W + 1) * m if a.sharing == "serial" else 2 * W * m
+    pull = max(M / B_w, link / 2)
+    push = max(M / B_w, link / 2)
     apply_ = (a.apply_ms / 1e3 if a.apply_ms is not None
               else (W + 3) * M_ps / (a.mem_gbs * 1e9))
     wake = (a.wake_us if a.wake_us is not None else 225) / 1e6
@@ -141,6 +150,8 @@ def add_link_args(ap):
                     "and update, GB/s (default 5)")
     ap.add_argument("--apply-ms", type=float, help="the PS's sum + update per step, ms "
                     "(measured: summary timing.ps apply / versions); default from --mem-gbs")
+    ap.add_argument("--sharing", choices=("serial", "fair"), default="serial",
+                    help="how a PS link serves W workers' transfers (default serial)")
     ap.add_argument("--ps-per-host", type=int, default=1, help="PS sharing one host link")
     ap.add_argument("--root-on-ps-host", action="store_true", help="the root shares a PS "
                     "host's link")
@@ -200,8 +211,9 @@ def cmd_table(a):
     print("Workers sustained at efficiency >= %.0f%% (compute / step) and where communication "
           "equals compute (50%%); sync lockstep, every link at the bandwidth shown, L = %g us" % (
               100 * a.eff, a.lat_us))
-    print("| model | M (MB) | batch | compute/step | Gbit/s | root only | 1 PS | %d PS |" % a.ps)
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | M (MB) | batch | compute/step | Gbit/s | root only | 1 PS | %d PS | "
+          "bound, 1 / %d PS |" % (a.ps, a.ps))
+    print("|---|---|---|---|---|---|---|---|---|")
     for model in models:
         rate, batch, threads = COMPUTE[model]
         a.batch = batch
@@ -215,6 +227,10 @@ def cmd_table(a):
                 w90 = max_workers(p, a, a.eff, what)
                 w50 = max_workers(p, a, 0.5, what)
                 cells.append("%s / %s" % (fmt_w(w90), fmt_w(w50)))
+            # BytePS's bound with pull and push overlapped on full-duplex
+            # links: the PS link moves W * M_ps each way per compute time
+            cells.append("%s / %s" % tuple(
+                fmt_w(int(a.compute * a.bw_ps * 1e9 / 8 / p["max_bytes"])) for p in (p1, pP)))
             print("| %s | %.2f | %d (%d thr) | %.1f ms | %g | %s |" % (
                 model, p1["bytes"] / 1e6, batch, threads, 1e3 * a.compute, bw, " | ".join(cells)))
 

@@ -4,7 +4,8 @@
 # bridge: the multinode harness MN_HARNESS, default test/multinode/hosts.sh),
 # root and one PS on host 1, one worker on each of hosts 2 and 3, with host
 # 1's link capped in both directions by tc tbf at each rate of RATES ("none":
-# uncapped). For each rate: bench_rma across the same hosts (the link's
+# uncapped; tbf's BURST, default 64kb, and TBF_LATENCY, default 50ms: the
+# queue it keeps). For each rate: bench_rma across the same hosts (the link's
 # payload bandwidth for 2 origins and a small round trip), then ROUNDS
 # training runs; prints the measured step time and its parts next to
 # bench/scaling_model.py's prediction from the measured B, L, compute and
@@ -22,6 +23,7 @@ model=${MODEL:-resnet-20}
 batch=${BATCH:-16}
 steps=${STEPS:-100}
 burst=${BURST:-64kb}
+tbf_latency=${TBF_LATENCY:-50ms}
 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 bench_build -- pstrain data-tools/pstrain-prep bench/bench_rma || exit 1
 pstrain=$top/$build/pstrain
@@ -46,7 +48,7 @@ hosts_up 3 || exit 1
 for rate in $rates; do
     mn_tbf_clear 1
     if [ "$rate" != none ]; then
-        { mn_tbf 1 "$rate" "$burst" 50ms && mn_tbf_in 1 "$rate" "$burst" 50ms; } ||
+        { mn_tbf 1 "$rate" "$burst" "$tbf_latency" && mn_tbf_in 1 "$rate" "$burst" "$tbf_latency"; } ||
             { echo "bench-scaling: tc tbf on host 1 failed" >&2; exit 1; }
     fi
     # the link: 2 origins on hosts 2 and 3 against a target on host 1

@@ -80,15 +80,20 @@ for r in range(1, rounds + 1):
             rows.setdefault(("latency", m[1], m[2] + " B", ""), []).append(
                 (float(m[3]), float(m[4]), float(m[5])))
             continue
+        m = re.match(r"per-msg\s+(\w+)\s+(\d+) B\s+median\s+([\d.]+) us\s+p10\s+([\d.]+)\s+p90\s+([\d.]+)", line)
+        if m:
+            rows.setdefault(("per-msg", m[1], m[2] + " B", ""), []).append(
+                (float(m[3]), float(m[4]), float(m[5])))
+            continue
         m = re.match(r"bandwidth\s+(\w+)\s+(\d+ \w+)\s+origins\s+(\d+)\s+([\d.]+) GB/s", line)
         if m:
             rows.setdefault(("bandwidth", m[1], m[2], m[3]), []).append((float(m[4]),))
 print("== %s: %d run(s); median of the runs' medians [min-max over runs]" % (tag, rounds))
 for (kind, op, size, k), v in rows.items():
     med = [x[0] for x in v]
-    if kind == "latency":
-        print("latency    %-3s %9s             %8.1f us [%.1f-%.1f]  p10 %.1f  p90 %.1f" % (
-            op, size, statistics.median(med), min(med), max(med),
+    if kind in ("latency", "per-msg"):
+        print("%-10s %-3s %9s             %8.1f us [%.1f-%.1f]  p10 %.1f  p90 %.1f" % (
+            kind, op, size, statistics.median(med), min(med), max(med),
             statistics.median(x[1] for x in v), statistics.median(x[2] for x in v)))
     else:
         g = statistics.median(med)

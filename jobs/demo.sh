@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's main job, on one machine: install what is missing, build,
-# prepare Fashion-MNIST as HDF5, train LeNet-5 with mpirun (rank 0 root,
+# prepare Fashion-MNIST as HDF5, train LeNet-5 under the MPI launcher (rank 0 root,
 # 1 parameter server, 2 workers), evaluate, and plot the metrics.
 #
 #   bash jobs/demo.sh                 # everything, output in out/demo/
@@ -17,12 +17,13 @@ WORKERS=${WORKERS:-2}
 PS=${PS:-1}
 OUT=${OUT:-out/demo}
 build=${BUILD_DIR:-build}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 [ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null
 ninja -C "$build" pstrain data-tools/pstrain-prep >/dev/null
 mkdir -p "$OUT"
 "$build/pstrain" --version
+PSTRAIN=$build/pstrain
+. jobs/mpiexec.sh # MPIEXEC_CMD: the launcher of the MPI pstrain was built with
 
 fm=/usr/share/datasets/fashion-mnist
 echo "== 1. prepare Fashion-MNIST -> $OUT/fashion-mnist.h5"
@@ -36,9 +37,9 @@ echo "== 1. prepare Fashion-MNIST -> $OUT/fashion-mnist.h5"
 "$build/data-tools/pstrain-prep" preview "$OUT/fashion-mnist.h5" --count 64 -o "$OUT/preview.png"
 
 ranks=$((1 + PS + WORKERS))
-echo "== 2. train $MODEL, $MODE, with mpirun -np $ranks (root, $PS PS, $WORKERS workers)"
+echo "== 2. train $MODEL, $MODE, with $(basename "$MPIEXEC") -n $ranks (root, $PS PS, $WORKERS workers)"
 "$build/pstrain" plan --model "$MODEL" --ps "$PS"
-mpirun --oversubscribe -np "$ranks" "$build/pstrain" train --data "$OUT/fashion-mnist.h5" \
+"${MPIEXEC_CMD[@]}" -n "$ranks" "$build/pstrain" train --data "$OUT/fashion-mnist.h5" \
     --model "$MODEL" --ps "$PS" --mode "$MODE" --epochs "$EPOCHS" --batch 64 \
     --optimizer momentum --lr 0.01 --checkpoint-dir "$OUT/ckpt" --log-every 0.25 \
     --metrics "$OUT/metrics.jsonl" --summary-json "$OUT/summary.json"

@@ -10,8 +10,6 @@ set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
 bash jobs/install-deps.sh || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
 
 build=${BUILD_DIR:-build-test}
 asan=${ASAN_BUILD_DIR:-build-asan}

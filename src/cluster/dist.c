@@ -99,6 +99,55 @@ static int role_of(int rank, int P)
     return rank == 0 ? ROLE_ROOT : rank <= P ? ROLE_PS : ROLE_WORKER;
 }
 
+/* "root", "ps P" (from 1) or "worker W" (from 0), as in error messages. */
+static void role_name(char *out, size_t n, int role, int index)
+{
+    if (role == ROLE_ROOT)
+        snprintf(out, n, "root");
+    else if (role == ROLE_PS)
+        snprintf(out, n, "ps %d", index + 1);
+    else
+        snprintf(out, n, "worker %d", index);
+}
+
+/* Collective: on the root rank (the first, role_of), the rank -> host ->
+ * role map, one line per host in the order of its first rank ("host h2:
+ * rank 3 worker 1, rank 4 worker 2"), hosts named by
+ * MPI_Get_processor_name; NULL on the other ranks. roles: {role, index}
+ * per world rank. */
+static char *host_map(const int *roles, int size, int rank)
+{
+    enum { NAME = MPI_MAX_PROCESSOR_NAME };
+    char mine[NAME] = "";
+    int len = 0;
+    MPI_OK(MPI_Get_processor_name(mine, &len));
+    char *names = rank == 0 ? pst_malloc((size_t)NAME * (size_t)size) : NULL;
+    MPI_OK(MPI_Gather(mine, NAME, MPI_CHAR, names, NAME, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (rank != 0) return NULL;
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (!f) pst_die("out of memory");
+    bool *done = pst_calloc((size_t)size, sizeof *done);
+    for (int k = 0; k < size; k++) {
+        if (done[k]) continue;
+        const char *host = names + (size_t)k * NAME;
+        fprintf(f, "%shost %.*s:", k ? "\n" : "", NAME, host);
+        const char *sep = " ";
+        for (int j = k; j < size; j++) {
+            if (done[j] || strncmp(host, names + (size_t)j * NAME, NAME) != 0) continue;
+            char role[32];
+            role_name(role, sizeof role, roles[2 * j], roles[2 * j + 1]);
+            fprintf(f, "%srank %d %s", sep, j, role);
+            done[j] = true, sep = ", ";
+        }
+    }
+    fclose(f);
+    free(done);
+    free(names);
+    return text;
+}
+
 /* Splits MPI_COMM_WORLD by role (r->role_comm: this rank's role peers; its
  * rank there is r->index) and gathers every rank's role, so that each rank
  * knows the world ranks of the root, of PS p and of worker w (in the order
@@ -123,6 +172,7 @@ static void assign_roles(dist_run *r)
         else if (kr == ROLE_WORKER && ki < r->W)
             r->worker_ranks[ki] = k, nw++;
     }
+    if (nroot == 1 && nps == r->P && nw == r->W) r->host_map = host_map(all, r->size, r->rank);
     free(all);
     if (nroot != 1 || nps != r->P || nw != r->W)
         dist_fatal("role assignment: %d root, %d PS, %d workers (expected 1, %d, %d)", nroot, nps,
@@ -206,16 +256,10 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     const bool lockstep = r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
     assign_roles(r);
     const bool is_root = r->is_root, is_ps = r->is_ps; /* else a worker */
-    const int worker_id = r->worker_id;
 
     static char progname[64]; /* pst_set_progname keeps the pointer */
     char role[32];
-    if (is_root)
-        snprintf(role, sizeof role, "root");
-    else if (is_ps)
-        snprintf(role, sizeof role, "ps %d", r->index + 1);
-    else
-        snprintf(role, sizeof role, "worker %d", worker_id);
+    role_name(role, sizeof role, is_root ? ROLE_ROOT : is_ps ? ROLE_PS : ROLE_WORKER, r->index);
     dist_set_role(role);
     const char *old_progname = pst_progname();
     snprintf(progname, sizeof progname, "rank %d (%s)", rank, role);
@@ -372,6 +416,7 @@ out:
     free(r->slots), free(r->averages), free(r->mtext);
     free(r->ps_ranks), free(r->worker_ranks);
     if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
+    free(r->host_map);
     place_plan_free(r->plan);
     nn_model_free(r->m);
     if (r->ds_open) h5ds_close(&r->ds);

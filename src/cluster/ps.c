@@ -401,7 +401,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
                              [PR_CPU] = st->cpu};
         c->report(c->report_ctx, vals, PR_N);
     }
-    MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
+    ps_snapshot_wait(s);
     free(acc), free(seen), free(ended), free(have), free(order);
     nn_pool_free(pool);
     return 0;
@@ -413,7 +413,7 @@ void ps_snapshot_send(ps_shard *s, int64_t version)
 {
     const size_t n = s->plan->ps_floats[s->me];
     /* the previous snapshot must have left before its buffer is reused */
-    MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
+    ps_snapshot_wait(s);
     memcpy(s->snap, s->base + s->params_off, sizeof(float) * n);
     memcpy(s->snap + n, s->slots, sizeof(float) * n * (size_t)s->nslots);
     if (s->navg)
@@ -426,9 +426,13 @@ void ps_snapshot_send(ps_shard *s, int64_t version)
                s->lay.root_rank, TAG_SNAP_DATA, s->comm, &s->snap_req[1]);
 }
 
+/* One request at a time, not MPI_Waitall: GCC 12 takes MPICH's
+ * MPI_STATUSES_IGNORE ((MPI_Status *)1) for an array of size 0 that
+ * MPI_Waitall writes n statuses to (-Wstringop-overflow). */
 void ps_snapshot_wait(ps_shard *s)
 {
-    MPI_OK(MPI_Waitall(s->nsnap_req, s->snap_req, MPI_STATUSES_IGNORE));
+    for (int i = 0; i < s->nsnap_req; i++)
+        MPI_OK(MPI_Wait(&s->snap_req[i], MPI_STATUS_IGNORE));
 }
 
 int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *params, float *slots,

@@ -451,6 +451,11 @@ void root_run(dist_run *r, pst_err *e)
     /* the set-up, as log lines with their time like what follows */
     metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
                  cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
+    for (const char *h = r->host_map; h && *h;) { /* one line per host */
+        const int len = (int)strcspn(h, "\n");
+        metrics_note(r->mx, "%.*s", len, h);
+        h += len + (h[len] == '\n');
+    }
     char wt[16] = "its cores", pt[16] = "its cores"; /* --threads 0: each rank's mask */
     if (cfg->threads) snprintf(wt, sizeof wt, "%d", cfg->threads);
     if (cfg->ps_threads) snprintf(pt, sizeof pt, "%d", cfg->ps_threads);

@@ -148,6 +148,8 @@ typedef struct dist_run {
     int index;
     int root_rank;
     int *ps_ranks, *worker_ranks;
+    /* the root: the rank -> host -> role map, one line per host (host_map) */
+    char *host_map;
     /* what the root tells everybody */
     start_info info;
     /* the root's data set, pipeline and checkpoint to resume from */

@@ -13,10 +13,12 @@
 
 /* Under mpirun every rank parses the flags; only the first prints errors.
  * The launcher's rank variables are read before MPI_Init so that a bad flag
- * is reported once and no MPI resource is ever created for it. */
+ * is reported once and no MPI resource is ever created for it: the process
+ * management interfaces' own (PMIx: Open MPI, srun --mpi=pmix; PMI: MPICH's
+ * Hydra and its derivatives, srun --mpi=pmi2), not one MPI library's. */
 static bool launcher_rank_is_zero(void)
 {
-    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    const char *vars[] = {"PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
     for (size_t i = 0; i < PST_ARRAY_LEN(vars); i++) {
         const char *v = getenv(vars[i]);
         if (v) return atoi(v) == 0;
@@ -33,9 +35,8 @@ static bool launcher_rank_is_zero(void)
  * rank that one process never uses. Such a run does not initialise MPI. */
 static bool launched_by_mpi(void)
 {
-    const char *vars[] = {
-        "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT",
-        "MPI_LOCALNRANKS"};
+    const char *vars[] = {"PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                          "PMI_FD",    "PMI_PORT", "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < PST_ARRAY_LEN(vars); i++)
         if (getenv(vars[i])) return true;
     const char *n = getenv("SLURM_STEP_NUM_TASKS");

@@ -15,13 +15,33 @@ const char *pst_version(void)
     return PSTRAIN_VERSION;
 }
 
+/* The MPI library's own version string (MPI_Get_library_version, allowed
+ * before MPI_Init) on one line: its first line, tabs as spaces, without the
+ * build details Open MPI appends after a comma ("Open MPI v4.1.4"); MPICH
+ * and its derivatives put the version on the first line and the device on a
+ * later one ("MPICH Version: 4.0.2, device ch4:ucx"). */
+static void mpi_library_line(char *out, size_t size)
+{
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    const char *device = strstr(lib, "Device:");
+    char *end = lib + strcspn(lib, ",\n");
+    *end = 0;
+    for (char *c = lib; *c; c++)
+        if (*c == '\t') *c = ' ';
+    int n = snprintf(out, size, "%s", lib);
+    if (device && n >= 0 && (size_t)n < size) {
+        device += strlen("Device:");
+        device += strspn(device, " \t");
+        snprintf(out + n, size - (size_t)n, ", device %.*s", (int)strcspn(device, "\r\n"), device);
+    }
+}
+
 void pst_version_print(FILE *out, const char *progname)
 {
-    char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    MPI_Get_library_version(mpi, &len); /* allowed before MPI_Init */
-    char *nl = strchr(mpi, ',');        /* Open MPI appends repo details */
-    if (nl) *nl = 0;
+    char mpi[256];
+    mpi_library_line(mpi, sizeof mpi);
     unsigned maj, min, rel;
     H5get_libversion(&maj, &min, &rel);
     fprintf(out, "%s %s\n", progname, PSTRAIN_VERSION);

@@ -1,11 +1,11 @@
-#!/bin/sh
-# dist_test.sh SCENARIO - distributed-training tests under mpirun, driven by
+#!/usr/bin/env bash
+# dist_test.sh SCENARIO - distributed-training tests under the MPI launcher, driven by
 # the test_dist program (test_dist.c) on data sets written at test time.
 #
 # Scenarios:
 #   once W          exactly once: W workers (1 PS), 2 epochs, trace file checked
 #   determinism     sync final variables bitwise equal for --ps 1/2/3 x every
-#                   placement, over TCP (btl tcp, pml ob1, osc pt2pt), a rerun,
+#                   placement, over TCP only (MPIEXEC_TCP), a rerun,
 #                   a model with batch norm (inception-mini), and the
 #                   per-epoch evaluations of --eval-every
 #   single          sync with 1 worker == train_single: bitwise equal final
@@ -23,7 +23,7 @@
 #                   deterministic, 1 worker == one process
 #   chunks          transfers split into small pieces (PSTRAIN_MPI_CHUNK_BYTES):
 #                   bitwise equal results, exactly once
-#   signal          SIGUSR1 to mpirun mid-run: checkpoint, exit 0; the resumed
+#   signal          SIGUSR1 to the launcher mid-run: checkpoint, exit 0; the resumed
 #                   run ends bitwise equal to an uninterrupted one
 #   stop-at-start   a stop before the first batch (fresh and resumed runs;
 #                   lockstep, backup workers, async): the run ends at once
@@ -32,17 +32,18 @@
 #   fashion         LeNet-5 on Fashion-MNIST, async, 2 workers, 1 epoch: acc >= 0.82
 #                   (and async momentum converges too: >= 0.75)
 set -eu
-: "${TEST_DIST:?}" "${MPIRUN:?}"
+: "${TEST_DIST:?}" "${PSTRAIN_SRC:?}"
+. "$PSTRAIN_SRC/jobs/mpiexec.sh"
 SCEN=$1
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/pstrain-dist.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-MPI="$MPIRUN --oversubscribe"
-TCP="--mca btl self,tcp --mca pml ob1 --mca osc pt2pt"
+MPI=("${MPIEXEC_CMD[@]}")
+TCP=("${MPIEXEC_TCP[@]}")
 fail=0
 die() { echo "FAIL: $*" >&2; exit 1; }
 run() { # run NP ARGS... (training through test_dist)
     np=$1; shift
-    timeout 120 $MPI -np "$np" "$TEST_DIST" train "$@"
+    timeout 120 "${MPI[@]}" -n "$np" "$TEST_DIST" train "$@"
 }
 
 "$TEST_DIST" mkdata "$TMP/small.h5" 600 100 8 8 1 4 || die "mkdata"
@@ -83,7 +84,7 @@ determinism)
             cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs: --ps $ps --placement $pl"; fail=1; }
         done
     done
-    timeout 120 $MPI -np 5 $TCP "$TEST_DIST" train --data "$TMP/small.h5" --ps 2 \
+    timeout 120 "${MPI[@]}" "${TCP[@]}" -n 5 "$TEST_DIST" train --data "$TMP/small.h5" --ps 2 \
         --placement partition --partition-bytes 16384 --dump "$TMP/d.bin" >/dev/null
     cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs over TCP/pt2pt"; fail=1; }
     # 3 workers, momentum vs adam differ from each other but each is reproducible
@@ -138,7 +139,7 @@ async)
         run 5 --data "$TMP/small.h5" --ps 2 --mode async --optimizer $o --lr 0.01 --expect-once
     done
     run 4 --data "$TMP/small.h5" --ps 1 --mode async --epochs 0 --steps 40 --expect-steps 40
-    timeout 120 $MPI -np 4 $TCP "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --mode async \
+    timeout 120 "${MPI[@]}" "${TCP[@]}" -n 4 "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --mode async \
         --optimizer adam --lr 0.001 --expect-once
     ;;
 refuse)
@@ -150,7 +151,7 @@ refuse)
     run 3 --data "$TMP/small.h5" --ps 1 --batch 100000000 --expect-fail "expected at most the"
     run 3 --data "$TMP/small.h5" --ps 1 --checkpoint-dir /dev/null --expect-fail "not a directory"
     # a fatal error on one rank ends the whole job (no hang) with the rank's role
-    if timeout 60 $MPI -np 4 "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --lr 1e30 \
+    if timeout 60 "${MPI[@]}" -n 4 "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --lr 1e30 \
         >"$TMP/nan.log" 2>&1; then
         echo "a diverging run exited 0"; fail=1
     fi
@@ -259,7 +260,7 @@ chunks)
     run 5 --data "$TMP/small.h5" --ps 2 --placement partition --partition-bytes 4096 \
         --dump "$TMP/ref.bin" >/dev/null
     export PSTRAIN_MPI_CHUNK_BYTES=1000
-    run() { np=$1; shift; timeout 120 $MPI -x PSTRAIN_MPI_CHUNK_BYTES -np "$np" "$TEST_DIST" train "$@"; }
+    run() { np=$1; shift; timeout 120 "${MPI[@]}" -n "$np" "$TEST_DIST" train "$@"; }
     run 5 --data "$TMP/small.h5" --ps 2 --placement partition --partition-bytes 4096 \
         --dump "$TMP/c.bin" >/dev/null
     cmp "$TMP/ref.bin" "$TMP/c.bin" || { echo "split transfers change the result"; fail=1; }
@@ -275,9 +276,9 @@ signal)
     "$TEST_DIST" mkdata "$TMP/img.h5" 256 32 28 28 1 10 || die "mkdata"
     args="--data $TMP/img.h5 --model lenet5 --epochs 60"
     run 4 $args --ps 1 --dump "$TMP/ref.bin" >/dev/null
-    # mpirun itself in the background (it forwards SIGUSR1 to the ranks);
+    # the launcher itself in the background (it forwards SIGUSR1 to the ranks);
     # meson's timeout guards against a hang
-    $MPI -np 4 "$TEST_DIST" train $args --ps 1 --checkpoint-dir "$TMP/ck" --checkpoint-secs 0.2 \
+    "${MPI[@]}" -n 4 "$TEST_DIST" train $args --ps 1 --checkpoint-dir "$TMP/ck" --checkpoint-secs 0.2 \
         --metrics "$TMP/m.jsonl" >"$TMP/sig.log" 2>&1 &
     pid=$!
     # signal once training runs (the first metrics line), not during start-up
@@ -302,7 +303,7 @@ stop-at-start)
     # Lockstep PS then have nothing to apply: they used to wait forever for
     # the first version (a fresh run's stop at ticket 0 was even taken for
     # "no request"). Each run is bounded: a hang fails in 60 s.
-    srun() { np=$1; shift; timeout -k 5 60 $MPI -np "$np" "$TEST_DIST" train "$@"; }
+    srun() { np=$1; shift; timeout -k 5 60 "${MPI[@]}" -n "$np" "$TEST_DIST" train "$@"; }
     a="--data $TMP/small.h5 --ps 1"
     run 4 $a --dump "$TMP/ref.bin" >/dev/null
     srun 4 $a --checkpoint-dir "$TMP/c0" --stop-at-start --expect-steps 0 >/dev/null ||

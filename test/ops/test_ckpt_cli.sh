@@ -96,7 +96,7 @@ for _ in $(seq 600); do grep -q "^pid $apid " "$d/ck2/lock" 2>/dev/null && break
 err_case "second writer" "$d/ck2|in use|pid $apid|$(hostname)" "${T[@]}" --steps 3 \
     --checkpoint-dir "$d/ck2"
 # under mpirun the root is refused the same way, and no rank hangs
-timeout 120 mpirun --oversubscribe -np 3 "$PSTRAIN" train --quiet --data "$d/ok.h5" --model mlp \
+timeout 120 "${MPIEXEC_CMD[@]}" -n 3 "$PSTRAIN" train --quiet --data "$d/ok.h5" --model mlp \
     --ps 1 --steps 3 --checkpoint-dir "$d/ck2" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 { [ $rc != 0 ] && [ $rc -lt 124 ]; } || bad "second writer under mpirun: exit $rc"

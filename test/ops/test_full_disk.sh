@@ -59,7 +59,7 @@ full_case "single process" "ckpt-4.h5|No space left on device" "$PSTRAIN" "${T[@
     --checkpoint-every 2 --checkpoint-dir "$mnt/ck"
 check_ckpt_dir "$mnt/ck"
 rm -rf "$mnt/ck"
-full_case "mpirun -np 3 --ps 1" "ckpt-4.h5|No space left on device" mpirun --oversubscribe -np 3 \
+full_case "mpirun -np 3 --ps 1" "ckpt-4.h5|No space left on device" "${MPIEXEC_CMD[@]}" -n 3 \
     "$PSTRAIN" "${T[@]}" --ps 1 --steps 4 --checkpoint-every 2 --checkpoint-dir "$mnt/ck"
 check_ckpt_dir "$mnt/ck"
 rm -rf "$mnt/ck"

@@ -10,7 +10,7 @@
 # checkpoints behind.
 #
 #   test_resume.sh single      # one process
-#   test_resume.sh dist        # mpirun -np 4: root, 1 PS, 2 workers
+#   test_resume.sh dist        # 4 ranks: root, 1 PS, 2 workers
 #   test_resume.sh dist-tcp    # the same over TCP (btl self,tcp, pml ob1, osc pt2pt)
 # The moment of the kill -9 comes from a seed, printed at the start:
 # RESUME_SEED=N replays it.
@@ -41,12 +41,13 @@ bad() { echo "FAIL: $*"; fail=1; }
 . "$(dirname "${BASH_SOURCE[0]}")/small_fm.sh"
 small_fm_h5 "$fm" "$tmp" || { fail=1; exit 1; }
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BLIS_NUM_THREADS=1
+export BLIS_NUM_THREADS=1
+. "${PSTRAIN_SRC:?}/jobs/mpiexec.sh"
 if [ "$mode" = dist ]; then
-    launch=(mpirun --oversubscribe -np 4 "$PSTRAIN")
+    launch=("${MPIEXEC_CMD[@]}" -n 4 "$PSTRAIN")
     extra=(--ps 1)
-elif [ "$mode" = dist-tcp ]; then # the multi-node transport flags of jobs/train.sbatch
-    launch=(mpirun --oversubscribe -np 4 --mca btl self,tcp --mca pml ob1 --mca osc pt2pt "$PSTRAIN")
+elif [ "$mode" = dist-tcp ]; then # TCP only, as between nodes
+    launch=("${MPIEXEC_CMD[@]}" "${MPIEXEC_TCP[@]}" -n 4 "$PSTRAIN")
     extra=(--ps 1)
 else
     launch=("$PSTRAIN")
@@ -73,9 +74,8 @@ run_bg() {
             kill -0 $p 2>/dev/null || exit 0
             sleep 0.1
         done
-        # the ranks first: mpirun killed with -9 would leave them spinning
-        for c in $(pgrep -P $p); do kill -9 $c 2>/dev/null; done
-        kill -9 $p 2>/dev/null && echo "FAIL: pid $p still running after 120 s: killed"
+        kill -0 $p 2>/dev/null && echo "FAIL: pid $p still running after 120 s: killed"
+        mpiexec_kill $p
     ) &
 }
 latest_step() { sed -n 's/^ckpt-\([0-9]*\)\.h5$/\1/p' "$1/latest" 2>/dev/null; }
@@ -135,12 +135,12 @@ for try in 1 2 3; do
     pid=$BG_PID
     victim=$pid
     if [ "$mode" != single ]; then # before the first checkpoint: pgrep is slow on a loaded machine
-        for ((i = 0; i < 1200; i++)); do # mpirun's children are the 4 ranks; the last is a worker
-            [ "$(pgrep -P $pid | wc -l)" -ge 4 ] && break
+        for ((i = 0; i < 1200; i++)); do # rank 3 of 4 is a worker
+            victim=$(mpiexec_rank_pids $pid 3)
+            [ -n "$victim" ] && break
             kill -0 $pid 2>/dev/null || break
             sleep 0.05
         done
-        victim=$(pgrep -P $pid | tail -1)
     fi
     wait_latest "$tmp/D" 60 || bad "D: no checkpoint within 60 s"
     sleep 0.0$((RANDOM % 10))

@@ -29,7 +29,8 @@ PSTRAIN=${PSTRAIN:?}
 CKPT_CMP=${CKPT_CMP:?CKPT_CMP must name the ckpt_cmp tool}
 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 [ -f "$fm/train-images-idx3-ubyte.gz" ] || { echo "SKIP: Fashion-MNIST not found in $fm"; exit 77; }
-command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
+. "${PSTRAIN_SRC:?}/jobs/mpiexec.sh"
+command -v "$MPIEXEC" >/dev/null || { echo "SKIP: no MPI launcher ($MPIEXEC)"; exit 77; }
 tries=${STOP_TRIES:-2}
 workers=${STOP_WORKERS:-1 2}
 case $tries in '' | *[!0-9]*) echo "STOP_TRIES '$tries': expected a positive integer" >&2; exit 2 ;; esac
@@ -37,11 +38,7 @@ case $tries in '' | *[!0-9]*) echo "STOP_TRIES '$tries': expected a positive int
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-stop-drained.XXXXXX")
 fail=0
 bg_pids=()
-kill_job() { # launcher pid: the ranks first (a killed mpirun would orphan them)
-    local c
-    for c in $(pgrep -P "$1"); do kill -9 "$c" 2>/dev/null; done
-    kill -9 "$1" 2>/dev/null
-}
+kill_job() { mpiexec_kill "$1"; }
 cleanup() {
     local p
     for p in "${bg_pids[@]}"; do kill_job "$p"; done
@@ -54,15 +51,12 @@ bad() { echo "FAIL: $*"; fail=1; }
 . "$(dirname "${BASH_SOURCE[0]}")/small_fm.sh"
 small_fm_h5 "$fm" "$tmp" || { fail=1; exit 1; }
 
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BLIS_NUM_THREADS=1
+export BLIS_NUM_THREADS=1
 latest_step() { sed -n 's/^ckpt-\([0-9]*\)\.h5$/\1/p' "$1/latest" 2>/dev/null; }
 root_rank_pid() { # launcher pid -> the pid of rank 0
     local c
-    for c in $(pgrep -P "$1"); do
-        tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' &&
-            { echo "$c"; return 0; }
-    done
-    return 1
+    c=$(mpiexec_rank_pids "$1" 0)
+    [ -n "$c" ] && echo "$c"
 }
 
 for W in $workers; do
@@ -70,7 +64,7 @@ for W in $workers; do
     steps=$((480 / W)) # 480 batches: 7.5 epochs of 64; the stop comes after the first 10
     common=(train --data "$tmp/d.h5" --model lenet5 --batch 32 --optimizer momentum --lr 0.02
         --seed 77 --log-every 1000 --ps 1 --steps $steps)
-    launch=(mpirun --oversubscribe -np $np "$PSTRAIN")
+    launch=("${MPIEXEC_CMD[@]}" -n $np "$PSTRAIN")
     # uninterrupted
     timeout -k 5 120 "${launch[@]}" "${common[@]}" --checkpoint-dir "$tmp/A$W" >"$tmp/A$W.log" 2>&1 ||
         { cat "$tmp/A$W.log"; bad "W=$W: the uninterrupted run"; continue; }

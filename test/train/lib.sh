@@ -3,13 +3,15 @@
 #   FM_H5       Fashion-MNIST converted by pstrain-prep idx ('' when absent)
 #   MKDATA      mkdata OUT.h5 NTRAIN NTEST H W C K [label-range]
 #   CKPT_CHECK  ckpt_check FILE.h5: exit 0 (and print the step) if it verifies
-# Environment (test_env): PSTRAIN, PSTRAIN_PREP.
+# Environment (test_env): PSTRAIN, PSTRAIN_PREP; MPIEXEC and MPI_FLAVOUR for
+# jobs/mpiexec.sh, which this sources: "${MPIEXEC_CMD[@]}" -n N launches.
 set -u
 FM=${1:-}
 MKDATA=${2:?mkdata path}
 CKPT_CHECK=${3:?ckpt_check path}
 : "${PSTRAIN:?PSTRAIN not set (run through meson test)}"
 : "${PSTRAIN_PREP:?PSTRAIN_PREP not set}"
+. "$(dirname "${BASH_SOURCE[0]}")/../../jobs/mpiexec.sh"
 export LC_ALL=C
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test-train.XXXXXX")
@@ -76,7 +78,7 @@ train() {
 }
 
 # run LOG ARGS...: "${launch[@]}" ARGS (the caller's launcher array: pstrain
-# itself, or mpirun ... pstrain), output to LOG, tail on failure
+# itself, or the MPI launcher ... pstrain), output to LOG, tail on failure
 run() {
     local log=$1 rc
     shift

@@ -9,15 +9,14 @@
 #           a model without a natural size, a resume with another --augment,
 #           a budget below the pipeline's minimum; bad flag values are
 #           one-line usage errors (exit 2).
-#   dist:   sync mpirun with 2 workers: the same parameters for 1 and 2
+#   dist:   sync MPI launcher with 2 workers: the same parameters for 1 and 2
 #           parameter servers.
 #
 #   test_encoded.sh FM MKDATA CKPT_CHECK MKENCODED single|dist
 . "$(dirname "$0")/lib.sh"
 MKENCODED=${4:?mkencoded path}
 mode=${5:-single}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BLIS_NUM_THREADS=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
+export BLIS_NUM_THREADS=1
 
 "$MKENCODED" "$tmp/enc.h5" 300 60 4 || exit 1
 B=(--data "$tmp/enc.h5" --model lenet5 --image-size 28x28 --augment inception --batch 25
@@ -27,9 +26,9 @@ same_dump() { cmp "$1" "$2" >/dev/null 2>&1 || { cmp "$1" "$2" 2>&1 | sed 's/^/ 
 if [ "$mode" = dist ]; then
     for P in 1 2; do
         say "dist: sync, $P PS, 2 workers"
-        launch=(timeout -k 5 200 mpirun -np $((P + 3)) "$PSTRAIN")
+        launch=(timeout -k 5 200 "${MPIEXEC_CMD[@]}" -n $((P + 3)) "$PSTRAIN")
         run "$tmp/d$P.log" train "${B[@]}" --ps $P --steps 8 --prep-threads 2 \
-            --dump-params "$tmp/d$P.bin" || bad "mpirun with $P PS failed"
+            --dump-params "$tmp/d$P.bin" || bad "MPI launcher with $P PS failed"
     done
     check "dist: 2 PS end with other parameters than 1 PS" same_dump "$tmp/d1.bin" "$tmp/d2.bin"
     finish

@@ -18,8 +18,7 @@
 . "$(dirname "$0")/lib.sh"
 mode=${4:-single}
 CKPT_CMP=${CKPT_CMP:?CKPT_CMP must name the ckpt_cmp tool}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BLIS_NUM_THREADS=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
+export BLIS_NUM_THREADS=1
 
 # inception-mini has batch norm (its moving statistics are averaged too) and
 # dropout; 320 examples in batches of 16: 20 batches per epoch
@@ -28,7 +27,7 @@ B=(--data "$tmp/d.h5" --model inception-mini --batch 16 --optimizer rmsprop --lr
 R=("${B[@]}" --moving-average-decay 0.9999 --warmup-epochs 1.5 --lr-scale linear)
 if [ "$mode" = dist ]; then
     # sync, 2 workers: one step = 2 batches, 10 steps per epoch
-    launch=(timeout -k 5 120 mpirun -np 5 "$PSTRAIN")
+    launch=(timeout -k 5 120 "${MPIEXEC_CMD[@]}" -n 5 "$PSTRAIN")
     extra=(--ps 2)
     workers=2 total=40 stop=17 spe=10
 else
@@ -118,12 +117,12 @@ sys.exit(1 if errs else 0)' "$a.json" "$tmp/ev.json" "$tmp/raw.json"
 if [ "$mode" = dist ]; then
     say "dist: resumed with 1 PS from the 2-PS checkpoint: bitwise the 2-PS run, averages included"
     # (the checkpoint gathers the averages of both shards; one PS takes them all)
-    launch=(timeout -k 5 120 mpirun -np 4 "$PSTRAIN")
+    launch=(timeout -k 5 120 "${MPIEXEC_CMD[@]}" -n 4 "$PSTRAIN")
     run "$tmp/p1.log" train "${R[@]}" --ps 1 --steps $total --checkpoint-dir "$tmp/p1" \
         --resume "$b/ckpt-$stop.h5" --quiet || bad "1-PS resumed run failed"
     cmp_ckpt "$a/ckpt-$total.h5" "$tmp/p1/ckpt-$total.h5" || bad "1 PS and 2 PS differ"
     say "dist: 1 worker gives bitwise the run of one process, averages included"
-    launch=(timeout -k 5 120 mpirun -np 3 "$PSTRAIN")
+    launch=(timeout -k 5 120 "${MPIEXEC_CMD[@]}" -n 3 "$PSTRAIN")
     run "$tmp/w1.log" train "${R[@]}" --ps 1 --steps 30 --checkpoint-dir "$tmp/w1" --quiet ||
         bad "1-worker run failed"
     launch=(timeout -k 5 120 "$PSTRAIN")

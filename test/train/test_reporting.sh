@@ -24,8 +24,8 @@ d=$tmp
 h5copy -i "$d/v256.h5" -o "$d/val.h5" -s /train -d /val || { echo "SKIP: h5copy failed"; exit 77; }
 
 if [ "$MODE" = dist ]; then
-    command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
-    RUN=(timeout 120 mpirun --oversubscribe -np 4 "$P" train --ps 1)
+    command -v "$MPIEXEC" >/dev/null || { echo "SKIP: no MPI launcher ($MPIEXEC)"; exit 77; }
+    RUN=(timeout 120 "${MPIEXEC_CMD[@]}" -n 4 "$P" train --ps 1)
 else
     RUN=("$P" train)
 fi

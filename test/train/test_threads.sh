@@ -7,15 +7,14 @@
 #           prints the same numbers; --threads 0 runs on the affinity mask's
 #           CPUs and the start-up line says how many; bad values are one-line
 #           usage errors (exit 2).
-#   dist:   sync mpirun runs of lenet5 (root, 1 PS, 2 workers) with --threads 1, 2, 3
+#   dist:   sync MPI launcher runs of lenet5 (root, 1 PS, 2 workers) with --threads 1, 2, 3
 #           and --ps-threads 1, 2, 3 end with bitwise the same parameters;
 #           the start-up line names the threads of every role.
 #
 #   test_threads.sh FM MKDATA CKPT_CHECK single|dist
 . "$(dirname "$0")/lib.sh"
 mode=${4:-single}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BLIS_NUM_THREADS=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
+export BLIS_NUM_THREADS=1
 
 # 28x28x1, 10 classes; batches of 24 (no multiple of 2 or 3 threads' shares)
 "$MKDATA" "$tmp/d.h5" 240 50 28 28 1 10 || exit 1
@@ -27,14 +26,14 @@ B=("${B0[@]}" --quiet)
 same_dump() { cmp "$1" "$2" >/dev/null 2>&1 || { cmp "$1" "$2" 2>&1 | sed 's/^/    /'; return 1; }; }
 
 if [ "$mode" = dist ]; then
-    launch=(timeout -k 5 200 mpirun -np 4 "$PSTRAIN")
+    launch=(timeout -k 5 200 "${MPIEXEC_CMD[@]}" -n 4 "$PSTRAIN")
     for t in 1 2 3; do
         say "dist: sync, 1 PS, 2 workers, --threads $t --ps-threads $t"
         args=("${B[@]}")
         [ $t = 3 ] && args=("${B0[@]}") # the start-up lines
         run "$tmp/m$t.log" train "${args[@]}" --model lenet5 --ps 1 --steps 4 \
             --threads $t --ps-threads $t --dump-params "$tmp/m$t.bin" ||
-            bad "mpirun --threads $t failed"
+            bad "MPI launcher --threads $t failed"
     done
     for t in 2 3; do
         check "dist: --threads $t differs from --threads 1" same_dump "$tmp/m1.bin" "$tmp/m$t.bin"

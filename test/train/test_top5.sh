@@ -15,8 +15,8 @@ MODE=${4:-single}
 d=$tmp
 "$MKDATA" "$d/k10.h5" 640 100 8 8 1 10 || exit 1
 if [ "$MODE" = dist ]; then
-    command -v mpirun >/dev/null || { echo "SKIP: no mpirun"; exit 77; }
-    RUN=(timeout 120 mpirun --oversubscribe -np 4 "$PSTRAIN" train --ps 1)
+    command -v "$MPIEXEC" >/dev/null || { echo "SKIP: no MPI launcher ($MPIEXEC)"; exit 77; }
+    RUN=(timeout 120 "${MPIEXEC_CMD[@]}" -n 4 "$PSTRAIN" train --ps 1)
 else
     RUN=("$PSTRAIN" train)
 fi

@@ -36,7 +36,11 @@ for c in "${components[@]}"; do
     case $c in
     HDF5) [ "$(line '^HDF5 ')" = "HDF5     $hdf5" ] || bad "HDF5 line '$(line '^HDF5 ')', expected 'HDF5     $hdf5'" ;;
     libpng) [ "$(line '^libpng ')" = "libpng   $png" ] || bad "libpng line '$(line '^libpng ')', expected 'libpng   $png'" ;;
-    MPI) line '^MPI      .+ \(MPI [0-9]+\.[0-9]+\)$' >/dev/null || bad "no 'MPI      <library> (MPI x.y)' line" ;;
+    MPI) line '^MPI      .+ \(MPI [0-9]+\.[0-9]+\)$' >/dev/null || bad "no 'MPI      <library> (MPI x.y)' line"
+        # the library's own string names the version meson found (Open MPI
+        # "Open MPI v4.1.4", MPICH "MPICH Version: 4.0.2, device ch4:ucx")
+        [ -z "${MPI_LIB_VERSION:-}" ] || line "^MPI      .*[^0-9.]${MPI_LIB_VERSION//./\\.}[^0-9]" >/dev/null ||
+            bad "the MPI line '$(line '^MPI ')' does not name the library's version $MPI_LIB_VERSION" ;;
     BLIS) line '^BLIS     [0-9]+\.[0-9]+(\.[0-9]+)?, kernels: [a-z0-9]+ \(chosen by (pstrain from cpuid|BLIS)\)$' >/dev/null ||
         bad "no 'BLIS     <version>, kernels: <set> (chosen by ...)' line" ;;
     *) bad "unknown component $c" ;;

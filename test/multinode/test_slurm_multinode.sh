@@ -123,7 +123,7 @@ train)
             EXTRA_ARGS="--log-every 0.5 --dump-params $out/params.bin" \
             "${sb[@]}" -o "$work/$launcher.out" "$src/jobs/train.sbatch") ||
             { echo "FAIL: sbatch ($launcher)"; exit 1; }
-        job_ok "$launcher" "$jid" 180 || continue
+        job_ok "$launcher" "$jid" 120 || continue
         case $launcher in
         mpirun) grep -q "modules loaded: mpi/test hdf5/test" "$work/$launcher.out" ||
             bad "mpirun: MODULES not loaded" ;;
@@ -176,7 +176,7 @@ resume)
     check_map "$work/first.out"
     jid=$(export "${job_env[@]}" && "${sb[@]}" -o "$work/second.out" "$src/jobs/train.sbatch") ||
         { echo "FAIL: sbatch (second)"; exit 1; }
-    job_ok second "$jid" 240
+    job_ok second "$jid" 120
     grep -q "resumed from $ck/ckpt-$stopped.h5 at step $stopped" "$work/second.out" ||
         { show_log "$work/second.out"; bad "the second job did not resume from ckpt-$stopped.h5"; }
     [ "$(latest_step "$ck")" = $total ] || bad "latest checkpoint $(latest_step "$ck"), expected $total"

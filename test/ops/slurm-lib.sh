@@ -10,6 +10,10 @@
 # The cluster is stopped when the test exits; on failure its logs are shown.
 
 ops_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# the functions shared with the multi-node cluster: slurm_state,
+# slurm_wait_job, slurm_wait_running
+# shellcheck source=slurm-cluster.sh
+. "$ops_dir/slurm-cluster.sh"
 slurm_test_root=$(mktemp -d "${TMPDIR:-/tmp}/pstrain-slurm.XXXXXX")
 chmod 0755 "$slurm_test_root" # munged (user munge) must reach its socket below
 SLURM_TEST_DIR=$slurm_test_root/cluster
@@ -44,39 +48,4 @@ slurm_up() {
     [ $rc = 0 ] || { echo "FAIL: slurm-cluster.sh start exited with $rc"; exit 1; }
     # shellcheck disable=SC1091
     . "$SLURM_TEST_DIR/env"
-}
-
-# slurm_state JOB -> "STATE EXITCODE" (e.g. "COMPLETED 0:0")
-slurm_state() {
-    scontrol show job -o "$1" 2>/dev/null |
-        sed -n 's/.*JobState=\([A-Z_]*\).*ExitCode=\([0-9:]*\).*/\1 \2/p'
-}
-
-# Waits up to $2 seconds for job $1 to end; sets JOB_STATE and JOB_EXIT.
-# Returns 0 when it ended, 1 on timeout (the job is cancelled then).
-slurm_wait_job() {
-    local jid=$1 limit=$2 t0=$SECONDS s
-    while [ $((SECONDS - t0)) -lt "$limit" ]; do
-        s=$(slurm_state "$jid")
-        JOB_STATE=${s%% *} JOB_EXIT=${s#* }
-        case "$JOB_STATE" in
-        COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
-            return 0 ;;
-        esac
-        sleep 0.3
-    done
-    echo "job $jid still $JOB_STATE after $limit s: cancelling it"
-    scancel "$jid" 2>/dev/null
-    return 1
-}
-
-# Waits up to $2 seconds for job $1 to be RUNNING.
-slurm_wait_running() {
-    local jid=$1 limit=$2 t0=$SECONDS s
-    while [ $((SECONDS - t0)) -lt "$limit" ]; do
-        s=$(slurm_state "$jid")
-        [ "${s%% *}" = RUNNING ] && return 0
-        sleep 0.2
-    done
-    return 1
 }

@@ -5,6 +5,8 @@ and how many workers a root and P parameter servers sustain (docs/scaling.md).
   python3 bench/scaling_model.py predict --model resnet-20 --ps 1 --batch 16 \\
       --compute-ms 14 --bw-gbit 0.1 --lat-us 60 --workers 1,2,4
   python3 bench/scaling_model.py table [--bw-gbit 10,100] [--ps 8]
+  python3 bench/scaling_model.py check --model resnet-20 --batch 16 --workers 2 \\
+      --summary run1.json run2.json --rma rma.txt --root-on-ps-host [--tolerance 0.3]
 
 The model's bytes per PS and its messages (ranges) come from
 `pstrain plan --model M --ps P` (--pstrain, default build/pstrain). One step
@@ -31,9 +33,11 @@ workers' back-off (the PS sleeps up to 250 us, a waiting worker up to
 200 us: half of each on average once a wait is long).
 """
 import argparse
+import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -186,6 +190,88 @@ def cmd_predict(a):
                 100 * parts["compute"] / T))
 
 
+def read_rma(path):
+    """B (Gbit/s: the mean payload bandwidth of 2 origins' 1 MiB gets and
+    puts, the incast a PS sees), L (the 8-byte fetch-and-op round trip, us)
+    and o (the mean per-message cost of pipelined 8-byte gets and puts, us)
+    from bench_rma's output."""
+    try:
+        rma = open(path).read()
+    except OSError as e:
+        die("%s: %s (--rma)" % (path, e.strerror))
+    bw = [float(m[2]) for m in re.finditer(
+        r"bandwidth\s+(get|put)\s+1 MiB\s+origins\s+2\s+([\d.]+) GB/s", rma)]
+    lat = re.search(r"latency\s+fop\s+8 B\s+median\s+([\d.]+)", rma)
+    msg = [float(m[1]) for m in re.finditer(r"per-msg\s+\w+\s+8 B\s+median\s+([\d.]+)", rma)]
+    if not bw or not lat or not msg:
+        die("%s: no 2-origin 1 MiB bandwidth, fop latency or per-msg lines (--rma)" % path)
+    return statistics.mean(bw) * 8, float(lat[1]), statistics.mean(msg)
+
+
+def measured_parts(path):
+    """A sync run's mean step and its parts (seconds) from its
+    --summary-json: a worker's loop time over its steps (wait for data +
+    pull + compute + push + wait for the version, the mean over workers),
+    and the PS's apply per step."""
+    try:
+        s = json.load(open(path))
+    except (OSError, ValueError) as e:
+        die("%s: %s (--summary)" % (path, e))
+    t = s["timing"]
+    ws = t["workers"]
+    n = s["steps"] if "steps" in s else s["global_step"]
+    if not ws or not n:
+        die("%s: no worker timing or no steps" % path)
+    parts = {k: statistics.mean(w[k] for w in ws) / n for k in
+             ("wait_data", "pull", "compute", "push", "wait_version")}
+    parts["step"] = sum(parts.values())
+    parts["apply"] = t["ps"][0]["apply"] / n
+    return parts
+
+
+def cmd_check(a):
+    """Measured steps (the median of the runs) against the prediction from
+    the runs' own compute and apply and the link's B, L and o."""
+    # what is given explicitly wins over bench_rma's measurement
+    B, src = a.bw_ps, "given"
+    if a.rma:
+        rB, rL, ro = read_rma(a.rma)
+        if B is None:
+            B, src = rB, "bench_rma, 2 origins, 1 MiB"
+        a.lat_us = rL if a.lat_us is None else a.lat_us
+        a.msg_us = ro if a.msg_us is None else a.msg_us
+    if B is None or a.lat_us is None or a.msg_us is None:
+        die("check needs --rma, or --bw-ps, --lat-us and --msg-us")
+    runs = [measured_parts(f) for f in a.summary]
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    lo, hi = min(r["step"] for r in runs), max(r["step"] for r in runs)
+    p = plan(a.pstrain, a.model, a.ps, a.placement)
+    # the workers' links: uncapped (at least 1 Gbit/s) unless given
+    a.bw_ps_arg = B
+    fill_links(a, float(a.bw_gbit) if a.bw_gbit is not None else max(B, 1.0))
+    a.compute = med["compute"]
+    a.apply_ms = 1e3 * med["apply"]
+    T, parts = step(p, a.workers, a)
+    ratio = med["step"] / T
+    ms = {k: 1e3 * v for k, v in med.items()}
+    print("link: %.3f Gbit/s payload (%s), round trip %.0f us, %.1f us per pipelined message" % (
+        B, src, a.lat_us, a.msg_us))
+    print("measured, median of %d runs (ms per step): step %.1f [%.1f-%.1f]  wait_data %.1f  "
+          "pull %.1f  compute %.1f  push %.1f  wait_version %.1f  (PS apply %.1f)" % (
+              len(runs), ms["step"], 1e3 * lo, 1e3 * hi, ms["wait_data"], ms["pull"],
+              ms["compute"], ms["push"], ms["wait_version"], ms["apply"]))
+    print("predicted: step %.1f ms  (pull %.2f, push %.2f, apply %.2f, take %.2f, latency %.2f)  "
+          "-> measured/predicted %.2f" % (1e3 * T, *(1e3 * parts[k] for k in
+                                                   ("pull", "push", "apply", "take", "latency")),
+                                          ratio))
+    if a.tolerance is not None:
+        ok = abs(ratio - 1) <= a.tolerance
+        print("ratio %.2f %s [%.2f, %.2f]" % (ratio, "within" if ok else "OUTSIDE",
+                                              1 - a.tolerance, 1 + a.tolerance))
+        if not ok:
+            sys.exit(1)
+
+
 def max_workers(p, a, eff, only=None, limit=1 << 20):
     """Largest W whose step keeps compute/T >= eff; with `only`, the other
     resources are taken as free (root: only its ring; ps: only the PS)."""
@@ -258,6 +344,20 @@ def main():
     tb.add_argument("--eff", type=float, default=0.9)
     add_link_args(tb)
     tb.set_defaults(bw_gbit="10,100")
+    ck = sub.add_parser("check", help="measured sync steps (--summary-json files) against "
+                        "the prediction")
+    ck.add_argument("--summary", nargs="+", required=True, help="pstrain --summary-json files "
+                    "of the same sync run repeated (the median is compared)")
+    ck.add_argument("--rma", help="bench_rma's output across the same hosts: the PS link's B "
+                    "(2 origins, 1 MiB), L and o, where --bw-ps, --lat-us, --msg-us are not given")
+    ck.add_argument("--model", required=True)
+    ck.add_argument("--ps", type=int, default=1)
+    ck.add_argument("--batch", type=int, default=64)
+    ck.add_argument("--workers", type=int, default=2)
+    ck.add_argument("--tolerance", type=float, help="exit 1 unless |measured/predicted - 1| "
+                    "<= this (e.g. 0.3)")
+    add_link_args(ck)
+    ck.set_defaults(bw_gbit=None, lat_us=None, msg_us=None)
     a = ap.parse_args()
     a.bw_worker_arg, a.bw_ps_arg, a.bw_root_arg = a.bw_worker, a.bw_ps, a.bw_root
     if a.cmd == "predict":
@@ -272,6 +372,9 @@ def main():
                 g = (h, w, c, g[3])
             a.geom = (g[0], g[1], g[2], a.classes or g[3])
         cmd_predict(a)
+    elif a.cmd == "check":
+        a.geom = None
+        cmd_check(a)
     else:
         cmd_table(a)
 

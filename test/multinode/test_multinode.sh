@@ -20,14 +20,24 @@
 #   kill-host  every process of host 3 SIGKILLed mid-run: the job ends
 #              within 30 s with an error status (no hang); --resume from
 #              the last checkpoint on hosts 1 and 2 completes
+#   tbf        host 1's link (root + PS) capped at 100 Mbit/s both ways (tc
+#              tbf): sync resnet-20 (1.1 MB) on 3 hosts finishes, bitwise
+#              equal to the uncapped run on one host, and its mean step is
+#              within 30% of bench/scaling_model.py's prediction from the
+#              link that bench_rma measures (jobs/scaling-lib.sh, shared
+#              with jobs/bench-scaling.sh; TBF_CHECK_ARGS: more options of
+#              `scaling_model.py check`, e.g. "--bw-ps 0.3" to see it fail)
 #
-# Environment: MN_HELLO, TEST_DIST, PSTRAIN (built programs), MPIEXEC,
-# MPI_FLAVOUR. Needs root (skips with 77 otherwise). Each MPI job is bounded
-# by MN_TIMEOUT seconds; a job that hangs is killed and fails the test.
+# Environment: MN_HELLO, TEST_DIST, PSTRAIN, BENCH_RMA (built programs),
+# MPIEXEC, MPI_FLAVOUR. Needs root (skips with 77 otherwise). Each MPI job
+# is bounded by MN_TIMEOUT seconds; a job that hangs is killed and fails the
+# test.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=hosts.sh
 . "$HERE/hosts.sh"
+# shellcheck source=../../jobs/scaling-lib.sh
+. "$HERE/../../jobs/scaling-lib.sh"
 SCEN=${1:?usage: test_multinode.sh SCENARIO}
 fail=0
 die() { mn_die "$SCEN: $*"; }
@@ -323,6 +333,40 @@ kill-host)
         bad "not resumed from $last"
     grep -qE "^trained lenet5: step ([0-9]+)/\1, epoch $epochs/$epochs" "$MN_DIR/resume.log" ||
         bad "the resumed run did not finish its $epochs epochs"
+    ;;
+tbf)
+    # resnet-20, batch 16 per worker, 30 sync steps: at 100 Mbit/s a step
+    # moves 2 x 1.1 MB each way through host 1's link (~270 ms of its ~400;
+    # docs/scaling.md, "The model against measured steps").
+    hosts_up 3
+    data
+    steps=30
+    run() { # NAME: the run on the current hostfile -> NAME.json, .log, .bin (parameters)
+        scaling_train "${PSTRAIN:?}" "$MN_DIR/$1.json" "$MN_DIR/$1.log" "$MN_DIR/img.h5" resnet-20 16 \
+            $steps --dump-params "$MN_DIR/$1.bin"
+        local rc=$?
+        [ $rc = 0 ] || { tail -20 "$MN_DIR/$1.log"; die "the $1 run exited $rc"; }
+    }
+    mn_hostfile 4
+    run ref
+    spread
+    scaling_cap 1 100mbit || die "tc tbf on host 1"
+    tc -n "$(mn_ns 1)" qdisc show dev eth0
+    tc qdisc show dev "$(mn_veth 1)"
+    # the capped link as the model sees it: B (2 origins, 1 MiB), L and o
+    scaling_rma "${BENCH_RMA:?}" "$MN_DIR/rma.txt" --origins 2 --lat-reps 100 --reps 3 --seconds 0.2 ||
+        { cat "$MN_DIR/rma.txt"; die "bench_rma failed"; }
+    grep -E "^(latency +fop|bandwidth)" "$MN_DIR/rma.txt"
+    mn_hostfile 2 1 1
+    t0=$SECONDS
+    run capped
+    echo "the capped run: exit 0 after $((SECONDS - t0)) s"
+    cmp "$MN_DIR/ref.bin" "$MN_DIR/capped.bin" || bad "parameters differ from the uncapped run on one host"
+    # shellcheck disable=SC2086 # options split on blanks
+    python3 "$HERE/../../bench/scaling_model.py" check --model resnet-20 --ps 1 --batch 16 \
+        --workers 2 --root-on-ps-host --rma "$MN_DIR/rma.txt" --summary "$MN_DIR/capped.json" \
+        --pstrain "$PSTRAIN" --tolerance 0.3 ${TBF_CHECK_ARGS:-} ||
+        bad "the measured step is not within 30% of the model's"
     ;;
 *)
     die "unknown scenario"

@@ -61,8 +61,14 @@ openmpi)
     ;;
 mpich)
     mpiexec_oversubscribe=()
-    # ch4:ucx: UCX's TCP transport for everything, no shared memory
+    # ch4:ucx: UCX's TCP transport for everything, no shared memory. Debian's
+    # MPICH 4.0.2 with it often hangs in MPI_Finalize after the run's work
+    # is done (docs/mpi-facts.md, "MPICH 4.0.2").
     MPIEXEC_TCP=(-genv UCX_TLS tcp,self)
+    # No MPIR_CVAR_ASYNC_PROGRESS: the ranks whose windows others use (root,
+    # PS) progress them in their service loops (dist_progress), and MPICH's
+    # progress thread, one spinning thread per rank, cost 2-5x in training
+    # speed when ranks share cores (docs/mpi-facts.md).
     MPI_RANK_VAR=PMI_RANK
     ;;
 *)

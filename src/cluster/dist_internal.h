@@ -67,8 +67,11 @@ void dist_isend(const void *buf, size_t n, MPI_Datatype t, size_t tsize, int des
                 MPI_Comm comm, MPI_Request *reqs);
 void dist_recv(void *buf, size_t n, MPI_Datatype t, size_t tsize, int src, int tag, MPI_Comm comm);
 
-/* Lets MPI progress passive-target operations aimed at this rank (pt2pt,
- * ucx and MPI_Win_create windows need the target to enter MPI). */
+/* Lets MPI progress passive-target operations aimed at this rank (MPICH,
+ * Open MPI's pt2pt and ucx, MPI_Win_create windows: the target must enter
+ * MPI), by probing for DIST_TAG_NEVER, a tag no rank ever sends: a probe
+ * that matches a pending message makes no progress (docs/mpi-facts.md). */
+enum { DIST_TAG_NEVER = 7199 };
 void dist_progress(void);
 
 /* CPU seconds used so far by this process (all threads) / by the calling

@@ -431,8 +431,7 @@ void ps_snapshot_send(ps_shard *s, int64_t version)
  * MPI_Waitall writes n statuses to (-Wstringop-overflow). */
 void ps_snapshot_wait(ps_shard *s)
 {
-    for (int i = 0; i < s->nsnap_req; i++)
-        MPI_OK(MPI_Wait(&s->snap_req[i], MPI_STATUS_IGNORE));
+    for (int i = 0; i < s->nsnap_req; i++) MPI_OK(MPI_Wait(&s->snap_req[i], MPI_STATUS_IGNORE));
 }
 
 int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *params, float *slots,
@@ -464,6 +463,16 @@ int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *pa
     return 1;
 }
 
+/* Completes this rank's operations on every PS: one MPI_Win_flush per PS,
+ * not MPI_Win_flush_all. Under MPICH 4.0.2 (ch4:ucx) MPI_Win_flush_all
+ * returned before a pull's MPI_Gets had landed: a sync worker then computed
+ * with the previous version's parameters it still held (seen in 5 of 6 runs
+ * of mlp with 2 workers; per-PS flushes: 6 of 6 bitwise equal). */
+static void flush_ps(ps_shard *s)
+{
+    for (int p = 0; p < s->plan->nps; p++) MPI_OK(MPI_Win_flush(s->ps_ranks[p], s->win));
+}
+
 static void put_ctl_all(ps_shard *s, int word, int64_t value)
 {
     for (int p = 0; p < s->plan->nps; p++) {
@@ -471,7 +480,7 @@ static void put_ctl_all(ps_shard *s, int word, int64_t value)
         MPI_OK(MPI_Put(&s->req_buf[p], 1, MPI_INT64_T, ps_rank_of(s, p), word * 8, 1, MPI_INT64_T,
                        s->win));
     }
-    MPI_OK(MPI_Win_flush_all(s->win));
+    flush_ps(s);
 }
 
 void ps_request_snapshot(ps_shard *s, int64_t version)
@@ -522,7 +531,7 @@ static void pull_from(ps_shard *s, float *out, bool avg, bool consistent, int64_
     const int P = s->plan->nps;
     if (!consistent) {
         for (int p = 0; p < P; p++) get_ranges(s, p, out, avg ? avg_off(s, p) : s->params_off);
-        MPI_OK(MPI_Win_flush_all(s->win));
+        flush_ps(s);
         return;
     }
     dist_backoff bo;
@@ -595,7 +604,7 @@ static void put_stamp(ps_shard *s, int slot, int64_t ticket, const int64_t *vers
         MPI_OK(MPI_Put(f, 4, MPI_INT64_T, ps_rank(s, p), stamp_off(slot, ST_VERSION), 4,
                        MPI_INT64_T, s->win));
     }
-    MPI_OK(MPI_Win_flush_all(s->win));
+    flush_ps(s);
     /* lockstep slots are shared by workers over time: the ticket makes the
      * seq unique; a worker's own slot counts its pushes */
     s->my_seq++;
@@ -603,7 +612,7 @@ static void put_stamp(ps_shard *s, int slot, int64_t ticket, const int64_t *vers
     for (int p = 0; p < P; p++)
         MPI_OK(MPI_Put(&s->seq_buf, 1, MPI_INT64_T, ps_rank(s, p), stamp_off(slot, ST_SEQ), 1,
                        MPI_INT64_T, s->win));
-    MPI_OK(MPI_Win_flush_all(s->win));
+    flush_ps(s);
 }
 
 void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64_t *versions,
@@ -661,5 +670,5 @@ void ps_accumulate(ps_shard *s, const float *grads, float lr, float *scratch)
                             ps_rank(s, q->ps), disp, MPI_REPLACE, s->win);
         }
     }
-    MPI_OK(MPI_Win_flush_all(s->win));
+    flush_ps(s);
 }

@@ -12,6 +12,15 @@
  *       the root's batch ring with workers that only consume: batches/s and
  *       images/s; from a synthetic in-memory source (Fashion-MNIST-sized
  *       images), or through the real input pipeline with --data.
+ *   bench_dist target [--max-us U] [--busy-ms B] [--iters N]
+ *       what a passive target costs its origins: rank 0 owns a window and
+ *       serves like pstrain's service loops (dist_progress, then
+ *       dist_backoff_wait from 10 us up to U us, default 1000: the root's
+ *       loop), or with --busy-ms computes for B ms at a time without
+ *       calling MPI (a PS applying a large update); rank 1 makes N
+ *       MPI_Fetch_and_op + flush on it at random intervals of 0-2 ms and
+ *       reports the latency's median, 90th percentile and maximum, and
+ *       rank 0's CPU time over the wall time (the progress thread's cost).
  */
 #include <mpi.h>
 #include <stdlib.h>
@@ -22,6 +31,7 @@
 #include "pstrain/model.h"
 #include "pstrain/placement.h"
 #include "pstrain/ps.h"
+#include "../../src/cluster/dist_internal.h"
 
 static int arg_int(int argc, char **argv, const char *name, int def)
 {
@@ -211,6 +221,80 @@ static int bench_ring(int argc, char **argv, int rank, int size)
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int bench_target(int argc, char **argv, int rank, int size)
+{
+    const int iters = arg_int(argc, argv, "--iters", 2000);
+    const int max_us = arg_int(argc, argv, "--max-us", 1000);
+    const int busy_ms = arg_int(argc, argv, "--busy-ms", 0);
+    int64_t *base = NULL;
+    MPI_Win win;
+    MPI_Win_allocate(rank == 0 ? 64 : 0, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    if (rank == 0) memset(base, 0, 64);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, win);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = pst_now(), cpu0 = dist_cpu_seconds();
+    if (rank == 0) {
+        /* served until rank 1 has added its iters to word 1 */
+        dist_backoff bo;
+        dist_backoff_init(&bo, 10, max_us);
+        for (;;) {
+            MPI_Win_sync(win);
+            if (__atomic_load_n(&base[1], __ATOMIC_ACQUIRE) >= iters) break;
+            if (busy_ms > 0) {
+                const double until = pst_now() + busy_ms * 1e-3;
+                volatile double x = 0;
+                while (pst_now() < until) x += 1;
+            } else {
+                dist_backoff_wait(&bo);
+            }
+            dist_progress();
+        }
+        const double wall = pst_now() - t0, cpu = dist_cpu_seconds() - cpu0;
+        MPI_Send(&wall, 1, MPI_DOUBLE, 1, 0, MPI_COMM_WORLD);
+        MPI_Send(&cpu, 1, MPI_DOUBLE, 1, 0, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        double *lat = malloc(sizeof *lat * (size_t)iters);
+        const int64_t one = 1;
+        int64_t old = 0;
+        unsigned r = 12345;
+        for (int i = 0; i < iters; i++) {
+            r = r * 1103515245u + 12345u;
+            const double until = pst_now() + (double)(r >> 16 & 2047) * 1e-6;
+            while (pst_now() < until) {
+            }
+            const double ts = pst_now();
+            MPI_Fetch_and_op(&one, &old, MPI_INT64_T, 0, 8, MPI_SUM, win);
+            MPI_Win_flush(0, win);
+            lat[i] = pst_now() - ts;
+        }
+        double wall = 0, cpu = 0;
+        MPI_Recv(&wall, 1, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Recv(&cpu, 1, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        qsort(lat, (size_t)iters, sizeof *lat, cmp_double);
+        int prov = 0;
+        MPI_Query_thread(&prov);
+        printf("target: %s, %d fetch-and-op+flush, thread level %d: latency median %.1f us, "
+               "p90 %.1f us, max %.1f us; target CPU %.2f s of %.2f s wall (%.0f%%)\n",
+               busy_ms > 0 ? "busy" : "back-off", iters, prov, 1e6 * lat[iters / 2],
+               1e6 * lat[iters * 9 / 10], 1e6 * lat[iters - 1], cpu, wall, 100 * cpu / wall);
+        if (busy_ms > 0)
+            printf("  target computes %d ms at a time without MPI calls\n", busy_ms);
+        else
+            printf("  target back-off 10-%d us\n", max_us);
+        free(lat);
+    }
+    MPI_Win_unlock_all(win);
+    MPI_Win_free(&win);
+    (void)size;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int prov;
@@ -219,10 +303,11 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     nn_blis_init();
-    if (size < 2 || argc < 2) die("usage: mpirun -np N bench_dist pull|ring [options]");
-    int rc = !strcmp(argv[1], "pull")   ? bench_pull(argc, argv, rank, size)
-             : !strcmp(argv[1], "ring") ? bench_ring(argc, argv, rank, size)
-                                        : (die("unknown benchmark"), 1);
+    if (size < 2 || argc < 2) die("usage: mpirun -np N bench_dist pull|ring|target [options]");
+    int rc = !strcmp(argv[1], "pull")     ? bench_pull(argc, argv, rank, size)
+             : !strcmp(argv[1], "ring")   ? bench_ring(argc, argv, rank, size)
+             : !strcmp(argv[1], "target") ? bench_target(argc, argv, rank, size)
+                                          : (die("unknown benchmark"), 1);
     MPI_Finalize();
     return rc;
 }

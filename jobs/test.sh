@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds pstrain with
 # warnings as errors, runs every test suite, then the unit and cli tests again
-# under AddressSanitizer + UndefinedBehaviorSanitizer and the threaded unit
-# tests under ThreadSanitizer. Ends with "N passed, N failed".
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the threaded unit
+# tests under ThreadSanitizer, and the tests that start MPI ranks with
+# pstrain built against MPICH. Ends with "N passed, N failed".
 #
 #   bash jobs/test.sh            everything
 #   SUITES="unit cli" bash jobs/test.sh   only some suites (sanitizer run too)
+#   MPICH=0 bash jobs/test.sh             without the MPICH build's tests
 set -uo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
@@ -76,7 +78,33 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     meson test -C "$tsan" --no-rebuild --print-errorlogs --num-processes 2 \
     --timeout-multiplier 4 "${tsan_tests[@]}" || status=1
 
-python3 - "$build" "$asan" "$tsan" <<'PY'
+# MPICH: the mpi suite and the e2e tests that start ranks (suite e2e-mpi:
+# the other e2e tests run one process, which never initialises MPI) again
+# with pstrain built against MPICH and launched by its mpiexec
+# (-Dmpi=mpich), with the cross-MPI test: the same sync runs under Open
+# MPI's build and MPICH's end bitwise equal. Skipped with MPICH=0; only what
+# those tests need is built.
+mpich=${MPICH_BUILD_DIR:-build-mpich}
+mpich_dirs=()
+mpich_suites=()
+for s in ${SUITES:-mpi e2e}; do
+    case $s in
+    mpi) mpich_suites+=(--suite mpi) ;;
+    e2e) mpich_suites+=(--suite e2e-mpi) ;;
+    esac
+done
+if [ "${MPICH:-1}" != 0 ] && [ ${#mpich_suites[@]} -gt 0 ]; then
+    mpich_dirs=("$mpich")
+    configure "$mpich" -Dwerror=true -Dbuildtype=release -Dmpi=mpich || exit 1
+    mapfile -t mpich_targets < <(suite_targets "$mpich" mpi e2e-mpi)
+    [ "${#mpich_targets[@]}" -gt 0 ] || { echo "jobs/test.sh: no targets for the mpi and e2e-mpi suites in $mpich"; exit 1; }
+    ninja -C "$mpich" "${mpich_targets[@]}" || exit 1
+    PSTRAIN_OTHER_MPI=$(cd "$build" && pwd)/pstrain \
+        meson test -C "$mpich" --no-rebuild --print-errorlogs --num-processes 2 "${mpich_suites[@]}" ||
+        status=1
+fi
+
+python3 - "$build" "$asan" "$tsan" "${mpich_dirs[@]}" <<'PY'
 import json, sys
 passed = failed = skipped = 0
 bad = []

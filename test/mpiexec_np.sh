@@ -6,6 +6,7 @@ set -eu
 . "${PSTRAIN_SRC:?}/jobs/mpiexec.sh"
 tcp=()
 if [ "$1" = --tcp ]; then
+    [ -z "$MPIEXEC_TCP_SKIP" ] || { echo "SKIP: TCP only: $MPIEXEC_TCP_SKIP"; exit 77; }
     tcp=("${MPIEXEC_TCP[@]}")
     shift
 fi

@@ -84,9 +84,13 @@ determinism)
             cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs: --ps $ps --placement $pl"; fail=1; }
         done
     done
-    timeout 120 "${MPI[@]}" "${TCP[@]}" -n 5 "$TEST_DIST" train --data "$TMP/small.h5" --ps 2 \
-        --placement partition --partition-bytes 16384 --dump "$TMP/d.bin" >/dev/null
-    cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs over TCP/pt2pt"; fail=1; }
+    if [ -n "$MPIEXEC_TCP_SKIP" ]; then
+        echo "TCP only: skipped: $MPIEXEC_TCP_SKIP"
+    else
+        timeout 120 "${MPI[@]}" "${TCP[@]}" -n 5 "$TEST_DIST" train --data "$TMP/small.h5" --ps 2 \
+            --placement partition --partition-bytes 16384 --dump "$TMP/d.bin" >/dev/null
+        cmp "$TMP/ref.bin" "$TMP/d.bin" || { echo "differs over TCP only"; fail=1; }
+    fi
     # 3 workers, momentum vs adam differ from each other but each is reproducible
     run 5 --data "$TMP/small.h5" --ps 1 --optimizer adam --lr 0.001 --dump "$TMP/a1.bin" >/dev/null
     run 6 --data "$TMP/small.h5" --ps 2 --placement greedy --optimizer adam --lr 0.001 \
@@ -139,8 +143,12 @@ async)
         run 5 --data "$TMP/small.h5" --ps 2 --mode async --optimizer $o --lr 0.01 --expect-once
     done
     run 4 --data "$TMP/small.h5" --ps 1 --mode async --epochs 0 --steps 40 --expect-steps 40
-    timeout 120 "${MPI[@]}" "${TCP[@]}" -n 4 "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 --mode async \
-        --optimizer adam --lr 0.001 --expect-once
+    if [ -n "$MPIEXEC_TCP_SKIP" ]; then
+        echo "TCP only: skipped: $MPIEXEC_TCP_SKIP"
+    else
+        timeout 120 "${MPI[@]}" "${TCP[@]}" -n 4 "$TEST_DIST" train --data "$TMP/small.h5" --ps 1 \
+            --mode async --optimizer adam --lr 0.001 --expect-once
+    fi
     ;;
 refuse)
     run 2 --data "$TMP/small.h5" --ps 1 --expect-fail "3 ranks are needed"
@@ -161,10 +169,14 @@ refuse)
 idle)
     "$TEST_DIST" mkdata "$TMP/img.h5" 512 64 28 28 1 10 || die "mkdata"
     # async SGD: the PS has nothing to do but serve progress: its CPU time
-    # must stay a small fraction of the wall time (seen: 1-3%); the root's
-    # loop serves ~1000 batches/s here (seen: 3-11%) but must not spin
+    # must stay a small fraction of the wall time (Open MPI: 1-3%); the
+    # root's loop serves ~1000 batches/s here (3-11%) but must not spin.
+    # MPICH's ch4:ucx applies the workers' accumulates on the target's CPU,
+    # in the PS's progress calls: 7% there (docs/mpi-facts.md)
+    ps_cpu=0.05
+    [ "$MPI_FLAVOUR" = mpich ] && ps_cpu=0.12
     run 4 --data "$TMP/img.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --epochs 40 \
-        --max-ps-cpu-fraction 0.05 --max-root-cpu-fraction 0.3
+        --max-ps-cpu-fraction $ps_cpu --max-root-cpu-fraction 0.3
     ;;
 resume)
     run 4 --data "$TMP/small.h5" --ps 1 --dump "$TMP/ref.bin" >/dev/null

@@ -47,6 +47,7 @@ if [ "$mode" = dist ]; then
     launch=("${MPIEXEC_CMD[@]}" -n 4 "$PSTRAIN")
     extra=(--ps 1)
 elif [ "$mode" = dist-tcp ]; then # TCP only, as between nodes
+    [ -z "$MPIEXEC_TCP_SKIP" ] || { echo "SKIP: TCP only: $MPIEXEC_TCP_SKIP"; exit 77; }
     launch=("${MPIEXEC_CMD[@]}" "${MPIEXEC_TCP[@]}" -n 4 "$PSTRAIN")
     extra=(--ps 1)
 else

@@ -2,7 +2,7 @@
 # Distributed-training benchmark (prints numbers; not a timed test).
 #
 #  1. LeNet-5 on Fashion-MNIST, EPOCHS epoch(s), batch 64 per worker, momentum:
-#     one process (`pstrain train`) vs `mpirun -np 4` (root, 1 PS, 2 workers)
+#     one process (`pstrain train`) vs 4 ranks under the MPI launcher (root, 1 PS, 2 workers)
 #     in sync and in async mode (plain SGD: accumulate straight into the PS
 #     window). images/s (from --summary-json, training time only) and the
 #     ratio to one process; then each worker's time breakdown (waiting for
@@ -25,31 +25,26 @@ source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 bench_out out/bench-dist
 epochs=${EPOCHS:-1}
 rounds=${1:-3}
-fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun="mpirun --oversubscribe"
 
 bench_build -- pstrain data-tools/pstrain-prep test/dist/bench_dist
 pstrain=$build/pstrain
 bench=$build/test/dist/bench_dist
+PSTRAIN=$pstrain
+# shellcheck source=mpiexec.sh
+source "$top/jobs/mpiexec.sh" # the launcher of the MPI the build uses
+mpirun=("${MPIEXEC_CMD[@]}")
 
 data=$out/fashion-mnist.h5
-if ! [ -f "$data" ]; then
-    [ -f "$fm/train-images-idx3-ubyte.gz" ] || { echo "bench-dist: $fm missing" >&2; exit 1; }
-    "$build/data-tools/pstrain-prep" idx --train-images "$fm/train-images-idx3-ubyte.gz" \
-        --train-labels "$fm/train-labels-idx1-ubyte.gz" \
-        --test-images "$fm/t10k-images-idx3-ubyte.gz" \
-        --test-labels "$fm/t10k-labels-idx1-ubyte.gz" -o "$data" >/dev/null
-fi
+bench_fashion_h5 "$build/data-tools/pstrain-prep" "$data"
 
 echo "== 1. lenet5, Fashion-MNIST, $epochs epoch(s), batch 64 per worker, $(nproc) cores, median of $rounds"
 common=(--data "$data" --model lenet5 --epochs "$epochs" --batch 64 --quiet)
 for r in $(seq "$rounds"); do
     "$pstrain" train "${common[@]}" --optimizer momentum --lr 0.01 \
         --summary-json "$out/single-$r.json" >/dev/null
-    $mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode sync --optimizer momentum \
+    "${mpirun[@]}" -n 4 "$pstrain" train "${common[@]}" --ps 1 --mode sync --optimizer momentum \
         --lr 0.01 --summary-json "$out/sync-$r.json" >/dev/null
-    $mpirun -np 4 "$pstrain" train "${common[@]}" --ps 1 --mode async --optimizer sgd \
+    "${mpirun[@]}" -n 4 "$pstrain" train "${common[@]}" --ps 1 --mode async --optimizer sgd \
         --lr 0.05 --summary-json "$out/async-$r.json" >/dev/null
 done
 python3 - "$out" "$rounds" <<'EOF'
@@ -81,9 +76,9 @@ for name, r, _ in runs[1:]:
 EOF
 
 echo "== 2. pull/push bandwidth, ~10M-parameter mlp"
-$mpirun -np 3 "$bench" pull --ps 1
-$mpirun -np 4 "$bench" pull --ps 2
+"${mpirun[@]}" -n 3 "$bench" pull --ps 1
+"${mpirun[@]}" -n 4 "$bench" pull --ps 2
 
 echo "== 3. root batch ring, consume-only workers (lenet5 workers need the images/s above)"
-$mpirun -np 3 "$bench" ring --seconds 3
-$mpirun -np 3 "$bench" ring --seconds 3 --data "$data"
+"${mpirun[@]}" -n 3 "$bench" ring --seconds 3
+"${mpirun[@]}" -n 3 "$bench" ring --seconds 3 --data "$data"

@@ -12,6 +12,10 @@
 #                          ninja's output and exits 1
 #   median                 the median of the numbers on stdin (any number per
 #                          line, blanks ignored), or n/a when there are none
+#   bench_fashion_h5 PREP OUT.h5
+#                          Debian's Fashion-MNIST ($FASHION_MNIST) converted by
+#                          the pstrain-prep PREP into OUT.h5, unless it exists;
+#                          exits 1 when the idx files are missing
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$top"
@@ -36,6 +40,17 @@ bench_build() {
         echo "$bench_name: build failed" >&2
         exit 1
     fi
+}
+
+bench_fashion_h5() {
+    local prep=$1 h5=$2 fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+    [ -f "$h5" ] && return 0
+    [ -f "$fm/train-images-idx3-ubyte.gz" ] || { echo "$bench_name: $fm missing" >&2; exit 1; }
+    "$prep" idx --train-images "$fm/train-images-idx3-ubyte.gz" \
+        --train-labels "$fm/train-labels-idx1-ubyte.gz" \
+        --test-images "$fm/t10k-images-idx3-ubyte.gz" \
+        --test-labels "$fm/t10k-labels-idx1-ubyte.gz" -o "$h5" >/dev/null ||
+        { echo "$bench_name: pstrain-prep idx failed" >&2; exit 1; }
 }
 
 median() {

@@ -29,7 +29,6 @@ bench_out out/bench-progress
 rounds=${1:-3}
 limit=${LIMIT:-12800}
 steps=${STEPS:-12}
-fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 ompi=${OMPI_BUILD_DIR:-build}
 mpich=${MPICH_BUILD_DIR:-build-mpich}
 targets=(pstrain data-tools/pstrain-prep test/dist/bench_dist test/dist/test_dist)
@@ -37,13 +36,7 @@ build=$ompi bench_build -Dmpi=openmpi -- "${targets[@]}"
 build=$mpich bench_build -Dmpi=mpich -- "${targets[@]}"
 
 data=$out/fashion-mnist.h5
-if ! [ -f "$data" ]; then
-    [ -f "$fm/train-images-idx3-ubyte.gz" ] || { echo "bench-progress: $fm missing" >&2; exit 1; }
-    "$ompi/data-tools/pstrain-prep" idx --train-images "$fm/train-images-idx3-ubyte.gz" \
-        --train-labels "$fm/train-labels-idx1-ubyte.gz" \
-        --test-images "$fm/t10k-images-idx3-ubyte.gz" \
-        --test-labels "$fm/t10k-labels-idx1-ubyte.gz" -o "$data" >/dev/null
-fi
+bench_fashion_h5 "$ompi/data-tools/pstrain-prep" "$data"
 c3=$out/c3-32.h5
 [ -f "$c3" ] || "$ompi/test/dist/test_dist" mkdata "$c3" 1024 64 32 32 3 10 >/dev/null
 

@@ -24,18 +24,11 @@ batch=${BATCH:-16}
 steps=${STEPS:-100}
 burst=${BURST:-64kb}
 tbf_latency=${TBF_LATENCY:-50ms}
-fm=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 bench_build -- pstrain data-tools/pstrain-prep bench/bench_rma || exit 1
 pstrain=$top/$build/pstrain
 bench=$top/$build/bench/bench_rma
 data=${DATA:-$top/out/fashion-mnist.h5}
-if ! [ -f "$data" ]; then
-    [ -f "$fm/train-images-idx3-ubyte.gz" ] || { echo "bench-scaling: $fm missing" >&2; exit 1; }
-    "$top/$build/data-tools/pstrain-prep" idx --train-images "$fm/train-images-idx3-ubyte.gz" \
-        --train-labels "$fm/train-labels-idx1-ubyte.gz" \
-        --test-images "$fm/t10k-images-idx3-ubyte.gz" \
-        --test-labels "$fm/t10k-labels-idx1-ubyte.gz" -o "$data" >/dev/null || exit 1
-fi
+bench_fashion_h5 "$top/$build/data-tools/pstrain-prep" "$data"
 # shellcheck source=mpiexec.sh
 source "$top/jobs/mpiexec.sh"
 harness=${MN_HARNESS:-$top/test/multinode/hosts.sh}

@@ -228,20 +228,7 @@ once)
     expect_placement 1 1 2 2 3
     mn_mpiexec -np 5 "$TEST_DIST" train --data "$MN_DIR/small.h5" --ps 1 --epochs 2 --expect-once \
         --trace "$MN_DIR/trace.jsonl" || die "test_dist train exited $?"
-    python3 - "$MN_DIR/trace.jsonl" 3 <<'EOF' || bad "the trace"
-import json, sys
-seen, workers = {}, set()
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    workers.add(r["worker"])
-    for i in r["ids"]:
-        k = (r["epoch"], i)
-        assert k not in seen, "duplicate %r (workers %d and %d)" % (k, seen[k], r["worker"])
-        seen[k] = r["worker"]
-assert len(seen) == 2 * 600, "trace has %d (epoch, id) pairs, expected 1200" % len(seen)
-assert workers <= set(range(int(sys.argv[2]))), "workers in trace: %r" % workers
-print("trace OK: %d pairs, workers %r" % (len(seen), sorted(workers)))
-EOF
+    python3 "$HERE/../dist/check_trace.py" "$MN_DIR/trace.jsonl" 3 1200 || bad "the trace"
     ;;
 sync)
     hosts_up 3

@@ -120,7 +120,7 @@ void nn_model_opt_apply(nn_model *m, const struct opt_cfg *c, float lr, int64_t 
                         const float *grad, float *slots, size_t slot_stride, size_t n);
 
 /* The CPUs the model's threads are pinned to (thread t on cpu[t], t < max;
- * the placement rule of src/nn/pool.h: pinned when the caller's affinity
+ * the placement rule of include/pstrain/pool.h: pinned when the caller's affinity
  * mask had exactly cfg.threads CPUs); returns the thread count, or 0 when
  * not pinned (one thread, or another mask). The calling thread is pinned
  * only during the model's step, evaluation and optimizer calls. */

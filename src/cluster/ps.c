@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "dist_internal.h"
-#include "src/nn/pool.h"
+#include "pstrain/pool.h"
 
 enum { CTL_LOCKSEQ = 0, CTL_DONE = 1, CTL_STOP_T = 2, CTL_CKPT_AT = 3, CTL_EVAL_AT = 4 };
 enum { TAG_SNAP_VERSION = 7101, TAG_SNAP_DATA = 7102 };

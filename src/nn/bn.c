@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "bn_impl.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/common.h"
 
 /* ---- blocks of rows: the per-channel sums are taken per block, then the

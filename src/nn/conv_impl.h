@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/blas.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define WI_X86 1

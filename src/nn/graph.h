@@ -16,7 +16,7 @@
 #define PSTRAIN_NN_GRAPH_H
 
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/model.h"
 
 #define NN_MAX_IN 6 /* Inception-v3's Mixed_7b/7c concatenate six towers */

@@ -3,7 +3,7 @@
  * concat and softmax cross-entropy. Shapes and conventions: layers.h.
  */
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/common.h"
 
 #include <assert.h>

@@ -34,7 +34,7 @@
 
 #include "graph.h"
 #include "model_prof.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/optim.h"
 
 /* Every layer kind, one row per src/nn/layer_<kind>.c (see graph.h). A

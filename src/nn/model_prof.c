@@ -11,7 +11,7 @@
 
 #include "graph.h"
 #include "model_prof.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/common.h"
 
 /* Profiling counts the CPU time of the calling thread: on a shared machine

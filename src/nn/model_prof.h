@@ -17,7 +17,7 @@
 #define PSTRAIN_NN_MODEL_PROF_H
 
 #include "graph.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 
 /* What a layer's pass starts from. */
 typedef struct nn_prof_mark {

@@ -11,7 +11,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#include "pool.h"
+#include "pstrain/pool.h"
 
 /* The tasks (items of a range loop) of thread tid in the current loop:
  * [next, hi) left; other threads take from it too once their own part is

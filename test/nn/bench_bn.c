@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/common.h"
 
 static uint64_t rng_state = 88172645463325252ull;

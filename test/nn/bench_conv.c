@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 

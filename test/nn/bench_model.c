@@ -79,7 +79,7 @@
 #include <unistd.h>
 
 #include "graph.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "layers.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"

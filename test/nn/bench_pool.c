@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 
 static volatile float sink[NN_POOL_MAX_THREADS * 16];
 

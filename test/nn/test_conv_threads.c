@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 

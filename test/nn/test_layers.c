@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 
 typedef struct count_arg {
     int *hits;    /* [ntasks]: runs of each task */

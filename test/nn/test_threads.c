@@ -136,7 +136,7 @@ static void check_opt_apply(void)
     free(p0), free(g), free(s0), free(pr), free(sr), free(pt), free(st);
 }
 
-/* The model's placement (src/nn/pool.h): with a caller's mask of exactly T
+/* The model's placement (include/pstrain/pool.h): with a caller's mask of exactly T
  * CPUs the threads are pinned inside it, and the caller has its own mask
  * back after every train step, evaluation and optimizer call (a thread it
  * starts later inherits that mask, not one CPU). */

@@ -17,7 +17,7 @@
 #include "check.h"
 #include "conv_wino_impl.h"
 #include "layers.h"
-#include "pool.h"
+#include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
 

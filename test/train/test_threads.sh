@@ -75,7 +75,7 @@ launch=(timeout -k 5 200 "$PSTRAIN")
 run "$tmp/t0.log" train "${B0[@]}" --model lenet5 --steps 2 --threads 0 || bad "--threads 0 failed"
 check "--threads 0: no 'threads: $ncpu compute' line" grep -q "threads: $ncpu compute, 2 prep" \
     "$tmp/t0.log"
-# a mask of exactly T CPUs pins the pool (src/nn/pool.h); PSTRAIN_PIN=0 does not
+# a mask of exactly T CPUs pins the pool (include/pstrain/pool.h); PSTRAIN_PIN=0 does not
 if [ "$ncpu" -gt 1 ]; then
     check "--threads 0: not pinned: $(grep 'threads:' "$tmp/t0.log")" \
         grep -q "threads: $ncpu compute, 2 prep; compute pinned to CPUs [0-9]" "$tmp/t0.log"

@@ -1,6 +1,7 @@
 /*
- * pool.h - the thread pool of a model (internal to src/nn): T persistent
- * threads that run the tasks of one parallel loop at a time.
+ * pool.h - the thread pool: T persistent threads that run the tasks of one
+ * parallel loop at a time. A model owns one (src/nn); a parameter server
+ * applies its optimizer on one (--ps-threads, src/cluster/ps.c).
  *
  *     nn_pool *p;
  *     if (nn_pool_new(&p, 4, e) < 0) ...          // 3 extra threads
@@ -32,8 +33,8 @@
  * once (an assert). A call from inside a task of the same pool (nesting)
  * runs all its tasks in order on the calling thread, with that thread's tid.
  */
-#ifndef PSTRAIN_NN_POOL_H
-#define PSTRAIN_NN_POOL_H
+#ifndef PSTRAIN_POOL_H
+#define PSTRAIN_POOL_H
 
 #include "pstrain/common.h"
 #include "pstrain/model.h"

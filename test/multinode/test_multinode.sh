@@ -12,7 +12,8 @@
 #   once       exactly once per epoch: test_dist, 3 workers, root and PS
 #              on host 1, workers on hosts 2 (2) and 3 (1), --trace checked
 #   sync       sync lenet5, root + PS on host 1, workers on hosts 2 and 3:
-#              --dump-params bitwise equal to the same run on one host
+#              --dump-params bitwise equal to the same run on one host; the
+#              root's rank -> host -> role map names the three hosts
 #   link-down  the same, with host 2's link down for 3 s mid-run: finishes,
 #              bitwise equal to the run on one host
 #   loss       the same, with 1% random packet loss in and out of host 2
@@ -235,9 +236,15 @@ sync)
     data
     ref 4
     spread
-    mn_mpiexec -np 4 "$PSTRAIN" train --data "$MN_DIR/img.h5" "${TRAIN_ARGS[@]}" --epochs 4 --quiet \
-        --dump-params "$MN_DIR/run.bin" || die "the run on 3 hosts exited $?"
+    mn_mpiexec -np 4 "$PSTRAIN" train --data "$MN_DIR/img.h5" "${TRAIN_ARGS[@]}" --epochs 4 \
+        --dump-params "$MN_DIR/run.bin" >"$MN_DIR/run.log" 2>&1 ||
+        { cat "$MN_DIR/run.log"; die "the run on 3 hosts exited $?"; }
     cmp "$MN_DIR/ref.bin" "$MN_DIR/run.bin" || bad "parameters differ from the run on one host"
+    # the root's rank -> host -> role map names each host's ranks and roles
+    for want in "host $(mn_name 1): rank 0 root, rank 1 ps 1" "host $(mn_name 2): rank 2 worker 0" \
+        "host $(mn_name 3): rank 3 worker 1"; do
+        grep -q "] $want\$" "$MN_DIR/run.log" || { grep 'host ' "$MN_DIR/run.log"; bad "no line '$want'"; }
+    done
     ;;
 link-down)
     # The outage starts at the first logged step; a sync step needs both

@@ -14,16 +14,11 @@ steps=${2:-600}
 peer=${PEER:-}
 models=${MODELS:-lenet5 mlp}
 bench_out out/bench
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export BLIS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 bench_build -- pstrain data-tools/pstrain-prep
-fm=/usr/share/datasets/fashion-mnist
 data=$out/fashion-mnist.h5
-[ -f "$data" ] || "$build/data-tools/pstrain-prep" idx \
-    --train-images $fm/train-images-idx3-ubyte.gz --train-labels $fm/train-labels-idx1-ubyte.gz \
-    --test-images $fm/t10k-images-idx3-ubyte.gz --test-labels $fm/t10k-labels-idx1-ubyte.gz \
-    -o "$data" >/dev/null
+bench_fashion_h5 "$build/data-tools/pstrain-prep" "$data"
 
 have_peer=1
 if ! [ -f "$peer" ] || ! /usr/bin/python3 -c 'import torch, numpy' 2>/dev/null; then

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# A real one-node Slurm: an sbatch job runs `mpirun --oversubscribe -np 4`
-# and `srun --mpi=pmix` over 4 tasks, and pstrain --version; the job must
+# A real one-node Slurm: an sbatch job runs 4 ranks with the launcher of
+# pstrain's MPI (jobs/mpiexec.sh) and `srun` over 4 tasks with that MPI's
+# plugin (pmix for Open MPI, pmi2 for MPICH), and pstrain --version; the job must
 # complete with exit 0 and print what each step printed. An impossible job
 # (more nodes than the cluster has) must be refused at submission.
 # Skips (77) where slurm-wlm/munge are missing or the daemons cannot start.
 set -u
 . "$(dirname "$0")/slurm-lib.sh"
 PSTRAIN=${PSTRAIN:?PSTRAIN must name the pstrain binary}
+. "${PSTRAIN_SRC:?}/jobs/mpiexec.sh"
+srun_mpi=pmix
+[ "$MPI_FLAVOUR" = mpich ] && srun_mpi=pmi2
 slurm_up 16
 
 work=$SLURM_TEST_DIR/jobs
@@ -15,9 +19,9 @@ cat >"$work/harness.sh" <<EOF
 #SBATCH --ntasks=4
 #SBATCH --time=2
 echo "tasks=\$SLURM_NTASKS nodes=\$SLURM_JOB_NUM_NODES"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun --oversubscribe -np 4 sh -c 'echo mpirun-rank \$OMPI_COMM_WORLD_RANK'
-srun --mpi=pmix -n 4 sh -c 'echo srun-task \$SLURM_PROCID'
+PSTRAIN=$PSTRAIN MPIEXEC=$MPIEXEC MPI_FLAVOUR=$MPI_FLAVOUR . $PSTRAIN_SRC/jobs/mpiexec.sh
+"\${MPIEXEC_CMD[@]}" -n 4 sh -c 'echo mpirun-rank \$$MPI_RANK_VAR'
+srun --mpi=$srun_mpi -n 4 sh -c 'echo srun-task \$SLURM_PROCID'
 "$PSTRAIN" --version | head -1
 EOF
 fail=0

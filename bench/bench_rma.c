@@ -24,13 +24,14 @@
  */
 #include <errno.h>
 #include <mpi.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "pstrain/common.h"
+#include "src/cluster/dist_internal.h" /* the service loops' back-off and progress */
 
 #define MAX_LIST 32
 
@@ -205,33 +206,6 @@ static void parse(int argc, char **argv, opts *o)
     if (o->min > o->max) usage_error("--min is larger than --max");
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The parameter server's idle back-off (src/cluster/dist_util.c,
- * dist_backoff_init(10, 250)): four yields, then sleeps doubling from
- * 10 us to 250 us; reset by any work. */
-typedef struct backoff {
-    int n;
-    double cur_us;
-} backoff;
-
-static void backoff_wait(backoff *b)
-{
-    if (b->n++ < 4) {
-        sched_yield();
-        return;
-    }
-    if (b->cur_us < 10) b->cur_us = 10;
-    struct timespec ts = {0, (long)(b->cur_us * 1000.0)};
-    nanosleep(&ts, NULL);
-    b->cur_us = b->cur_us * 2 < 250 ? b->cur_us * 2 : 250;
-}
-
 static void check(int rc, const char *what)
 {
     if (rc == MPI_SUCCESS) return;
@@ -257,18 +231,19 @@ typedef struct ctx {
 } ctx;
 
 /* Target: serve until `k` more origins have reported done (each adds 1 to
- * the done word), calling MPI_Iprobe between polls as pstrain's PS does. */
+ * the done word), with a sync PS's loop: dist_progress between polls and,
+ * unless busy, its idle back-off (10-250 us, src/cluster/ps.c). */
 static void serve(ctx *c, int k)
 {
     volatile int64_t *done = (volatile int64_t *)c->base;
-    backoff bo = {0, 10};
+    dist_backoff bo;
+    dist_backoff_init(&bo, 10, 250);
     const int64_t want = c->served + k;
     for (;;) {
         check(MPI_Win_sync(c->win), "MPI_Win_sync");
         if (__atomic_load_n(done, __ATOMIC_ACQUIRE) >= want) break;
-        int flag = 0;
-        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
-        if (!c->busy) backoff_wait(&bo);
+        dist_progress();
+        if (!c->busy) dist_backoff_wait(&bo);
     }
     c->served = want;
 }
@@ -332,9 +307,9 @@ static void latency(ctx *c, const opts *o)
         } else if (c->rank == 1) {
             for (int i = 0; i < 10; i++) op_once(c, op, bytes, 0, 0); /* warm-up */
             for (int i = 0; i < o->lat_reps; i++) {
-                double t0 = now();
+                double t0 = pst_now();
                 op_once(c, op, bytes, 0, 0);
-                t[i] = now() - t0;
+                t[i] = pst_now() - t0;
             }
             report_done(c);
             qsort(t, (size_t)o->lat_reps, sizeof *t, cmp_double);
@@ -355,11 +330,11 @@ static void latency(ctx *c, const opts *o)
             serve(c, 1);
         } else if (c->rank == 1) {
             for (int i = 0; i < groups + 2; i++) {
-                double t0 = now();
+                double t0 = pst_now();
                 for (int j = 0; j < o->lat_batch; j++)
                     op_start(c, op, o->lat_size, op == OP_PUT ? j : 0, o->lat_size);
                 check(MPI_Win_flush(0, c->win), "MPI_Win_flush");
-                if (i >= 2) g[i - 2] = now() - t0; /* two warm-up groups */
+                if (i >= 2) g[i - 2] = pst_now() - t0; /* two warm-up groups */
             }
             report_done(c);
             qsort(g, (size_t)groups, sizeof *g, cmp_double);
@@ -386,13 +361,13 @@ static double bw_once(ctx *c, const opts *o, int op, long long bytes, int k)
     if (c->rank == 0) {
         serve(c, k);
     } else if (c->rank <= k) {
-        const double t0 = now();
+        const double t0 = pst_now();
         double t;
         long long n = 0;
         do {
             op_once(c, op, bytes, c->rank - 1, o->max);
             n++;
-            t = now() - t0;
+            t = pst_now() - t0;
         } while (t < o->seconds);
         report_done(c);
         mine[0] = (double)n * (double)bytes;

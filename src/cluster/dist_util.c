@@ -72,12 +72,10 @@ void dist_backoff_wait(dist_backoff *b)
 
 void dist_progress(void)
 {
-    /* A probe that finds a message returns without progressing anything:
-     * with a snapshot waiting at the root (a PS's final one, which the root
-     * receives only after the ring), MPI_Iprobe(MPI_ANY_TAG) made no
-     * progress at all under MPICH and Open MPI's pt2pt, and a worker's
-     * feed_finish hung. So the probe asks for a tag nobody sends: it never
-     * matches and always progresses. */
+    /* A probe that matches a pending message returns without progressing
+     * anything (MPICH, Open MPI's pt2pt), and the root leaves a PS's final
+     * snapshot pending until its ring is done: a tag nobody sends never
+     * matches, so every call progresses. */
     int flag = 0;
     MPI_Iprobe(MPI_ANY_SOURCE, DIST_TAG_NEVER, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
 }

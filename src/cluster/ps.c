@@ -464,10 +464,9 @@ int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *pa
 }
 
 /* Completes this rank's operations on every PS: one MPI_Win_flush per PS,
- * not MPI_Win_flush_all. Under MPICH 4.0.2 (ch4:ucx) MPI_Win_flush_all
- * returned before a pull's MPI_Gets had landed: a sync worker then computed
- * with the previous version's parameters it still held (seen in 5 of 6 runs
- * of mlp with 2 workers; per-PS flushes: 6 of 6 bitwise equal). */
+ * not MPI_Win_flush_all, which under MPICH 4.0.2 (ch4:ucx) can return
+ * before a pull's MPI_Gets have landed (docs/mpi-facts.md, "MPICH 4.0.2"):
+ * a sync worker would compute on the previous version's parameters. */
 static void flush_ps(ps_shard *s)
 {
     for (int p = 0; p < s->plan->nps; p++) MPI_OK(MPI_Win_flush(s->ps_ranks[p], s->win));

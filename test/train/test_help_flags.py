@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """test_help_flags.py - the flags of every command agree three ways:
 the option table in the source (what the command accepts), its --help (what
-it tells the user) and README.md (where the user looks them up).
+it tells the user) and the documentation (README.md and docs/*.md, where
+the user looks them up: the user guide's pages document each command's flags).
 
 For each command: every flag of its table is in its --help, every flag of
 its --help is accepted by some command (its own, or another it refers to),
-and every flag of its --help is in README.md as `--flag`; the table parsed
+and every flag of its --help is in the documentation as `--flag`; the table parsed
 is the command's own (one of its flags is not "unknown", a made-up one is).
 Environment (test_env): PSTRAIN, PSTRAIN_PREP, PSTRAIN_SRC."""
 import os
@@ -16,8 +17,13 @@ import sys
 src = os.environ["PSTRAIN_SRC"]
 pstrain = os.environ["PSTRAIN"]
 prep = os.environ["PSTRAIN_PREP"]
-readme = open(os.path.join(src, "README.md"), encoding="utf-8").read()
-documented = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]*)", readme))
+docs_dir = os.path.join(src, "docs")
+docs = [os.path.join(src, "README.md")] + sorted(
+    os.path.join(docs_dir, f) for f in os.listdir(docs_dir) if f.endswith(".md"))
+documented = set()
+for path in docs:
+    text = open(path, encoding="utf-8").read()
+    documented |= set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]*)", text))
 
 # command, source file, the table's C name (getopt_long's struct option
 # array, or a NULL-terminated list of names)
@@ -74,6 +80,6 @@ for cmd, path, name in COMMANDS:
         if ("unknown option" in r.stderr) == known:
             bad("%s --%s: %s" % (label, f, r.stderr.strip() or "accepted"))
     for f in sorted(shown - documented):
-        bad("%s --%s: not in README.md" % (label, f))
-    print("%s: %d flags in the table, --help and README.md" % (label, len(accepted)))
+        bad("%s --%s: not in README.md or docs/*.md" % (label, f))
+    print("%s: %d flags in the table, --help and the documentation" % (label, len(accepted)))
 sys.exit(fail)

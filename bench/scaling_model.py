@@ -10,7 +10,7 @@ and how many workers a root and P parameter servers sustain (docs/scaling.md).
 
 The model's bytes per PS and its messages (ranges) come from
 `pstrain plan --model M --ps P` (--pstrain, default build/pstrain). One step
-of version v, on the critical path (design.md §3.5):
+of version v, on the critical path (docs/design.md §3.5):
 
   T = C + T_pull + T_push + T_apply + T_take_exposed + T_lat
   T_pull + T_push = (W + 1) * M_link / B_ps  (served in turn, --sharing serial)
@@ -41,8 +41,8 @@ import statistics
 import subprocess
 import sys
 
-# Compute time per step on this project's 2-core machines (README,
-# "Performance"): (images/s, batch, threads) of pstrain's training step.
+# Compute time per step on this project's 2-core machines (docs/performance.md,
+# "Training step against PyTorch"): (images/s, batch, threads) of pstrain's training step.
 COMPUTE = {
     "lenet5": (22676, 64, 1),
     "mlp": (65417, 64, 1),
@@ -51,7 +51,7 @@ COMPUTE = {
     "resnet-50": (10.4, 32, 2),
     "inception-v3": (9.0, 32, 2),
 }
-# Input geometry of each model as the README trains it.
+# Input geometry of each model as docs/performance.md benchmarks it.
 GEOM = {
     "lenet5": (28, 28, 1, 10),
     "mlp": (28, 28, 1, 10),
@@ -335,7 +335,7 @@ def main():
     pr.add_argument("--size", help="HxWxC (default: the model's usual input)")
     pr.add_argument("--classes", type=int)
     pr.add_argument("--compute-ms", type=float, help="compute per step, ms (default: the "
-                    "README's benchmark for the model)")
+                    "benchmark of docs/performance.md for the model)")
     pr.add_argument("--workers", default="1,2,4,8,16,32")
     add_link_args(pr)
     tb = sub.add_parser("table", help="workers sustained per model and link speed")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Passive-target progress: pstrain under MPICH with its default progress and
 # with MPIR_CVAR_ASYNC_PROGRESS=1, and under Open MPI as the reference
-# (prints numbers; not a timed test). docs/mpi-facts.md, "MPICH 4.0.2".
+# (prints numbers; not a timed test). docs/platform.md, "MPICH 4.0.2".
 #
 #  1. bench_dist target: rank 1 makes fetch-and-ops on rank 0's window while
 #     rank 0 serves like pstrain's loops (back-off up to 1000 us: the root;

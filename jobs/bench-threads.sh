@@ -20,7 +20,7 @@
 #
 # A series (RUNS > 1) repeats all configurations RUNS times, starting a run
 # every GAP seconds (0: back to back). A VM's speed for data crossing between
-# cores can change for minutes at a time (docs/mpi-facts.md), so one run's
+# cores can change for minutes at a time (docs/platform.md, "Two cores"), so one run's
 # ratio says little; a series spread over an hour gives the distribution.
 # Before each run, bench_peak's "share" test probes that state (a cache
 # line's one-way hand-over between two CPUs, and the read rate of 512 KiB

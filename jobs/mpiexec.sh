@@ -66,14 +66,14 @@ mpich)
     mpiexec_oversubscribe=()
     # ch4:ucx: UCX's TCP transport for everything, no shared memory. Debian's
     # MPICH 4.0.2 (UCX 1.13) with it often hangs in MPI_Finalize after the
-    # run's work is done (docs/mpi-facts.md, "MPICH 4.0.2"), so tests skip
+    # run's work is done (docs/platform.md, "MPICH 4.0.2"), so tests skip
     # their TCP-only runs under MPICH; jobs may still ask for it.
     MPIEXEC_TCP=(-genv UCX_TLS tcp,self)
-    MPIEXEC_TCP_SKIP="MPICH's UCX tcp transport hangs in MPI_Finalize (UCX 1.13; docs/mpi-facts.md)"
+    MPIEXEC_TCP_SKIP="MPICH's UCX tcp transport hangs in MPI_Finalize (UCX 1.13; docs/platform.md)"
     # No MPIR_CVAR_ASYNC_PROGRESS: the ranks whose windows others use (root,
     # PS) progress them in their service loops (dist_progress), and MPICH's
     # progress thread, one spinning thread per rank, cost 2-5x in training
-    # speed when ranks share cores (docs/mpi-facts.md).
+    # speed when ranks share cores (docs/platform.md, "MPICH 4.0.2").
     MPI_RANK_VAR=PMI_RANK
     ;;
 *)

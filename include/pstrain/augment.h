@@ -4,7 +4,7 @@
  * image the model sees, with the random training transform or the
  * deterministic evaluation transform of a recipe.
  *
- * Recipes (docs/design.md, "Preprocessing recipes", says where each comes
+ * Recipes (docs/design.md §3.12 says where each comes
  * from and how close it is):
  *
  *   AUG_RESIZE     train and eval: the whole image resized to out_h x out_w

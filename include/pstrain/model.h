@@ -175,7 +175,7 @@ void nn_model_set_profile_rerun(nn_model *m, bool on);
  * times[2 i] (forward of layer i) and times[2 i + 1] (backward), overwriting
  * them every step (times: 2 * layers doubles, owned by the caller), and no
  * other profiling runs: no CPU-time reads (a system call of some 5 us on
- * the machine of docs/design.md section 11) and no pool statistics, only
+ * the machine of docs/platform.md, "Two cores") and no pool statistics, only
  * two reads of the wall clock per pass. NULL: off. Not together with
  * nn_model_set_profiling. */
 void nn_model_set_profile_wall(nn_model *m, double *times);

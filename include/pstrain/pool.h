@@ -17,7 +17,7 @@
  * the same images from layer to layer (tasks are image- or row-major), so
  * what it reads was mostly written by itself: in its own core's caches.
  *
- * Determinism rule for every parallel kernel (docs/design.md, "Threads"):
+ * Determinism rule for every parallel kernel (docs/design.md §11):
  * split the work into tasks whose decomposition depends only on the shapes,
  * never on T, and reduce partial results in a fixed order over the tasks
  * after nn_pool_for returns. Then a run gives the same bits for every T.

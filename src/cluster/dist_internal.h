@@ -70,7 +70,7 @@ void dist_recv(void *buf, size_t n, MPI_Datatype t, size_t tsize, int src, int t
 /* Lets MPI progress passive-target operations aimed at this rank (MPICH,
  * Open MPI's pt2pt and ucx, MPI_Win_create windows: the target must enter
  * MPI), by probing for DIST_TAG_NEVER, a tag no rank ever sends: a probe
- * that matches a pending message makes no progress (docs/mpi-facts.md). */
+ * that matches a pending message makes no progress (docs/platform.md, "MPICH 4.0.2"). */
 enum { DIST_TAG_NEVER = 7199 };
 void dist_progress(void);
 

@@ -277,8 +277,8 @@ int run_end(dist_run *r, pst_err *e)
             goto out;
         if (r->esplit && !res->stop_signal) {
             eval_stats ev;
-            /* evaluations use the moving averages (README); the variables
-             * are not needed any more */
+            /* evaluations use the moving averages (docs/training.md, "Training recipes"); the
+             * variables are not needed any more */
             if (r->averages) memcpy(nn_model_params(m), r->averages, sizeof(float) * nparam);
             if (train_evaluate(m, &r->ds, &r->input, r->esplit, cfg->batch, &ev, NULL, e) < 0)
                 goto out;

@@ -280,7 +280,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
          * written in the same poll, a descheduled process), the workers
          * drain the ring meanwhile and the PS reaches that version with the
          * old T. It then gets no more gradients: had it waited for one more
-         * update to notice, it would never end (design.md §3.9). */
+         * update to notice, it would never end (docs/design.md §3.9). */
         if (lockstep && version >= last_version && nended < W) {
             dist_store64(&ctl[CTL_DONE], 1);
             nended = W;
@@ -465,7 +465,7 @@ int ps_snapshot_recv(ps_shard *s, int p, bool block, int64_t *version, float *pa
 
 /* Completes this rank's operations on every PS: one MPI_Win_flush per PS,
  * not MPI_Win_flush_all, which under MPICH 4.0.2 (ch4:ucx) can return
- * before a pull's MPI_Gets have landed (docs/mpi-facts.md, "MPICH 4.0.2"):
+ * before a pull's MPI_Gets have landed (docs/platform.md, "MPICH 4.0.2"):
  * a sync worker would compute on the previous version's parameters. */
 static void flush_ps(ps_shard *s)
 {

@@ -199,7 +199,8 @@ static int root_poll(void *vctx, pst_err *e)
                 c->t_ckpt = pst_now();
             }
             if (v == c->eval_version) {
-                /* the moving averages when the run keeps them (README) */
+                /* the moving averages when the run keeps them (docs/training.md, "Training
+                 * recipes") */
                 memcpy(nn_model_params(c->m), c->ck_avg ? c->ck_avg : c->ck_params,
                        sizeof(float) * c->nparam);
                 if (root_eval(c, v, c->next_eval_epoch, e) < 0) return -1;

@@ -21,7 +21,7 @@ static const char *const split_names[H5DS_MAX_SPLITS] = {"train", "val", "test"}
 
 /* Decompressed-chunk cache per images dataset. Whole-chunk reads (the fast
  * path) need none, but random reads of single images would otherwise
- * decompress a whole chunk per image (docs/mpi-facts.md, HDF5: the chunk-cache pitfall). */
+ * decompress a whole chunk per image (docs/platform.md, "HDF5": the chunk-cache pitfall). */
 #define H5DS_CACHE_BYTES ((size_t)32 << 20)
 #define H5DS_CACHE_SLOTS 16411 /* prime, ~100x the chunks a 32 MiB cache holds */
 /* Labels are range-checked in blocks of this many. */

@@ -105,7 +105,7 @@ AI vf8 vkeep8(vf8 keep, vf8 d)
  * the single pass ran slower than a mask pass plus sums from L2 (the
  * masked dy's load waits for x's compare; the hardware prefetchers did not
  * keep enough lines in flight): 25088x128 with ReLU 4.2-4.3 ms -> 3.1-3.5,
- * 25088x256 fused 7.8-8.6 -> 6.6-7.1 (the harness of docs/mpi-facts.md).
+ * 25088x256 fused 7.8-8.6 -> 6.6-7.1 (a bench_bn-style harness).
  * A hint only (a prefetch past a tensor's end does not fault). */
 #define BN_PF 512
 AI void pf_line(const float *p, size_t e, const bool w)
@@ -226,7 +226,7 @@ static inline bn_bw bw_at(const bn_bw *b, size_t rows, size_t C)
  * square over the M rows at inp (s0: the batch's first row). The
  * backward's: sdy[c] of the masked dy d (written into or added to b->dres
  * per dres), sdyx[c] of d*xhat, over the M rows at b's pointers. Both in
- * the float-block order (bn_sums.c, docs/design.md section 11). */
+ * the float-block order (bn_sums.c, docs/design.md §11). */
 void nn_bn_fwd_sums(double *restrict sum, double *restrict sq, const float *inp,
                     const float *restrict s0, int M, int C);
 void nn_bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int mask, int dres);

@@ -53,7 +53,7 @@ bool nn_wino_shape(const nn_conv_dims *d)
 }
 
 /* Where F(2x2, 3x3) measured faster than the direct kernels (docs/design.md
- * section 12, bench_conv): AVX-512, 32 or more channels on both sides (the
+ * §12, bench_conv): AVX-512, 32 or more channels on both sides (the
  * 16-channel layers of resnet-20 ran slower: too little product per tile
  * for the transforms), C*K <= 65536 (U, 16 C K floats, is read once per
  * block of tiles: 512x512 and 448x384 at 7x7-8x8 ran 2x slower) and at
@@ -82,7 +82,7 @@ static bool wino4_use(const nn_conv_dims *d)
  * F(2x2) on ResNet-20's 14x14 and 7x7 stages, 1.4-2x on ResNet-50's res2
  * and Inception-v3's 2a; the forward, since 2026-12-02, 1.3x, 1.4-1.8x and
  * 1.6x on ResNet-20's 14x14 and 7x7 and res2, at 2.3-3x the direct kernels'
- * typical error: docs/design.md section 12); mode 3 every such layer
+ * typical error: docs/design.md §12); mode 3 every such layer
  * (tests, also portable). */
 static bool wino4_dgrad_use(const nn_conv_dims *d)
 {
@@ -98,7 +98,7 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
  * (nn_wino_wgrad_ok) with 32 or more channels on both sides, where it
  * measured 1.2-1.5x faster than F(2x2) on one thread (bench_conv:
  * ResNet-20's 14x14x32 and 7x7x64 at batch 64, ResNet-50's res2 at batch
- * 8) and no slower in work on two (docs/design.md section 12). */
+ * 8) and no slower in work on two (docs/design.md §12). */
 static bool wino4_wgrad_use(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -232,8 +232,8 @@ static int wi_blocks(const wi_job *j, int T)
 }
 
 /* Every block task multiplies by all of U, so a U built by tasks on every
- * thread is read by every thread: on the machine of docs/mpi-facts.md
- * ("What two threads get from this VM") a buffer the other core has just
+ * thread is read by every thread: on the machine of docs/platform.md,
+ * "Two cores", a buffer the other core has just
  * written reads at a sixth of the speed of one's own cache, and the lines
  * of U, rewritten by the next layer, change hands at every call (resnet-20
  * on 2 threads: the kernel transforms did 1.2-1.8x one thread's work).

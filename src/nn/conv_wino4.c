@@ -44,14 +44,14 @@
  * test_wino.c's shapes; for 32 to 64 channels (since 2026-12-02) 5.0-6.8e-7
  * instead of 6.0-8.8e-7 at ResNet-20's and ResNet-50's shapes (ReLU and
  * He data; direct kernels 2.1-3.0e-7, F(2x2) 1.6-2.2e-7: docs/design.md
- * section 12 has the table and why it is accepted). test_wino.c checks every output against a
+ * §12 has the figures and why they are accepted). test_wino.c checks every output against a
  * double-precision direct convolution with the bound 2 (C + 16) u
  * A^T[(|G||g||G^T|) . (|B^T||d||B|)]A (|.| elementwise) and the typical
  * error with a sharper limit.
  *
  * The forward runs in float since 2026-12-01, a deliberate trade (1.6x
  * faster than the double sums, about 2 ms of resnet-20's step at batch 64)
- * argued in docs/design.md section 12: the double sums were there for
+ * argued in docs/design.md §12: the double sums were there for
  * torch-trainstep-resnet-20, which then compared a step with pre-ReLU
  * values within 1e-6 of zero (any error could flip a ReLU); it now keeps
  * them 1e-3 away and passes at 1.1e-5 (limit 2e-4).
@@ -59,7 +59,7 @@
  * Blocks: W4_TB tiles (V[36][TB][C] and M[36][TB][K] floats, in L2).
  * U (36 positions of C x K floats and a cache line) is built in double once
  * per call, 16 input channels at a time, and rounded once to float; with
- * AVX-512 in the order u4_16_simd writes out (docs/design.md section 12,
+ * AVX-512 in the order u4_16_simd writes out (docs/design.md §12,
  * "Building U"; test_wino.c checks it). */
 #include "conv_wino4_impl.h"
 

@@ -114,7 +114,7 @@ static inline void wi_block_rows(const wi_job *j, int t0, int t1, size_t *ilo, s
  * that the next block of tb tiles adds to this one's, of the input and of
  * the output (the forward's and input gradient's, written; the weight
  * gradient's dy, read), are requested before this block's work
- * (docs/mpi-facts.md, "resnet-20's convolutions inside the model"). Hints
+ * (docs/platform.md, "A layer inside a model"). Hints
  * only: the results do not change. */
 static inline void wi_prefetch_next(const wi_job *j, int t0, int nt, int tb)
 {

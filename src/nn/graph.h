@@ -283,7 +283,7 @@ static inline const float *nn_dy2(const nn_layer *l)
  * binary). Read when a model is built: a model keeps what it was built
  * with. */
 int nn_fuse_use(int force);
-/* Concat without copies (model.c, docs/design.md "Concat without copies"):
+/* Concat without copies (model.c, docs/design.md §11, "Concat without copies"):
  * a producer of a strided kind (nn_layer_ops.strided: batch norm) whose
  * only consumer is a concat (not fused, not split) writes its output
  * straight into its channel slice of the concat's output and reads its

@@ -362,7 +362,7 @@ void nn_bn_backward_par(struct nn_pool *pool, double *red, float *dinp, bool acc
                         const float *invstd, int M, int C, bool relu, const nn_bn_res *res);
 /* The same with a row stride ld >= C for the output (forward) or for the
  * gradient dout (backward): out and dout are a channel slice of a wider
- * tensor (a concat's output and gradient, docs/design.md "concat without
+ * tensor (a concat's output and gradient, docs/design.md §11, "concat without
  * copies"); the other tensors have rows of C floats. ld > C only without
  * res and dout2. The same bits as with a contiguous output. */
 void nn_bn_forward_train_ld(struct nn_pool *pool, double *red, float *out, int ld, float *mean,

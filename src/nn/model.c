@@ -648,7 +648,7 @@ void nn_model_opt_apply(nn_model *m, const opt_cfg *c, float lr, int64_t t, floa
 {
     /* a small model's optimizer (inception-mini: 97k floats, some 50 us)
      * runs without pinning the caller, whose three system calls cost 8-10
-     * us on the machine of docs/design.md section 11 (the caller comes from
+     * us on the machine of docs/platform.md, "Two cores" (the caller comes from
      * the train step on its CPU anyway); a loop of milliseconds (resnet-50:
      * 25M floats) keeps the caller off the workers' CPUs */
     bool pin = n >= OPT_PIN_FLOATS;

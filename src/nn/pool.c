@@ -56,7 +56,7 @@
  * loops of a step (serial gaps of a few to some tens of microseconds, a
  * worker done some hundreds of microseconds before the last task of a loop
  * ends) never sleep: a sleep costs a futex wake-up, some 20 microseconds per
- * loop on the (virtual) machine of docs/design.md section 11. Bounded, so
+ * loop on the (virtual) machine of docs/platform.md, "Two cores". Bounded, so
  * that a rank's pool sleeps between steps (optimizer, MPI). */
 #define POOL_SPIN_NS 500000
 #define POOL_SPIN_YIELD_NS 50000

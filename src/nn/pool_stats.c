@@ -155,7 +155,7 @@ nn_pool_prof nn_pool_prof_read(void)
  * task is timed when the simulation first needs it.
  *
  * A read of the thread CPU clock is a system call: 1.3 microseconds on the
- * virtual machine of docs/design.md section 11, as much as a small task.
+ * virtual machine of docs/platform.md, "Two cores", as much as a small task.
  * About one read's cost falls inside a task's interval and one outside
  * (between tasks), so that hundreds of tasks per step would add a
  * millisecond to the tasks and another to the serial time: each task's

@@ -107,7 +107,7 @@ for c in "2 greedy" "3 partition"; do
 done
 # over TCP (jobs/mpiexec.sh's MPIEXEC_TCP), Open MPI only: MPICH 4.0.2 with
 # UCX_TLS=tcp,self hangs in MPI_Finalize (a 5-rank program with one window:
-# 6 of 8 runs; docs/mpi-facts.md)
+# 6 of 8 runs; docs/platform.md, "MPICH 4.0.2")
 for side in this other; do
     f=$this_flavour
     [ $side = other ] && f=$other_flavour

@@ -157,7 +157,7 @@ idle)
     # must stay a small fraction of the wall time (Open MPI: 1-3%); the
     # root's loop serves ~1000 batches/s here (3-11%) but must not spin.
     # MPICH's ch4:ucx applies the workers' accumulates on the target's CPU,
-    # in the PS's progress calls: 7% there (docs/mpi-facts.md)
+    # in the PS's progress calls: 7% there (docs/platform.md, "MPICH 4.0.2")
     ps_cpu=0.05
     [ "$MPI_FLAVOUR" = mpich ] && ps_cpu=0.12
     run 4 --data "$TMP/img.h5" --model lenet5 --ps 1 --mode async --optimizer sgd --epochs 40 \

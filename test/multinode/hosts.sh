@@ -272,7 +272,7 @@ mn_hostfile() {
 #   node), TCP between hosts; `--mca osc pt2pt`: Debian's
 #   openmpi-mca-params.conf leaves osc rdma and sm, and MPI_Win_allocate
 #   fails with MPI_ERR_WIN across nodes over TCP without pt2pt
-#   (docs/mpi-facts.md). Run as root: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM),
+#   (docs/platform.md, "Open MPI"). Run as root: OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM),
 #   inherited through the agent.
 # - MPICH 4.0.2 (mpiexec.mpich, hydra, ch4:ucx): `-launcher rsh
 #   -launcher-exec AGENT` (hydra runs `AGENT ADDR hydra_pmi_proxy ...`),

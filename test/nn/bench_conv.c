@@ -31,7 +31,7 @@
  * --cold MB: before each repetition, write and read back MB megabytes
  * (untimed), so that the pass finds none of its data in the caches: the
  * opposite bound to the best repetition, which finds all of it there (see
- * docs/mpi-facts.md, "resnet-20's convolutions inside the model").
+ * docs/platform.md, "A layer inside a model").
  * --hash: also a hash (FNV-1a of the bytes) of each pass's output after its
  * last repetition: y, dw, dx and the whole backward's dw (the inputs are fixed by a seed, so equal
  * hashes from two binaries or thread counts mean the same bits; without --acc). */

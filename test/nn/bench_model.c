@@ -25,7 +25,7 @@
  * time, under the layer's row): the layer with the caches as
  * it left them itself, against what the layers before it left; the
  * difference is what a layer pays for running inside the model (see
- * docs/mpi-facts.md, "resnet-20's convolutions inside the model").
+ * docs/platform.md, "A layer inside a model").
  * --loops K (threads > 1; default 12, 0: off): after the report, the K kinds
  * of pool loops (task function and task count, pool.h's nn_pool_kinds_read)
  * that left threads idle longest: loops, wall and idle thread time per

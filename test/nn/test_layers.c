@@ -832,8 +832,8 @@ static void test_bn_wide(void)
         free(nv);
 }
 
-/* The backward's sums follow the documented order (docs/design.md section
- * 11, "float-block sums" and "blocks of whole groups") for every channel
+/* The backward's sums follow the documented order (docs/design.md §11,
+ * "The determinism rule") for every channel
  * count, bitwise: groups of 8 rows counted from row 0, each summed in float
  * in two accumulators (even and odd rows), the pair added, converted and
  * added in double; blocks of whole groups, about 8192 floats each, at most

@@ -267,7 +267,7 @@ static void test_shapes_and_describe(void)
 }
 
 /* Variable names: unique, and for the ResNets torchvision's (resp. the
- * peer's) module paths with '/' for '.' (docs/design.md, "Models"). */
+ * peer's) module paths with '/' for '.' (docs/design.md §10). */
 static void test_names(void)
 {
     for (const char *const *name = nn_model_names(); *name; name++) {

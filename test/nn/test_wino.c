@@ -222,7 +222,7 @@ static double rms_rel(const float *got, const double *ref, size_t n)
  * |B^T|, |A^T| reach 5/2 and 8): a coefficient 1e-5 off stays under it.
  * The typical error is sharper: measured at most 3.2e-7 (F(2x2)), 5.7e-7
  * (F(4x4)'s 16 -> 16 forward in float, AVX-512; 6.4e-7 portable; 3.1e-7
- * when it summed in double, before 2026-12-01: docs/design.md section 12
+ * when it summed in double, before 2026-12-01: docs/design.md §12
  * says why float was chosen), 6.4-8.2e-7 (its forward of 32 to 64
  * channels, since 2026-12-02), 7.3e-7 (its input gradient) and 7.6e-7
  * (its weight gradient; the direct kernels' 1.1-5e-7) on these shapes; a
@@ -380,7 +380,7 @@ static void test_wino_threads(int N, int H, int W, int C, int K)
     free(x), free(w), free(R), free(dy);
 }
 
-/* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, design.md 12)
+/* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, docs/design.md §12, "Building U")
  * computes each U[p][c][k] = (G g G^T)[a][b] in double in a fixed order
  * and rounds it once: t[a][j] = fma(G[a][2], g[2][j], fma(G[a][1],
  * g[1][j], G[a][0] g[0][j])) (g[i][j] the tap of row i, column j), then
@@ -430,7 +430,7 @@ static void test_u4_order(int C, int K, bool flip)
 }
 
 /* `test_nn_wino --accuracy`: the forward's error at real layer shapes
- * (docs/design.md section 12, "Accuracy of the float F(4x4) forward"),
+ * (docs/design.md §12, "Accuracy"),
  * relative to the outputs' standard deviation, against a double-precision
  * direct convolution: ReLU outputs (max(0, N(0, 1))) times He-initialised
  * kernels (N(0, 2 / 9C)), no bias; and the weight gradient's, with dy ~

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # slurm-cluster.sh - a real one-node Slurm (slurmctld + slurmd + munged) on
-# localhost, for tests, following docs/mpi-facts.md (section "A real one-node Slurm for tests").
+# localhost, for tests, following docs/platform.md, "A real one-node Slurm for tests".
 #
 #   slurm-cluster.sh start DIR [CPUS]   start it; DIR/env holds the client
 #                                       environment (source it: SLURM_CONF)

@@ -4,7 +4,7 @@
 # time) with a stop checkpoint, and the resumed run must end bitwise equal
 # to an uninterrupted one.
 #
-# The race it provokes (resume-dist hung once this way, design.md §3.9):
+# The race it provokes (resume-dist hung once this way, docs/design.md §3.9):
 # the root computes the stop from the tickets it has published when its poll
 # begins (T = the end of that version) and then tells the PS. If the root is
 # slow in between (a checkpoint written in the same poll, or descheduled),

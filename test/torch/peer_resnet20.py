@@ -24,8 +24,8 @@ pstrain applies). The shuffle and the random draws are PyTorch's own, from
 (convolutions He truncated normal, |z| <= 2, variance 2/fan_in; the dense
 layer Glorot uniform, bias 0), the setting of the earlier measurements.
 
-The schedule and the averages follow pstrain's (src/nn/optim.c, README,
-Training recipes): --lr-decay F --lr-decay-epochs E is the staircase
+The schedule and the averages follow pstrain's (src/nn/optim.c,
+docs/training.md, "Training recipes"): --lr-decay F --lr-decay-epochs E is the staircase
 lr * F^floor(s / (E * 938)) of update s (0-based), --warmup-epochs E its
 linear warm-up from lr/10, both computed in double and rounded to float as
 lr_at does; --moving-average-decay D keeps pstrain's moving average of every

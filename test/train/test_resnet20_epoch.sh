@@ -28,7 +28,7 @@
 # test/torch/peer_resnet20.py, which trains the same network
 # (test/torch/torch_ref.py resnet_cifar, the module tree pstrain's variable
 # names follow) from the same initial distributions (PyTorch's defaults,
-# which pstrain's resnet-20 draws too: docs/torchvision.md, Initial weights),
+# which pstrain's resnet-20 draws too: docs/torchvision.md, "Initial weights"),
 # batch-norm eps 1e-3 and decay 0.99, the same schedule (pstrain's lr_at),
 # batch 64, the same normalisation, one epoch, with
 #   OMP_NUM_THREADS=1 /usr/bin/python3 test/torch/peer_resnet20.py --seed S \
@@ -38,7 +38,7 @@
 . "$(dirname "$0")/lib.sh"
 need_fm
 
-# test accuracies measured (docs/torchvision.md, Measurements); pstrain's
+# test accuracies measured (docs/torchvision.md, "Measurements"); pstrain's
 # with --threads 1 at 00b91df
 PEER_RUNS="0.9027 0.8955 0.8902 0.8916"          # PyTorch seeds 1-4
 PS_RUNS="0.8893 0.8967 0.8954 0.8984 0.8982 0.8813" # pstrain seeds 1,2,3,13,14,15

@@ -10,7 +10,8 @@
 # PATH of the system only) and, where a private mount namespace can be had
 # (root), with the source tree hidden under an empty tmpfs:
 #   - `module use PREFIX/share/modulefiles && module load pstrain` (Lmod) puts
-#     the programs on PATH and the man pages on MANPATH, and sets PSTRAIN_ROOT
+#     the programs on PATH, the man pages on MANPATH, the completion on
+#     XDG_DATA_DIRS, and sets PSTRAIN_ROOT
 #   - `man pstrain-train` (through MANPATH) and `man -l` of every page
 #   - the bash completion, sourced and called with COMP_WORDS/COMP_CWORD
 #   - the installed prep.sbatch makes a small data set from idx files with the
@@ -73,6 +74,7 @@ command -v plot-metrics >/dev/null || bad "plot-metrics not on PATH"
 command -v torch2ckpt.py >/dev/null || bad "torch2ckpt.py not on PATH"
 [ "${PSTRAIN_ROOT:-}" = "$prefix" ] || bad "PSTRAIN_ROOT is '${PSTRAIN_ROOT:-}', expected $prefix"
 case :${MANPATH:-}: in *":$prefix/share/man:"*) ;; *) bad "MANPATH '${MANPATH:-}' lacks $prefix/share/man" ;; esac
+case :${XDG_DATA_DIRS:-}: in *":$prefix/share:"*) ;; *) bad "XDG_DATA_DIRS '${XDG_DATA_DIRS:-}' lacks $prefix/share" ;; esac
 pstrain --version | head -1
 
 say "man pages"

@@ -57,6 +57,7 @@ if grep -rIl -e "$src" -e "$build" "$prefix" >"$tmp/refs"; then
 fi
 
 # ---- the checks, run in the installed world ------------------------------------
+cp "$(dirname "$0")/check_completion.sh" "$tmp/"
 cat >"$tmp/check.sh" <<'EOF'
 set -u
 prefix=$1 lmod_init=$2 tmp=$3
@@ -91,33 +92,8 @@ man -w ls >/dev/null 2>&1 || [ ! -e /usr/share/man/man1/ls.1.gz ] ||
     bad "with the module loaded, man no longer finds the system's pages (MANPATH '$MANPATH')"
 
 say "bash completion"
-. "$prefix/share/bash-completion/completions/pstrain"
-complete_words() { # the completions of the last word
-    COMP_WORDS=("$@")
-    COMP_CWORD=$(($# - 1))
-    COMPREPLY=()
-    _pstrain
-    echo " ${COMPREPLY[*]} "
-}
-expect() { # words... -- wanted...
-    local w=() got
-    while [ "$1" != -- ]; do w+=("$1"); shift; done
-    shift
-    got=$(complete_words "${w[@]}")
-    for x in "$@"; do
-        case $got in *" $x "*) ;; *) bad "completion of '${w[*]}': '$got' lacks $x" ;; esac
-    done
-}
-expect pstrain "" -- train eval plan --version
-expect pstrain train --mo -- --model --momentum --moving-average-decay
-expect pstrain train --model "" -- lenet5 mlp resnet-50 inception-v3
-expect pstrain train --optimizer "" -- sgd momentum rmsprop adam
-expect pstrain plan --model res -- resnet-20 resnet-56 resnet-50
-expect pstrain eval --sp -- --split
-expect pstrain-prep "" -- idx images info verify preview
-expect pstrain-prep images --store "" -- pixels encoded
-[ "$(complete_words pstrain train --nesterov --epo)" = " --epochs " ] ||
-    bad "completion after a flag without a value: '$(complete_words pstrain train --nesterov --epo)'"
+bash "$tmp/check_completion.sh" "$prefix/share/bash-completion/completions/pstrain" ||
+    bad "the installed bash completion"
 
 say "prep.sbatch (installed): a data set from idx files"
 mkdir -p "$tmp/idx" "$tmp/work"

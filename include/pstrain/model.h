@@ -114,7 +114,7 @@ void nn_model_apply_state(const nn_model *m, float *params, const float *src, si
 /* opt_apply (optim.h) of n elements on the model's threads, in blocks of
  * 16,384 floats: the update is elementwise, so the bits do not depend on
  * the thread count. For a single-process step's update, which would
- * otherwise run on one thread (resnet-50: 25 M floats, some 13 ms). */
+ * otherwise run on one thread (resnet-50: 25 M floats). */
 struct opt_cfg;
 void nn_model_opt_apply(nn_model *m, const struct opt_cfg *c, float lr, int64_t t, float *param,
                         const float *grad, float *slots, size_t slot_stride, size_t n);
@@ -174,9 +174,9 @@ void nn_model_set_profile_rerun(nn_model *m, bool on);
  * times is not NULL, train_step writes each layer's wall seconds into
  * times[2 i] (forward of layer i) and times[2 i + 1] (backward), overwriting
  * them every step (times: 2 * layers doubles, owned by the caller), and no
- * other profiling runs: no CPU-time reads (a system call of some 5 us on
- * the machine of docs/design.md section 11) and no pool statistics, only
- * two reads of the wall clock per pass. NULL: off. Not together with
+ * other profiling runs: no CPU-time reads (a system call each on virtual
+ * machines, docs/design.md section 11) and no pool statistics, only two
+ * reads of the wall clock per pass. NULL: off. Not together with
  * nn_model_set_profiling. */
 void nn_model_set_profile_wall(nn_model *m, double *times);
 

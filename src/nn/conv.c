@@ -13,7 +13,8 @@
  *              im2col": no col matrix), so does dw for K <= 16 (else it
  *              multiplies the chunk's col), and the input gradient is added
  *              straight into the padded image gradient (no dcol matrix, no
- *              col2im). BLIS measured 7-40 GFLOP/s on these shapes.
+ *              col2im). BLIS wastes most of its micro-tile on these
+ *              shapes (narrow.c says why).
  *   C = 1, stride 1, K <= 16 (a grayscale input layer): conv1ch.c,
  *              vectorised along the output row.
  *   1x1, stride 1, no padding: a dense layer over the N*H*W rows.
@@ -194,17 +195,17 @@ static bool narrow_dw_path(const nn_conv_dims *d)
  * in slice order): as many as CONV_PART_FLOATS of partials allow, with at
  * least CONV_SLICE_PIXELS output pixels each, at most N; 2 where that
  * gives one (a batch of 2,048-4,095 output pixels: slices of at least
- * 1,024, session 17). Every task list is slice-major, so on 2 threads
+ * 1,024). Every task list is slice-major, so on 2 threads
  * the pool's part p (pool.h) is slice p: thread p reads only the images it
  * writes in the layers before and after. With one slice every task read
  * every image, half of them last written by the other core, which in the
- * VM's slow state costs more than the arithmetic (inception-mini's 7x7
- * outputs, batch 64; docs/mpi-facts.md, session 17). A layer of the
+ * slow state of a VM costs more than the arithmetic (inception-mini's 7x7
+ * outputs, batch 64; docs/mpi-facts.md). A layer of the
  * narrow path with fewer than CONV_NARROW_SLICES of those gets
  * CONV_WG_TASKS slices (at most N, within the partials) instead: there a
- * slice is a task, and one slice left the other threads idle
- * (inception-mini's mixed_b/bdbl_2, 16->32 at 7x7, batch 64: ~230 us on
- * the caller alone per step). Cut by the shapes, as every slice count;
+ * slice is a task, and one slice would leave the other threads idle
+ * (inception-mini's mixed_b/bdbl_2, 16->32 at 7x7, batch 64, would run
+ * on the caller alone). Cut by the shapes, as every slice count;
  * docs/design.md, "Threads". */
 #define CONV_NARROW_SLICES 4
 #define CONV_WG_TASKS 8
@@ -435,9 +436,7 @@ int nn_cv_wgrad_chan_blocks(const nn_conv_dims *d, int S)
  * writes every image's output). So the blocks go outermost where the
  * packed kernel outweighs the input pixels the windows reach plus the
  * output: resnet-50's res5 3x3 512, 3x3/2 512 and projection 1024 -> 2048
- * at batch 8 (`bench_conv --threads 2`: the forward's work 11.6-11.9 ->
- * 10.2-10.4 ms, one thread's, wall 5.85-6.05 -> 5.17-5.33 for the 3x3;
- * 3x3/2 5.93-6.24 -> 5.38-5.57; projection 5.02-5.24 -> 4.66-4.72). Each
+ * at batch 8 (`bench_conv --threads 2` compares the two orders). Each
  * output is still one task's, computed alike: no bit changes. */
 static int fwd_kb_chunks(const nn_conv_dims *d, int T, int nkb)
 {

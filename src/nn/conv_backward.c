@@ -40,10 +40,10 @@ static void (*dgrad_fast_setup(conv_job *j, nn_pool *pool, int *ntasks))(void *,
  * shared padding, or channel ranges) and the fast input gradient's tasks,
  * cut into P parts (the pool's threads), part p = the weight gradient's
  * block p then the input gradient's block p: the weight gradient of the
- * small 14x14 and 28x28 layers is 8 tasks of ~0.6 ms, and alone in its
- * loop the thread that finished first waited at its end (resnet-50 batch
- * 8 on 2 threads: 5-7 ms of thread time per step); now it takes the input
- * gradient's small tasks meanwhile. The two write different buffers and
+ * small 14x14 and 28x28 layers is 8 long tasks, and alone in its loop the
+ * thread that finished first would wait at its end (resnet-50 at batch 8
+ * on 2 threads); here it takes the input gradient's small tasks
+ * meanwhile. The two write different buffers and
  * read only dy, x and w. Per-thread scratch: the in-place and shared-pad
  * weight-gradient tasks use none; the channel-range tasks and the input
  * gradient's use their thread's front area below nn_cv_fast_pad_floats (the
@@ -80,9 +80,9 @@ static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, n
 
 /* The input gradient of a strided layer (dcol: per image; dcolg: per
  * group) in one loop with the channel-range weight gradient's nw tasks,
- * cut as backward_fused's parts: those tasks (8-18 of 0.1-1.4 ms:
- * resnet-50's 3x3/2 layers, inception-mini's reduce/b3x3) alone in their
- * loop left the thread that finished first idle at its end. w^T is packed
+ * cut as backward_fused's parts: those tasks (8-18 long ones: resnet-50's
+ * 3x3/2 layers, inception-mini's reduce/b3x3) alone in their loop would
+ * leave the thread that finished first idle at its end. w^T is packed
  * first where no task writes in thread 0's area: dcol, at the end of the
  * col area (its dcol block lies at the start, its padded gradient after
  * the col area), the channel-range tasks' padded sub-images kept below it

@@ -52,13 +52,13 @@ bool nn_wino_shape(const nn_conv_dims *d)
            d->PW >= 0 && d->PW <= 2 && d->OH > 0 && d->OW > 0;
 }
 
-/* Where F(2x2, 3x3) measured faster than the direct kernels (docs/design.md
- * section 12, bench_conv): AVX-512, 32 or more channels on both sides (the
- * 16-channel layers of resnet-20 ran slower: too little product per tile
- * for the transforms), C*K <= 65536 (U, 16 C K floats, is read once per
- * block of tiles: 512x512 and 448x384 at 7x7-8x8 ran 2x slower) and at
- * least 256 tiles (the U transform and its traffic amortised). Monotone in
- * N: a smaller batch never switches it on. */
+/* Where F(2x2, 3x3) is faster than the direct kernels (docs/design.md
+ * section 12 lists the layers, bench_conv compares them): AVX-512, 32 or
+ * more channels on both sides (16 channels give too little product per
+ * tile for the transforms), C*K <= 65536 (U, 16 C K floats, is read once
+ * per block of tiles: a larger U, as 512x512 at 7x7, costs more than it
+ * saves) and at least 256 tiles (the U transform and its traffic
+ * amortised). Monotone in N: a smaller batch never switches it on. */
 static bool wino_faster(const nn_conv_dims *d)
 {
     size_t tiles = (size_t)d->N * ((d->OH + 1) / 2) * ((d->OW + 1) / 2);
@@ -66,7 +66,7 @@ static bool wino_faster(const nn_conv_dims *d)
            (size_t)d->C * d->K <= 65536 && tiles >= 256;
 }
 
-/* F(4x4) for this 16 -> 16 shape: mode 1 with AVX-512 (where it measured
+/* F(4x4) for this 16 -> 16 shape: mode 1 with AVX-512 (where it is
  * faster than the direct kernels), or mode 3 (tests: also portable). */
 static bool wino4_use(const nn_conv_dims *d)
 {
@@ -78,12 +78,10 @@ static bool wino4_use(const nn_conv_dims *d)
 /* F(4x4) in float for the forward and the input gradient: C and K
  * multiples of 16 up to 64 (conv_wino4.c's register tiles); mode 1: 16 ->
  * 16 (wino4_use) and, where F(2x2) is used (wino_faster), 32 to 64
- * channels on both sides (the input gradient measured 1.3-1.6x faster than
- * F(2x2) on ResNet-20's 14x14 and 7x7 stages, 1.4-2x on ResNet-50's res2
- * and Inception-v3's 2a; the forward, since 2026-12-02, 1.3x, 1.4-1.8x and
- * 1.6x on ResNet-20's 14x14 and 7x7 and res2, at 2.3-3x the direct kernels'
- * typical error: docs/design.md section 12); mode 3 every such layer
- * (tests, also portable). */
+ * channels on both sides, where both passes are faster than F(2x2)
+ * (ResNet-20's 14x14 and 7x7 stages, ResNet-50's res2, Inception-v3's 2a),
+ * at a few times the direct kernels' typical error (docs/design.md section
+ * 12 has the figures); mode 3 every such layer (tests, also portable). */
 static bool wino4_dgrad_use(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -95,10 +93,10 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
 /* F(4x4) for the weight gradient of C and K multiples of 16 up to 64,
  * other than 16 -> 16 (nn_wi4k_wgrad): mode 3 every such layer (tests,
  * also portable); mode 1 where F(2x2)'s weight gradient is used
- * (nn_wino_wgrad_ok) with 32 or more channels on both sides, where it
- * measured 1.2-1.5x faster than F(2x2) on one thread (bench_conv:
- * ResNet-20's 14x14x32 and 7x7x64 at batch 64, ResNet-50's res2 at batch
- * 8) and no slower in work on two (docs/design.md section 12). */
+ * (nn_wino_wgrad_ok) with 32 or more channels on both sides, where it is
+ * faster than F(2x2) on one thread and no slower in work on two
+ * (bench_conv: ResNet-20's 14x14x32 and 7x7x64, ResNet-50's res2;
+ * docs/design.md section 12). */
 static bool wino4_wgrad_use(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);
@@ -113,7 +111,7 @@ static bool wino4_wgrad_use(const nn_conv_dims *d)
  * in float blocks summed in slices (nn_wi4_wgrad); conv_wino4.c says how
  * accurate they are and why that is accepted. The 32- to 64-channel
  * layers of wino_faster take F(4x4) for the forward and the input gradient
- * (wino4_dgrad_use) and, where it measured faster, the weight gradient
+ * (wino4_dgrad_use) and, where it is faster, the weight gradient
  * (wino4_wgrad_use). */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
@@ -122,15 +120,15 @@ bool nn_wino_ok(const nn_conv_dims *d)
     return wino4_use(d) || mode >= 2 || wino_faster(d);
 }
 
-/* The weight gradient where it measured faster (section 12): the
- * forward's rule, C*K <= 4096 (the slices' sums, 16 C K floats each, stay
- * small) and images of at most 56x56 (1.3-1.5x on ResNet-20's 32- and
- * 64-channel stages and ResNet-50's res2; Inception-v3's 147x147 and
- * 149x149 layers ran no faster); or, up to the forward's C*K, images of at
- * most 28x28 (ResNet-50's res3 and res4 3x3 at batch 8: 1.6-1.8x the
- * direct kernels' work, r50 in the thirteenth session). Which Winograd
- * runs it is nn_wino_wgrad's choice: the 32- to 64-channel layers among
- * these take F(4x4) since then (wino4_wgrad_use), the rest F(2x2). */
+/* The weight gradient where it is faster than the direct kernels (section
+ * 12): the forward's rule, C*K <= 4096 (the slices' sums, 16 C K floats
+ * each, stay small) and images of at most 56x56 (ResNet-20's 32- and
+ * 64-channel stages, ResNet-50's res2; larger images, as Inception-v3's
+ * 147x147, gain nothing); or, up to the forward's C*K, images of at most
+ * 28x28 (ResNet-50's res3 and res4 3x3, where the direct kernels do more
+ * work). Which Winograd runs it is nn_wino_wgrad's choice: the 32- to
+ * 64-channel layers among these take F(4x4) (wino4_wgrad_use), the rest
+ * F(2x2). */
 bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 {
     int mode = nn_wino_use(-1);

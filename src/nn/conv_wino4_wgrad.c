@@ -1,7 +1,7 @@
 /*
  * conv_wino4_wgrad.c - the weight gradient of 3x3 stride-1 layers through
- * Winograd F(4x4, 3x3): 16 -> 16 (nn_wi4_wgrad) and, since 2026-12-02, C
- * and K multiples of 16 up to 64 (nn_wi4k_wgrad, at the end of the file);
+ * Winograd F(4x4, 3x3): 16 -> 16 (nn_wi4_wgrad) and C and K multiples of
+ * 16 up to 64 (nn_wi4k_wgrad, at the end of the file);
  * conv_wino.c's nn_wino_wgrad calls them, with the points and the input
  * transform of conv_wino4.c (shared through conv_wino4_impl.h).
  *
@@ -314,8 +314,8 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
  * batch 64 has 256: two threads share it), at most W4K_PARTS floats of
  * sums (rounded down to an even count, so that two threads share them
  * evenly: 6 for 64 x 64), at least 1. Fixed by the shapes. (One per 128
- * tiles: 32 -> 32 at 14x14 0.60-0.62 against 0.56-0.58 ms, the slices'
- * reduction longer.) */
+ * tiles is slower: the slices' reduction grows more than the tasks
+ * shrink.) */
 #define W4K_PARTS (1u << 20)
 static int w4k_slices(const nn_conv_dims *d)
 {
@@ -565,9 +565,9 @@ void nn_wi4k_wgrad(float *dw, const float *dout, const float *inp, const nn_conv
 
 /* ---- with the input gradient ---------------------------------------------
  * As F(2x2)'s nn_wi2_backward: the slice tasks are few and long (res2's 3x3
- * 64 at batch 8: 6 slices of ~0.6 ms; ResNet-20's 7x7 stage at batch 64: 2)
- * and alone in their loop left the thread that finished first idle until
- * the loop's end; with the input gradient's F(4x4) blocks (12 tiles each)
+ * 64 at batch 8: 6 slices; ResNet-20's 7x7 stage at batch 64: 2) and
+ * alone in their loop would leave the thread that finished first idle
+ * until the loop's end; with the input gradient's F(4x4) blocks (12 tiles each)
  * in the same loop, that thread takes blocks meanwhile. Part p of the
  * pool's T contiguous parts holds the slice tasks p of T first, then the
  * blocks p of T. The scratch already holds both apart: a block's U, V and

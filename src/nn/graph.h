@@ -245,7 +245,7 @@ static inline const float *nn_in_y(nn_model *m, const nn_layer *l, int j)
  * the second writes dy2 instead of adding into dy (a third would add into
  * dy2), and the batch norm reads dy + dy2 in the passes it makes anyway.
  * That saves the read-modify-write of dy inside the second consumer (a
- * convolution's input gradient: ~0.2-0.3 ms per resnet-20 block). Only for
+ * convolution's input gradient, in every resnet-20 block). Only for
  * tensors of at most NN_SPLIT_MAX_C channels: wider ones need the batch
  * norm's mask prepass to read one more stream, and their second consumers
  * (the 1x1 fast kernels) prefetch what they accumulate into, so nothing was

@@ -225,7 +225,7 @@ void nn_cf_dw_runs(float *dw, const float *pad, const nn_cf_geom *g, const float
  * (conv_wino.c): forward and input gradient as 16 products [tiles x C] x
  * [C x K] between two transforms; F(4x4, 3x3) (36 products per 4x4 tile,
  * conv_wino4.c) for both passes of 16 -> 16-channel layers.
- * nn_wino_use(force): 0 off, 1 where it measured faster than the direct
+ * nn_wino_use(force): 0 off, 1 where it is faster than the direct
  * kernels (default; AVX-512 only), 2 F(2x2) on every shape it supports,
  * also portable (tests), 3 as 2 but F(4x4) for every 16 -> 16 layer and
  * for the input gradient of every layer whose C and K are multiples of 16

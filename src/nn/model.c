@@ -646,11 +646,11 @@ static void opt_task(void *varg, int task, int tid)
 void nn_model_opt_apply(nn_model *m, const opt_cfg *c, float lr, int64_t t, float *param,
                         const float *grad, float *slots, size_t slot_stride, size_t n)
 {
-    /* a small model's optimizer (inception-mini: 97k floats, some 50 us)
-     * runs without pinning the caller, whose three system calls cost 8-10
-     * us on the machine of docs/design.md section 11 (the caller comes from
-     * the train step on its CPU anyway); a loop of milliseconds (resnet-50:
-     * 25M floats) keeps the caller off the workers' CPUs */
+    /* a small model's optimizer (inception-mini: 97k floats) runs without
+     * pinning the caller: its three system calls would cost a good part of
+     * so short a loop (and the caller comes from the train step on its CPU
+     * anyway); a long loop (resnet-50: 25M floats) keeps the caller off the
+     * workers' CPUs */
     bool pin = n >= OPT_PIN_FLOATS;
     opt_job j = {c, lr, t, param, slots, grad, slot_stride, n};
     if (pin) nn_pool_enter(m->pool);

@@ -90,8 +90,9 @@ static int cmp_d(const void *a, const void *b)
 }
 
 /* One call of variant v on set q: thread CPU time (one thread) or wall
- * time (T > 1, the pool's statistics off: their clock reads cost some 5 us
- * each here, more than a small layer's loop) in us. */
+ * time (T > 1, the pool's statistics off: their clock reads, a system call
+ * each on a virtual machine, can cost more than a small layer's loop) in
+ * microseconds. */
 static double timed(nn_pool *pool, double *red, set *q, const params *p, int M, int C, int v)
 {
     int T = nn_pool_threads(pool);

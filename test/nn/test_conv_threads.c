@@ -189,7 +189,7 @@ static void test_narrow_slices(void)
 }
 
 /* dw of a layer whose batch has 2,048-4,095 output pixels (one slice of
- * 2,048): 2 slices (conv.c's nn_cv_wgrad_slices, session 17), images
+ * 2,048): 2 slices (conv.c's nn_cv_wgrad_slices), images
  * [0, N/2) and [N/2, N), each summed as a call of N/2 images (one slice of
  * its own) sums them, then added in slice order: dw(first half) +
  * dw(second half), where one slice summed all N images in one chain (fails

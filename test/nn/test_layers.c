@@ -838,13 +838,12 @@ static void test_bn_wide(void)
  * in two accumulators (even and odd rows), the pair added, converted and
  * added in double; blocks of whole groups, about 8192 floats each, at most
  * 64, their partials added in block order. The block count and bounds are
- * written out here, not taken from nn_bn_blocks (the binary before
- * 2026-12-01's seventh session, 32k-float blocks of any rows, fails at every
- * shape here). dbeta (the sum of dy, no mask) against that order: 48 and
- * 64 channels (sums in registers; 3136 x 64 is resnet-20's 7x7x64 at batch
- * 64), 72, 200 and 256 (a row at a time, the group's sums in memory, 8
- * channels past the last multiple of 16 at 72 and 200), 5 (scalar); 3
- * threads. */
+ * written out here, not taken from nn_bn_blocks (an order of 32k-float
+ * blocks of any rows fails at every shape here). dbeta (the sum of dy, no
+ * mask) against that order: 48 and 64 channels (sums in registers; 3136 x
+ * 64 is resnet-20's 7x7x64 at batch 64), 72, 200 and 256 (a row at a
+ * time, the group's sums in memory, 8 channels past the last multiple of
+ * 16 at 72 and 200), 5 (scalar); 3 threads. */
 static void test_bn_order(int M, int C)
 {
     size_t n = (size_t)M * C;

@@ -220,15 +220,12 @@ static double rms_rel(const float *got, const double *ref, size_t n)
 
 /* The bound above is a worst case, loose by ~500x on random data (F(4x4)'s
  * |B^T|, |A^T| reach 5/2 and 8): a coefficient 1e-5 off stays under it.
- * The typical error is sharper: measured at most 3.2e-7 (F(2x2)), 5.7e-7
- * (F(4x4)'s 16 -> 16 forward in float, AVX-512; 6.4e-7 portable; 3.1e-7
- * when it summed in double, before 2026-12-01: docs/design.md section 12
- * says why float was chosen), 6.4-8.2e-7 (its forward of 32 to 64
- * channels, since 2026-12-02), 7.3e-7 (its input gradient) and 7.6e-7
- * (its weight gradient; the direct kernels' 1.1-5e-7) on these shapes; a
- * coefficient of B^T, G or A^T 1e-5 off gives 1.2-5e-5 (forward: 1.6e-6
- * and more). fwd: the forward's limit, C its input channels (the sum over
- * 32 to 64 channels is deeper). WINO_RMS=1 prints each pass's error. */
+ * The typical error is sharper: on these shapes F(2x2)'s is below 4e-7,
+ * F(4x4)'s (forward in float: docs/design.md section 12 says why float
+ * was chosen; input and weight gradients) below 9e-7, the direct
+ * kernels' up to 5e-7; a coefficient of B^T, G or A^T 1e-5 off gives
+ * 1.2e-5 and more (forward: 1.6e-6 and more). fwd: the forward's limit, C its input channels (the
+ * sum over 32 to 64 channels is deeper). WINO_RMS=1 prints each pass's error. */
 static double rms_tol(bool fwd, int C)
 {
     return tile_m == 2 ? 1e-6 : !fwd ? 1.5e-6 : C <= 16 ? 8e-7 : 1.1e-6;
@@ -386,8 +383,8 @@ static void test_wino_threads(int N, int H, int W, int C, int K)
  * g[1][j], G[a][0] g[0][j])) (g[i][j] the tap of row i, column j), then
  * u = fma(t[a][2], G[b][2], fma(t[a][1], G[b][1], t[a][0] G[b][0])). Every
  * float of U, forward and flipped (the input gradient's), against that
- * order written out with fma(); before 2026-12-01 the order was the
- * compiler's (it differed in 1 ulp for ~0.06% of U on such data). Data
+ * order written out with fma() (an order left to the compiler differs in
+ * 1 ulp for ~0.06% of U on such data). Data
  * with full 24-bit mantissas over 8 decades. */
 static void test_u4_order(int C, int K, bool flip)
 {

@@ -15,7 +15,7 @@
 #ifndef PSTRAIN_NN_GRAPH_H
 #define PSTRAIN_NN_GRAPH_H
 
-#include "layers.h"
+#include "kernels/layers.h"
 #include "pstrain/pool.h"
 #include "pstrain/model.h"
 

@@ -2,8 +2,7 @@
  * the training forward and the backward at the shapes of resnet-20 (batch
  * 64, 28x28) and resnet-50 (batch 8, 224x224), and with --hash a hash of
  * every output for a set of shapes and variants (to compare two builds
- * bitwise). Built with the tests, not registered as one (a benchmark, not a
- * check).
+ * bitwise). A benchmark (bench/), not a check.
  *
  *   bench_bn [--threads T] [--reps R] [--hash] [NxHxWxC ...]
  *

@@ -2,7 +2,7 @@
  * large layers of ResNet-50 (224x224) and Inception-v3 (299x299): forward,
  * input gradient (dgrad) and weight gradient (wgrad), one thread, timed in
  * thread CPU time (CLOCK_THREAD_CPUTIME_ID: on a shared machine wall time
- * also counts other processes). Built with the tests, not registered as one.
+ * also counts other processes). A benchmark (bench/), not a check.
  *
  *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [--threads T] [--acc]
  *              [--mean] [--cold MB] [--hash] [filter ...]

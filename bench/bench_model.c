@@ -1,7 +1,8 @@
 /* bench_model.c - images/s of one training step (forward, loss, backward,
  * momentum-SGD update) per built-in model on random data, one thread, after
- * warm-up; then a per-layer forward/backward breakdown. Built with the
- * tests, not registered as one (a benchmark, not a check).
+ * warm-up; then a per-layer forward/backward breakdown. A benchmark
+ * (bench/), not a check; the test bench-model-compare runs its
+ * --compare-threads.
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
  *               [--threads T] [--predict P] [--rerun] [--loops K] [--unplanned]

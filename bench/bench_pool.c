@@ -9,7 +9,7 @@
  * by the previous concat loop (hot): the loop alone, to set against the
  * work those layers take on two threads inside the model (bench_model).
  * Best of R rounds of N loops each, wall time; run it under `chrt -f 50`
- * on a shared machine. Built with the tests, not registered as one.
+ * on a shared machine. A benchmark (bench/), not a check.
  *
  *   bench_pool [--threads T] [--loops N] [--rounds R] */
 #include <stdio.h>

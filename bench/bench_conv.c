@@ -42,6 +42,7 @@
 #include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
+#include "pstrain/model.h"
 
 typedef struct layer {
     const char *name;
@@ -273,7 +274,24 @@ static double time_pass(run *r, int which, double min_time, double *mean)
 
 static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
 {
-    nn_conv_dims d = {N, L->H, L->W, L->C, L->KH, L->KW, L->SH, L->SW, L->PH, L->PW, 0, 0, L->K};
+    nn_switches sw; /* PSTRAIN_WINO: old against new in one binary */
+    nn_switches_from_env(&sw);
+    nn_conv_dims d = {N,
+                      L->H,
+                      L->W,
+                      L->C,
+                      L->KH,
+                      L->KW,
+                      L->SH,
+                      L->SW,
+                      L->PH,
+                      L->PW,
+                      0,
+                      0,
+                      L->K,
+                      sw.wino,
+                      sw.no_shared_pad,
+                      sw.no_fuse_strided};
     nn_conv_dims_finish(&d);
     nn_rng rng;
     nn_rng_seed(&rng, 7);

@@ -80,6 +80,7 @@ int main(int argc, char **argv)
                         .max_batch = batch,
                         .threads = threads,
                         .seed = 1};
+    nn_switches_from_env(&cfg.sw);
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);

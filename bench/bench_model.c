@@ -331,7 +331,8 @@ static void cmp_setup(cmp_state *r, const char *name, int batch, int steps, int 
     r->run = pst_calloc((size_t)nt, sizeof(cmp_run));
     for (int k = 0; k < nt; k++) {
         cmp_run *q = &r->run[k];
-        nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, tl[k]};
+        nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, tl[k], {0}};
+        nn_switches_from_env(&cfg.sw);
         pst_err e;
         if (nn_model_new(&q->m, &cfg, &e) < 0) pst_die("%s", e.msg);
         if (unplanned || tu[k]) nn_model_set_layout(q->m, NN_LAYOUT_PRIVATE);
@@ -537,7 +538,8 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
 
 static void bench(const char *name, int batch, int steps, int h, int w, int c, int threads)
 {
-    nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, threads};
+    nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, threads, {0}};
+    nn_switches_from_env(&cfg.sw); /* PSTRAIN_WINO etc.: old against new in one binary */
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);

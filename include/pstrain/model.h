@@ -42,6 +42,31 @@ typedef struct nn_var {
 
 #define NN_MAX_THREADS 1024 /* nn_model_cfg.threads */
 
+/* Kernel and graph choices of a model (docs/design.md sections 11 and 12).
+ * All zero is the default: each choice where it is faster, and the results
+ * are those the tests check for it. The other values exist for tests and
+ * benchmarks (old against new in one binary); the library reads no
+ * environment for them: the commands fill them with nn_switches_from_env. */
+#define NN_WINO_AUTO 0 /* Winograd where it is faster than the direct kernels (AVX-512 only) */
+#define NN_WINO_OFF 1  /* the direct kernels only */
+#define NN_WINO_F2 2   /* F(2x2, 3x3) on every shape it supports, also portable */
+/* as F2, and F(4x4, 3x3) for every 16 -> 16 layer and the input gradient
+ * of every layer whose C and K are multiples of 16 up to 64 */
+#define NN_WINO_F4 3
+typedef struct nn_switches {
+    int wino;             /* NN_WINO_*; PSTRAIN_WINO=0 off, 2 F2, 3 F4, else auto */
+    bool no_fuse;         /* no graph fusion (nor split gradients): PSTRAIN_FUSE=0 */
+    bool no_split;        /* fusion without split gradients: PSTRAIN_FUSE=1 */
+    bool no_alias;        /* every concat copies its inputs: PSTRAIN_ALIAS=0 */
+    bool no_shared_pad;   /* the weight gradient pads small batches per task */
+    bool no_fuse_strided; /* a strided layer's input gradient in a loop of its own */
+} nn_switches;
+
+/* The switches the environment variables PSTRAIN_WINO, PSTRAIN_FUSE and
+ * PSTRAIN_ALIAS set (the values above; unset or any other value: the
+ * default); the others zero. The one place they are read. */
+void nn_switches_from_env(nn_switches *sw);
+
 typedef struct nn_model_cfg {
     const char *name; /* a name of nn_model_names() */
     int height, width, channels, num_classes;
@@ -51,6 +76,7 @@ typedef struct nn_model_cfg {
     float label_smoothing; /* 0 = none */
     int threads; /* compute threads (at most NN_MAX_THREADS) of train/eval steps; <= 1: the caller
                     only */
+    nn_switches sw; /* kernel and graph choices (zero: the defaults) */
 } nn_model_cfg;
 
 typedef struct nn_model nn_model;

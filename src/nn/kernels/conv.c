@@ -224,16 +224,9 @@ int nn_cv_wgrad_slices(const nn_conv_dims *d)
  * the fast kernel pads and the batch is small (small images: few slices,
  * whose row blocks would each pad them again). The scratch reserves
  * min(batch, cap) so that it grows with N (a call may have fewer images
- * than the batch the scratch was sized for). nn_conv_shared_pad(0) turns
- * it off (tests: both ways give the same bits). */
+ * than the batch the scratch was sized for). d->no_shared_pad turns it off
+ * (tests: both ways give the same bits). */
 #define CONV_SHARED_PAD_FLOATS (1u << 19)
-static int shared_pad_mode = 1;
-
-bool nn_conv_shared_pad(int force)
-{
-    if (force == 0 || force == 1) shared_pad_mode = force;
-    return shared_pad_mode == 1;
-}
 
 static size_t shared_pad_floats(const nn_conv_dims *d)
 {
@@ -243,7 +236,7 @@ static size_t shared_pad_floats(const nn_conv_dims *d)
 }
 bool nn_cv_use_shared_pad(const nn_conv_dims *d)
 {
-    return shared_pad_mode == 1 && shared_pad_floats(d) &&
+    return !d->no_shared_pad && shared_pad_floats(d) &&
            (size_t)d->N * img_floats(d) <= CONV_SHARED_PAD_FLOATS;
 }
 

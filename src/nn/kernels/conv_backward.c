@@ -91,20 +91,13 @@ static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, n
  * dcolg, past its padded gradients and dcol block and past the channel-
  * range tasks' area. False (nothing done) where the front area has no such
  * room. Each task writes its own outputs as in separate loops, and
- * initialises its area first, so no bit changes. */
-static int fuse_strided_mode = 1;
-
-bool nn_conv_fuse_strided(int force)
-{
-    if (force == 0 || force == 1) fuse_strided_mode = force;
-    return fuse_strided_mode == 1;
-}
-
+ * initialises its area first, so no bit changes. Not where
+ * d->no_fuse_strided (tests). */
 static bool backward_fused_strided(conv_job *j, void (*wfn)(void *, int, int), int nw,
                                    nn_pool *pool)
 {
-    if (!fuse_strided_mode) return false;
     const nn_conv_dims *d = j->d;
+    if (d->no_fuse_strided) return false;
     const int R = d->KH * d->KW * d->C;
     const size_t packed = nn_cf_packed_floats(d->K, R), fp = nn_cv_fast_pad_floats(d);
     size_t off, cap = fp; /* cap: the channel-range tasks' padded images */

@@ -31,19 +31,24 @@
 #include <stdlib.h>
 
 #include "conv_wino_impl.h"
+#include "pstrain/model.h"
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-static int wino_mode = -1; /* -1: not read yet */
-
-int nn_wino_use(int force)
+/* d->wino as a mode: 0 off, 1 where faster (NN_WINO_AUTO), 2 F(2x2)
+ * everywhere, 3 F(4x4) as well (layers.h) */
+static int wino_mode(const nn_conv_dims *d)
 {
-    if (force >= 0 && force <= 3) wino_mode = force;
-    if (wino_mode < 0) {
-        const char *e = getenv("PSTRAIN_WINO");
-        wino_mode = e && e[0] >= '0' && e[0] <= '3' && e[0] != '1' && !e[1] ? e[0] - '0' : 1;
+    switch (d->wino) {
+    case NN_WINO_OFF:
+        return 0;
+    case NN_WINO_F2:
+        return 2;
+    case NN_WINO_F4:
+        return 3;
+    default:
+        return 1;
     }
-    return wino_mode;
 }
 
 bool nn_wino_shape(const nn_conv_dims *d)
@@ -70,7 +75,7 @@ static bool wino_faster(const nn_conv_dims *d)
  * faster than the direct kernels), or mode 3 (tests: also portable). */
 static bool wino4_use(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (!nn_wino_shape(d) || d->C != 16 || d->K != 16) return false;
     return mode == 3 || (mode == 1 && WI_X86 && nn_narrow_use_simd(-1));
 }
@@ -84,7 +89,7 @@ static bool wino4_use(const nn_conv_dims *d)
  * 12 has the figures); mode 3 every such layer (tests, also portable). */
 static bool wino4_dgrad_use(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (!nn_wino_shape(d) || d->C % 16 || d->K % 16 || d->C > 64 || d->K > 64) return false;
     if (wino4_use(d) || mode == 3) return true;
     return mode == 1 && d->C >= 32 && d->K >= 32 && wino_faster(d);
@@ -99,7 +104,7 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
  * docs/design.md section 12). */
 static bool wino4_wgrad_use(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (!nn_wino_shape(d) || d->C % 16 || d->K % 16 || d->C > 64 || d->K > 64 || wino4_use(d))
         return false;
     if (mode == 3) return true;
@@ -115,7 +120,7 @@ static bool wino4_wgrad_use(const nn_conv_dims *d)
  * (wino4_wgrad_use). */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (mode == 0 || !nn_wino_shape(d)) return false;
     return wino4_use(d) || mode >= 2 || wino_faster(d);
 }
@@ -131,7 +136,7 @@ bool nn_wino_ok(const nn_conv_dims *d)
  * F(2x2). */
 bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (mode == 0 || !nn_wino_shape(d)) return false;
     size_t ck = (size_t)d->C * d->K, px = (size_t)d->OH * d->OW;
     return wino4_use(d) || mode >= 2 ||
@@ -141,7 +146,7 @@ bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 bool nn_wino_dgrad_ok(const nn_conv_dims *d)
 {
     /* the input-gradient convolution: padding 2 - P must be >= 0 */
-    return nn_wino_ok(d) || (nn_wino_use(-1) != 0 && wino4_dgrad_use(d));
+    return nn_wino_ok(d) || (wino_mode(d) != 0 && wino4_dgrad_use(d));
 }
 /* Whether the weight gradient and the input gradient are both F(2x2):
  * then nn_wino_backward runs them in one loop (nn_wi2_backward), and the
@@ -284,7 +289,9 @@ void nn_wino_forward(float *out, const float *inp, const float *w, const float *
 static wi_job dgrad_job(nn_conv_dims *g, float *dinp, bool acc, const float *dout, const float *w,
                         const nn_conv_dims *d, float *scratch, size_t stride)
 {
-    nn_conv_dims t = {d->N, d->OH, d->OW, d->K, 3, 3, 1, 1, 2 - d->PH, 2 - d->PW, d->H, d->W, d->C};
+    nn_conv_dims t = *d; /* the switches */
+    t.H = d->OH, t.W = d->OW, t.C = d->K, t.KH = t.KW = 3, t.SH = t.SW = 1;
+    t.PH = 2 - d->PH, t.PW = 2 - d->PW, t.OH = d->H, t.OW = d->W, t.K = d->C;
     *g = t;
     return (wi_job){.d = g,
                     .inp = dout,

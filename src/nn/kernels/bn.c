@@ -49,8 +49,8 @@
  * groups of BN_GROUP rows (the float sums' groups, so counted from row
  * 0; only the last group of the tensor may be shorter), about 8k floats
  * (32 KB) per block, at most 64 blocks: resnet-20's small batch norms
- * (64x7x7x64: 6 blocks of 32k floats before) now give 2 threads 24-64
- * tasks to balance instead of 6-24 (docs/design.md section 11). */
+ * (64x7x7x64) give 2 threads 24-64 tasks to balance, where blocks of 32k
+ * floats would give 6-24 (docs/design.md section 11). */
 int nn_bn_blocks(int M, int C)
 {
     int groups = (M + BN_GROUP - 1) / BN_GROUP;

@@ -132,8 +132,8 @@ AI void pf_chunk(const float *p, size_t e, const bool w)
 }
 /* The prefetch distance of a stream with rows ld floats apart: as many
  * rows ahead as `dist` floats are rows of C (a strided stream, a
- * concat's slice, otherwise looked only dist floats, fewer rows, ahead:
- * inception-v3's aliased batch norms ran about 2x slower). */
+ * concat's slice, would otherwise look only dist floats, fewer rows,
+ * ahead: inception-v3's aliased batch norms would wait on memory). */
 AI size_t pf_dist(size_t dist, size_t ld, size_t C)
 {
     return ld == C ? dist : dist * ld / C;

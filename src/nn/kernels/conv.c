@@ -371,8 +371,8 @@ int nn_cv_wgrad_kb_group(const nn_conv_dims *d, int S)
     /* C <= K: fewer channel blocks per task rather than row blocks cut
      * finer than CONV_WG_ROWS for the task count: a task then reads x (C
      * floats a pixel) once more, not dy (K floats) packed once more.
-     * resnet-50's 128->512 at 28^2 (3 slices x 2 row blocks x 2 groups of
-     * 4 -> 3 x 4 groups of 2) and 256->1024 at 14^2: 5-15% faster */
+     * resnet-50's 128->512 at 28^2 (3 slices x 4 groups of 2 rather than
+     * 3 slices x 2 row blocks x 2 groups of 4) and 256->1024 at 14^2 */
     const int rows = (d->C + CONV_WG_ROWS - 1) / CONV_WG_ROWS;
     if (d->C <= d->K)
         while (kbg > 1 && nn_cv_wgrad_row_blocks(d, S, kbg) > rows) kbg /= 2;
@@ -401,9 +401,8 @@ bool nn_cv_wgrad_chan_unpadded(const nn_conv_dims *d)
  * wider than one pixel, else 16 (one vector: 1x1 projections and 7x1
  * layers, as before). Every range reads all of its slice's dy again:
  * inception-mini's reduce/b3x3 (3x3/2, 64->64 at 14x14, batch 64, one
- * slice) as 8 ranges of 8 channels (24 floats) spent ~16% more on its
- * backward than as 4 ranges of 16 (one thread 3,890-3,974 -> 3,259-3,308
- * us per step, two threads 2,179-2,200 -> 1,832-1,840). No sum changes with
+ * slice) as 8 ranges of 8 channels (24 floats) spends more on its backward
+ * than as 4 ranges of 16, on one thread and on two. No sum changes with
  * the ranges (each dw element sums its slice's pixels in order), so no bit
  * does; of the built-in models only that layer's cut changes. */
 #define CONV_WG_CHAN_ROW 48

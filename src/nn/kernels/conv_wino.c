@@ -238,14 +238,13 @@ static int wi_blocks(const wi_job *j, int T)
  * thread is read by every thread: on the machine of docs/mpi-facts.md
  * ("What two threads get from this VM") a buffer the other core has just
  * written reads at a sixth of the speed of one's own cache, and the lines
- * of U, rewritten by the next layer, change hands at every call (resnet-20
- * on 2 threads: the kernel transforms did 1.2-1.8x one thread's work).
+ * of U, rewritten by the next layer, would change hands at every call.
  * Instead each thread builds the whole of U into its own scratch before
- * its first block (the same bits: each row of U is computed alone), and
- * the separate loop of U tasks is gone; the transform is then done once
- * per thread, which pays while it is a small part of a thread's blocks:
- * at least WI_OWN_TILES tiles per extra thread. Fewer tiles (small
- * batches, many threads): U by tasks into thread 0's scratch, as before. */
+ * its first block (the same bits: each row of U is computed alone), with
+ * no separate loop of U tasks; the transform is then done once per
+ * thread, which pays while it is a small part of a thread's blocks: at
+ * least WI_OWN_TILES tiles per extra thread. Fewer tiles (small batches,
+ * many threads): U by tasks into thread 0's scratch. */
 #define WI_OWN_TILES 128
 
 bool nn_wi_prepare(wi_job *j, int T)

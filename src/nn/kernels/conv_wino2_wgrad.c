@@ -213,8 +213,8 @@ typedef struct {
  * which task computes a row, not its bits, and may follow the thread count
  * T. Doubled while the tasks are fewer than T and the groups keep at least
  * WG_MIN_C channels: each group transforms its tiles' whole dy into Z
- * again, which made 4 groups of res4's 256 channels cost 20-40% more work
- * than 1 (bench_conv, 2 threads), 2 groups 0-15%. */
+ * again, so that 4 groups of res4's 256 channels cost clearly more work
+ * than 1 and 2 groups somewhat more (bench_conv, 2 threads). */
 #define WG_MIN_C 64
 static int wgrad_groups(int S, int Cs, int T)
 {

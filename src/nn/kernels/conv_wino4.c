@@ -121,9 +121,9 @@ AVX512 static void u4_16_simd(float *U, size_t ps, float g[9][16])
 
 /* Floats from one position of U to the next: C K and a cache line more, so
  * that the 36 lines one kernel's transform writes (one per position) fall
- * in different sets of L1 (at C K = 4096, 16 KB apart, all 36 shared one
- * set of 12 lines: a 64 x 64 layer's U took 2.3x as long per kernel as a
- * 16 x 16 layer's). */
+ * in different sets of L1 (at C K = 4096, 16 KB apart, all 36 would share
+ * one set of 12 lines, and a 64 x 64 layer's U would take far longer per
+ * kernel than a 16 x 16 layer's). */
 static size_t u4_ps(int C, int K)
 {
     return (size_t)C * K + 16;
@@ -306,10 +306,10 @@ AVX512 static INLINE void gemm4_tile16(float *M, const float *V, const float *U)
 
 /* M[p] for the W4_TB tiles, in two chains: 12 x 1 vectors (K = 16; 16 ->
  * 16 with the channel counts known: gemm4_tile2 with C and K at run time
- * made resnet-20's 16-channel stage 8-13% slower), 6 x 2 (32, and 64 as
- * two halves of k: 6 x 4 in two chains would need 48 registers, 3 x 4 read
- * U from L2 twice as often, 15% slower), 4 x 3 (48); ResNet's shapes with
- * C and K constants */
+ * is slower on resnet-20's 16-channel stage), 6 x 2 (32, and 64 as two
+ * halves of k: 6 x 4 in two chains would need 48 registers, 3 x 4 would
+ * read U from L2 twice as often), 4 x 3 (48); ResNet's shapes with C and
+ * K constants */
 AVX512 static INLINE void gemm4_pos(float *m, const float *v, const float *U, int C, int K)
 {
     if (K == 16)

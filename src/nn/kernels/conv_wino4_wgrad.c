@@ -17,10 +17,10 @@
  * and adds the block sums in order into its own dU (in its thread's scratch):
  * 16 + 16 sequential additions per 256 tiles instead of 256. Then, per
  * input channel c, the slices are added in slice order in double and
- * G^T dU G is taken in double, rounded once. Typical error at resnet-20's
- * shape (test_wino.c's data, batch 64): 8.2-8.5e-7, the direct kernels'
- * 3.6-5.1e-7; a slice summing its tiles in one chain gave 1.2e-6, slices
- * of 64 tiles 6.8-7.2e-7 with 2 MB of sums (slower). */
+ * G^T dU G is taken in double, rounded once. The typical error at
+ * resnet-20's shape is about twice the direct kernels'; a slice summing
+ * its tiles in one chain would be less accurate, slices of 64 tiles only a
+ * little more accurate with 2 MB of sums (and slower). */
 #include "conv_wino4_impl.h"
 
 #define W4_WTB 16            /* tiles per block (V and Z: 36 KB each) */
@@ -299,14 +299,14 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
  * MR channels c x NV vectors of k over the block's tiles in order, from
  * zero, then adds the block sum into its slice's dU[36][C][K]. Then per
  * input channel c the slices are added in slice order in double and
- * G^T dU G taken in double, rounded once (as w4_out_row). Typical error
- * 6.8-7.5e-7 of the gradient's spread at ResNet-20's 32- and 64-channel
- * and ResNet-50's res2 shapes (F(2x2) 4.0-7.3e-7, the direct kernels
- * 1.9-7.0e-7: test_nn_wino --accuracy). V, Z and each slice's dU keep
- * their positions a cache line more than a multiple of 4 KB apart: with
- * V and Z 4 KB apart per position (32 tiles of 32 channels) all 36 lines
- * a tile's transform writes fell in one set of L1 and the pass ran 1.6x
- * slower than F(2x2)'s instead of 1.25x faster (docs/mpi-facts.md). */
+ * G^T dU G taken in double, rounded once (as w4_out_row). Its typical
+ * error at ResNet-20's 32- and 64-channel and ResNet-50's res2 shapes is
+ * of the order of F(2x2)'s and the direct kernels' (`test_nn_wino
+ * --accuracy` prints them). V, Z and each slice's dU keep their positions
+ * a cache line more than a multiple of 4 KB apart: with V and Z 4 KB
+ * apart per position (32 tiles of 32 channels) all 36 lines a tile's
+ * transform writes would fall in one set of L1, and the pass would be
+ * slower than F(2x2)'s instead of faster (docs/mpi-facts.md). */
 
 #define W4K_TB 32 /* tiles per block */
 
@@ -356,9 +356,9 @@ static size_t w4k_uf(const nn_conv_dims *d)
  * input gradient's U, V and M (nn_wi4_scratch). The reduction (w4k_out_task)
  * reads half of each slice on the other thread; at the front of the
  * scratch, where the next layer's input gradient builds U, thread 0's U
- * then wrote lines the other core held (a hand-over each): the 64 -> 64
- * input gradient's U took thread 0 1.7-2x as long as thread 1 (rdtsc,
- * resnet-20 and bench_conv on 2 threads). */
+ * would write lines the other core held (a hand-over each), and thread 0
+ * would take much longer than thread 1 for the 64 -> 64 input gradient's
+ * U (resnet-20 and bench_conv on 2 threads). */
 static size_t w4k_off(const nn_conv_dims *d)
 {
     return (nn_wi4_scratch(d) + 15) / 16 * 16;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decode + Inception preprocessing per core: pstrain's aug_from_jpeg
-# (test/data/bench_augment.c) against PIL + torchvision's transforms on PIL
+# (bench/bench_augment.c) against PIL + torchvision's transforms on PIL
 # images (jobs/bench_augment_peer.py, one torch thread), on the same JPEGs,
 # alternating, both timed by CPU time (thread CPU time for pstrain, process CPU
 # time for the peer), so a busy machine skews both alike. Prints images/s per
@@ -19,7 +19,7 @@ size=${2:-299}
 bench_out out/bench
 dir=${JPEG_DIR:-$out/augment-jpeg}
 py=/usr/bin/python3
-bench_build -Dbuildtype=release -- test/data/bench_augment
+bench_build -Dbuildtype=release -- bench/bench_augment
 if [ -z "${JPEG_DIR:-}" ] && ! [ -d "$dir" ]; then
     $py jobs/bench_augment_peer.py --make "$dir" --count 64
 fi
@@ -31,7 +31,7 @@ fi
 ours=() theirs=() tuned=()
 for r in $(seq 1 "$rounds"); do
     echo "== round $r"
-    "$build/test/data/bench_augment" "$dir" "$size" 3 | tee "$out/augment-ours.txt"
+    "$build/bench/bench_augment" "$dir" "$size" 3 | tee "$out/augment-ours.txt"
     ours+=("$(sed -n 's/^decode + inception train *\([0-9.]*\).*/\1/p' "$out/augment-ours.txt")")
     if [ $have_peer = 1 ]; then
         $py jobs/bench_augment_peer.py "$dir" --size "$size" --reps 1 | tee "$out/augment-peer.txt"

@@ -26,9 +26,9 @@ bench_out out/bench-dist
 epochs=${EPOCHS:-1}
 rounds=${1:-3}
 
-bench_build -- pstrain data-tools/pstrain-prep test/dist/bench_dist
+bench_build -- pstrain data-tools/pstrain-prep bench/bench_dist
 pstrain=$build/pstrain
-bench=$build/test/dist/bench_dist
+bench=$build/bench/bench_dist
 PSTRAIN=$pstrain
 # shellcheck source=mpiexec.sh
 source "$top/jobs/mpiexec.sh" # the launcher of the MPI the build uses

@@ -15,8 +15,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 rounds=${1:-2}
 peer=${PEER:?set PEER to the path of torch_models.py}
 export BLIS_NUM_THREADS=1 OMP_NUM_THREADS=1
-bench_build -Dbuildtype=release -- test/nn/bench_model
-bench=$build/test/nn/bench_model
+bench_build -Dbuildtype=release -- bench/bench_model
+bench=$build/bench/bench_model
 openblas=/usr/lib/x86_64-linux-gnu/openblas-pthread
 CONFIGS=${CONFIGS:-"inception-mini 28x28x1 10 64 1 40
 resnet-20 28x28x1 10 64 1 20

@@ -8,7 +8,7 @@
 #     ROUNDS runs, alternating. pstrain-prep's time runs from reading the
 #     input to the renamed output (its summary line); wall time includes
 #     process start-up. The peer's time excludes interpreter start-up.
-#  2. Reading the result back through h5ds (test/prep/bench_h5ds): whole
+#  2. Reading the result back through h5ds (bench/bench_h5ds): whole
 #     chunks in order and shuffled, single images at random.
 #  3. PNG tree -> HDF5: jobs/bench-png.sh (pstrain-prep png vs the peer), when
 #     `pstrain-prep png` is built.
@@ -98,11 +98,11 @@ run_prep >/dev/null # leave the defaults layout in prep.h5
 ls -l "$out/prep.h5" | awk '{ printf "output size (defaults): %.1f MB\n", $5 / 1e6 }'
 
 echo
-if ninja -C "$build" test/prep/bench_h5ds >/dev/null 2>&1; then
+if ninja -C "$build" bench/bench_h5ds >/dev/null 2>&1; then
     echo "Reading $out/prep.h5 (defaults layout) through h5ds:"
-    "$build/test/prep/bench_h5ds" "$out/prep.h5"
+    "$build/bench/bench_h5ds" "$out/prep.h5"
 else
-    echo "bench-prep: test/prep/bench_h5ds not built (tests disabled?); read benchmark skipped"
+    echo "bench-prep: bench/bench_h5ds did not build; read benchmark skipped"
 fi
 
 echo

@@ -31,7 +31,7 @@ limit=${LIMIT:-12800}
 steps=${STEPS:-12}
 ompi=${OMPI_BUILD_DIR:-build}
 mpich=${MPICH_BUILD_DIR:-build-mpich}
-targets=(pstrain data-tools/pstrain-prep test/dist/bench_dist test/dist/test_dist)
+targets=(pstrain data-tools/pstrain-prep bench/bench_dist test/dist/test_dist)
 build=$ompi bench_build -Dmpi=openmpi -- "${targets[@]}"
 build=$mpich bench_build -Dmpi=mpich -- "${targets[@]}"
 
@@ -67,7 +67,7 @@ common=(--model lenet5 --data "$data" --limit "$limit" --batch 64 --ps 1 --quiet
 for r in $(seq "$rounds"); do
     for cfg in "${configs[@]}"; do
         launcher "$cfg"
-        b=$dir/test/dist/bench_dist
+        b=$dir/bench/bench_dist
         {
             run "$cfg" "$cfg-tgt1000-$r" 2 "$b" target --max-us 1000 --iters 1000
             run "$cfg" "$cfg-tgt250-$r" 2 "$b" target --max-us 250 --iters 1000

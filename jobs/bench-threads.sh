@@ -36,10 +36,10 @@ goal=${GOAL:-1.85}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "$bench_name: RUNS=$runs: expected a count >= 1" >&2; exit 2; }
 [[ $gap =~ ^[0-9]+$ ]] || { echo "$bench_name: GAP=$gap: expected seconds >= 0" >&2; exit 2; }
 [[ $goal =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "$bench_name: GOAL=$goal: expected a ratio" >&2; exit 2; }
-targets=(test/nn/bench_model)
-[ "$runs" -gt 1 ] && targets+=(test/nn/bench_peak)
+targets=(bench/bench_model)
+[ "$runs" -gt 1 ] && targets+=(bench/bench_peak)
 bench_build -Dbuildtype=release -- "${targets[@]}"
-bench=$build/test/nn/bench_model
+bench=$build/bench/bench_model
 threads=${THREADS:-1,2}
 read -r -a chrt <<<"${CHRT:-}"
 CONFIGS=${CONFIGS:-"resnet-20 28x28x1 10 64 20 300
@@ -63,7 +63,7 @@ one_run() { # run
 
 # the state probe: "STATE run R: line N ns, cross-core read X GB/s (ratio Y)"
 probe() { # run
-    "${chrt[@]}" "$build/test/nn/bench_peak" --seconds 0.3 --rounds 3 share | awk -v r="$1" '
+    "${chrt[@]}" "$build/bench/bench_peak" --seconds 0.3 --rounds 3 share | awk -v r="$1" '
         /^share/ { for (i = 1; i <= NF; i++) {
                        if ($i == "back") x = $(i + 1)
                        if ($i == "(ratio") { y = $(i + 1); sub(/\).*/, "", y) }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The peer of test/data/bench_augment.c: decode + Inception-style training
+"""The peer of bench/bench_augment.c: decode + Inception-style training
 preprocessing to SIZE x SIZE with PIL and torchvision's transforms on PIL images
 (RandomResizedCrop(SIZE, scale=(0.05, 1), ratio=(3/4, 4/3)), RandomHorizontalFlip,
 ColorJitter(brightness=32/255, saturation=0.5, hue=0.2, contrast=0.5)), one torch

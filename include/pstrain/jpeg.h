@@ -118,7 +118,7 @@ typedef struct jpg_region {
  * rectangle is smaller than that already). Only these four: libjpeg-turbo
  * has SIMD inverse DCTs for 8x8, 4x4, 2x2 and 1x1 blocks only, and decodes
  * at 3/8, 5/8, 6/8 and 7/8 (scalar code) slower than at 8/8, 7/8 by about
- * 2.5 times (test/jpeg/bench_jpeg).
+ * 2.5 times (bench/bench_jpeg).
  *
  * The scaled image is the image libjpeg decodes with scale_num = s,
  * scale_denom = 8: ceil(width*s/8) x ceil(height*s/8) pixels, source pixel

@@ -42,6 +42,31 @@ typedef struct nn_var {
 
 #define NN_MAX_THREADS 1024 /* nn_model_cfg.threads */
 
+/* Kernel and graph choices of a model (docs/design.md sections 11 and 12).
+ * All zero is the default: each choice where it is faster, and the results
+ * are those the tests check for it. The other values exist for tests and
+ * benchmarks (old against new in one binary); the library reads no
+ * environment for them: the commands fill them with nn_switches_from_env. */
+#define NN_WINO_AUTO 0 /* Winograd where it is faster than the direct kernels (AVX-512 only) */
+#define NN_WINO_OFF 1  /* the direct kernels only */
+#define NN_WINO_F2 2   /* F(2x2, 3x3) on every shape it supports, also portable */
+/* as F2, and F(4x4, 3x3) for every 16 -> 16 layer and the input gradient
+ * of every layer whose C and K are multiples of 16 up to 64 */
+#define NN_WINO_F4 3
+typedef struct nn_switches {
+    int wino;             /* NN_WINO_*; PSTRAIN_WINO=0 off, 2 F2, 3 F4, else auto */
+    bool no_fuse;         /* no graph fusion (nor split gradients): PSTRAIN_FUSE=0 */
+    bool no_split;        /* fusion without split gradients: PSTRAIN_FUSE=1 */
+    bool no_alias;        /* every concat copies its inputs: PSTRAIN_ALIAS=0 */
+    bool no_shared_pad;   /* the weight gradient pads small batches per task */
+    bool no_fuse_strided; /* a strided layer's input gradient in a loop of its own */
+} nn_switches;
+
+/* The switches the environment variables PSTRAIN_WINO, PSTRAIN_FUSE and
+ * PSTRAIN_ALIAS set (the values above; unset or any other value: the
+ * default); the others zero. The one place they are read. */
+void nn_switches_from_env(nn_switches *sw);
+
 typedef struct nn_model_cfg {
     const char *name; /* a name of nn_model_names() */
     int height, width, channels, num_classes;
@@ -51,6 +76,7 @@ typedef struct nn_model_cfg {
     float label_smoothing; /* 0 = none */
     int threads; /* compute threads (at most NN_MAX_THREADS) of train/eval steps; <= 1: the caller
                     only */
+    nn_switches sw; /* kernel and graph choices (zero: the defaults) */
 } nn_model_cfg;
 
 typedef struct nn_model nn_model;
@@ -114,7 +140,7 @@ void nn_model_apply_state(const nn_model *m, float *params, const float *src, si
 /* opt_apply (optim.h) of n elements on the model's threads, in blocks of
  * 16,384 floats: the update is elementwise, so the bits do not depend on
  * the thread count. For a single-process step's update, which would
- * otherwise run on one thread (resnet-50: 25 M floats, some 13 ms). */
+ * otherwise run on one thread (resnet-50: 25 M floats). */
 struct opt_cfg;
 void nn_model_opt_apply(nn_model *m, const struct opt_cfg *c, float lr, int64_t t, float *param,
                         const float *grad, float *slots, size_t slot_stride, size_t n);
@@ -174,9 +200,9 @@ void nn_model_set_profile_rerun(nn_model *m, bool on);
  * times is not NULL, train_step writes each layer's wall seconds into
  * times[2 i] (forward of layer i) and times[2 i + 1] (backward), overwriting
  * them every step (times: 2 * layers doubles, owned by the caller), and no
- * other profiling runs: no CPU-time reads (a system call of some 5 us on
- * the machine of docs/platform.md, "Two cores") and no pool statistics, only
- * two reads of the wall clock per pass. NULL: off. Not together with
+ * other profiling runs: no CPU-time reads (a system call each on virtual
+ * machines, docs/design.md section 11) and no pool statistics, only two
+ * reads of the wall clock per pass. NULL: off. Not together with
  * nn_model_set_profiling. */
 void nn_model_set_profile_wall(nn_model *m, double *times);
 

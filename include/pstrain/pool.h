@@ -63,8 +63,8 @@ int nn_pool_threads(const nn_pool *p);
  * Workers are pinned for their lifetime (they start on their CPU). The
  * caller is pinned to CPU 0 of the list only between nn_pool_enter and
  * nn_pool_leave (the model's train step and evaluation, and the optimizer
- * call over at least 1M floats: for a loop of some 50 us the three calls
- * cost 8-10 us),
+ * call over at least 1M floats: for a shorter loop the three calls would
+ * cost a good part of it),
  * from the first loop that runs on the threads (three system calls per
  * such call, none for a call whose loops all run on the caller), and gets
  * its own mask back at the leave: a
@@ -144,8 +144,8 @@ void nn_pool_stats_set(nn_pool *p, bool on);
 nn_pool_stats nn_pool_stats_read(const nn_pool *p);
 /* The sums of those counters that a per-layer profile reads before and
  * after every layer: nn_pool_stats is some 24 KB (arrays for
- * NN_POOL_MAX_THREADS threads), and copying it twice per layer showed as
- * 2-7 us of "serial" time per layer (0.5-0.9 ms per resnet-20 step). */
+ * NN_POOL_MAX_THREADS threads), and copying it twice per layer would show
+ * as "serial" time in every layer's profile. */
 typedef struct nn_pool_totals {
     long loops, tasks;
     double wall, wait; /* as nn_pool_stats */

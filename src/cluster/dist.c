@@ -298,6 +298,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                        .label_smoothing = cfg->label_smoothing,
                        /* only workers compute steps (the root evaluates between them) */
                        .threads = is_ps || is_root ? 1 : pst_threads_resolve(cfg->threads)};
+    nn_switches_from_env(&mc.sw);
     int ok = nn_model_new(&r->m, &mc, e) == 0;
     if (ok) {
         r->nv = nn_model_nvars(r->m);

@@ -15,7 +15,7 @@
 #ifndef PSTRAIN_NN_GRAPH_H
 #define PSTRAIN_NN_GRAPH_H
 
-#include "layers.h"
+#include "kernels/layers.h"
 #include "pstrain/pool.h"
 #include "pstrain/model.h"
 
@@ -245,7 +245,7 @@ static inline const float *nn_in_y(nn_model *m, const nn_layer *l, int j)
  * the second writes dy2 instead of adding into dy (a third would add into
  * dy2), and the batch norm reads dy + dy2 in the passes it makes anyway.
  * That saves the read-modify-write of dy inside the second consumer (a
- * convolution's input gradient: ~0.2-0.3 ms per resnet-20 block). Only for
+ * convolution's input gradient, in every resnet-20 block). Only for
  * tensors of at most NN_SPLIT_MAX_C channels: wider ones need the batch
  * norm's mask prepass to read one more stream, and their second consumers
  * (the 1x1 fast kernels) prefetch what they accumulate into, so nothing was
@@ -276,22 +276,20 @@ static inline const float *nn_dy2(const nn_layer *l)
 }
 /* Graph fusion (model.c, docs/design.md §11): a batch norm without ReLU
  * whose output feeds only a two-input add that comes right after it runs
- * the add in its own passes (nn_bn_res). nn_fuse_use(force): 0 off, 1
- * fusion only, 2 fusion and split gradients (the default; see nn_in_dy),
- * -1 asks; the environment variable PSTRAIN_FUSE=0/1/2 sets the start
- * value (tests and benchmarks: fused against unfused in one
- * binary). Read when a model is built: a model keeps what it was built
- * with. */
-int nn_fuse_use(int force);
-/* Concat without copies (model.c, docs/design.md §11, "Concat without copies"):
+ * the add in its own passes (nn_bn_res). On by default, with split
+ * gradients (see nn_in_dy); the model's nn_switches.no_fuse turns both
+ * off, no_split the split gradients only (tests and benchmarks: fused
+ * against unfused in one binary).
+ *
+ * Concat without copies (model.c, docs/design.md "Concat without copies"):
  * a producer of a strided kind (nn_layer_ops.strided: batch norm) whose
  * only consumer is a concat (not fused, not split) writes its output
  * straight into its channel slice of the concat's output and reads its
  * gradient from the concat's gradient; the concat copies only its other
- * inputs. nn_alias_use(force): 0 off, 1 on (the default), -1 asks;
- * PSTRAIN_ALIAS=0/1 sets the start value. Read when a model is built. */
-int nn_alias_use(int force);
-/* The add a batch norm computes (its fusion partner), or NULL. */
+ * inputs. On unless the model's nn_switches.no_alias.
+ *
+ * nn_fused_add: the add a batch norm computes (its fusion partner), or
+ * NULL. */
 static inline nn_layer *nn_fused_add(nn_model *m, const nn_layer *l)
 {
     return l->fuse ? &m->layers[l->fuse - 1] : NULL;

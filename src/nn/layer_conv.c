@@ -78,6 +78,8 @@ int nn_add_conv_hw(nn_model *m, const char *name, int in, int K, int KH, int KW,
     nn_conv_dims d = {0};
     nn_in_shape(m, in, &d.H, &d.W, &d.C);
     d.KH = KH, d.KW = KW, d.SH = d.SW = stride, d.PH = PH, d.PW = PW, d.K = K;
+    d.wino = m->cfg.sw.wino, d.no_shared_pad = m->cfg.sw.no_shared_pad;
+    d.no_fuse_strided = m->cfg.sw.no_fuse_strided;
     nn_conv_dims_finish(&d);
     if (d.OH <= 0 || d.OW <= 0)
         return nn_fail_no_fit(m, name, "kernel", KH, KW, stride, PH, PW, d.H, d.W, in);

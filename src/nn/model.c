@@ -24,7 +24,8 @@
  * gets a second gradient
  * buffer (plan.c): the second consumer writes its part there instead of
  * adding it into the first, and the batch norm adds the two as it reads
- * them. PSTRAIN_FUSE=1 fuses without splitting, 0 does neither.
+ * them. nn_switches.no_split fuses without splitting, no_fuse does
+ * neither.
  */
 #include <assert.h>
 #include <limits.h>
@@ -148,14 +149,23 @@ const char *nn_in_name(const nn_model *m, int in)
 
 /* ---- graph fusion ---------------------------------------------------------------- */
 
-static int fuse_mode = -1; /* -1: not read yet */
-
-/* A graph pass's switch: the environment variable's one digit below
- * limit, else the default (limit - 1: on). */
-static int env_switch(const char *name, int limit)
+/* Whether environment variable `name` is the one character c. */
+static bool env_is(const char *name, char c)
 {
     const char *e = getenv(name);
-    return e && e[0] >= '0' && e[0] < '0' + limit && !e[1] ? e[0] - '0' : limit - 1;
+    return e && e[0] == c && !e[1];
+}
+
+void nn_switches_from_env(nn_switches *sw)
+{
+    *sw = (nn_switches){0};
+    sw->wino = env_is("PSTRAIN_WINO", '0')   ? NN_WINO_OFF
+               : env_is("PSTRAIN_WINO", '2') ? NN_WINO_F2
+               : env_is("PSTRAIN_WINO", '3') ? NN_WINO_F4
+                                             : NN_WINO_AUTO;
+    sw->no_fuse = env_is("PSTRAIN_FUSE", '0');
+    sw->no_split = env_is("PSTRAIN_FUSE", '1');
+    sw->no_alias = env_is("PSTRAIN_ALIAS", '0');
 }
 
 /* How many layers read each layer's output (an array of m->nlayers; free it). */
@@ -168,13 +178,6 @@ static int *layer_uses(const nn_model *m)
     return uses;
 }
 
-int nn_fuse_use(int force)
-{
-    if (force >= 0 && force <= 2) fuse_mode = force;
-    if (fuse_mode < 0) fuse_mode = env_switch("PSTRAIN_FUSE", 3);
-    return fuse_mode;
-}
-
 /* Marks each batch norm at i without ReLU whose only consumer is a
  * two-input add at i + 1 (the ResNets' last batch norm of a block, or the
  * projection's) and that add as fused (l->fuse, graph.h). The add's other
@@ -182,7 +185,7 @@ int nn_fuse_use(int force)
  * fused backward would write that gradient twice in one pass). */
 static void fuse_layers(nn_model *m)
 {
-    if (!nn_fuse_use(-1)) return;
+    if (m->cfg.sw.no_fuse) return;
     int *uses = layer_uses(m);
     for (int i = 0; i + 1 < m->nlayers; i++) {
         nn_layer *b = &m->layers[i], *a = &m->layers[i + 1];
@@ -196,21 +199,12 @@ static void fuse_layers(nn_model *m)
     /* split gradients (graph.h): a tensor of at most NN_SPLIT_MAX_C
      * channels with two or more consumers whose gradient a batch norm's
      * backward reads, its own or the fused add's */
-    for (int i = 0; i < m->nlayers && nn_fuse_use(-1) == 2; i++) {
+    for (int i = 0; i < m->nlayers && !m->cfg.sw.no_split; i++) {
         nn_layer *l = &m->layers[i];
         bool bn_reads = (l->ops == &nn_bn_ops && !l->fuse) || (l->ops == &nn_add_ops && l->fuse);
         l->split = bn_reads && uses[i] >= 2 && l->c <= NN_SPLIT_MAX_C;
     }
     free(uses);
-}
-
-static int alias_mode = -1; /* -1: not read yet */
-
-int nn_alias_use(int force)
-{
-    if (force >= 0 && force <= 1) alias_mode = force;
-    if (alias_mode < 0) alias_mode = env_switch("PSTRAIN_ALIAS", 2);
-    return alias_mode;
 }
 
 /* Concat without copies (graph.h): marks each producer of a strided kind
@@ -224,7 +218,7 @@ static void alias_layers(nn_model *m)
         nn_layer *l = &m->layers[i];
         l->alias = l->alias_c0 = 0, l->ld = l->c;
     }
-    for (int j = 0; j < m->nlayers && nn_alias_use(-1); j++) {
+    for (int j = 0; j < m->nlayers && !m->cfg.sw.no_alias; j++) {
         const nn_layer *c = &m->layers[j];
         if (c->ops != &nn_concat_ops) continue;
         for (int k = 0, c0 = 0; k < c->nin; k++) {
@@ -646,11 +640,11 @@ static void opt_task(void *varg, int task, int tid)
 void nn_model_opt_apply(nn_model *m, const opt_cfg *c, float lr, int64_t t, float *param,
                         const float *grad, float *slots, size_t slot_stride, size_t n)
 {
-    /* a small model's optimizer (inception-mini: 97k floats, some 50 us)
-     * runs without pinning the caller, whose three system calls cost 8-10
-     * us on the machine of docs/platform.md, "Two cores" (the caller comes from
-     * the train step on its CPU anyway); a loop of milliseconds (resnet-50:
-     * 25M floats) keeps the caller off the workers' CPUs */
+    /* a small model's optimizer (inception-mini: 97k floats) runs without
+     * pinning the caller: its three system calls would cost a good part of
+     * so short a loop (and the caller comes from the train step on its CPU
+     * anyway); a long loop (resnet-50: 25M floats) keeps the caller off the
+     * workers' CPUs */
     bool pin = n >= OPT_PIN_FLOATS;
     opt_job j = {c, lr, t, param, slots, grad, slot_stride, n};
     if (pin) nn_pool_enter(m->pool);

@@ -15,9 +15,7 @@
  * under `mu` and then checks the condition it waits for, the other side
  * changes that condition and then checks the announcement, both sequentially
  * consistent, so that at least one of the two sees the other (a Dekker
- * pair) and the waker takes `mu` only to wake a sleeper. (Until 2026-12-01
- * every loop took `mu` twice, in the publishing and in the last worker's
- * signal: 1.2-1.5 us per empty loop on 2 threads; see publish.) A
+ * pair) and the waker takes `mu` only to wake a sleeper (see publish). A
  * generation whose fn and rfn are NULL tells the workers to exit.
  *
  * Range loops (nn_pool_range): the parts are of items, and a thread takes
@@ -190,9 +188,9 @@ static void *worker_main(void *varg)
 }
 
 /* Publishes a generation (fn and rfn NULL: stop) and wakes sleeping
- * workers. No mutex unless one sleeps: the two per loop (here and in the
- * last worker's signal) each moved the mutex's line between the cores, an
- * empty loop on 2 threads took 1.2-1.5 us (test/nn/bench_pool.c). */
+ * workers. No mutex unless one sleeps: a mutex taken here and in the last
+ * worker's signal would move its cache line between the cores twice per
+ * loop, the largest cost of a short loop (bench/bench_pool.c). */
 static void publish(nn_pool *p, int ntasks, void (*fn)(void *, int, int),
                     void (*rfn)(void *, int, int), int grain, void *arg)
 {

@@ -157,14 +157,14 @@ nn_pool_prof nn_pool_prof_read(void)
  * A read of the thread CPU clock is a system call: 1.3 microseconds on the
  * virtual machine of docs/platform.md, "Two cores", as much as a small task.
  * About one read's cost falls inside a task's interval and one outside
- * (between tasks), so that hundreds of tasks per step would add a
- * millisecond to the tasks and another to the serial time: each task's
- * time is taken less one read, as measured between the loop's tasks (only
+ * (between tasks), so that hundreds of tasks per step would add visibly to
+ * the tasks and to the serial time: each task's time is taken less one
+ * read, the cost of a read being taken between the loop's tasks (only
  * reads lie there; a lone task: the least of some back-to-back pairs), and
  * everything in the loop but the tasks, plus one read for the halves
  * before the first and after the last, is added up apart (`clock`), for
- * the caller to take off its own measurements. Checked against timing
- * whole loops only: the serial parts agree to some 0.1 ms per step. */
+ * the caller to take off its own measurements, so that the serial parts
+ * agree with the time of whole loops. */
 void prof_loop(int ntasks, void (*fn)(void *arg, int task, int tid), void *arg)
 {
     const int T = prof_threads;

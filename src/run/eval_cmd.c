@@ -434,6 +434,7 @@ static int eval_load_model(eval_run *r, pst_err *e)
                        .max_batch = o->batch,
                        .seed = r->meta.seed,
                        .threads = pst_threads_resolve(o->threads)};
+    nn_switches_from_env(&mc.sw);
     if (nn_model_new(&r->m, &mc, e) < 0) return -1;
     const size_t n = nn_model_size(r->m);
     ckpt_expect want = ckpt_expect_model(r->m, NULL);

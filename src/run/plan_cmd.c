@@ -128,6 +128,7 @@ int plan_main(int argc, char **argv)
                        .max_batch = batch,
                        .threads = pst_threads_resolve(threads),
                        .seed = 1};
+    nn_switches_from_env(&mc.sw);
     nn_model *m = NULL;
     if (nn_model_new(&m, &mc, &e) < 0) {
         fprintf(stderr, "pstrain plan: %s\n", e.msg);

@@ -251,6 +251,7 @@ static int run_open(single_run *r, pst_err *e)
                            .weight_decay = cfg->weight_decay,
                            .label_smoothing = cfg->label_smoothing,
                            .threads = pst_threads_resolve(cfg->threads)};
+    nn_switches_from_env(&r->mc.sw);
     if (nn_model_new(&r->m, &r->mc, e) < 0) return -1;
     if (cfg->dry_run) {
         nn_model_describe(r->m, stdout);

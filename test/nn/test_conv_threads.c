@@ -13,6 +13,10 @@
 #include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
+#include "pstrain/model.h"
+
+/* The Winograd choice of every layer here (nn_conv_dims.wino). */
+static int wino = NN_WINO_AUTO;
 
 static nn_rng rng;
 
@@ -34,7 +38,7 @@ static float *rand_vec(size_t n, float scale)
 static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW, int SH, int SW,
                               int PH, int PW, bool relu)
 {
-    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K};
+    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K, wino, false, false};
     nn_conv_dims_finish(&d);
     size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K,
            ny = (size_t)N * d.OH * d.OW * K, stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
@@ -48,8 +52,7 @@ static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW,
         pst_err e;
         const int T = t == 4 || t == 7 ? 0 : t < 4 ? t : t - 3;
         if (T > 0 && nn_pool_new(&pool, T, &e) < 0) pst_die("%s", e.msg);
-        nn_conv_shared_pad(t >= 4 && t < 7 ? 0 : 1);
-        nn_conv_fuse_strided(t == 7 ? 0 : 1);
+        d.no_shared_pad = t >= 4 && t < 7, d.no_fuse_strided = t == 7;
         float *scratch = pst_aligned_alloc(sizeof(float) * stride * (T > 0 ? T : 1));
         y[t] = rand_vec(ny, 1), dx[t] = rand_vec(nx, 1), dw[t] = rand_vec(nw, 1);
         db[t] = rand_vec(K, 1);
@@ -60,8 +63,6 @@ static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW,
         free(scratch);
         nn_pool_free(pool);
     }
-    nn_conv_shared_pad(1);
-    nn_conv_fuse_strided(1);
     for (int t = 1; t < 8; t++) {
         bool same =
             !memcmp(y[0], y[t], sizeof(float) * ny) && !memcmp(dx[0], dx[t], sizeof(float) * nx) &&
@@ -88,7 +89,7 @@ static void test_conv_threads(int N, int H, int W, int C, int K, int KH, int KW,
 static void test_conv_small_batch(int B, int N, int H, int W, int C, int K, int KH, int KW, int S,
                                   int P)
 {
-    nn_conv_dims db = {B, H, W, C, KH, KW, S, S, P, P, 0, 0, K}, d = db;
+    nn_conv_dims db = {B, H, W, C, KH, KW, S, S, P, P, 0, 0, K, wino, false, false}, d = db;
     d.N = N;
     nn_conv_dims_finish(&db), nn_conv_dims_finish(&d);
     const size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K,
@@ -136,7 +137,7 @@ static void test_conv_small_batch(int B, int N, int H, int W, int C, int K, int 
 static void test_narrow_slices(void)
 {
     enum { N = 16, H = 7, W = 7, C = 16, K = 32, SL = 8 };
-    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K}, d1 = d;
+    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K, wino, false, false}, d1 = d;
     d1.N = 1;
     nn_conv_dims_finish(&d), nn_conv_dims_finish(&d1);
     const size_t img = (size_t)H * W * C, oimg = (size_t)d.OH * d.OW * K, nw = (size_t)9 * C * K;
@@ -189,7 +190,7 @@ static void test_narrow_slices(void)
 }
 
 /* dw of a layer whose batch has 2,048-4,095 output pixels (one slice of
- * 2,048): 2 slices (conv.c's nn_cv_wgrad_slices, session 17), images
+ * 2,048): 2 slices (conv.c's nn_cv_wgrad_slices), images
  * [0, N/2) and [N/2, N), each summed as a call of N/2 images (one slice of
  * its own) sums them, then added in slice order: dw(first half) +
  * dw(second half), where one slice summed all N images in one chain (fails
@@ -197,7 +198,7 @@ static void test_narrow_slices(void)
  * (the fused loops) and without, the strided one apart too. */
 static void test_two_slices(int N, int H, int W, int C, int K, int KH, int KW, int SH, int PH)
 {
-    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SH, PH, PH, 0, 0, K}, h = d;
+    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SH, PH, PH, 0, 0, K, wino, false, false}, h = d;
     h.N = N / 2;
     nn_conv_dims_finish(&d), nn_conv_dims_finish(&h);
     CHECK(N % 2 == 0 && (size_t)N * d.OH * d.OW >= 2048 && (size_t)N * d.OH * d.OW < 4096,
@@ -222,7 +223,7 @@ static void test_two_slices(int N, int H, int W, int C, int K, int KH, int KW, i
         nn_pool *pool = NULL;
         pst_err e;
         if (T > 0 && nn_pool_new(&pool, T, &e) < 0) pst_die("%s", e.msg);
-        nn_conv_fuse_strided(v >= 8 ? 0 : 1);
+        d.no_fuse_strided = v >= 8;
         scratch = pst_aligned_alloc(sizeof(float) * stride * (T > 0 ? T : 1));
         float *dw = rand_vec(nw, 1), *dx = rand_vec(N * img, 1);
         nn_conv2d_backward(v >= 4 && v < 8 ? NULL : dx, false, dw, NULL, dy, NULL, x, w, &d, false,
@@ -238,7 +239,6 @@ static void test_two_slices(int N, int H, int W, int C, int K, int KH, int KW, i
         free(dw), free(dx), free(scratch);
         nn_pool_free(pool);
     }
-    nn_conv_fuse_strided(1);
     free(x), free(w), free(dy), free(ref), free(t);
 }
 
@@ -333,7 +333,7 @@ int main(void)
      * weight gradient */
     for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
         nn_narrow_use_simd(mode);
-        nn_wino_use(2);
+        wino = NN_WINO_F2;
         test_conv_threads(7, 9, 9, 16, 72, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(5, 10, 9, 32, 32, 3, 3, 1, 1, 0, 0, false);
         test_conv_threads(6, 13, 11, 19, 40, 3, 3, 1, 1, 1, 1, true);
@@ -344,14 +344,14 @@ int main(void)
         test_conv_threads(3, 9, 8, 256, 40, 3, 3, 1, 1, 1, 1, false);
         /* F(4x4, 3x3) on 16 -> 16 (mode 3): many blocks, partial tiles,
          * several weight-gradient slices (one per 256 tiles) */
-        nn_wino_use(3);
+        wino = NN_WINO_F4;
         test_conv_threads(6, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, true);
         test_conv_threads(11, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, false); /* 2 dw slices */
         test_conv_threads(5, 9, 7, 16, 16, 3, 3, 1, 1, 0, 2, false);
         /* F(4x4)'s input gradient of 32 to 64 channels */
         test_conv_threads(9, 7, 7, 64, 64, 3, 3, 1, 1, 1, 1, false);
         test_conv_threads(6, 14, 13, 32, 48, 3, 3, 1, 1, 1, 1, true);
-        nn_wino_use(1);
+        wino = NN_WINO_AUTO;
     }
     nn_narrow_use_simd(simd);
 

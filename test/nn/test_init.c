@@ -158,7 +158,7 @@ typedef struct spec {
 
 static nn_model *make(const spec *s, uint64_t seed, int threads)
 {
-    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, 1, seed, 0, 0, threads};
+    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, 1, seed, 0, 0, threads, {0}};
     nn_model *m = NULL;
     pst_err e = {{0}};
     int rc = nn_model_new(&m, &cfg, &e);

@@ -16,6 +16,7 @@
 #include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
+#include "pstrain/model.h"
 
 static nn_rng rng;
 
@@ -217,7 +218,9 @@ static double conv_ref_err(const conv_ctx *c)
 static void test_conv(int N, int H, int W, int C, int K, int KH, int KW, int SH, int SW, int PH,
                       int PW, bool bias, bool relu)
 {
-    conv_ctx c = {{N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K}, relu, bias, 0, 0, 0, 0, 0, 0};
+    conv_ctx c = {.d = {N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K, NN_WINO_AUTO, false, false},
+                  .relu = relu,
+                  .bias = bias};
     nn_conv_dims_finish(&c.d);
     const nn_conv_dims *d = &c.d;
     size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K, ny = conv_nout(d);
@@ -838,13 +841,12 @@ static void test_bn_wide(void)
  * in two accumulators (even and odd rows), the pair added, converted and
  * added in double; blocks of whole groups, about 8192 floats each, at most
  * 64, their partials added in block order. The block count and bounds are
- * written out here, not taken from nn_bn_blocks (the binary before
- * 2026-12-01's seventh session, 32k-float blocks of any rows, fails at every
- * shape here). dbeta (the sum of dy, no mask) against that order: 48 and
- * 64 channels (sums in registers; 3136 x 64 is resnet-20's 7x7x64 at batch
- * 64), 72, 200 and 256 (a row at a time, the group's sums in memory, 8
- * channels past the last multiple of 16 at 72 and 200), 5 (scalar); 3
- * threads. */
+ * written out here, not taken from nn_bn_blocks (an order of 32k-float
+ * blocks of any rows fails at every shape here). dbeta (the sum of dy, no
+ * mask) against that order: 48 and 64 channels (sums in registers; 3136 x
+ * 64 is resnet-20's 7x7x64 at batch 64), 72, 200 and 256 (a row at a
+ * time, the group's sums in memory, 8 channels past the last multiple of
+ * 16 at 72 and 200), 5 (scalar); 3 threads. */
 static void test_bn_order(int M, int C)
 {
     size_t n = (size_t)M * C;
@@ -1106,6 +1108,10 @@ static void test_xent(float smoothing)
     free(c.z), free(c.labels), free(dz);
 }
 
+/* Set: test_conv_paths's layers pad their weight gradient's images per
+ * task (nn_conv_dims.no_shared_pad). */
+static bool no_shared_pad;
+
 /* The AVX-512 kernels against the portable path on shapes of real layers:
  * forward, input and weight gradient agree to float rounding, and so does
  * the weight gradient of a call without an input gradient (a model's first
@@ -1113,7 +1119,8 @@ static void test_xent(float smoothing)
 static void test_conv_paths(int N, int H, int W, int C, int K, int KH, int KW, int SH, int SW,
                             int PH, int PW)
 {
-    nn_conv_dims d = {N, H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K};
+    nn_conv_dims d = {N,    H, W, C, KH, KW, SH, SW, PH, PW, 0, 0, K, NN_WINO_AUTO, no_shared_pad,
+                      false};
     nn_conv_dims_finish(&d);
     size_t nx = (size_t)N * H * W * C, nw = (size_t)KH * KW * C * K,
            ny = (size_t)N * d.OH * d.OW * K;
@@ -1365,11 +1372,11 @@ int main(void)
         test_conv_paths(4, 11, 11, 72, 300, 3, 3, 2, 2, 0, 0);
         /* the weight gradient of padded images per range of input channels
          * (no shared padded batch): 8 ranges of 16, 7 of 5-6 channels */
-        nn_conv_shared_pad(0);
+        no_shared_pad = true;
         test_conv_paths(5, 15, 15, 128, 160, 3, 3, 2, 2, 1, 1);
         test_conv_paths(3, 14, 15, 40, 48, 3, 3, 2, 2, 1, 1);
         test_conv_paths(2, 9, 10, 24, 40, 5, 5, 1, 1, 2, 2);
-        nn_conv_shared_pad(1);
+        no_shared_pad = false;
         /* unpadded, strided, an image over 512 KB (Inception's 6a): the
          * channel-range tasks too */
         test_conv_paths(2, 33, 33, 130, 48, 3, 3, 2, 2, 0, 0);

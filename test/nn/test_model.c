@@ -24,10 +24,19 @@ typedef struct spec {
 /* Set: make_div builds this graph (nn_model_new_graph) instead of the
  * named model. */
 static int (*graph_build)(nn_model *m);
+/* The switches make_div builds with (set_fuse, test_alias). */
+static nn_switches sw;
+
+/* Graph fusion as PSTRAIN_FUSE's values: 0 off, 1 without split
+ * gradients, 2 with them (the default). */
+static void set_fuse(int mode)
+{
+    sw.no_fuse = mode == 0, sw.no_split = mode == 1;
+}
 
 static nn_model *make_div(const spec *s, uint64_t seed, float wd, float ls, int max_batch, int div)
 {
-    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, max_batch, seed, wd, ls, 1};
+    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, max_batch, seed, wd, ls, 1, sw};
     nn_model *m = NULL;
     pst_err e = {{0}};
     int rc = graph_build ? nn_model_new_graph(&m, &cfg, graph_build, &e)
@@ -191,29 +200,29 @@ static void test_shapes_and_describe(void)
 {
     pst_err e = {{0}};
     nn_model *m = NULL;
-    nn_model_cfg small = {"lenet5", 8, 8, 1, 10, 4, 1, 0, 0, 1};
+    nn_model_cfg small = {"lenet5", 8, 8, 1, 10, 4, 1, 0, 0, 1, {0}};
     CHECK(nn_model_new(&m, &small, &e) < 0 && !m, "lenet5 accepted an 8x8 image");
     CHECK(strstr(e.msg, "lenet5") && strstr(e.msg, "8x8x1"), "message: %s", e.msg);
     fprintf(stderr, "expected error: %s\n", e.msg);
-    nn_model_cfg tiny = {"inception-mini", 2, 2, 3, 10, 4, 1, 0, 0, 1};
+    nn_model_cfg tiny = {"inception-mini", 2, 2, 3, 10, 4, 1, 0, 0, 1, {0}};
     CHECK(nn_model_new(&m, &tiny, &e) < 0 && !m, "inception-mini accepted a 2x2 image");
     CHECK(strstr(e.msg, "inception-mini") && strstr(e.msg, "2x2x3"), "message: %s", e.msg);
     /* below torchvision's minimum: one line naming the model, the size and the minimum */
-    nn_model_cfg small_v3 = {"inception-v3", 74, 80, 3, 10, 4, 1, 0, 0, 1};
+    nn_model_cfg small_v3 = {"inception-v3", 74, 80, 3, 10, 4, 1, 0, 0, 1, {0}};
     CHECK(nn_model_new(&m, &small_v3, &e) < 0 && !m, "inception-v3 accepted a 74x80 image");
     CHECK(strstr(e.msg, "inception-v3") && strstr(e.msg, "74x80x3") && strstr(e.msg, "75x75") &&
               !strchr(e.msg, '\n'),
           "message: %s", e.msg);
-    nn_model_cfg unknown = {"resnet", 28, 28, 1, 10, 4, 1, 0, 0, 1};
+    nn_model_cfg unknown = {"resnet", 28, 28, 1, 10, 4, 1, 0, 0, 1, {0}};
     CHECK(nn_model_new(&m, &unknown, &e) < 0 && strstr(e.msg, "resnet"), "message: %s", e.msg);
-    nn_model_cfg zero = {"mlp", 28, 28, 1, 10, 0, 1, 0, 0, 1};
+    nn_model_cfg zero = {"mlp", 28, 28, 1, 10, 0, 1, 0, 0, 1, {0}};
     CHECK(nn_model_new(&m, &zero, &e) < 0 && strstr(e.msg, "batch"), "message: %s", e.msg);
     /* sizes the int-indexed kernels cannot hold are refused before allocating */
-    nn_model_cfg huge_img = {"mlp", 65536, 65536, 4, 10, 1, 1, 0, 0, 1};
+    nn_model_cfg huge_img = {"mlp", 65536, 65536, 4, 10, 1, 1, 0, 0, 1, {0}};
     CHECK(nn_model_new(&m, &huge_img, &e) < 0 && !m && strstr(e.msg, "fc1") &&
               strstr(e.msg, "17179869184 inputs"),
           "mlp on 65536x65536x4: %s", e.msg);
-    nn_model_cfg huge_batch = {"lenet5", 28, 28, 1, 10, 1 << 20, 1, 0, 0, 1};
+    nn_model_cfg huge_batch = {"lenet5", 28, 28, 1, 10, 1 << 20, 1, 0, 0, 1, {0}};
     CHECK(nn_model_new(&m, &huge_batch, &e) < 0 && !m && strstr(e.msg, "smaller batch") &&
               strstr(e.msg, "1048576"),
           "lenet5 with a batch of 2^20: %s", e.msg);
@@ -271,7 +280,7 @@ static void test_shapes_and_describe(void)
 static void test_names(void)
 {
     for (const char *const *name = nn_model_names(); *name; name++) {
-        nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0, 1};
+        nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0, 1, {0}};
         nn_model *m = NULL;
         pst_err e = {{0}};
         /* narrow: the names do not depend on the widths */
@@ -336,7 +345,7 @@ static void test_long_names(void)
     for (int var = 0; var < 2; var++) {
         nn_model *m = pst_calloc(1, sizeof *m);
         pst_err e = {{0}};
-        m->cfg = (nn_model_cfg){"mlp", 4, 4, 2, 3, 1, 1, 0, 0, 1};
+        m->cfg = (nn_model_cfg){"mlp", 4, 4, 2, 3, 1, 1, 0, 0, 1, {0}};
         snprintf(m->name, sizeof m->name, "mlp");
         m->width_div = 1;
         m->err = &e;
@@ -466,9 +475,9 @@ static void expect_same_training(nn_model *a, nn_model *b, const spec *s, uint64
  * its planned lifetime turns into NaN. */
 static void test_fusion(const spec *s, int div, int expect_fused)
 {
-    nn_fuse_use(0);
+    set_fuse(0);
     nn_model *a = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
-    nn_fuse_use(1);
+    set_fuse(1);
     nn_model *b = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
     if (!a || !b) return;
     nn_model_set_layout(b, NN_LAYOUT_POISON);
@@ -491,9 +500,9 @@ static void test_fusion(const spec *s, int div, int expect_fused)
  * unwritten turns into NaN), and the same evaluation. */
 static void test_split(const spec *s, int div, int expect_split)
 {
-    nn_fuse_use(1);
+    set_fuse(1);
     nn_model *a = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
-    nn_fuse_use(2);
+    set_fuse(2);
     nn_model *b = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
     if (!a || !b) return;
     nn_model_set_layout(b, NN_LAYOUT_POISON);
@@ -542,7 +551,7 @@ static void test_split(const spec *s, int div, int expect_split)
           eb, cb, ea, ca);
     free(x), free(y);
     nn_model_free(a), nn_model_free(b);
-    nn_fuse_use(2);
+    set_fuse(2);
 }
 
 /* Concat without copies (model.c, graph.h: a batch norm whose only
@@ -555,9 +564,9 @@ static void test_split(const spec *s, int div, int expect_split)
  * lifetime, or reading its gradient after) turns into NaN. */
 static void test_alias(const spec *s, int div, int expect_aliased)
 {
-    nn_alias_use(0);
+    sw.no_alias = true;
     nn_model *a = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
-    nn_alias_use(1);
+    sw.no_alias = false;
     nn_model *b = make_div(s, 5, 1e-3f, 0.1f, s->n, div);
     if (!a || !b) return;
     nn_model_set_layout(b, NN_LAYOUT_POISON);
@@ -657,7 +666,7 @@ static void test_layer_kinds(void)
         bool used = false;
         for (const char *const *name = nn_model_names(); *name && !used; name++) {
             /* the smallest image every model fits (Inception-v3: 75x75) */
-            nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0, 1};
+            nn_model_cfg cfg = {*name, 75, 75, 3, 10, 1, 1, 0, 0, 1, {0}};
             nn_model *m = NULL;
             pst_err e = {{0}};
             /* narrow: the names do not depend on the widths */

@@ -28,8 +28,8 @@ static nn_model *make_t(const char *name, int k, int max_batch, nn_layout layout
 {
     static const size3 sizes[] = {{28, 28, 1}, {32, 32, 3}, {75, 75, 3}, {224, 224, 3}};
     for (size_t i = 0; i < PST_ARRAY_LEN(sizes); i++) {
-        nn_model_cfg cfg = {name,      sizes[i].h, sizes[i].w, sizes[i].c, k,
-                            max_batch, 5,          0.01f,      0.1f,       threads};
+        nn_model_cfg cfg = {name, sizes[i].h, sizes[i].w, sizes[i].c, k,  max_batch,
+                            5,    0.01f,      0.1f,       threads,    {0}};
         nn_model *m = NULL;
         pst_err e = {{0}};
         if (nn_model_new(&m, &cfg, &e) == 0) {

@@ -29,7 +29,7 @@ typedef struct spec {
 
 static nn_model *make(const spec *s, int threads)
 {
-    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, s->n, 99, 0.01f, 0.1f, threads};
+    nn_model_cfg cfg = {s->name, s->h, s->w, s->c, s->k, s->n, 99, 0.01f, 0.1f, threads, {0}};
     nn_model *m = NULL;
     pst_err e = {{0}};
     CHECK(nn_model_new(&m, &cfg, &e) == 0 && m, "%s threads %d: %s", s->name, threads, e.msg);

@@ -20,8 +20,11 @@
 #include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
+#include "pstrain/model.h"
 
 static nn_rng rng;
+/* The Winograd choice of the layers under test (nn_conv_dims.wino). */
+static int wino = NN_WINO_AUTO;
 
 static float *rand_vec(size_t n, float scale)
 {
@@ -220,15 +223,12 @@ static double rms_rel(const float *got, const double *ref, size_t n)
 
 /* The bound above is a worst case, loose by ~500x on random data (F(4x4)'s
  * |B^T|, |A^T| reach 5/2 and 8): a coefficient 1e-5 off stays under it.
- * The typical error is sharper: measured at most 3.2e-7 (F(2x2)), 5.7e-7
- * (F(4x4)'s 16 -> 16 forward in float, AVX-512; 6.4e-7 portable; 3.1e-7
- * when it summed in double, before 2026-12-01: docs/design.md §12
- * says why float was chosen), 6.4-8.2e-7 (its forward of 32 to 64
- * channels, since 2026-12-02), 7.3e-7 (its input gradient) and 7.6e-7
- * (its weight gradient; the direct kernels' 1.1-5e-7) on these shapes; a
- * coefficient of B^T, G or A^T 1e-5 off gives 1.2-5e-5 (forward: 1.6e-6
- * and more). fwd: the forward's limit, C its input channels (the sum over
- * 32 to 64 channels is deeper). WINO_RMS=1 prints each pass's error. */
+ * The typical error is sharper: on these shapes F(2x2)'s is below 4e-7,
+ * F(4x4)'s (forward in float: docs/design.md section 12 says why float
+ * was chosen; input and weight gradients) below 9e-7, the direct
+ * kernels' up to 5e-7; a coefficient of B^T, G or A^T 1e-5 off gives
+ * 1.2e-5 and more (forward: 1.6e-6 and more). fwd: the forward's limit, C its input channels (the
+ * sum over 32 to 64 channels is deeper). WINO_RMS=1 prints each pass's error. */
 static double rms_tol(bool fwd, int C)
 {
     return tile_m == 2 ? 1e-6 : !fwd ? 1.5e-6 : C <= 16 ? 8e-7 : 1.1e-6;
@@ -236,14 +236,14 @@ static double rms_tol(bool fwd, int C)
 
 static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool relu, bool acc)
 {
-    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, PH, PW, 0, 0, K};
+    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, PH, PW, 0, 0, K, wino, false, false};
     nn_conv_dims_finish(&d);
-    CHECK(nn_wino_ok(&d), "wino N%d %dx%dx%d->%d p%d,%d: not taken in mode %d", N, H, W, C, K, PH,
-          PW, nn_wino_use(-1));
+    CHECK(nn_wino_ok(&d), "wino N%d %dx%dx%d->%d p%d,%d: not taken with NN_WINO %d", N, H, W, C, K,
+          PH, PW, wino);
     /* mode 3 (and 1 with AVX-512) take F(4x4) for the forward and input
      * gradient of C and K multiples of 16 up to 64 (and the weight gradient
      * of 16 -> 16) */
-    const bool mode3 = nn_wino_use(-1) == 3;
+    const bool mode3 = wino == NN_WINO_F4;
     const int fwd_m = mode3 && C % 16 == 0 && K % 16 == 0 && C <= 64 && K <= 64 ? 4 : 2;
     const int dgrad_m = fwd_m;
     tile_m = fwd_m;
@@ -294,7 +294,7 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
      * flipped, transposed kernel, in the reference's own terms */
     memcpy(dyc, dy, sizeof(float) * ny);
     nn_conv2d_backward(dx, acc, dw, NULL, dyc, y, x, w, &d, false, NULL, scratch, sc);
-    nn_conv_dims g = {N, d.OH, d.OW, K, 3, 3, 1, 1, 2 - PH, 2 - PW, 0, 0, C};
+    nn_conv_dims g = {N, d.OH, d.OW, K, 3, 3, 1, 1, 2 - PH, 2 - PW, 0, 0, C, wino, false, false};
     nn_conv_dims_finish(&g);
     CHECK(g.OH == H && g.OW == W, "transposed dims");
     tile_m = dgrad_m;
@@ -318,9 +318,8 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
           H, W, C, K, PH, PW, acc, e);
 
     /* the direct path (Winograd off) agrees within the same bounds */
-    int mode = nn_wino_use(-1);
-    nn_wino_use(0);
-    CHECK(!nn_wino_ok(&d), "mode 0 still takes Winograd");
+    d.wino = NN_WINO_OFF;
+    CHECK(!nn_wino_ok(&d), "NN_WINO_OFF still takes Winograd");
     float *dx2 = pst_malloc(sizeof(float) * nx), *y2 = pst_malloc(sizeof(float) * ny);
     size_t sc2 = nn_conv_scratch(&d);
     float *scratch2 = pst_aligned_alloc(sizeof(float) * sc2);
@@ -331,7 +330,6 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
     e = worst(dx2, ref, bnd, nx);
     CHECK(e <= 1.0, "direct input gradient N%d %dx%dx%d->%d: error %.3g of the bound", N, H, W, C,
           K, e);
-    nn_wino_use(mode);
 
     free(scratch), free(scratch2), free(ref), free(bnd), free(wf), free(dx2), free(y2);
     free(x), free(w), free(b), free(dy), free(dyc), free(y), free(dx), free(dw), free(dx0);
@@ -344,7 +342,7 @@ static void test_wino(int N, int H, int W, int C, int K, int PH, int PW, bool re
  * loop (no pool: the two passes apart, the reference). */
 static void test_wino_threads(int N, int H, int W, int C, int K)
 {
-    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
+    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K, wino, false, false};
     nn_conv_dims_finish(&d);
     size_t nx = (size_t)N * H * W * C, nw = (size_t)9 * C * K, ny = (size_t)N * d.OH * d.OW * K;
     size_t stride = (nn_conv_scratch(&d) + 15) / 16 * 16;
@@ -374,24 +372,24 @@ static void test_wino_threads(int N, int H, int W, int C, int K)
         CHECK(!memcmp(y[0], y[t], sizeof(float) * ny) &&
                   !memcmp(dx[0], dx[t], sizeof(float) * nx) &&
                   !memcmp(dw[0], dw[t], sizeof(float) * nw),
-              "wino mode %d N%d %dx%dx%d->%d: %d threads differ from no pool", nn_wino_use(-1), N,
-              H, W, C, K, t);
+              "wino NN_WINO %d N%d %dx%dx%d->%d: %d threads differ from no pool", wino, N, H, W, C,
+              K, t);
     for (int t = 0; t < 4; t++) free(y[t]), free(dx[t]), free(dw[t]);
     free(x), free(w), free(R), free(dy);
 }
 
-/* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, docs/design.md §12, "Building U")
+/* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, design.md 12)
  * computes each U[p][c][k] = (G g G^T)[a][b] in double in a fixed order
  * and rounds it once: t[a][j] = fma(G[a][2], g[2][j], fma(G[a][1],
  * g[1][j], G[a][0] g[0][j])) (g[i][j] the tap of row i, column j), then
  * u = fma(t[a][2], G[b][2], fma(t[a][1], G[b][1], t[a][0] G[b][0])). Every
  * float of U, forward and flipped (the input gradient's), against that
- * order written out with fma(); before 2026-12-01 the order was the
- * compiler's (it differed in 1 ulp for ~0.06% of U on such data). Data
+ * order written out with fma() (an order left to the compiler differs in
+ * 1 ulp for ~0.06% of U on such data). Data
  * with full 24-bit mantissas over 8 decades. */
 static void test_u4_order(int C, int K, bool flip)
 {
-    nn_conv_dims d = {1, 8, 8, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
+    nn_conv_dims d = {1, 8, 8, C, 3, 3, 1, 1, 1, 1, 0, 0, K, wino, false, false};
     nn_conv_dims_finish(&d);
     float *w = pst_malloc(sizeof(float) * 9 * C * K);
     for (int i = 0; i < 9 * C * K; i++)
@@ -430,7 +428,7 @@ static void test_u4_order(int C, int K, bool flip)
 }
 
 /* `test_nn_wino --accuracy`: the forward's error at real layer shapes
- * (docs/design.md §12, "Accuracy"),
+ * (docs/design.md section 12, "Accuracy of the float F(4x4) forward"),
  * relative to the outputs' standard deviation, against a double-precision
  * direct convolution: ReLU outputs (max(0, N(0, 1))) times He-initialised
  * kernels (N(0, 2 / 9C)), no bias; and the weight gradient's, with dy ~
@@ -439,7 +437,7 @@ static void test_u4_order(int C, int K, bool flip)
  * (mode 3), AVX-512 and portable. Prints, checks nothing. */
 static void accuracy_row(int N, int H, int W, int C, int K)
 {
-    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K};
+    nn_conv_dims d = {N, H, W, C, 3, 3, 1, 1, 1, 1, 0, 0, K, wino, false, false};
     nn_conv_dims_finish(&d);
     size_t nx = (size_t)N * H * W * C, nw = (size_t)9 * C * K, ny = (size_t)N * d.OH * d.OW * K;
     float *x = pst_malloc(sizeof(float) * nx), *w = pst_malloc(sizeof(float) * nw);
@@ -491,12 +489,11 @@ static void accuracy_row(int N, int H, int W, int C, int K)
     double sdw = sqrt(w2 / nw - (w1 / nw) * (w1 / nw));
     static const char *name[4] = {"direct", "", "F(2x2)", "F(4x4)"};
     bool simd = nn_narrow_use_simd(-1);
-    int mode0 = nn_wino_use(-1);
     for (int s = simd ? 1 : 0; s >= 0; s--) {
         nn_narrow_use_simd(s);
         for (int mode = 0; mode <= 3; mode++) {
             if (mode == 1) continue;
-            nn_wino_use(mode);
+            d.wino = mode == 0 ? NN_WINO_OFF : mode == 2 ? NN_WINO_F2 : NN_WINO_F4;
             size_t sc = nn_conv_scratch(&d);
             float *scratch = pst_aligned_alloc(sizeof(float) * (sc ? sc : 1));
             nn_conv2d_forward(y, x, w, NULL, &d, false, NULL, scratch, sc);
@@ -523,7 +520,6 @@ static void accuracy_row(int N, int H, int W, int C, int K)
         }
     }
     nn_narrow_use_simd(simd);
-    nn_wino_use(mode0);
     free(x), free(w), free(y), free(ref), free(acc), free(dy), free(dw), free(rw);
 }
 
@@ -545,7 +541,7 @@ int main(int argc, char **argv)
             test_u4_order(n, n, true);
             test_u4_order(n, 80 - n, true);
         }
-    nn_wino_use(2);
+    wino = NN_WINO_F2;
     for (int mode = simd ? 1 : 0; mode >= 0; mode--) {
         nn_narrow_use_simd(mode);
         /*      N   H   W   C   K  PH PW relu acc */
@@ -572,7 +568,7 @@ int main(int argc, char **argv)
         test_wino_threads(6, 14, 14, 128, 64);
         test_wino_threads(4, 28, 28, 64, 96);
         /* F(4x4) for 16 -> 16: partial tiles, paddings 0-2, several blocks */
-        nn_wino_use(3);
+        wino = NN_WINO_F4;
         test_wino(2, 9, 7, 16, 16, 1, 1, true, true);
         test_wino(1, 8, 8, 16, 16, 0, 0, false, false);
         test_wino(1, 6, 10, 16, 16, 2, 1, false, true);
@@ -593,9 +589,9 @@ int main(int argc, char **argv)
         test_wino_threads(48, 14, 14, 32, 32);
         test_wino_threads(80, 7, 7, 64, 64);
         test_wino_threads(9, 30, 29, 32, 64);
-        nn_wino_use(1);
+        wino = NN_WINO_AUTO;
         test_wino_threads(48, 14, 14, 32, 32);
-        nn_wino_use(2);
+        wino = NN_WINO_F2;
     }
     nn_narrow_use_simd(simd);
     return check_exit();

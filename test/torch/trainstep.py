@@ -37,7 +37,7 @@ step takes seconds; its dropout (rate 0.5, before fc) stays on in both: the
 PyTorch side multiplies by the mask pstrain draws for that step and layer
 (dropout_mask: nn_seed_mix(seed, step, layer index), one xoshiro256** stream
 per block of NN_DROPOUT_BLOCK elements, two 24-bit uniforms per draw;
-src/nn/layers.c), so the dropout forward and backward are checked too. Its
+src/nn/kernels/layers.c), so the dropout forward and backward are checked too. Its
 step is chaotic in float32 (compare_chaotic), and its momentum slots are
 imported as zeros.
 """

@@ -136,6 +136,11 @@ typedef struct nn_conv_dims {
     int KH, KW, SH, SW; /* kernel and strides */
     int PH, PW;         /* zero padding at the top and left; bottom/right follow from OH/OW */
     int OH, OW, K;      /* output */
+    /* which kernels run (the model's nn_switches; zero: the defaults); the
+     * results are the same bits either way but for wino (tests) */
+    int wino;             /* NN_WINO_* (pstrain/model.h) */
+    bool no_shared_pad;   /* nn_switches.no_shared_pad */
+    bool no_fuse_strided; /* nn_switches.no_fuse_strided */
 } nn_conv_dims;
 
 /* Output size of a window of k with stride s and padding p on both sides
@@ -147,14 +152,10 @@ void nn_conv_dims_finish(nn_conv_dims *d);
  * scratch floats one thread of a conv needs for max batch N. */
 int nn_conv_chunk(const nn_conv_dims *d);
 size_t nn_conv_scratch(const nn_conv_dims *d);
-/* Whether the weight gradient of small padded batches pads them once for
- * all its tasks (default on); force 0 or 1 sets it (tests), -1 asks. The
- * result is the same bits either way. */
-bool nn_conv_shared_pad(int force);
-/* Whether a strided layer's input gradient shares its loop with the
- * channel-range weight gradient (default on); force 0 or 1 sets it
- * (tests), -1 asks. The same bits either way. */
-bool nn_conv_fuse_strided(int force);
+/* The weight gradient of small padded batches pads them once for all its
+ * tasks unless d->no_shared_pad; a strided layer's input gradient shares
+ * its loop with the channel-range weight gradient unless
+ * d->no_fuse_strided. The same bits either way. */
 
 /* The pool of a model (pool.h); NULL runs everything on the caller. */
 typedef struct nn_pool nn_pool;
@@ -225,19 +226,17 @@ void nn_cf_dw_runs(float *dw, const float *pad, const nn_cf_geom *g, const float
  * (conv_wino.c): forward and input gradient as 16 products [tiles x C] x
  * [C x K] between two transforms; F(4x4, 3x3) (36 products per 4x4 tile,
  * conv_wino4.c) for both passes of 16 -> 16-channel layers.
- * nn_wino_use(force): 0 off, 1 where it measured faster than the direct
- * kernels (default; AVX-512 only), 2 F(2x2) on every shape it supports,
- * also portable (tests), 3 as 2 but F(4x4) for every 16 -> 16 layer and
- * for the input gradient of every layer whose C and K are multiples of 16
- * up to 64 (tests, also portable); -1 asks. The environment variable
- * PSTRAIN_WINO=0/1/2/3 sets the start value (benchmarks: old against new
- * in one binary). nn_wino_ok / nn_wino_dgrad_ok: whether
+ * d->wino (NN_WINO_*, pstrain/model.h): where it is faster than the direct
+ * kernels (the default; AVX-512 only), off, F(2x2) on every shape it
+ * supports, also portable (tests), or as that but F(4x4) for every 16 ->
+ * 16 layer and for the input gradient of every layer whose C and K are
+ * multiples of 16 up to 64 (tests, also portable). nn_wino_ok /
+ * nn_wino_dgrad_ok: whether
  * the forward (conv.c) / input gradient (conv_backward.c) go this way;
  * nn_wino_scratch: floats per thread (0 when neither does). Same contracts
  * as nn_conv2d_forward and the input gradient of nn_conv2d_backward
  * (scratch: thread 0's area, threads `stride` floats apart); bitwise the
  * same for every thread count. */
-int nn_wino_use(int force);
 bool nn_wino_shape(const nn_conv_dims *d);
 bool nn_wino_ok(const nn_conv_dims *d);
 bool nn_wino_dgrad_ok(const nn_conv_dims *d);

@@ -13,7 +13,8 @@
  *              im2col": no col matrix), so does dw for K <= 16 (else it
  *              multiplies the chunk's col), and the input gradient is added
  *              straight into the padded image gradient (no dcol matrix, no
- *              col2im). BLIS measured 7-40 GFLOP/s on these shapes.
+ *              col2im). BLIS wastes most of its micro-tile on these
+ *              shapes (narrow.c says why).
  *   C = 1, stride 1, K <= 16 (a grayscale input layer): conv1ch.c,
  *              vectorised along the output row.
  *   1x1, stride 1, no padding: a dense layer over the N*H*W rows.
@@ -194,18 +195,18 @@ static bool narrow_dw_path(const nn_conv_dims *d)
  * in slice order): as many as CONV_PART_FLOATS of partials allow, with at
  * least CONV_SLICE_PIXELS output pixels each, at most N; 2 where that
  * gives one (a batch of 2,048-4,095 output pixels: slices of at least
- * 1,024, session 17). Every task list is slice-major, so on 2 threads
+ * 1,024). Every task list is slice-major, so on 2 threads
  * the pool's part p (pool.h) is slice p: thread p reads only the images it
  * writes in the layers before and after. With one slice every task read
  * every image, half of them last written by the other core, which in the
- * VM's slow state costs more than the arithmetic (inception-mini's 7x7
- * outputs, batch 64; docs/platform.md, "Two cores"). A layer of the
+ * slow state of a VM costs more than the arithmetic (inception-mini's 7x7
+ * outputs, batch 64; docs/mpi-facts.md). A layer of the
  * narrow path with fewer than CONV_NARROW_SLICES of those gets
  * CONV_WG_TASKS slices (at most N, within the partials) instead: there a
- * slice is a task, and one slice left the other threads idle
- * (inception-mini's mixed_b/bdbl_2, 16->32 at 7x7, batch 64: ~230 us on
- * the caller alone per step). Cut by the shapes, as every slice count;
- * docs/design.md §12, "Tasks". */
+ * slice is a task, and one slice would leave the other threads idle
+ * (inception-mini's mixed_b/bdbl_2, 16->32 at 7x7, batch 64, would run
+ * on the caller alone). Cut by the shapes, as every slice count;
+ * docs/design.md, "Threads". */
 #define CONV_NARROW_SLICES 4
 #define CONV_WG_TASKS 8
 int nn_cv_wgrad_slices(const nn_conv_dims *d)
@@ -223,16 +224,9 @@ int nn_cv_wgrad_slices(const nn_conv_dims *d)
  * the fast kernel pads and the batch is small (small images: few slices,
  * whose row blocks would each pad them again). The scratch reserves
  * min(batch, cap) so that it grows with N (a call may have fewer images
- * than the batch the scratch was sized for). nn_conv_shared_pad(0) turns
- * it off (tests: both ways give the same bits). */
+ * than the batch the scratch was sized for). d->no_shared_pad turns it off
+ * (tests: both ways give the same bits). */
 #define CONV_SHARED_PAD_FLOATS (1u << 19)
-static int shared_pad_mode = 1;
-
-bool nn_conv_shared_pad(int force)
-{
-    if (force == 0 || force == 1) shared_pad_mode = force;
-    return shared_pad_mode == 1;
-}
 
 static size_t shared_pad_floats(const nn_conv_dims *d)
 {
@@ -242,7 +236,7 @@ static size_t shared_pad_floats(const nn_conv_dims *d)
 }
 bool nn_cv_use_shared_pad(const nn_conv_dims *d)
 {
-    return shared_pad_mode == 1 && shared_pad_floats(d) &&
+    return !d->no_shared_pad && shared_pad_floats(d) &&
            (size_t)d->N * img_floats(d) <= CONV_SHARED_PAD_FLOATS;
 }
 
@@ -377,8 +371,8 @@ int nn_cv_wgrad_kb_group(const nn_conv_dims *d, int S)
     /* C <= K: fewer channel blocks per task rather than row blocks cut
      * finer than CONV_WG_ROWS for the task count: a task then reads x (C
      * floats a pixel) once more, not dy (K floats) packed once more.
-     * resnet-50's 128->512 at 28^2 (3 slices x 2 row blocks x 2 groups of
-     * 4 -> 3 x 4 groups of 2) and 256->1024 at 14^2: 5-15% faster */
+     * resnet-50's 128->512 at 28^2 (3 slices x 4 groups of 2 rather than
+     * 3 slices x 2 row blocks x 2 groups of 4) and 256->1024 at 14^2 */
     const int rows = (d->C + CONV_WG_ROWS - 1) / CONV_WG_ROWS;
     if (d->C <= d->K)
         while (kbg > 1 && nn_cv_wgrad_row_blocks(d, S, kbg) > rows) kbg /= 2;
@@ -407,9 +401,8 @@ bool nn_cv_wgrad_chan_unpadded(const nn_conv_dims *d)
  * wider than one pixel, else 16 (one vector: 1x1 projections and 7x1
  * layers, as before). Every range reads all of its slice's dy again:
  * inception-mini's reduce/b3x3 (3x3/2, 64->64 at 14x14, batch 64, one
- * slice) as 8 ranges of 8 channels (24 floats) spent ~16% more on its
- * backward than as 4 ranges of 16 (one thread 3,890-3,974 -> 3,259-3,308
- * us per step, two threads 2,179-2,200 -> 1,832-1,840). No sum changes with
+ * slice) as 8 ranges of 8 channels (24 floats) spends more on its backward
+ * than as 4 ranges of 16, on one thread and on two. No sum changes with
  * the ranges (each dw element sums its slice's pixels in order), so no bit
  * does; of the built-in models only that layer's cut changes. */
 #define CONV_WG_CHAN_ROW 48
@@ -435,9 +428,7 @@ int nn_cv_wgrad_chan_blocks(const nn_conv_dims *d, int S)
  * writes every image's output). So the blocks go outermost where the
  * packed kernel outweighs the input pixels the windows reach plus the
  * output: resnet-50's res5 3x3 512, 3x3/2 512 and projection 1024 -> 2048
- * at batch 8 (`bench_conv --threads 2`: the forward's work 11.6-11.9 ->
- * 10.2-10.4 ms, one thread's, wall 5.85-6.05 -> 5.17-5.33 for the 3x3;
- * 3x3/2 5.93-6.24 -> 5.38-5.57; projection 5.02-5.24 -> 4.66-4.72). Each
+ * at batch 8 (`bench_conv --threads 2` compares the two orders). Each
  * output is still one task's, computed alike: no bit changes. */
 static int fwd_kb_chunks(const nn_conv_dims *d, int T, int nkb)
 {

@@ -1,6 +1,6 @@
 /* bench_peak.c - what the hardware gives one thread and T threads running
  * at the same time: the ceiling for `--threads T` against `--threads 1`.
- * Built with the tests, not registered as one (a benchmark, not a check).
+ * A benchmark (bench/), not a check.
  *
  *   bench_peak [--threads T] [--seconds S] [--rounds R] [--l1 KB] [--l2 KB]
  *              [--mb MB] [--portable] [test ...]

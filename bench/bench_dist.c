@@ -31,7 +31,7 @@
 #include "pstrain/model.h"
 #include "pstrain/placement.h"
 #include "pstrain/ps.h"
-#include "../../src/cluster/dist_internal.h"
+#include "../src/cluster/dist_internal.h"
 
 static int arg_int(int argc, char **argv, const char *name, int def)
 {

@@ -6,10 +6,10 @@
  * Then the concat backward (layers.c) over inception-mini's reduce/concat
  * (3136 rows of 64 + 64) and mixed_a/concat (12544 rows of 16 + 24 + 16 +
  * 8), its dy written just before by a range loop, by the caller alone, or
- * by the previous concat loop (hot): the loop alone, against the 1.3-1.9x
- * one thread's work that those layers measured on two inside the model.
+ * by the previous concat loop (hot): the loop alone, to set against the
+ * work those layers take on two threads inside the model (bench_model).
  * Best of R rounds of N loops each, wall time; run it under `chrt -f 50`
- * on a shared machine. Built with the tests, not registered as one.
+ * on a shared machine. A benchmark (bench/), not a check.
  *
  *   bench_pool [--threads T] [--loops N] [--rounds R] */
 #include <stdio.h>
@@ -104,8 +104,8 @@ int main(int argc, char **argv)
         printf("threads %d  range loop %dx%d: %8.2f us\n", T, M, C, 1e6 * best);
         free(x), free(y);
     }
-    /* concat backward (layers.c) over inception-mini's two concats that
-     * measured 1.3-1.9x one thread's work on two: dy written just before
+    /* concat backward (layers.c) over inception-mini's two concats, which
+     * take more work on two threads than on one: dy written just before
      * by a range loop (as the consumers' input gradients write it), or by
      * the caller alone, or by the concat loop before (hot) */
     const int cshapes[][5] = {{64 * 7 * 7, 2, 64, 64, 0}, {64 * 14 * 14, 4, 16, 24, 16}};

@@ -159,8 +159,8 @@ AVX512 static void u_16_simd(float *U, size_t ps, float g[9][16])
 
 /* u_16_vec of the forward's 16 kernels k0 + [0, 16) of input channel c:
  * tap t's at w + t C K, loaded in place (zero past K: mask m) instead of
- * gathered into g[9][16] a float at a time, which took as long as the
- * transform (res4's 4 MB U, built on each thread: 0.25-0.7 ms per pass) */
+ * gathered into g[9][16] a float at a time, which would take as long as
+ * the transform (res4's 4 MB U is built on each thread, every pass) */
 AVX512 static void u_16_simd_w(float *U, size_t ps, const float *w, size_t tap, __mmask16 m)
 {
     __m512 v[9];
@@ -203,8 +203,8 @@ static void u_row(const wi_job *j, float *U, int r)
         /* g(c, k)[tap t] = w[8 - t][k][c]: the 16 k of a row c are a column
          * of the layer's [K][C] rows, so each tap's 16 x 16 block comes
          * transposed (zero past K and C), and every row c goes into U with
-         * u_16_simd like the forward's (the scalar gathers and u_16 took
-         * 2-3 ms of res4's 256 -> 256 input gradient, per thread) */
+         * u_16_simd like the forward's (scalar gathers and u_16 would be
+         * a large part of res4's 256 -> 256 input gradient) */
         float gt[16][9][16]; /* [c - c0][tap][k - k0] */
         for (int c0 = 0; c0 < C; c0 += 16) {
             int mc = C - c0 < 16 ? C - c0 : 16;

@@ -128,7 +128,7 @@ NN_CLONES void nn_relu_backward(float *dinp, bool acc, const float *dout, const 
 /* Small dense products (the last layers: weights up to 16k floats) go by
  * column blocks of NN_NARROW_MAX through the narrow kernels when they run
  * vectorised: BLIS's call and packing overheads dominate there. Larger ones
- * (784x256) measured faster in BLIS. */
+ * (784x256) are faster in BLIS. */
 static bool dense_narrow(int I, int O)
 {
     return (size_t)I * O <= 16384 && nn_narrow_use_simd(-1);
@@ -587,7 +587,7 @@ void nn_maxpool_backward(float *dinp, bool acc, const float *dout, const int32_t
          * for the scatter: no separate pass over the whole gradient
          * (resnet-50: 25.7 MB per batch of 8). The scatter stays scalar: a
          * 16-channel version (compare each window position with the
-         * argmax, masked add) measured slower, its masks unpredictable. */
+         * argmax, masked add) is slower, its masks unpredictable. */
         int cleared = 0;
         for (int oh = 0; oh < d->OH; oh++) {
             if (!acc) {

@@ -2,7 +2,7 @@
  * large layers of ResNet-50 (224x224) and Inception-v3 (299x299): forward,
  * input gradient (dgrad) and weight gradient (wgrad), one thread, timed in
  * thread CPU time (CLOCK_THREAD_CPUTIME_ID: on a shared machine wall time
- * also counts other processes). Built with the tests, not registered as one.
+ * also counts other processes). A benchmark (bench/), not a check.
  *
  *   bench_conv [--batch B]... [--min-time S] [--peak GFLOPS] [--threads T] [--acc]
  *              [--mean] [--cold MB] [--hash] [filter ...]
@@ -42,6 +42,7 @@
 #include "pstrain/pool.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
+#include "pstrain/model.h"
 
 typedef struct layer {
     const char *name;
@@ -273,7 +274,24 @@ static double time_pass(run *r, int which, double min_time, double *mean)
 
 static void bench_layer(const layer *L, int N, double min_time, nn_pool *pool)
 {
-    nn_conv_dims d = {N, L->H, L->W, L->C, L->KH, L->KW, L->SH, L->SW, L->PH, L->PW, 0, 0, L->K};
+    nn_switches sw; /* PSTRAIN_WINO: old against new in one binary */
+    nn_switches_from_env(&sw);
+    nn_conv_dims d = {N,
+                      L->H,
+                      L->W,
+                      L->C,
+                      L->KH,
+                      L->KW,
+                      L->SH,
+                      L->SW,
+                      L->PH,
+                      L->PW,
+                      0,
+                      0,
+                      L->K,
+                      sw.wino,
+                      sw.no_shared_pad,
+                      sw.no_fuse_strided};
     nn_conv_dims_finish(&d);
     nn_rng rng;
     nn_rng_seed(&rng, 7);

@@ -1,7 +1,7 @@
 /*
  * conv_wino4_wgrad.c - the weight gradient of 3x3 stride-1 layers through
- * Winograd F(4x4, 3x3): 16 -> 16 (nn_wi4_wgrad) and, since 2026-12-02, C
- * and K multiples of 16 up to 64 (nn_wi4k_wgrad, at the end of the file);
+ * Winograd F(4x4, 3x3): 16 -> 16 (nn_wi4_wgrad) and C and K multiples of
+ * 16 up to 64 (nn_wi4k_wgrad, at the end of the file);
  * conv_wino.c's nn_wino_wgrad calls them, with the points and the input
  * transform of conv_wino4.c (shared through conv_wino4_impl.h).
  *
@@ -17,10 +17,10 @@
  * and adds the block sums in order into its own dU (in its thread's scratch):
  * 16 + 16 sequential additions per 256 tiles instead of 256. Then, per
  * input channel c, the slices are added in slice order in double and
- * G^T dU G is taken in double, rounded once. Typical error at resnet-20's
- * shape (test_wino.c's data, batch 64): 8.2-8.5e-7, the direct kernels'
- * 3.6-5.1e-7; a slice summing its tiles in one chain gave 1.2e-6, slices
- * of 64 tiles 6.8-7.2e-7 with 2 MB of sums (slower). */
+ * G^T dU G is taken in double, rounded once. The typical error at
+ * resnet-20's shape is about twice the direct kernels'; a slice summing
+ * its tiles in one chain would be less accurate, slices of 64 tiles only a
+ * little more accurate with 2 MB of sums (and slower). */
 #include "conv_wino4_impl.h"
 
 #define W4_WTB 16            /* tiles per block (V and Z: 36 KB each) */
@@ -217,7 +217,7 @@ static void w4_slice_task(void *arg, int s, int tid)
  * first: the S x 36 lines a call reads are ps floats apart, which the
  * hardware prefetchers do not follow, and on two threads half of them
  * are in the other core's cache (each slice is summed by the thread that
- * ran it), ~225 ns a line (docs/platform.md, "Two cores"): the 64 -> 64 reduction at
+ * ran it), ~225 ns a line (docs/mpi-facts.md): the 64 -> 64 reduction at
  * 7x7, batch 64, took each of two threads as long as one thread the whole
  * (bench_conv, rdtsc). A hint only: the sums do not change. */
 static INLINE void w4_gtg16(float *dw, size_t tap_stride, float *const *su, int S, size_t o,
@@ -299,14 +299,14 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
  * MR channels c x NV vectors of k over the block's tiles in order, from
  * zero, then adds the block sum into its slice's dU[36][C][K]. Then per
  * input channel c the slices are added in slice order in double and
- * G^T dU G taken in double, rounded once (as w4_out_row). Typical error
- * 6.8-7.5e-7 of the gradient's spread at ResNet-20's 32- and 64-channel
- * and ResNet-50's res2 shapes (F(2x2) 4.0-7.3e-7, the direct kernels
- * 1.9-7.0e-7: test_nn_wino --accuracy). V, Z and each slice's dU keep
- * their positions a cache line more than a multiple of 4 KB apart: with
- * V and Z 4 KB apart per position (32 tiles of 32 channels) all 36 lines
- * a tile's transform writes fell in one set of L1 and the pass ran 1.6x
- * slower than F(2x2)'s instead of 1.25x faster (docs/design.md §12). */
+ * G^T dU G taken in double, rounded once (as w4_out_row). Its typical
+ * error at ResNet-20's 32- and 64-channel and ResNet-50's res2 shapes is
+ * of the order of F(2x2)'s and the direct kernels' (`test_nn_wino
+ * --accuracy` prints them). V, Z and each slice's dU keep their positions
+ * a cache line more than a multiple of 4 KB apart: with V and Z 4 KB
+ * apart per position (32 tiles of 32 channels) all 36 lines a tile's
+ * transform writes would fall in one set of L1, and the pass would be
+ * slower than F(2x2)'s instead of faster (docs/mpi-facts.md). */
 
 #define W4K_TB 32 /* tiles per block */
 
@@ -314,8 +314,8 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
  * batch 64 has 256: two threads share it), at most W4K_PARTS floats of
  * sums (rounded down to an even count, so that two threads share them
  * evenly: 6 for 64 x 64), at least 1. Fixed by the shapes. (One per 128
- * tiles: 32 -> 32 at 14x14 0.60-0.62 against 0.56-0.58 ms, the slices'
- * reduction longer.) */
+ * tiles is slower: the slices' reduction grows more than the tasks
+ * shrink.) */
 #define W4K_PARTS (1u << 20)
 static int w4k_slices(const nn_conv_dims *d)
 {
@@ -356,9 +356,9 @@ static size_t w4k_uf(const nn_conv_dims *d)
  * input gradient's U, V and M (nn_wi4_scratch). The reduction (w4k_out_task)
  * reads half of each slice on the other thread; at the front of the
  * scratch, where the next layer's input gradient builds U, thread 0's U
- * then wrote lines the other core held (a hand-over each): the 64 -> 64
- * input gradient's U took thread 0 1.7-2x as long as thread 1 (rdtsc,
- * resnet-20 and bench_conv on 2 threads). */
+ * would write lines the other core held (a hand-over each), and thread 0
+ * would take much longer than thread 1 for the 64 -> 64 input gradient's
+ * U (resnet-20 and bench_conv on 2 threads). */
 static size_t w4k_off(const nn_conv_dims *d)
 {
     return (nn_wi4_scratch(d) + 15) / 16 * 16;
@@ -565,9 +565,9 @@ void nn_wi4k_wgrad(float *dw, const float *dout, const float *inp, const nn_conv
 
 /* ---- with the input gradient ---------------------------------------------
  * As F(2x2)'s nn_wi2_backward: the slice tasks are few and long (res2's 3x3
- * 64 at batch 8: 6 slices of ~0.6 ms; ResNet-20's 7x7 stage at batch 64: 2)
- * and alone in their loop left the thread that finished first idle until
- * the loop's end; with the input gradient's F(4x4) blocks (12 tiles each)
+ * 64 at batch 8: 6 slices; ResNet-20's 7x7 stage at batch 64: 2) and
+ * alone in their loop would leave the thread that finished first idle
+ * until the loop's end; with the input gradient's F(4x4) blocks (12 tiles each)
  * in the same loop, that thread takes blocks meanwhile. Part p of the
  * pool's T contiguous parts holds the slice tasks p of T first, then the
  * blocks p of T. The scratch already holds both apart: a block's U, V and

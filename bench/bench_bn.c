@@ -2,8 +2,7 @@
  * the training forward and the backward at the shapes of resnet-20 (batch
  * 64, 28x28) and resnet-50 (batch 8, 224x224), and with --hash a hash of
  * every output for a set of shapes and variants (to compare two builds
- * bitwise). Built with the tests, not registered as one (a benchmark, not a
- * check).
+ * bitwise). A benchmark (bench/), not a check.
  *
  *   bench_bn [--threads T] [--reps R] [--hash] [NxHxWxC ...]
  *
@@ -90,8 +89,9 @@ static int cmp_d(const void *a, const void *b)
 }
 
 /* One call of variant v on set q: thread CPU time (one thread) or wall
- * time (T > 1, the pool's statistics off: their clock reads cost some 5 us
- * each here, more than a small layer's loop) in us. */
+ * time (T > 1, the pool's statistics off: their clock reads, a system call
+ * each on a virtual machine, can cost more than a small layer's loop) in
+ * microseconds. */
 static double timed(nn_pool *pool, double *red, set *q, const params *p, int M, int C, int v)
 {
     int T = nn_pool_threads(pool);

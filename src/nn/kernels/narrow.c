@@ -6,10 +6,10 @@
  * Why not BLIS here: BLIS's AVX-512 kernel is 32x12 and prefers column
  * storage, so for a row-major C with 6 or 16 columns it transposes the
  * problem and runs its 32-row micro-tile over those 6-16 rows (most of each
- * FMA wasted), after packing the long operand. Measured on one core: 7-40
- * GFLOP/s for these shapes. With K <= 32 one output row is one or two
- * 16-float vectors, the whole of B stays in L1, and a register-blocked loop
- * of broadcast-FMAs reaches several times that with nothing packed.
+ * FMA wasted), after packing the long operand. With K <= 32 one output
+ * row is one or two 16-float vectors, the whole of B stays in L1, and a
+ * register-blocked loop of broadcast-FMAs is several times as fast with
+ * nothing packed (bench_conv compares them).
  *
  * Each product has an AVX-512 kernel (chosen at run time from cpuid) and a
  * portable C version with the same contract; the tests check both against

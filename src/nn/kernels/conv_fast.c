@@ -55,8 +55,8 @@
 #define CF_DENSE_BYTES (320 * 1024)
 /* ... and at most this many pixels: the block's dy stripe of one channel
  * block (64 floats a pixel, 32 KB) then stays in L1 while every row tile
- * of the block reads it (256 pixels, 64 KB, went to L2 once per tile:
- * res2's 1x1 256->64 weight gradient 4.5-4.9 -> 4.1 ms) */
+ * of the block reads it (256 pixels, 64 KB, would go to L2 once per tile:
+ * res2's 1x1 256->64 weight gradient is the case) */
 #define CF_DENSE_PIXELS 128
 #define CF_PF_ROWS 16 /* dy rows ahead that the packing of dy prefetches */
 #define CF_PF_TILES 2 /* forward tiles ahead whose out rows an accumulating call prefetches */
@@ -119,8 +119,9 @@ AVX512 void nn_cf_transpose16(float *dst, size_t ldd, int nout, const float *src
     }
 }
 
-/* nn_cf_pack_flip_block's transposes in 16 x 16 register blocks: the scalar
- * loop took 1.7 ms for res5's 3x3 512 -> 512 (9.4 MB), 3x its memcpy pack */
+/* nn_cf_pack_flip_block's transposes in 16 x 16 register blocks: a scalar
+ * loop costs several times the plain pack's memcpy (res5's 3x3 512 -> 512:
+ * 9.4 MB) */
 AVX512 static void cf_pack_flip_simd(float *dst, const float *w, int KH, int KW, int C, int K,
                                      int c0, int nc)
 {
@@ -280,7 +281,7 @@ AVX512 static INLINE void fwd_block(int MR, int NV, float *out, int ldo, const f
                  * few hundred cycles, a miss as long). Writing them (not
                  * streamed): fetched ahead for writing too, else each
                  * line's read-for-ownership waits at the tile's stores
-                 * (res2's 1x1 256->64 input gradient 5.8 -> 4.5 ms) */
+                 * (res2's 1x1 256->64 input gradient shows it most) */
                 if (acc && r0 == 0)
                     for (int q = p + CF_PF_TILES * MR; q < p + (CF_PF_TILES + 1) * MR && q < P; q++)
                         for (int v = 0; v < NV; v++)

@@ -12,9 +12,9 @@
  *             pixels in order (9 taps' sums in registers)
  * (a 28-pixel row is two blocks of 14 sums, each weight vector serves 14
  * independent sums; dW keeps 9 independent sums, enough for both FMA
- * pipes). No transposes or scatters: the earlier version held 16 output
- * columns of one channel per vector and scattered them into NHWC, which
- * cost more than the multiply-adds (stem: 16-25% of peak).
+ * pipes). No transposes or scatters: holding 16 output columns of one
+ * channel per vector and scattering them into NHWC would cost more than
+ * the multiply-adds.
  *
  * The input gradient is never needed for such a layer (it reads the
  * model's input); callers use the general path when it is. AVX-512 only;

@@ -18,8 +18,8 @@
 #include "conv_impl.h"
 
 /* The kernel packed for the fast kernels on the pool, a block of 64
- * output columns per task (resnet-50's 3x3 512 -> 512: 9 MB, 1.3 ms on one
- * thread): flip = the input gradient's flipped, transposed kernel. */
+ * output columns per task (resnet-50's 3x3 512 -> 512: 9 MB, too long for
+ * one thread): flip = the input gradient's flipped, transposed kernel. */
 typedef struct pack_job {
     float *wp;
     const float *w;

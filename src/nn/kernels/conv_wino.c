@@ -31,19 +31,24 @@
 #include <stdlib.h>
 
 #include "conv_wino_impl.h"
+#include "pstrain/model.h"
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-static int wino_mode = -1; /* -1: not read yet */
-
-int nn_wino_use(int force)
+/* d->wino as a mode: 0 off, 1 where faster (NN_WINO_AUTO), 2 F(2x2)
+ * everywhere, 3 F(4x4) as well (layers.h) */
+static int wino_mode(const nn_conv_dims *d)
 {
-    if (force >= 0 && force <= 3) wino_mode = force;
-    if (wino_mode < 0) {
-        const char *e = getenv("PSTRAIN_WINO");
-        wino_mode = e && e[0] >= '0' && e[0] <= '3' && e[0] != '1' && !e[1] ? e[0] - '0' : 1;
+    switch (d->wino) {
+    case NN_WINO_OFF:
+        return 0;
+    case NN_WINO_F2:
+        return 2;
+    case NN_WINO_F4:
+        return 3;
+    default:
+        return 1;
     }
-    return wino_mode;
 }
 
 bool nn_wino_shape(const nn_conv_dims *d)
@@ -52,13 +57,13 @@ bool nn_wino_shape(const nn_conv_dims *d)
            d->PW >= 0 && d->PW <= 2 && d->OH > 0 && d->OW > 0;
 }
 
-/* Where F(2x2, 3x3) measured faster than the direct kernels (docs/design.md
- * §12, bench_conv): AVX-512, 32 or more channels on both sides (the
- * 16-channel layers of resnet-20 ran slower: too little product per tile
- * for the transforms), C*K <= 65536 (U, 16 C K floats, is read once per
- * block of tiles: 512x512 and 448x384 at 7x7-8x8 ran 2x slower) and at
- * least 256 tiles (the U transform and its traffic amortised). Monotone in
- * N: a smaller batch never switches it on. */
+/* Where F(2x2, 3x3) is faster than the direct kernels (docs/design.md
+ * section 12 lists the layers, bench_conv compares them): AVX-512, 32 or
+ * more channels on both sides (16 channels give too little product per
+ * tile for the transforms), C*K <= 65536 (U, 16 C K floats, is read once
+ * per block of tiles: a larger U, as 512x512 at 7x7, costs more than it
+ * saves) and at least 256 tiles (the U transform and its traffic
+ * amortised). Monotone in N: a smaller batch never switches it on. */
 static bool wino_faster(const nn_conv_dims *d)
 {
     size_t tiles = (size_t)d->N * ((d->OH + 1) / 2) * ((d->OW + 1) / 2);
@@ -66,11 +71,11 @@ static bool wino_faster(const nn_conv_dims *d)
            (size_t)d->C * d->K <= 65536 && tiles >= 256;
 }
 
-/* F(4x4) for this 16 -> 16 shape: mode 1 with AVX-512 (where it measured
+/* F(4x4) for this 16 -> 16 shape: mode 1 with AVX-512 (where it is
  * faster than the direct kernels), or mode 3 (tests: also portable). */
 static bool wino4_use(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (!nn_wino_shape(d) || d->C != 16 || d->K != 16) return false;
     return mode == 3 || (mode == 1 && WI_X86 && nn_narrow_use_simd(-1));
 }
@@ -78,15 +83,13 @@ static bool wino4_use(const nn_conv_dims *d)
 /* F(4x4) in float for the forward and the input gradient: C and K
  * multiples of 16 up to 64 (conv_wino4.c's register tiles); mode 1: 16 ->
  * 16 (wino4_use) and, where F(2x2) is used (wino_faster), 32 to 64
- * channels on both sides (the input gradient measured 1.3-1.6x faster than
- * F(2x2) on ResNet-20's 14x14 and 7x7 stages, 1.4-2x on ResNet-50's res2
- * and Inception-v3's 2a; the forward, since 2026-12-02, 1.3x, 1.4-1.8x and
- * 1.6x on ResNet-20's 14x14 and 7x7 and res2, at 2.3-3x the direct kernels'
- * typical error: docs/design.md §12); mode 3 every such layer
- * (tests, also portable). */
+ * channels on both sides, where both passes are faster than F(2x2)
+ * (ResNet-20's 14x14 and 7x7 stages, ResNet-50's res2, Inception-v3's 2a),
+ * at a few times the direct kernels' typical error (docs/design.md section
+ * 12 has the figures); mode 3 every such layer (tests, also portable). */
 static bool wino4_dgrad_use(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (!nn_wino_shape(d) || d->C % 16 || d->K % 16 || d->C > 64 || d->K > 64) return false;
     if (wino4_use(d) || mode == 3) return true;
     return mode == 1 && d->C >= 32 && d->K >= 32 && wino_faster(d);
@@ -95,13 +98,13 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
 /* F(4x4) for the weight gradient of C and K multiples of 16 up to 64,
  * other than 16 -> 16 (nn_wi4k_wgrad): mode 3 every such layer (tests,
  * also portable); mode 1 where F(2x2)'s weight gradient is used
- * (nn_wino_wgrad_ok) with 32 or more channels on both sides, where it
- * measured 1.2-1.5x faster than F(2x2) on one thread (bench_conv:
- * ResNet-20's 14x14x32 and 7x7x64 at batch 64, ResNet-50's res2 at batch
- * 8) and no slower in work on two (docs/design.md §12). */
+ * (nn_wino_wgrad_ok) with 32 or more channels on both sides, where it is
+ * faster than F(2x2) on one thread and no slower in work on two
+ * (bench_conv: ResNet-20's 14x14x32 and 7x7x64, ResNet-50's res2;
+ * docs/design.md section 12). */
 static bool wino4_wgrad_use(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (!nn_wino_shape(d) || d->C % 16 || d->K % 16 || d->C > 64 || d->K > 64 || wino4_use(d))
         return false;
     if (mode == 3) return true;
@@ -113,27 +116,27 @@ static bool wino4_wgrad_use(const nn_conv_dims *d)
  * in float blocks summed in slices (nn_wi4_wgrad); conv_wino4.c says how
  * accurate they are and why that is accepted. The 32- to 64-channel
  * layers of wino_faster take F(4x4) for the forward and the input gradient
- * (wino4_dgrad_use) and, where it measured faster, the weight gradient
+ * (wino4_dgrad_use) and, where it is faster, the weight gradient
  * (wino4_wgrad_use). */
 bool nn_wino_ok(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (mode == 0 || !nn_wino_shape(d)) return false;
     return wino4_use(d) || mode >= 2 || wino_faster(d);
 }
 
-/* The weight gradient where it measured faster (section 12): the
- * forward's rule, C*K <= 4096 (the slices' sums, 16 C K floats each, stay
- * small) and images of at most 56x56 (1.3-1.5x on ResNet-20's 32- and
- * 64-channel stages and ResNet-50's res2; Inception-v3's 147x147 and
- * 149x149 layers ran no faster); or, up to the forward's C*K, images of at
- * most 28x28 (ResNet-50's res3 and res4 3x3 at batch 8: 1.6-1.8x the
- * direct kernels' work, r50 in the thirteenth session). Which Winograd
- * runs it is nn_wino_wgrad's choice: the 32- to 64-channel layers among
- * these take F(4x4) since then (wino4_wgrad_use), the rest F(2x2). */
+/* The weight gradient where it is faster than the direct kernels (section
+ * 12): the forward's rule, C*K <= 4096 (the slices' sums, 16 C K floats
+ * each, stay small) and images of at most 56x56 (ResNet-20's 32- and
+ * 64-channel stages, ResNet-50's res2; larger images, as Inception-v3's
+ * 147x147, gain nothing); or, up to the forward's C*K, images of at most
+ * 28x28 (ResNet-50's res3 and res4 3x3, where the direct kernels do more
+ * work). Which Winograd runs it is nn_wino_wgrad's choice: the 32- to
+ * 64-channel layers among these take F(4x4) (wino4_wgrad_use), the rest
+ * F(2x2). */
 bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 {
-    int mode = nn_wino_use(-1);
+    int mode = wino_mode(d);
     if (mode == 0 || !nn_wino_shape(d)) return false;
     size_t ck = (size_t)d->C * d->K, px = (size_t)d->OH * d->OW;
     return wino4_use(d) || mode >= 2 ||
@@ -143,7 +146,7 @@ bool nn_wino_wgrad_ok(const nn_conv_dims *d)
 bool nn_wino_dgrad_ok(const nn_conv_dims *d)
 {
     /* the input-gradient convolution: padding 2 - P must be >= 0 */
-    return nn_wino_ok(d) || (nn_wino_use(-1) != 0 && wino4_dgrad_use(d));
+    return nn_wino_ok(d) || (wino_mode(d) != 0 && wino4_dgrad_use(d));
 }
 /* Whether the weight gradient and the input gradient are both F(2x2):
  * then nn_wino_backward runs them in one loop (nn_wi2_backward), and the
@@ -232,17 +235,16 @@ static int wi_blocks(const wi_job *j, int T)
 }
 
 /* Every block task multiplies by all of U, so a U built by tasks on every
- * thread is read by every thread: on the machine of docs/platform.md,
- * "Two cores", a buffer the other core has just
+ * thread is read by every thread: on the machine of docs/mpi-facts.md
+ * ("What two threads get from this VM") a buffer the other core has just
  * written reads at a sixth of the speed of one's own cache, and the lines
- * of U, rewritten by the next layer, change hands at every call (resnet-20
- * on 2 threads: the kernel transforms did 1.2-1.8x one thread's work).
+ * of U, rewritten by the next layer, would change hands at every call.
  * Instead each thread builds the whole of U into its own scratch before
- * its first block (the same bits: each row of U is computed alone), and
- * the separate loop of U tasks is gone; the transform is then done once
- * per thread, which pays while it is a small part of a thread's blocks:
- * at least WI_OWN_TILES tiles per extra thread. Fewer tiles (small
- * batches, many threads): U by tasks into thread 0's scratch, as before. */
+ * its first block (the same bits: each row of U is computed alone), with
+ * no separate loop of U tasks; the transform is then done once per
+ * thread, which pays while it is a small part of a thread's blocks: at
+ * least WI_OWN_TILES tiles per extra thread. Fewer tiles (small batches,
+ * many threads): U by tasks into thread 0's scratch. */
 #define WI_OWN_TILES 128
 
 bool nn_wi_prepare(wi_job *j, int T)
@@ -286,7 +288,9 @@ void nn_wino_forward(float *out, const float *inp, const float *w, const float *
 static wi_job dgrad_job(nn_conv_dims *g, float *dinp, bool acc, const float *dout, const float *w,
                         const nn_conv_dims *d, float *scratch, size_t stride)
 {
-    nn_conv_dims t = {d->N, d->OH, d->OW, d->K, 3, 3, 1, 1, 2 - d->PH, 2 - d->PW, d->H, d->W, d->C};
+    nn_conv_dims t = *d; /* the switches */
+    t.H = d->OH, t.W = d->OW, t.C = d->K, t.KH = t.KW = 3, t.SH = t.SW = 1;
+    t.PH = 2 - d->PH, t.PW = 2 - d->PW, t.OH = d->H, t.OW = d->W, t.K = d->C;
     *g = t;
     return (wi_job){.d = g,
                     .inp = dout,

@@ -102,11 +102,11 @@ AI vf8 vkeep8(vf8 keep, vf8 d)
 
 /* Software prefetch for the row-major passes over more than 64 channels:
  * the line BN_PF floats ahead of element e (for writing: w). Without it
- * the single pass ran slower than a mask pass plus sums from L2 (the
- * masked dy's load waits for x's compare; the hardware prefetchers did not
- * keep enough lines in flight): 25088x128 with ReLU 4.2-4.3 ms -> 3.1-3.5,
- * 25088x256 fused 7.8-8.6 -> 6.6-7.1 (a bench_bn-style harness).
- * A hint only (a prefetch past a tensor's end does not fault). */
+ * the single pass is slower than a mask pass plus sums from L2 (the
+ * masked dy's load waits for x's compare; the hardware prefetchers do not
+ * keep enough lines in flight; bench_bn shows it on 25088x128 and
+ * 25088x256). A hint only (a prefetch past a tensor's end does not
+ * fault). */
 #define BN_PF 512
 AI void pf_line(const float *p, size_t e, const bool w)
 {
@@ -118,13 +118,10 @@ AI void pf_line(const float *p, size_t e, const bool w)
 /* The same hint for the 16-64-channel chunk paths (sums, affine, dx; the
  * register-resident kernels of bn_sums.c, bn_affine.c, bn_dx.c), BN_PFC
  * floats (4 KiB) ahead of each stream: one prefetch per stream and 16
- * channels, a line each. Without it those passes waited on memory, the
- * backward most (its sums' masked dy load behind x's compare): bench_bn,
- * one thread, thread CPU, medians of 4 alternating rounds (load 7-13 on
- * the 2 cores): backward with ReLU 64x28x28x16 925 -> 402 us, 64x14x14x32
- * 403 -> 198, 64x7x7x64 168 -> 83; the fused add's 1090 -> 729, 533 ->
- * 327, 243 -> 135; the forward within the noise. 2048 floats ahead gave
- * the same. */
+ * channels, a line each. Without it those passes wait on memory, the
+ * backward most (its sums' masked dy load behind x's compare; bench_bn
+ * compares them); the forward gains little. 2048 floats ahead is no
+ * better. */
 #define BN_PFC 1024
 AI void pf_chunk(const float *p, size_t e, const bool w)
 {
@@ -135,8 +132,8 @@ AI void pf_chunk(const float *p, size_t e, const bool w)
 }
 /* The prefetch distance of a stream with rows ld floats apart: as many
  * rows ahead as `dist` floats are rows of C (a strided stream, a
- * concat's slice, otherwise looked only dist floats, fewer rows, ahead:
- * inception-v3's aliased batch norms ran about 2x slower). */
+ * concat's slice, would otherwise look only dist floats, fewer rows,
+ * ahead: inception-v3's aliased batch norms would wait on memory). */
 AI size_t pf_dist(size_t dist, size_t ld, size_t C)
 {
     return ld == C ? dist : dist * ld / C;
@@ -226,7 +223,7 @@ static inline bn_bw bw_at(const bn_bw *b, size_t rows, size_t C)
  * square over the M rows at inp (s0: the batch's first row). The
  * backward's: sdy[c] of the masked dy d (written into or added to b->dres
  * per dres), sdyx[c] of d*xhat, over the M rows at b's pointers. Both in
- * the float-block order (bn_sums.c, docs/design.md §11). */
+ * the float-block order (bn_sums.c, docs/design.md section 11). */
 void nn_bn_fwd_sums(double *restrict sum, double *restrict sq, const float *inp,
                     const float *restrict s0, int M, int C);
 void nn_bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int mask, int dres);

@@ -3,10 +3,9 @@
  * first stage) the variant the driver (conv_wino.c) runs for the forward
  * and the input gradient (nn_wi_f4); their weight gradient (nn_wi4_wgrad)
  * is in conv_wino4_wgrad.c, the input transform both use in
- * conv_wino4_impl.h. nn_wi_f4 also takes the input gradient (since
- * 2026-12-01) and the forward (since 2026-12-02) of layers with 32 to 64
- * channels (multiples of 16) where F(2x2) ran before (conv_wino.c's
- * wino4_dgrad_use).
+ * conv_wino4_impl.h. nn_wi_f4 also takes the input gradient and the
+ * forward of layers with 32 to 64 channels (multiples of 16) where the
+ * driver prefers it to F(2x2) (conv_wino.c's wino4_dgrad_use).
  *
  * With F(2x2) a 16-channel tile has only 16 products of 16 x 16 (the
  * transforms cost as much), while the direct kernels spend 9 multiply-adds
@@ -17,7 +16,7 @@
  * Interpolation points 0, -1, 1, 1/2, -2 (and infinity), after Barabasz et
  * al. 2020 ("Error analysis and improving the accuracy of Winograd
  * convolution for deep neural networks"), the most accurate of the sets
- * measured here (0, +-1, +-2; 0, +-1, +-1/2; 0, +-1, -1/2, 2):
+ * 0, +-1, +-2; 0, +-1, +-1/2; 0, +-1, -1/2, 2 on these layers:
  *   B^T = | 1 -3/2  -2   3/2  1    0 |   G = |  1      0     0    |
  *         | 0  1   -5/2  1/2  1    0 |       | -1/3   1/3  -1/3   |
  *         | 0 -1    1/2  5/2  1    0 |       |  1/3   1/3   1/3   |
@@ -31,42 +30,34 @@
  * Lavin & Gray's points 0, +-1, +-2 (coefficients up to 5 in B^T and 8 in
  * A^T) had a typical error 5x the direct kernels' and a largest error 10x.
  *
- * Error, measured (relative to the outputs' standard deviation, on ReLU
- * outputs and He-initialised kernels; direct kernels 1.7e-7 typical and
- * 2.3e-6 largest): points 0, +-1, +-2 in float 9e-7 and 2.5e-5; these
- * points in float 5.8e-7 and 7e-6; with the products summed in double, M
- * and A^T M A in double, rounded once (the forward until 2026-12-01)
- * 2.6e-7 and 2.4e-6. Most of the float error is the sum over the 16
- * channels (M), amplified by A^T's 4 and 8: summing M exactly alone takes
- * it to 3.7e-7. The sum runs in two chains (c = 0..C/2-1 and C/2..C-1,
- * added at the end): for 16 -> 16 as fast as one chain (12 tiles' chains
- * already hide the FMA latency) and 4.2-5.7e-7 instead of 5.6-6.5e-7 on
- * test_wino.c's shapes; for 32 to 64 channels (since 2026-12-02) 5.0-6.8e-7
- * instead of 6.0-8.8e-7 at ResNet-20's and ResNet-50's shapes (ReLU and
- * He data; direct kernels 2.1-3.0e-7, F(2x2) 1.6-2.2e-7: docs/design.md
- * §12 has the figures and why they are accepted). test_wino.c checks every output against a
- * double-precision direct convolution with the bound 2 (C + 16) u
- * A^T[(|G||g||G^T|) . (|B^T||d||B|)]A (|.| elementwise) and the typical
- * error with a sharper limit.
+ * Error (relative to the outputs' standard deviation, on ReLU outputs and
+ * He-initialised kernels): these points in float are a few times the
+ * direct kernels' error, points 0, +-1, +-2 about twice that again; most
+ * of the float error is the sum over the channels (M), amplified by A^T's
+ * 4 and 8. The sum therefore runs in two chains (c = 0..C/2-1 and
+ * C/2..C-1, added at the end): for 16 -> 16 as fast as one chain (12
+ * tiles' chains already hide the FMA latency) and more accurate.
+ * docs/design.md section 12 has the figures and why they are accepted.
+ * test_wino.c checks every output against a double-precision direct
+ * convolution with the bound 2 (C + 16) u A^T[(|G||g||G^T|) .
+ * (|B^T||d||B|)]A (|.| elementwise) and the typical error with a sharper
+ * limit.
  *
- * The forward runs in float since 2026-12-01, a deliberate trade (1.6x
- * faster than the double sums, about 2 ms of resnet-20's step at batch 64)
- * argued in docs/design.md §12: the double sums were there for
- * torch-trainstep-resnet-20, which then compared a step with pre-ReLU
- * values within 1e-6 of zero (any error could flip a ReLU); it now keeps
- * them 1e-3 away and passes at 1.1e-5 (limit 2e-4).
+ * The forward sums in float, not in double, a deliberate trade of accuracy
+ * for speed argued in docs/design.md section 12 (torch-trainstep-resnet-20
+ * keeps pre-ReLU values away from zero so that no error flips a ReLU).
  *
  * Blocks: W4_TB tiles (V[36][TB][C] and M[36][TB][K] floats, in L2).
  * U (36 positions of C x K floats and a cache line) is built in double once
  * per call, 16 input channels at a time, and rounded once to float; with
- * AVX-512 in the order u4_16_simd writes out (docs/design.md §12,
+ * AVX-512 in the order u4_16_simd writes out (docs/design.md section 12,
  * "Building U"; test_wino.c checks it). */
 #include "conv_wino4_impl.h"
 
 /* u[p][16] = G g G^T for 16 kernels g[tap][16] at once, in double: in two
  * stages ((G g) G^T, 162 multiply-adds per kernel instead of 324),
- * vectorised over the 16 kernels (a 64 x 64 layer's U in nine-tap scalar
- * sums took 0.6 ms per call) */
+ * vectorised over the 16 kernels (nine-tap scalar sums make U a visible
+ * part of a 64 x 64 layer's call) */
 NN_CLONES static void u4_16(double u[W4_POS][16], float g[9][16])
 {
     double t[6][3][16];
@@ -130,9 +121,9 @@ AVX512 static void u4_16_simd(float *U, size_t ps, float g[9][16])
 
 /* Floats from one position of U to the next: C K and a cache line more, so
  * that the 36 lines one kernel's transform writes (one per position) fall
- * in different sets of L1 (at C K = 4096, 16 KB apart, all 36 shared one
- * set of 12 lines: a 64 x 64 layer's U took 2.3x as long per kernel as a
- * 16 x 16 layer's). */
+ * in different sets of L1 (at C K = 4096, 16 KB apart, all 36 would share
+ * one set of 12 lines, and a 64 x 64 layer's U would take far longer per
+ * kernel than a 16 x 16 layer's). */
 static size_t u4_ps(int C, int K)
 {
     return (size_t)C * K + 16;
@@ -315,10 +306,10 @@ AVX512 static INLINE void gemm4_tile16(float *M, const float *V, const float *U)
 
 /* M[p] for the W4_TB tiles, in two chains: 12 x 1 vectors (K = 16; 16 ->
  * 16 with the channel counts known: gemm4_tile2 with C and K at run time
- * made resnet-20's 16-channel stage 8-13% slower), 6 x 2 (32, and 64 as
- * two halves of k: 6 x 4 in two chains would need 48 registers, 3 x 4 read
- * U from L2 twice as often, 15% slower), 4 x 3 (48); ResNet's shapes with
- * C and K constants */
+ * is slower on resnet-20's 16-channel stage), 6 x 2 (32, and 64 as two
+ * halves of k: 6 x 4 in two chains would need 48 registers, 3 x 4 would
+ * read U from L2 twice as often), 4 x 3 (48); ResNet's shapes with C and
+ * K constants */
 AVX512 static INLINE void gemm4_pos(float *m, const float *v, const float *U, int C, int K)
 {
     if (K == 16)

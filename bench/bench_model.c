@@ -1,7 +1,8 @@
 /* bench_model.c - images/s of one training step (forward, loss, backward,
  * momentum-SGD update) per built-in model on random data, one thread, after
- * warm-up; then a per-layer forward/backward breakdown. Built with the
- * tests, not registered as one (a benchmark, not a check).
+ * warm-up; then a per-layer forward/backward breakdown. A benchmark
+ * (bench/), not a check; the test bench-model-compare runs its
+ * --compare-threads.
  *
  *   bench_model [--steps N] [--warmup N] [--batch B] [--size HxWxC] [--classes K]
  *               [--threads T] [--predict P] [--rerun] [--loops K] [--unplanned]
@@ -53,24 +54,22 @@
  * Each step starts with the caches as the other model's step left them. A
  * pool's workers sleep 0.5 ms after a loop, so they slept through the other
  * models' steps: an empty loop on the pool wakes them before the step's
- * clock starts, as back-to-back steps of one model find them (their
- * wake-up cost inception-mini's first layer on 2 threads some 60 us per
- * step); --asleep: not (what a step after a wait of more than 0.5 ms, an
- * MPI exchange, pays).
+ * clock starts, as back-to-back steps of one model find them (else their
+ * wake-up would count in the first layer of every step); --asleep: not
+ * (what a step after a wait of more than 0.5 ms, an MPI exchange, pays).
  * --layers (with --compare-threads): also per layer and direction the
  * median wall time of each thread count over the timed steps, the first's
  * over each other's, and the sums of those medians by kind of layer: what
  * the per-layer profile above gives, without its clock reads (a thread CPU
- * time read is a 5 us system call here, pool statistics read two per loop
- * and thread) and interleaved (nn_model_set_profile_wall: two wall-clock
- * reads per pass). Results are the same bits (compared as above). Then
+ * time read is a system call on a virtual machine, pool statistics read
+ * two per loop and thread) and interleaved (nn_model_set_profile_wall:
+ * two wall-clock reads per pass). Results are the same bits (compared as above). Then
  * the time outside the layers per thread count, each figure the median over
  * the steps of a per-step quantity: the step, the train step, the sum of
  * its layers' passes, the difference (loss, enter/leave) and the optimizer;
  * beside it the step's median minus the sum of the per-layer medians,
- * which is not that time (a sum of medians is not the median of a sum: on
- * inception-mini it was 0.5-1.6 ms where the per-step figures gave
- * 60-125 us).
+ * which is not that time (a sum of medians is not the median of a sum,
+ * and on a small model the two can differ by an order of magnitude).
  * --perturb (a test's seeded defect): flips the lowest bit of the last
  * model's last parameter before the comparison, which must then fail. */
 #include <stdint.h>
@@ -332,7 +331,8 @@ static void cmp_setup(cmp_state *r, const char *name, int batch, int steps, int 
     r->run = pst_calloc((size_t)nt, sizeof(cmp_run));
     for (int k = 0; k < nt; k++) {
         cmp_run *q = &r->run[k];
-        nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, tl[k]};
+        nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, tl[k], {0}};
+        nn_switches_from_env(&cfg.sw);
         pst_err e;
         if (nn_model_new(&q->m, &cfg, &e) < 0) pst_die("%s", e.msg);
         if (unplanned || tu[k]) nn_model_set_layout(q->m, NN_LAYOUT_PRIVATE);
@@ -538,7 +538,8 @@ static void compare(const char *name, int batch, int steps, int h, int w, int c,
 
 static void bench(const char *name, int batch, int steps, int h, int w, int c, int threads)
 {
-    nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, threads};
+    nn_model_cfg cfg = {name, h, w, c, classes, batch, 1234, 0.0f, 0.0f, threads, {0}};
+    nn_switches_from_env(&cfg.sw); /* PSTRAIN_WINO etc.: old against new in one binary */
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);

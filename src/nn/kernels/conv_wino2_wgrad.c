@@ -213,8 +213,8 @@ typedef struct {
  * which task computes a row, not its bits, and may follow the thread count
  * T. Doubled while the tasks are fewer than T and the groups keep at least
  * WG_MIN_C channels: each group transforms its tiles' whole dy into Z
- * again, which made 4 groups of res4's 256 channels cost 20-40% more work
- * than 1 (bench_conv, 2 threads), 2 groups 0-15%. */
+ * again, so that 4 groups of res4's 256 channels cost clearly more work
+ * than 1 and 2 groups somewhat more (bench_conv, 2 threads). */
 #define WG_MIN_C 64
 static int wgrad_groups(int S, int Cs, int T)
 {
@@ -227,9 +227,9 @@ static int wgrad_groups(int S, int Cs, int T)
 
 /* Task q: channel group g = q % G of slice s = q / G, its tiles block by
  * block into rows [16 lo, 16 hi) of dU_s at s in the scratch of the thread
- * that runs it (every thread's has room for all S; in thread 0's, as before
- * 2026-12-01, every slice another thread ran was written into lines of the
- * other core), where wout_task finds it (j->su[q]). */
+ * that runs it (every thread's has room for all S; in thread 0's, every
+ * slice another thread ran would be written into lines of the other core),
+ * where wout_task finds it (j->su[q]). */
 static void wslice_task(void *arg, int q, int tid)
 {
     const wg_job *w = arg;
@@ -309,7 +309,7 @@ NN_CLONES static void wout_row(float *dw, const float *const *su, int S, int Cs,
  * same bits), dw's rows stored as vectors (masked past K). The slices'
  * lines of channel c + 1 (the task a thread runs next) are requested first:
  * on two threads half of them are in the other core's cache, a memory
- * latency each (a hint: 64 -> 64's reduction 39-40 -> 34 us per thread). */
+ * latency each (a hint only). */
 AVX512 static void wout_row_simd(float *dw, const float *const *su, int S, int Cs, int C, int K,
                                  int Ks, int c)
 {
@@ -402,9 +402,9 @@ void nn_wi2_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
 
 /* ---- with the input gradient ---------------------------------------------
  * The slice tasks are few and long (res4's 3x3 256 at batch 8: one slice in
- * 2 channel groups on 2 threads, ~2.7 ms each; res3's 3x3 128: 2 slices):
- * alone in their loop, whatever made one finish first left the other
- * thread idle until the loop's end. With the input gradient's blocks (the
+ * 2 channel groups on 2 threads; res3's 3x3 128: 2 slices): alone in
+ * their loop, whatever made one finish first would leave the other thread
+ * idle until the loop's end. With the input gradient's blocks (the
  * same dy, their own outputs) in the same loop, that thread takes blocks
  * meanwhile. A thread's area holds the S slices' dU (kept until the
  * reduction), then the input gradient's U (kept over the thread's blocks),

@@ -6,7 +6,7 @@
  * last. --unplanned gives every activation buffer its own bytes (the
  * layout before planning) for comparison.
  *
- *   build/test/nn/bench_memory --model resnet-50 --size 224x224x3 --classes 1000 --batch 32
+ *   build/bench/bench_memory --model resnet-50 --size 224x224x3 --classes 1000 --batch 32
  *
  * The peer: /usr/bin/python3 torch_models.py --model resnet-50 --size 224x224x3 --classes 1000
  * --batch 32 --threads 1 --steps 1 (its max_rss_mb; it runs one warm-up step and S more). */
@@ -80,6 +80,7 @@ int main(int argc, char **argv)
                         .max_batch = batch,
                         .threads = threads,
                         .seed = 1};
+    nn_switches_from_env(&cfg.sw);
     nn_model *m = NULL;
     pst_err e;
     if (nn_model_new(&m, &cfg, &e) < 0) pst_die("%s", e.msg);

@@ -3,7 +3,7 @@
  * the forward's two moments and the backward's two sums (the latter with the
  * ReLU's or the add's mask, the gradient's two parts and the addend's
  * gradient in the same pass), in the float-block order of docs/design.md
- * §11 for every channel count.
+ * section 11 for every channel count.
  */
 #include "bn_impl.h"
 
@@ -14,11 +14,11 @@
  * row was the limit at 16 and 32 channels), which are added together and
  * then, converted, into the double sums; over the groups and the blocks
  * the sums stay in double. The two conversions and double adds per row and
- * channel vector were these reductions' cost before. No float sum has more
- * than BN_GROUP / 2 terms (then one add of the two), so its relative error
- * is a few units of float rounding, random across the groups. A new
- * summation order (2026-12-01), still fixed by M and C alone
- * (docs/design.md §11). */
+ * channel vector, if every row went into double, would be these
+ * reductions' cost. No float sum has more than BN_GROUP / 2 terms (then one
+ * add of the two), so its relative error is a few units of float
+ * rounding, random across the groups. The summation order is fixed by M
+ * and C alone (docs/design.md section 11). */
 
 /* Adds a group's float sums (f0[g] + f1[g]: its two accumulators) into
  * the double sums s[2g], s[2g + 1] (lanes 0-7, 8-15). */

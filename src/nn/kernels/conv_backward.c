@@ -40,10 +40,10 @@ static void (*dgrad_fast_setup(conv_job *j, nn_pool *pool, int *ntasks))(void *,
  * shared padding, or channel ranges) and the fast input gradient's tasks,
  * cut into P parts (the pool's threads), part p = the weight gradient's
  * block p then the input gradient's block p: the weight gradient of the
- * small 14x14 and 28x28 layers is 8 tasks of ~0.6 ms, and alone in its
- * loop the thread that finished first waited at its end (resnet-50 batch
- * 8 on 2 threads: 5-7 ms of thread time per step); now it takes the input
- * gradient's small tasks meanwhile. The two write different buffers and
+ * small 14x14 and 28x28 layers is 8 long tasks, and alone in its loop the
+ * thread that finished first would wait at its end (resnet-50 at batch 8
+ * on 2 threads); here it takes the input gradient's small tasks
+ * meanwhile. The two write different buffers and
  * read only dy, x and w. Per-thread scratch: the in-place and shared-pad
  * weight-gradient tasks use none; the channel-range tasks and the input
  * gradient's use their thread's front area below nn_cv_fast_pad_floats (the
@@ -80,9 +80,9 @@ static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, n
 
 /* The input gradient of a strided layer (dcol: per image; dcolg: per
  * group) in one loop with the channel-range weight gradient's nw tasks,
- * cut as backward_fused's parts: those tasks (8-18 of 0.1-1.4 ms:
- * resnet-50's 3x3/2 layers, inception-mini's reduce/b3x3) alone in their
- * loop left the thread that finished first idle at its end. w^T is packed
+ * cut as backward_fused's parts: those tasks (8-18 long ones: resnet-50's
+ * 3x3/2 layers, inception-mini's reduce/b3x3) alone in their loop would
+ * leave the thread that finished first idle at its end. w^T is packed
  * first where no task writes in thread 0's area: dcol, at the end of the
  * col area (its dcol block lies at the start, its padded gradient after
  * the col area), the channel-range tasks' padded sub-images kept below it
@@ -91,20 +91,13 @@ static void backward_fused(conv_job *j, void (*wfn)(void *, int, int), int nw, n
  * dcolg, past its padded gradients and dcol block and past the channel-
  * range tasks' area. False (nothing done) where the front area has no such
  * room. Each task writes its own outputs as in separate loops, and
- * initialises its area first, so no bit changes. */
-static int fuse_strided_mode = 1;
-
-bool nn_conv_fuse_strided(int force)
-{
-    if (force == 0 || force == 1) fuse_strided_mode = force;
-    return fuse_strided_mode == 1;
-}
-
+ * initialises its area first, so no bit changes. Not where
+ * d->no_fuse_strided (tests). */
 static bool backward_fused_strided(conv_job *j, void (*wfn)(void *, int, int), int nw,
                                    nn_pool *pool)
 {
-    if (!fuse_strided_mode) return false;
     const nn_conv_dims *d = j->d;
+    if (d->no_fuse_strided) return false;
     const int R = d->KH * d->KW * d->C;
     const size_t packed = nn_cf_packed_floats(d->K, R), fp = nn_cv_fast_pad_floats(d);
     size_t off, cap = fp; /* cap: the channel-range tasks' padded images */

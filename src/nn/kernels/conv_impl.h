@@ -97,9 +97,10 @@ static inline bool dgrad_as_conv(const nn_conv_dims *d)
 }
 static inline nn_conv_dims dgrad_dims(const nn_conv_dims *d)
 {
-    nn_conv_dims g = {
-        d->N, d->OH, d->OW, d->K, d->KH, d->KW, 1, 1, d->KH - 1 - d->PH, d->KW - 1 - d->PW,
-        d->H, d->W,  d->C};
+    nn_conv_dims g = *d; /* the switches */
+    g.H = d->OH, g.W = d->OW, g.C = d->K, g.SH = g.SW = 1;
+    g.PH = d->KH - 1 - d->PH, g.PW = d->KW - 1 - d->PW;
+    g.OH = d->H, g.OW = d->W, g.K = d->C;
     return g;
 }
 

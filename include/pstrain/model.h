@@ -42,7 +42,7 @@ typedef struct nn_var {
 
 #define NN_MAX_THREADS 1024 /* nn_model_cfg.threads */
 
-/* Kernel and graph choices of a model (docs/design.md sections 11 and 12).
+/* Kernel and graph choices of a model (docs/design.md §11 and docs/design.md §12).
  * All zero is the default: each choice where it is faster, and the results
  * are those the tests check for it. The other values exist for tests and
  * benchmarks (old against new in one binary); the library reads no
@@ -201,7 +201,7 @@ void nn_model_set_profile_rerun(nn_model *m, bool on);
  * times[2 i] (forward of layer i) and times[2 i + 1] (backward), overwriting
  * them every step (times: 2 * layers doubles, owned by the caller), and no
  * other profiling runs: no CPU-time reads (a system call each on virtual
- * machines, docs/design.md section 11) and no pool statistics, only two
+ * machines, docs/design.md §11) and no pool statistics, only two
  * reads of the wall clock per pass. NULL: off. Not together with
  * nn_model_set_profiling. */
 void nn_model_set_profile_wall(nn_model *m, double *times);

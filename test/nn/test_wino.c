@@ -224,7 +224,7 @@ static double rms_rel(const float *got, const double *ref, size_t n)
 /* The bound above is a worst case, loose by ~500x on random data (F(4x4)'s
  * |B^T|, |A^T| reach 5/2 and 8): a coefficient 1e-5 off stays under it.
  * The typical error is sharper: on these shapes F(2x2)'s is below 4e-7,
- * F(4x4)'s (forward in float: docs/design.md section 12 says why float
+ * F(4x4)'s (forward in float: docs/design.md §12 says why float
  * was chosen; input and weight gradients) below 9e-7, the direct
  * kernels' up to 5e-7; a coefficient of B^T, G or A^T 1e-5 off gives
  * 1.2e-5 and more (forward: 1.6e-6 and more). fwd: the forward's limit, C its input channels (the
@@ -378,7 +378,7 @@ static void test_wino_threads(int N, int H, int W, int C, int K)
     free(x), free(w), free(R), free(dy);
 }
 
-/* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, design.md 12)
+/* F(4x4)'s kernel transform with AVX-512 (conv_wino4.c, docs/design.md §12)
  * computes each U[p][c][k] = (G g G^T)[a][b] in double in a fixed order
  * and rounds it once: t[a][j] = fma(G[a][2], g[2][j], fma(G[a][1],
  * g[1][j], G[a][0] g[0][j])) (g[i][j] the tap of row i, column j), then
@@ -428,7 +428,7 @@ static void test_u4_order(int C, int K, bool flip)
 }
 
 /* `test_nn_wino --accuracy`: the forward's error at real layer shapes
- * (docs/design.md section 12, "Accuracy of the float F(4x4) forward"),
+ * (docs/design.md §12),
  * relative to the outputs' standard deviation, against a double-precision
  * direct convolution: ReLU outputs (max(0, N(0, 1))) times He-initialised
  * kernels (N(0, 2 / 9C)), no bias; and the weight gradient's, with dy ~

@@ -24,7 +24,7 @@
  * add's gradient with the add's output, hands it to the other addend in the
  * sums' pass and reads it back from there in the dx pass.
  *
- * Every sum runs in one order (docs/design.md section 11): per block of
+ * Every sum runs in one order (docs/design.md §11): per block of
  * rows, in float over groups of BN_GROUP rows and in double over the groups
  * (bn_sums.c: 8-64-channel chunks (8, 16, 24, 32, 48, 64) with the sums in registers, other
  * channel counts a row at a time with the group's float sums in memory).
@@ -50,7 +50,7 @@
  * 0; only the last group of the tensor may be shorter), about 8k floats
  * (32 KB) per block, at most 64 blocks: resnet-20's small batch norms
  * (64x7x7x64) give 2 threads 24-64 tasks to balance, where blocks of 32k
- * floats would give 6-24 (docs/design.md section 11). */
+ * floats would give 6-24 (docs/design.md §11). */
 int nn_bn_blocks(int M, int C)
 {
     int groups = (M + BN_GROUP - 1) / BN_GROUP;

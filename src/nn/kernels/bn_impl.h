@@ -223,7 +223,7 @@ static inline bn_bw bw_at(const bn_bw *b, size_t rows, size_t C)
  * square over the M rows at inp (s0: the batch's first row). The
  * backward's: sdy[c] of the masked dy d (written into or added to b->dres
  * per dres), sdyx[c] of d*xhat, over the M rows at b's pointers. Both in
- * the float-block order (bn_sums.c, docs/design.md section 11). */
+ * the float-block order (bn_sums.c, docs/design.md §11). */
 void nn_bn_fwd_sums(double *restrict sum, double *restrict sq, const float *inp,
                     const float *restrict s0, int M, int C);
 void nn_bn_grad_sums(double *sdy, double *sdyx, const bn_bw *b, int M, int C, int mask, int dres);

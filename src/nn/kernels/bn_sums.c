@@ -3,7 +3,7 @@
  * the forward's two moments and the backward's two sums (the latter with the
  * ReLU's or the add's mask, the gradient's two parts and the addend's
  * gradient in the same pass), in the float-block order of docs/design.md
- * section 11 for every channel count.
+ * §11 for every channel count.
  */
 #include "bn_impl.h"
 
@@ -18,7 +18,7 @@
  * reductions' cost. No float sum has more than BN_GROUP / 2 terms (then one
  * add of the two), so its relative error is a few units of float
  * rounding, random across the groups. The summation order is fixed by M
- * and C alone (docs/design.md section 11). */
+ * and C alone (docs/design.md §11). */
 
 /* Adds a group's float sums (f0[g] + f1[g]: its two accumulators) into
  * the double sums s[2g], s[2g + 1] (lanes 0-7, 8-15). */

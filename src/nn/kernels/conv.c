@@ -200,13 +200,13 @@ static bool narrow_dw_path(const nn_conv_dims *d)
  * writes in the layers before and after. With one slice every task read
  * every image, half of them last written by the other core, which in the
  * slow state of a VM costs more than the arithmetic (inception-mini's 7x7
- * outputs, batch 64; docs/mpi-facts.md). A layer of the
+ * outputs, batch 64; docs/platform.md, "Two cores of machine Z"). A layer of the
  * narrow path with fewer than CONV_NARROW_SLICES of those gets
  * CONV_WG_TASKS slices (at most N, within the partials) instead: there a
  * slice is a task, and one slice would leave the other threads idle
  * (inception-mini's mixed_b/bdbl_2, 16->32 at 7x7, batch 64, would run
  * on the caller alone). Cut by the shapes, as every slice count;
- * docs/design.md, "Threads". */
+ * docs/design.md §11. */
 #define CONV_NARROW_SLICES 4
 #define CONV_WG_TASKS 8
 int nn_cv_wgrad_slices(const nn_conv_dims *d)

@@ -58,7 +58,7 @@ bool nn_wino_shape(const nn_conv_dims *d)
 }
 
 /* Where F(2x2, 3x3) is faster than the direct kernels (docs/design.md
- * section 12 lists the layers, bench_conv compares them): AVX-512, 32 or
+ * §12 lists the layers, bench_conv compares them): AVX-512, 32 or
  * more channels on both sides (16 channels give too little product per
  * tile for the transforms), C*K <= 65536 (U, 16 C K floats, is read once
  * per block of tiles: a larger U, as 512x512 at 7x7, costs more than it
@@ -85,8 +85,7 @@ static bool wino4_use(const nn_conv_dims *d)
  * 16 (wino4_use) and, where F(2x2) is used (wino_faster), 32 to 64
  * channels on both sides, where both passes are faster than F(2x2)
  * (ResNet-20's 14x14 and 7x7 stages, ResNet-50's res2, Inception-v3's 2a),
- * at a few times the direct kernels' typical error (docs/design.md section
- * 12 has the figures); mode 3 every such layer (tests, also portable). */
+ * at a few times the direct kernels' typical error (docs/design.md §12 has the figures); mode 3 every such layer (tests, also portable). */
 static bool wino4_dgrad_use(const nn_conv_dims *d)
 {
     int mode = wino_mode(d);
@@ -101,7 +100,7 @@ static bool wino4_dgrad_use(const nn_conv_dims *d)
  * (nn_wino_wgrad_ok) with 32 or more channels on both sides, where it is
  * faster than F(2x2) on one thread and no slower in work on two
  * (bench_conv: ResNet-20's 14x14x32 and 7x7x64, ResNet-50's res2;
- * docs/design.md section 12). */
+ * docs/design.md §12). */
 static bool wino4_wgrad_use(const nn_conv_dims *d)
 {
     int mode = wino_mode(d);
@@ -235,8 +234,8 @@ static int wi_blocks(const wi_job *j, int T)
 }
 
 /* Every block task multiplies by all of U, so a U built by tasks on every
- * thread is read by every thread: on the machine of docs/mpi-facts.md
- * ("What two threads get from this VM") a buffer the other core has just
+ * thread is read by every thread: on the machine of docs/platform.md, "Two cores of machine Z"
+ * a buffer the other core has just
  * written reads at a sixth of the speed of one's own cache, and the lines
  * of U, rewritten by the next layer, would change hands at every call.
  * Instead each thread builds the whole of U into its own scratch before

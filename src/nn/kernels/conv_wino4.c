@@ -37,20 +37,20 @@
  * 4 and 8. The sum therefore runs in two chains (c = 0..C/2-1 and
  * C/2..C-1, added at the end): for 16 -> 16 as fast as one chain (12
  * tiles' chains already hide the FMA latency) and more accurate.
- * docs/design.md section 12 has the figures and why they are accepted.
+ * docs/design.md §12 has the figures and why they are accepted.
  * test_wino.c checks every output against a double-precision direct
  * convolution with the bound 2 (C + 16) u A^T[(|G||g||G^T|) .
  * (|B^T||d||B|)]A (|.| elementwise) and the typical error with a sharper
  * limit.
  *
  * The forward sums in float, not in double, a deliberate trade of accuracy
- * for speed argued in docs/design.md section 12 (torch-trainstep-resnet-20
+ * for speed argued in docs/design.md §12 (torch-trainstep-resnet-20
  * keeps pre-ReLU values away from zero so that no error flips a ReLU).
  *
  * Blocks: W4_TB tiles (V[36][TB][C] and M[36][TB][K] floats, in L2).
  * U (36 positions of C x K floats and a cache line) is built in double once
  * per call, 16 input channels at a time, and rounded once to float; with
- * AVX-512 in the order u4_16_simd writes out (docs/design.md section 12,
+ * AVX-512 in the order u4_16_simd writes out (docs/design.md §12,
  * "Building U"; test_wino.c checks it). */
 #include "conv_wino4_impl.h"
 

@@ -217,7 +217,7 @@ static void w4_slice_task(void *arg, int s, int tid)
  * first: the S x 36 lines a call reads are ps floats apart, which the
  * hardware prefetchers do not follow, and on two threads half of them
  * are in the other core's cache (each slice is summed by the thread that
- * ran it), ~225 ns a line (docs/mpi-facts.md): the 64 -> 64 reduction at
+ * ran it), ~225 ns a line (docs/platform.md, "Two cores of machine Z"): the 64 -> 64 reduction at
  * 7x7, batch 64, took each of two threads as long as one thread the whole
  * (bench_conv, rdtsc). A hint only: the sums do not change. */
 static INLINE void w4_gtg16(float *dw, size_t tap_stride, float *const *su, int S, size_t o,
@@ -306,7 +306,7 @@ void nn_wi4_wgrad(float *dw, const float *dout, const float *inp, const nn_conv_
  * a cache line more than a multiple of 4 KB apart: with V and Z 4 KB
  * apart per position (32 tiles of 32 channels) all 36 lines a tile's
  * transform writes would fall in one set of L1, and the pass would be
- * slower than F(2x2)'s instead of faster (docs/mpi-facts.md). */
+ * slower than F(2x2)'s instead of faster (docs/platform.md, "Two cores of machine Z"). */
 
 #define W4K_TB 32 /* tiles per block */
 

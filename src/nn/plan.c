@@ -186,11 +186,11 @@ static bool live_together(const nn_buf *a, const nn_buf *b)
  * lifetimes on the same bytes and their thread boundaries fall at
  * different places, the floats between the two boundaries are written by
  * one thread in one layer and by the other in a later one: a line the
- * other core wrote last costs a memory access (docs/platform.md, "Two cores of machine Z"); bench_model --unplanned shows the cost
- * against every buffer on bytes of its own. So with T > 1 a buffer may
- * share bytes only with buffers whose boundaries on the shared bytes lie
- * within a cache line of its own: every float is then written by the same
- * thread in every layer, and stays in that thread's caches. */
+ * other core wrote last costs a memory access (docs/platform.md, "Two cores of machine Z");
+ * bench_model --unplanned shows the cost against every buffer on bytes of its own. So with T > 1 a
+ * buffer may share bytes only with buffers whose boundaries on the shared bytes lie within a cache
+ * line of its own: every float is then written by the same thread in every layer, and stays in that
+ * thread's caches. */
 static size_t cut(const nn_buf *b, int t, int T, int B)
 {
     return b->img * (size_t)((long long)B * t / T);

@@ -85,7 +85,8 @@ static bool wino4_use(const nn_conv_dims *d)
  * 16 (wino4_use) and, where F(2x2) is used (wino_faster), 32 to 64
  * channels on both sides, where both passes are faster than F(2x2)
  * (ResNet-20's 14x14 and 7x7 stages, ResNet-50's res2, Inception-v3's 2a),
- * at a few times the direct kernels' typical error (docs/design.md §12 has the figures); mode 3 every such layer (tests, also portable). */
+ * at a few times the direct kernels' typical error (docs/design.md §12 has the figures); mode 3
+ * every such layer (tests, also portable). */
 static bool wino4_dgrad_use(const nn_conv_dims *d)
 {
     int mode = wino_mode(d);

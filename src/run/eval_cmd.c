@@ -418,12 +418,6 @@ static int eval_check_input(eval_run *r, pst_err *e)
                         "or none",
                         r->path, meta->augment);
     if (!o->input.out_h) o->input.out_h = meta->height, o->input.out_w = meta->width;
-    /* the normalisation: --normalize, else the checkpoint's */
-    const char *norm_src =
-        o->input.norm.kind == PIPE_NORM_UNSET ? "attribute normalize" : "--normalize";
-    if (train_resolve_norm(&o->input.norm, meta, r->path, false, &o->input.norm, e) < 0 ||
-        pipe_norm_apply(&o->input.norm, &r->ds, norm_src, e) < 0)
-        return -1;
     const bool stored_pixels = ds->storage != H5DS_STORE_ENCODED && o->input.recipe == AUG_RESIZE;
     if ((stored_pixels && (meta->height != ds->height || meta->width != ds->width)) ||
         meta->channels != ds->channels || meta->num_classes != ds->num_classes)
@@ -432,6 +426,12 @@ static int eval_check_input(eval_run *r, pst_err *e)
                         "%dx%dx%d and %d classes",
                         r->path, meta->height, meta->width, meta->channels, meta->num_classes,
                         o->data, ds->height, ds->width, ds->channels, ds->num_classes);
+    /* the normalisation: --normalize, else the checkpoint's */
+    const char *norm_src =
+        o->input.norm.kind == PIPE_NORM_UNSET ? "attribute normalize" : "--normalize";
+    if (train_resolve_norm(&o->input.norm, meta, r->path, false, &o->input.norm, e) < 0 ||
+        pipe_norm_apply(&o->input.norm, &r->ds, norm_src, e) < 0)
+        return -1;
     r->sp = h5ds_find_split(ds, o->split);
     if (!r->sp) return h5ds_no_split(ds, o->split, e);
     /* a batch larger than the split would only allocate (and maybe exhaust) memory */

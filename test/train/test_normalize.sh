@@ -116,6 +116,16 @@ if [ "$mode" = single ]; then
         "normalize imagenet has values for 3 channels, but .* has 1-channel images: expected 1 mean and 1 std" \
         "$tmp/e.log"
     "$PSTRAIN" eval --data "$tmp/g.h5" --checkpoint "$tmp/ck" >"$tmp/e.log" 2>&1
-    check "eval of a 3-channel checkpoint on 1-channel data still fails" test $? = 1
+    rc=$?
+    check "eval of a 3-channel checkpoint on 1-channel data exits 1 (got $rc)" test $rc = 1
+    check "  naming the shapes: $(cat "$tmp/e.log")" grep -q "checkpoint is for 16x16x3" "$tmp/e.log"
+    run "$tmp/g.log" train --data "$tmp/g.h5" --model lenet5 --batch 16 --steps 1 \
+        --checkpoint-dir "$tmp/gck" --quiet || bad "1-channel run"
+    "$PSTRAIN" eval --data "$tmp/g.h5" --checkpoint "$tmp/gck" --normalize imagenet \
+        >"$tmp/e.log" 2>&1
+    rc=$?
+    check "eval --normalize imagenet on 1-channel images exits 1 (got $rc)" test $rc = 1
+    check "  and says why: $(cat "$tmp/e.log")" grep -q \
+        -- "--normalize imagenet has values for 3 channels" "$tmp/e.log"
 fi
 finish

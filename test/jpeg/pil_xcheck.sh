@@ -8,8 +8,8 @@
 #   pil_xcheck.sh BUILD/test/jpeg/test_jpeg
 set -u
 py=/usr/bin/python3
-if ! "$py" -c 'import PIL.Image' 2>/dev/null; then
-    echo "SKIP: $py cannot import PIL (Debian package python3-pil)"
+if ! "$py" -c 'import PIL.Image, numpy' 2>/dev/null; then
+    echo "SKIP: $py cannot import PIL and numpy (Debian packages python3-pil python3-numpy)"
     exit 77
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/test-jpeg-pil.XXXXXX") || exit 1

@@ -2,6 +2,7 @@
 """torch2ckpt.py - import PyTorch / torchvision weights into a pstrain checkpoint.
 
     torch2ckpt.py --template CKPT.h5 -o OUT.h5 WEIGHTS.pth [--rename TORCH=PSTRAIN ...]
+                  [--normalize dataset|imagenet|M1,M2,M3/S1,S2,S3]
 
 WEIGHTS.pth is what torch.save wrote: a state_dict (torchvision's downloadable
 weights are one) or a whole nn.Module. CKPT.h5 is a checkpoint pstrain wrote for
@@ -23,11 +24,15 @@ slots are zeroed; moving averages (/averages, if present) get the imported
 values too. A Linear layer that follows a flatten of a spatial map (not a
 global pool) would need its rows reordered from torch's CHW to pstrain's HWC
 order: that case is not handled (torchvision's models pool globally first).
+--normalize records the input normalisation the weights expect in OUT.h5's
+attribute normalize (torchvision's pretrained weights: imagenet), which pstrain
+eval and train --resume then use; without it OUT.h5 keeps the template's.
 
 Needs Debian's python3-torch and python3-h5py (run with /usr/bin/python3).
 """
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -89,10 +94,20 @@ def _datasets(group):
     return names
 
 
-def convert(state_dict, template, out, renames=()):
-    """Writes `out`: `template` with every variable replaced from state_dict.
-    Returns the number of variables written."""
+# the spelling --normalize takes (pstrain checks the values when it reads them)
+_NUMS = r"[0-9.eE+-]+(,[0-9.eE+-]+){0,3}"
+NORMALIZE = re.compile(r"^(dataset|imagenet|%s/%s)$" % (_NUMS, _NUMS))
+
+
+def convert(state_dict, template, out, renames=(), normalize=None):
+    """Writes `out`: `template` with every variable replaced from state_dict
+    (and attribute normalize set to `normalize` unless None). Returns the
+    number of variables written."""
     import h5py
+
+    if normalize is not None and not NORMALIZE.match(normalize):
+        raise ImportError_("--normalize: expected dataset, imagenet or M1,M2,M3/S1,S2,S3, "
+                           "got '%s'" % normalize)
 
     rows = mapping(state_dict, renames)
     by_name = {}
@@ -138,6 +153,8 @@ def convert(state_dict, template, out, renames=()):
             if "slots" in f:
                 for name in _datasets(f["slots"]):
                     f["slots"][name][...] = 0
+            if normalize is not None:
+                f.attrs["normalize"] = np.bytes_(normalize)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, out)
@@ -157,6 +174,9 @@ def main(argv=None):
     ap.add_argument("-o", "--output", required=True, help="the checkpoint to write")
     ap.add_argument("--rename", action="append", default=[], metavar="TORCH=PSTRAIN",
                     help="replace a leading torch module path (repeatable)")
+    ap.add_argument("--normalize", metavar="N",
+                    help="the input normalisation the weights expect (dataset, imagenet or "
+                         "M1,M2,M3/S1,S2,S3), recorded in the output")
     a = ap.parse_args(argv)
     renames = []
     for r in a.rename:
@@ -174,7 +194,7 @@ def main(argv=None):
         if not isinstance(sd, dict):
             raise ImportError_("%s: expected a state_dict or an nn.Module, got %s"
                                % (a.weights, type(sd).__name__))
-        n = convert(sd, a.template, a.output, renames)
+        n = convert(sd, a.template, a.output, renames, a.normalize)
     except ImportError_ as ex:
         print("%s: %s" % (prog, ex), file=sys.stderr)
         return 1

@@ -67,6 +67,7 @@
 #define CKPT_FORMAT_VERSION 2     /* what ckpt_write writes */
 #define CKPT_FORMAT_VERSION_MIN 1 /* the oldest version read */
 #define CKPT_NAME_LEN 64
+#define CKPT_NORM_LEN 256 /* PIPE_NORM_NAME_LEN */
 
 /* Limits of the attributes (checked on read and on write; the full list of
  * ranges is in src/run/ckpt_meta.c): steps, batches and the data cursor at
@@ -117,6 +118,11 @@ typedef struct ckpt_meta {
      * above are the pipeline's output size, the model's input. Written when
      * not empty; "" on read of a checkpoint from before it was recorded. */
     char augment[CKPT_NAME_LEN];
+    /* the input normalisation (`--normalize` as pipe_norm_name spells it:
+     * "dataset", "imagenet" or "M1,M2,M3/S1,S2,S3"). Written when not
+     * empty; "" on read of a checkpoint from before it was recorded, which
+     * normalised with the data set's own (dataset). */
+    char normalize[CKPT_NORM_LEN];
 
     /* filled by ckpt_read/ckpt_read_meta only */
     char pstrain_version[CKPT_NAME_LEN];

@@ -81,6 +81,8 @@ typedef struct h5ds {
     int format_version;
     int storage;                              /* H5DS_STORE_PIXELS or H5DS_STORE_ENCODED */
     int height, width, channels, num_classes; /* encoded: height = width = 0 */
+    /* the file's mean and std attributes; a run's --normalize replaces them
+     * (pipe_norm_apply), so they are what its inputs are normalised with */
     float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
     char **class_names; /* num_classes strings, owned */
     int nsplits;

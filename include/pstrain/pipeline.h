@@ -56,6 +56,22 @@
 #include "pstrain/common.h"
 #include "pstrain/h5ds.h"
 
+/* Input normalisation (--normalize): out = (px/255 - mean[c]) / std[c] with
+ *   PIPE_NORM_DATASET   the data set's own mean and std attributes,
+ *   PIPE_NORM_IMAGENET  torchvision's ImageNet constants (mean 0.485, 0.456,
+ *                       0.406; std 0.229, 0.224, 0.225), 3 channels,
+ *   PIPE_NORM_CUSTOM    the given values, one mean and one std per channel.
+ * PIPE_NORM_UNSET (the zero value) is "not given": a resumed run and
+ * `pstrain eval` take the checkpoint's, anything else the data set's. */
+typedef struct pipe_norm {
+    int kind; /* PIPE_NORM_* */
+    int n;    /* values given (PIPE_NORM_CUSTOM): the channels it fits */
+    float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
+} pipe_norm;
+enum { PIPE_NORM_UNSET = 0, PIPE_NORM_DATASET, PIPE_NORM_IMAGENET, PIPE_NORM_CUSTOM };
+/* The longest name pipe_norm_name writes, with its NUL. */
+#define PIPE_NORM_NAME_LEN 256
+
 typedef struct pipe_cfg {
     const char *split;     /* "train" */
     int batch;             /* B >= 1 */
@@ -79,6 +95,7 @@ typedef struct pipe_cfg {
     int64_t preload_bytes;   /* preload the split if it fits this and the budget (default
                               * 512 MiB; 0 = always stream) */
     int64_t memory_budget;   /* bytes the pipeline may hold; 0 = pipe_default_memory_budget() */
+    pipe_norm norm;          /* --normalize (not used by the pipeline: by its consumers) */
 } pipe_cfg;
 
 /* The default memory budget: PIPE_BUDGET_FRACTION (1/4) of the node's
@@ -132,6 +149,20 @@ int64_t pipe_batches_per_epoch(const pipeline *p);
 int64_t pipe_examples_per_epoch(const pipeline *p);
 /* Stops the threads and frees, at any point (mid-epoch included). NULL-safe. */
 void pipe_free(pipeline *p);
+
+/* Parses "dataset", "imagenet" or "M1,..,MC/S1,..,SC" (C in 1..4 means in
+ * [0, 1] and as many stds in (0, 1e3], decimal numbers) into *n. 0, or -1
+ * when malformed (the caller names the flag and what it expects). */
+int pipe_norm_parse(const char *s, pipe_norm *n);
+/* The canonical spelling of a set normalisation (what pipe_norm_parse reads
+ * back to the same floats: "dataset", "imagenet", or the values with %.9g)
+ * into buf of PIPE_NORM_NAME_LEN bytes; returns buf. UNSET reads "dataset". */
+const char *pipe_norm_name(const pipe_norm *n, char buf[PIPE_NORM_NAME_LEN]);
+/* Makes ds->mean and ds->std the constants of normalisation *n for its
+ * ds->channels (DATASET and UNSET leave the data set's). 0, or -1 with a
+ * message naming `what` (the flag or the attribute) when the number of
+ * values does not fit the channels. */
+int pipe_norm_apply(const pipe_norm *n, h5ds *ds, const char *what, pst_err *e);
 
 /* out[i] = (px[i]/255 - mean[c]) / std[c] for n pixels of C channels. */
 void pipe_normalize(const uint8_t *px, int64_t n_pixels, int C, const float *mean, const float *std,

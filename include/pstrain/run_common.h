@@ -1,9 +1,8 @@
 /*
  * pstrain/run_common.h - what single-process training
- * (src/run/train_single.c) and distributed training (src/cluster) share, written once: the configuration
- * checks every run makes, the checks a checkpoint must pass to continue a
- * run, the checkpoint attributes that describe the run, and the final-loss
- * window.
+ * (src/run/train_single.c) and distributed training (src/cluster) share, written once: the
+ * configuration checks every run makes, the checks a checkpoint must pass to continue a run, the
+ * checkpoint attributes that describe the run, and the final-loss window.
  */
 #ifndef PSTRAIN_RUN_COMMON_H
 #define PSTRAIN_RUN_COMMON_H
@@ -23,6 +22,15 @@ int train_check_cfg(const train_cfg *cfg, pst_err *e);
  * cursor) and seed (the random streams): 0, or -1 with a message naming the
  * attribute. */
 int train_check_resume(const char *path, const ckpt_meta *m, const train_cfg *cfg, pst_err *e);
+
+/* The normalisation a run or an evaluation uses (*out is never UNSET):
+ * `given` (--normalize) when set; else the checkpoint's (m: the checkpoint
+ * resumed or evaluated at `path`, or NULL), "dataset" for one that records
+ * none; else the data set's. A `given` that differs from the checkpoint's
+ * is refused when `must_match` (a resumed run continues on the inputs it
+ * was trained on). 0, or -1 with a message naming the attribute. */
+int train_resolve_norm(const pipe_norm *given, const ckpt_meta *m, const char *path,
+                       bool must_match, pipe_norm *out, pst_err *e);
 
 /* The learning rate a run starts from: --lr, times (workers x batch)/256
  * under --lr-scale linear (one process: workers = 1). */

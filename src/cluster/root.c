@@ -96,6 +96,7 @@ static ckpt_meta run_meta(const root_ctx *c, int64_t step, int64_t next_batch)
     const train_cfg *cfg = c->cfg;
     ckpt_meta m = train_ckpt_meta(cfg, c->model_text, in->height, in->width, in->channels,
                                   in->classes, &c->sched);
+    snprintf(m.normalize, sizeof m.normalize, "%s", in->normalize);
     m.global_step = step;
     const int64_t bpe = PST_MAX(in->bpe, 1);
     m.epoch = (int)(next_batch / bpe);
@@ -272,7 +273,7 @@ static const char *mode_name(train_mode mode)
  * tensors follow once the model exists). Returns 1 with `path` filled, 0 for
  * a fresh start, -1 on error. */
 static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char *path, size_t n,
-                            pst_err *e)
+                            pipe_norm *norm, pst_err *e)
 {
     const char *arg = cfg->resume_path ? cfg->resume_path : cfg->checkpoint_dir;
     if (!arg) return pst_fail(e, "--resume: give a checkpoint or --checkpoint-dir");
@@ -286,7 +287,8 @@ static int root_resume_meta(const train_cfg *cfg, int W, start_info *info, char 
     memset(&cm, 0, sizeof cm);
     if (ckpt_read_meta(path, &cm, e) < 0) return -1;
     int rc = 1;
-    if (train_check_resume(path, &cm, cfg, e) < 0)
+    if (train_check_resume(path, &cm, cfg, e) < 0 ||
+        train_resolve_norm(&cfg->pipe.norm, &cm, path, true, norm, e) < 0)
         rc = -1;
     else if (cm.mode && cm.mode[0] && strcmp(cm.mode, mode_name(cfg->mode)) != 0)
         /* A sync step applies the mean of W gradients (one version), an
@@ -340,9 +342,13 @@ void root_prepare(dist_run *r, pst_err *e)
             r->input = resolved.pipe;
         }
     }
+    pipe_norm norm = cfg->pipe.norm; /* --normalize, or the checkpoint's */
     if (r->info.ok && cfg->resume &&
-        root_resume_meta(cfg, W, &r->info, r->ckpt_file, sizeof r->ckpt_file, e) < 0)
+        root_resume_meta(cfg, W, &r->info, r->ckpt_file, sizeof r->ckpt_file, &norm, e) < 0)
         r->info.ok = 0;
+    if (r->info.ok && pipe_norm_apply(&norm, &r->ds, "--normalize", e) < 0) r->info.ok = 0;
+    r->input.norm = norm;
+    pipe_norm_name(&norm, r->info.normalize);
     /* a requeued job whose run had finished: nothing is left */
     if (r->info.ok && r->info.resumed && cfg->steps && r->info.first_version >= cfg->steps) {
         r->info.done_already = 1;

@@ -48,7 +48,9 @@ enum {
 typedef struct start_info {
     int ok;
     int height, width, channels, classes;
+    /* the run's normalisation (--normalize), and its name for checkpoints */
     float mean[H5DS_MAX_CHANNELS], std[H5DS_MAX_CHANNELS];
+    char normalize[PIPE_NORM_NAME_LEN];
     int64_t per_epoch; /* examples per epoch */
     int64_t bpe;       /* batches per epoch */
     int64_t total;     /* absolute ticket limit: batches to publish, -1 = until stopped */

@@ -51,7 +51,8 @@
 #endif
 
 enum { STREAM_CROP = 1, STREAM_FLIP = 2, STREAM_COLOR = 3 };
-enum { RS_TF = 0, RS_PIL = 1 }; /* resize conventions (header) */
+/* resize conventions (header); RS_PIL_EXACT: PIL's own integer arithmetic */
+enum { RS_TF = 0, RS_PIL = 1, RS_PIL_EXACT = 2 };
 
 /* ---- random streams ------------------------------------------------------------ */
 
@@ -400,8 +401,20 @@ typedef struct axis {
     size_t cap_n, cap_w;
 } axis;
 
+/* One axis of PIL's resize in its own arithmetic: output j's inputs
+ * [lo[j], lo[j] + cnt[j]) with fixed-point weights k[j * ksize ..]. */
+typedef struct pil_axis {
+    int n, ksize;
+    int *lo, *cnt;
+    int32_t *k;
+    size_t cap_lo, cap_cnt, cap_k;
+} pil_axis;
+
 struct aug_scratch {
     axis ax, ay;
+    pil_axis px, py; /* RS_PIL_EXACT */
+    uint8_t *tmp8;   /* RS_PIL_EXACT's horizontal pass */
+    size_t tmp8_cap;
     float *tmp; /* horizontal pass: (ay.in_hi - ay.in_lo) rows of n_x * C */
     size_t tmp_cap;
     float *img; /* out_h x out_w x C in [0, 1] */
@@ -421,6 +434,8 @@ void aug_scratch_free(aug_scratch *s)
     if (!s) return;
     free(s->ax.lo), free(s->ax.w), free(s->ay.lo), free(s->ay.w);
     free(s->tmp), free(s->img), free(s->pos);
+    free(s->px.lo), free(s->px.cnt), free(s->px.k), free(s->py.lo), free(s->py.cnt), free(s->py.k);
+    free(s->tmp8);
     jpg_region_free(&s->reg);
     free(s);
 }
@@ -480,7 +495,10 @@ static plan make_plan(int recipe, bool train, uint64_t h, int W, int H, int out_
         p.gx = geom(b.x, b.w, out_w);
         p.gy = geom(b.y, b.h, out_h);
     } else if (recipe == AUG_RESNET) {
-        /* the shorter side to S, the longer to int(S * long / short) */
+        /* the shorter side to S, the longer to int(S * long / short), in
+         * PIL's arithmetic: the evaluation transform is torchvision's to the
+         * byte */
+        p.mode = RS_PIL_EXACT;
         const int S = (int)nearbyint(256.0 / 224.0 * PST_MAX(out_h, out_w));
         int rw, rh;
         if (W <= H)
@@ -660,6 +678,118 @@ static void resample(aug_scratch *s, const plan *p, const uint8_t *px, int bw, i
     }
 }
 
+/* ---- PIL's resize, exactly ------------------------------------------------------------ */
+
+/* Pillow 9.4's bilinear resize (src/libImaging/Resample.c) in its own
+ * arithmetic: precompute_coeffs in double (a triangle filter of support
+ * max(scale, 1) around each output's centre, the window rounded as it does,
+ * the weights normalised by their sum), normalize_coeffs_8bpc (weights in
+ * fixed point with PIL_PRECISION_BITS fraction bits, rounded half away from
+ * zero), a horizontal pass over the rows the vertical windows use into
+ * uint8, then a vertical pass, each sum starting at half a unit and clipped
+ * to [0, 255] (clip8). Every output pixel depends only on its own windows,
+ * so computing the outputs [off, off + n) of the virt-pixel resize alone
+ * gives the bytes of PIL's whole resize, cropped. */
+#define PIL_PRECISION_BITS (32 - 8 - 2)
+
+static double pil_bilinear(double x)
+{
+    if (x < 0.0) x = -x;
+    return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+/* Outputs [g->off, g->off + g->n) of PIL's resize of the g->src_len
+ * source pixels to g->virt (g->src_lo = 0: the whole axis; box 0..in). */
+__attribute__((optimize("fp-contract=off"))) static void pil_coeffs(pil_axis *a, const axis_geom *g)
+{
+    const int in_size = g->src_len, out_size = g->virt;
+    const float in0 = 0.0f, in1 = (float)in_size;
+    double scale, filterscale;
+    filterscale = scale = (double)(in1 - in0) / out_size;
+    if (filterscale < 1.0) filterscale = 1.0;
+    const double support = 1.0 * filterscale;
+    const int ksize = (int)ceil(support) * 2 + 1;
+    a->n = g->n;
+    a->ksize = ksize;
+    a->lo = grow(a->lo, &a->cap_lo, (size_t)g->n * sizeof(int));
+    a->cnt = grow(a->cnt, &a->cap_cnt, (size_t)g->n * sizeof(int));
+    a->k = grow(a->k, &a->cap_k, (size_t)g->n * ksize * sizeof(int32_t));
+    for (int j = 0; j < g->n; j++) {
+        const int xx = g->off + j;
+        const double center = in0 + (xx + 0.5) * scale;
+        const double ss = 1.0 / filterscale;
+        double ww = 0.0;
+        int xmin = (int)(center - support + 0.5);
+        if (xmin < 0) xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > in_size) xmax = in_size;
+        xmax -= xmin;
+        assert(xmax >= 0 && xmax <= ksize);
+        for (int x = 0; x < xmax; x++) ww += pil_bilinear((x + xmin - center + 0.5) * ss);
+        int32_t *k = a->k + (size_t)j * ksize;
+        for (int x = 0; x < xmax; x++) {
+            double w = pil_bilinear((x + xmin - center + 0.5) * ss); /* as in the sum */
+            if (ww != 0.0) w /= ww;
+            k[x] = w < 0 ? (int32_t)(-0.5 + w * (1 << PIL_PRECISION_BITS))
+                         : (int32_t)(0.5 + w * (1 << PIL_PRECISION_BITS));
+        }
+        a->lo[j] = xmin;
+        a->cnt[j] = xmax;
+    }
+}
+
+static inline uint8_t pil_clip8(int32_t v)
+{
+    const int32_t q = v >> PIL_PRECISION_BITS; /* arithmetic: floor */
+    return (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+}
+
+/* Resizes buffer px (bw x bh x C, source pixel (x, y) at buffer (x - sx,
+ * y - sy), holding every source pixel the windows use) into out (p's
+ * n_y x n_x x C bytes) as PIL does. */
+static void pil_resample(aug_scratch *s, const plan *p, const uint8_t *px, int bw, int bh, int C,
+                         int sx, int sy, uint8_t *out)
+{
+    pil_coeffs(&s->px, &p->gx);
+    pil_coeffs(&s->py, &p->gy);
+    const pil_axis *ax = &s->px, *ay = &s->py;
+    const int nx = ax->n, ny = ay->n;
+    /* the source rows the vertical windows use: [r0, r1) */
+    int r0 = INT32_MAX, r1 = 0;
+    for (int y = 0; y < ny; y++) {
+        r0 = PST_MIN(r0, ay->lo[y]);
+        r1 = PST_MAX(r1, ay->lo[y] + ay->cnt[y]);
+    }
+    assert(r0 - sy >= 0 && r1 - sy <= bh);
+    assert(ax->lo[0] - sx >= 0 && ax->lo[nx - 1] + ax->cnt[nx - 1] - sx <= bw);
+    (void)bh;
+    const size_t orow = (size_t)nx * C;
+    s->tmp8 = grow(s->tmp8, &s->tmp8_cap, (size_t)PST_MAX(r1 - r0, 1) * orow);
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *in = px + ((size_t)(r - sy) * bw - sx) * C;
+        uint8_t *o = s->tmp8 + (size_t)(r - r0) * orow;
+        for (int j = 0; j < nx; j++) {
+            const int32_t *k = ax->k + (size_t)j * ax->ksize;
+            const uint8_t *q = in + (size_t)ax->lo[j] * C;
+            for (int c = 0; c < C; c++) {
+                int32_t ss = 1 << (PIL_PRECISION_BITS - 1);
+                for (int x = 0; x < ax->cnt[j]; x++) ss += q[x * C + c] * k[x];
+                o[(size_t)j * C + c] = pil_clip8(ss);
+            }
+        }
+    }
+    for (int y = 0; y < ny; y++) {
+        const int32_t *k = ay->k + (size_t)y * ay->ksize;
+        const uint8_t *t = s->tmp8 + (size_t)(ay->lo[y] - r0) * orow;
+        uint8_t *o = out + (size_t)y * orow;
+        for (size_t i = 0; i < orow; i++) {
+            int32_t ss = 1 << (PIL_PRECISION_BITS - 1);
+            for (int r = 0; r < ay->cnt[y]; r++) ss += t[(size_t)r * orow + i] * k[r];
+            o[i] = pil_clip8(ss);
+        }
+    }
+}
+
 /* ---- colour distortion and quantisation ------------------------------------------ */
 
 /* Clip to [0, 1] and quantise: floor(255 v + 0.5). */
@@ -775,6 +905,10 @@ void aug_from_pixels(int recipe, bool train, uint64_t h, const uint8_t *px, int 
 {
     assert(H >= 1 && W >= 1 && out_h >= 1 && out_w >= 1 && (C == 1 || C == 3));
     const plan p = make_plan(recipe, train, h, W, H, out_h, out_w);
+    if (p.mode == RS_PIL_EXACT) {
+        pil_resample(s, &p, px, W, H, C, 0, 0, out);
+        return;
+    }
     resample(s, &p, px, W, H, C, 1.0, 0, 0);
     finish(s->img, (size_t)out_h * out_w, C, &p, out);
 }
@@ -818,10 +952,17 @@ int aug_from_jpeg(int recipe, bool train, uint64_t h, const uint8_t *buf, size_t
     need_range(&p.gy, &y, &ch);
     /* truncated files are accepted as libjpeg fills them: a data set holds
      * one only when pstrain-prep was told --allow-truncated */
-    if (jpg_decode_region(buf, n, channels, x, y, cw, ch, min_scaled(&p.gx, cw),
-                          min_scaled(&p.gy, ch), JPG_ALLOW_TRUNCATED, &s->reg, e) < 0)
+    /* PIL's resize is exact on the full-scale decode only */
+    const bool exact = p.mode == RS_PIL_EXACT;
+    if (jpg_decode_region(buf, n, channels, x, y, cw, ch, exact ? cw : min_scaled(&p.gx, cw),
+                          exact ? ch : min_scaled(&p.gy, ch), JPG_ALLOW_TRUNCATED, &s->reg, e) < 0)
         return -1;
     const jpg_region *r = &s->reg;
+    if (exact) {
+        assert(r->scale_num == 8);
+        pil_resample(s, &p, r->px, r->w, r->h, channels, r->sx, r->sy, out);
+        return 0;
+    }
     resample(s, &p, r->px, r->w, r->h, channels, r->scale_num / 8.0, r->sx, r->sy);
     finish(s->img, (size_t)out_h * out_w, channels, &p, out);
     return 0;

@@ -16,7 +16,9 @@
 #include "pstrain/h5util.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -450,6 +452,87 @@ void pipe_free(pipeline *p)
 }
 
 /* ---- normalisation ------------------------------------------------------------------ */
+
+static const float g_imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+static const float g_imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
+/* Parses up to H5DS_MAX_CHANNELS comma-separated numbers in [lo, hi]
+ * (lo excluded when lo_open) from s[0..len). The count, or -1. */
+static int parse_floats(const char *s, size_t len, double lo, double hi, bool lo_open, float *out)
+{
+    char buf[PIPE_NORM_NAME_LEN];
+    if (len == 0 || len >= sizeof buf) return -1;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    int n = 0;
+    char *p = buf;
+    for (;;) {
+        char *end;
+        errno = 0;
+        const double v = strtod(p, &end);
+        if (end == p || errno || !isfinite(v) || (lo_open ? v <= lo : v < lo) || v > hi ||
+            n == H5DS_MAX_CHANNELS)
+            return -1;
+        out[n++] = (float)v;
+        if (*end == 0) return n;
+        if (*end != ',') return -1;
+        p = end + 1;
+    }
+}
+
+int pipe_norm_parse(const char *s, pipe_norm *n)
+{
+    memset(n, 0, sizeof *n);
+    if (!strcmp(s, "dataset")) {
+        n->kind = PIPE_NORM_DATASET;
+        return 0;
+    }
+    if (!strcmp(s, "imagenet")) {
+        n->kind = PIPE_NORM_IMAGENET;
+        n->n = 3;
+        memcpy(n->mean, g_imagenet_mean, sizeof g_imagenet_mean);
+        memcpy(n->std, g_imagenet_std, sizeof g_imagenet_std);
+        return 0;
+    }
+    const char *slash = strchr(s, '/');
+    if (!slash) return -1;
+    const int nm = parse_floats(s, (size_t)(slash - s), 0, 1, false, n->mean);
+    const int ns = parse_floats(slash + 1, strlen(slash + 1), 0, 1e3, true, n->std);
+    if (nm < 1 || ns != nm) return -1;
+    n->kind = PIPE_NORM_CUSTOM;
+    n->n = nm;
+    return 0;
+}
+
+const char *pipe_norm_name(const pipe_norm *n, char buf[PIPE_NORM_NAME_LEN])
+{
+    if (n->kind == PIPE_NORM_IMAGENET) return strcpy(buf, "imagenet");
+    if (n->kind != PIPE_NORM_CUSTOM) return strcpy(buf, "dataset");
+    size_t k = 0;
+    for (int i = 0; i < 2 * n->n; i++) {
+        const float v = i < n->n ? n->mean[i] : n->std[i - n->n];
+        const char *sep = i == 0 ? "" : i == n->n ? "/" : ",";
+        k += (size_t)snprintf(buf + k, PIPE_NORM_NAME_LEN - k, "%s%.9g", sep, (double)v);
+    }
+    return buf;
+}
+
+int pipe_norm_apply(const pipe_norm *n, h5ds *ds, const char *what, pst_err *e)
+{
+    if (n->kind == PIPE_NORM_UNSET || n->kind == PIPE_NORM_DATASET) return 0;
+    if (n->n != ds->channels) {
+        char name[PIPE_NORM_NAME_LEN];
+        const char *pl = ds->channels == 1 ? "" : "s";
+        return pst_fail(e,
+                        "%s %s has values for %d channels, but %s has %d-channel images: "
+                        "expected %d mean%s and %d std%s",
+                        what, pipe_norm_name(n, name), n->n, ds->path, ds->channels, ds->channels,
+                        pl, ds->channels, pl);
+    }
+    memcpy(ds->mean, n->mean, sizeof ds->mean);
+    memcpy(ds->std, n->std, sizeof ds->std);
+    return 0;
+}
 
 /* out = px*scale[c] + bias[c] with scale = 1/(255 std), bias = -mean/std.
  * The per-channel constants are laid out periodically over a span of

@@ -135,6 +135,7 @@ int ckpt_meta_write(hid_t f, const ckpt_meta *m)
     rc |= attr_write(f, "rng_state", H5T_STD_U64LE, H5T_NATIVE_UINT64, m->rng_state, 4);
     rc |= attr_f64(f, "train_seconds", m->train_seconds);
     if (m->augment[0]) rc |= attr_str(f, "augment", m->augment);
+    if (m->normalize[0]) rc |= attr_str(f, "normalize", m->normalize);
     rc |= attr_str(f, "mode", m->mode);
     rc |= attr_i64(f, "workers", m->workers);
     rc |= attr_i64(f, "ps", m->ps);
@@ -455,6 +456,9 @@ int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
         char *aug = ckpt_attr_read_str(f, "augment");
         snprintf(m->augment, sizeof m->augment, "%s", aug ? aug : "");
         free(aug);
+        char *norm = ckpt_attr_read_str(f, "normalize");
+        snprintf(m->normalize, sizeof m->normalize, "%s", norm ? norm : "");
+        free(norm);
     }
     if (m->has_averages != (m->ema_decay > 0)) {
         if (m->has_averages)

@@ -54,6 +54,11 @@ static const char train_usage[] =
     "                          inception's colour distortion; evaluation their eval transform)\n"
     "                          | crop,flip (random crop after 4-px padding, horizontal flip)\n"
     "                          | none (default: the stored images, resized if needed)\n"
+    "  --normalize N           dataset (the data set's mean and std) | imagenet (torchvision's\n"
+    "                          0.485,0.456,0.406/0.229,0.224,0.225) | M1,M2,M3/S1,S2,S3 (one\n"
+    "                          mean and std per channel, on 0-1 pixels); recorded in the\n"
+    "                          checkpoint (default: the checkpoint's under --resume, else\n"
+    "                          dataset)\n"
     "  --limit N               use only the first N training examples\n"
     "\n";
 static const char train_usage_more[] =
@@ -134,6 +139,7 @@ enum {
     O_QCAP,
     O_MAD,
     O_AUG,
+    O_NORMALIZE,
     O_IMAGE_SIZE,
     O_MEM_BUDGET,
     O_LIMIT,
@@ -189,6 +195,7 @@ static const struct option train_opts[] = {
     {"queue-capacity", required_argument, 0, O_QCAP},
     {"min-after-dequeue", required_argument, 0, O_MAD},
     {"augment", required_argument, 0, O_AUG},
+    {"normalize", required_argument, 0, O_NORMALIZE},
     {"image-size", required_argument, 0, O_IMAGE_SIZE},
     {"memory-budget", required_argument, 0, O_MEM_BUDGET},
     {"limit", required_argument, 0, O_LIMIT},
@@ -381,6 +388,13 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         case O_AUG:
             if (train_parse_augment(optarg, &cfg->pipe) < 0)
                 bad(&c, "inception, resnet, a list of crop, flip, or none", optarg);
+            break;
+        case O_NORMALIZE:
+            if (pipe_norm_parse(optarg, &cfg->pipe.norm) < 0)
+                bad(&c,
+                    "dataset, imagenet or M1,M2,M3/S1,S2,S3 (a mean in [0, 1] and a std > 0 "
+                    "per channel)",
+                    optarg);
             break;
         case O_IMAGE_SIZE:
             if (train_parse_image_size(optarg, &cfg->pipe.out_h, &cfg->pipe.out_w) < 0)

@@ -23,7 +23,7 @@ static const char eval_usage[] =
     "                    [--batch B] [--summary-json FILE.json] [--logits FILE.npy]\n"
     "                    [--threads T] [--no-averages] [--quiet] [-h|--help]\n"
     "                    [--image-size HxW] [--augment A] [--prep-threads T]\n"
-    "                    [--memory-budget SIZE]\n"
+    "                    [--memory-budget SIZE] [--normalize N]\n"
     "\n"
     "CKPT is a checkpoint file, or a checkpoint directory (its newest good checkpoint).\n"
     "A checkpoint with moving averages (--moving-average-decay) is evaluated with the\n"
@@ -41,7 +41,9 @@ static const char eval_usage[] =
     "encoded data sets, and pixels with --augment inception|resnet, are read through the\n"
     "recipe's evaluation transform (inception: central 87.5% crop, resize; resnet: shorter\n"
     "side to 256/224 of the size, centre crop; otherwise a plain resize) on --prep-threads\n"
-    "threads (default 2) within --memory-budget (as pstrain train's).\n";
+    "threads (default 2) within --memory-budget (as pstrain train's).\n"
+    "--normalize dataset|imagenet|M1,M2,M3/S1,S2,S3: the input normalisation (as pstrain\n"
+    "train's; default the checkpoint's, dataset for one that records none).\n";
 
 /* ---- --logits: a NumPy .npy file (format 1.0), streamed batch by batch ---- */
 
@@ -302,6 +304,14 @@ static int eval_parse_value(int o, const char *arg, eval_opts *opt)
         }
         opt->augment = arg;
         break;
+    case 'N':
+        if (pipe_norm_parse(arg, &opt->input.norm) < 0) {
+            pst_error("--normalize: expected dataset, imagenet or M1,M2,M3/S1,S2,S3 (a mean in "
+                      "[0, 1] and a std > 0 per channel), got '%s'",
+                      arg);
+            return PST_EXIT_USAGE;
+        }
+        break;
     case 'P':
         if (pst_parse_int(arg, &opt->input.prep_threads) < 0 || opt->input.prep_threads < 1 ||
             opt->input.prep_threads > 256) {
@@ -337,6 +347,7 @@ static int eval_parse(int argc, char **argv, eval_opts *opt, logits_out *lo)
         {"threads", required_argument, 0, 't'},
         {"image-size", required_argument, 0, 'I'},
         {"augment", required_argument, 0, 'G'},
+        {"normalize", required_argument, 0, 'N'},
         {"prep-threads", required_argument, 0, 'P'},
         {"memory-budget", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},
@@ -361,6 +372,7 @@ static int eval_parse(int argc, char **argv, eval_opts *opt, logits_out *lo)
         case 't':
         case 'I':
         case 'G':
+        case 'N':
         case 'P':
         case 'M':
             if (eval_parse_value(o, optarg, opt) != 0) return PST_EXIT_USAGE;
@@ -414,6 +426,12 @@ static int eval_check_input(eval_run *r, pst_err *e)
                         "%dx%dx%d and %d classes",
                         r->path, meta->height, meta->width, meta->channels, meta->num_classes,
                         o->data, ds->height, ds->width, ds->channels, ds->num_classes);
+    /* the normalisation: --normalize, else the checkpoint's */
+    const char *norm_src =
+        o->input.norm.kind == PIPE_NORM_UNSET ? "attribute normalize" : "--normalize";
+    if (train_resolve_norm(&o->input.norm, meta, r->path, false, &o->input.norm, e) < 0 ||
+        pipe_norm_apply(&o->input.norm, &r->ds, norm_src, e) < 0)
+        return -1;
     r->sp = h5ds_find_split(ds, o->split);
     if (!r->sp) return h5ds_no_split(ds, o->split, e);
     /* a batch larger than the split would only allocate (and maybe exhaust) memory */

@@ -43,6 +43,30 @@ int train_check_resume(const char *path, const ckpt_meta *m, const train_cfg *cf
     return 0;
 }
 
+int train_resolve_norm(const pipe_norm *given, const ckpt_meta *m, const char *path,
+                       bool must_match, pipe_norm *out, pst_err *e)
+{
+    pipe_norm ck = {.kind = PIPE_NORM_DATASET};
+    if (m && m->normalize[0] && pipe_norm_parse(m->normalize, &ck) < 0)
+        return pst_fail(e,
+                        "%s: attribute normalize is '%s', expected dataset, imagenet or "
+                        "M1,M2,M3/S1,S2,S3",
+                        path, m->normalize);
+    if (given->kind == PIPE_NORM_UNSET) {
+        *out = m ? ck : (pipe_norm){.kind = PIPE_NORM_DATASET};
+        return 0;
+    }
+    char a[PIPE_NORM_NAME_LEN], b[PIPE_NORM_NAME_LEN];
+    if (m && must_match && strcmp(pipe_norm_name(given, a), pipe_norm_name(&ck, b)) != 0)
+        return pst_fail(e,
+                        "%s: attribute normalize is '%s' but this run uses --normalize %s: a "
+                        "resumed run continues on the inputs it was trained on: resume without "
+                        "--normalize or with --normalize %s",
+                        path, b, a, b);
+    *out = *given;
+    return 0;
+}
+
 const char *train_augment_name(const pipe_cfg *p)
 {
     if (p->recipe == AUG_INCEPTION) return "inception";
@@ -178,5 +202,6 @@ ckpt_meta train_ckpt_meta(const train_cfg *cfg, const char *model_text, int heig
     m.label_smoothing = cfg->label_smoothing;
     m.ema_decay = cfg->ema_decay;
     snprintf(m.augment, sizeof m.augment, "%s", train_augment_name(&cfg->pipe));
+    pipe_norm_name(&cfg->pipe.norm, m.normalize);
     return m;
 }

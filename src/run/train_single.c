@@ -233,6 +233,8 @@ static int run_open(single_run *r, pst_err *e)
 {
     const train_cfg *cfg = &r->cfg;
     if (train_resolve_input(&r->cfg, &r->ds, e) < 0) return -1;
+    /* a resumed run may take the checkpoint's instead (run_resume) */
+    if (pipe_norm_apply(&cfg->pipe.norm, &r->ds, "--normalize", e) < 0) return -1;
     const h5ds_split *tsp = h5ds_find_split(&r->ds, cfg->pipe.split ? cfg->pipe.split : "train");
     if (!tsp) return pst_fail(e, "%s: no /train split to train on", cfg->data_path);
     /* Batches never straddle epochs, so none is larger than an epoch: size
@@ -307,7 +309,9 @@ static int run_resume(single_run *r, pst_err *e)
     memset(&cm, 0, sizeof cm);
     if (ckpt_read(path, &want, nn_model_params(r->m), r->nslots ? r->slots : NULL, r->nparam, &cm,
                   e) < 0 ||
-        check_resume_meta(path, &cm, cfg, (r->epoch_n + cfg->batch - 1) / cfg->batch, e) < 0) {
+        check_resume_meta(path, &cm, cfg, (r->epoch_n + cfg->batch - 1) / cfg->batch, e) < 0 ||
+        train_resolve_norm(&cfg->pipe.norm, &cm, path, true, &r->cfg.pipe.norm, e) < 0 ||
+        pipe_norm_apply(&cfg->pipe.norm, &r->ds, "attribute normalize", e) < 0) {
         ckpt_meta_free(&cm);
         return -1;
     }

@@ -5,7 +5,12 @@
  *   test_jpeg               the test
  *   test_jpeg --write DIR   writes every fixture as DIR/NAME.jpg and
  *                           jpg_decode's pixels as DIR/NAME.c3 / NAME.c1
- *                           (raw bytes, for pil_xcheck.py) */
+ *                           (raw bytes, for pil_xcheck.py)
+ *   test_jpeg --eval DIR S...  for every DIR/NAME.jpg, the resnet recipe's
+ *                           evaluation transform to S x S (aug_from_jpeg;
+ *                           aug_from_pixels on jpg_decode's image must give
+ *                           the same bytes) as DIR/NAME.e1-S / NAME.e3-S */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -13,6 +18,7 @@
 
 #include "check.h"
 #include "jpegfix.h"
+#include "pstrain/augment.h"
 #include "pstrain/jpeg.h"
 
 static uint32_t rng = 2463534242u;
@@ -546,9 +552,68 @@ static int write_fixtures(const char *dir)
     return 0;
 }
 
+/* The resnet evaluation transform of one file to S x S with C channels,
+ * written to `out`; 0, or 1 after a message. */
+static int eval_one(const uint8_t *jpg, size_t n, int C, int S, const char *out, aug_scratch *s)
+{
+    pst_err e;
+    uint8_t *a = malloc((size_t)S * S * C), *b = malloc((size_t)S * S * C), *px = NULL;
+    int w, h, rc = 1;
+    if (aug_from_jpeg(AUG_RESNET, false, 0, jpg, n, C, S, S, a, s, &e) < 0 ||
+        jpg_decode(jpg, n, C, 0, &px, &w, &h, &e) < 0) {
+        fprintf(stderr, "%s: %s\n", out, e.msg);
+        goto done;
+    }
+    aug_from_pixels(AUG_RESNET, false, 0, px, h, w, C, S, S, b, s);
+    if (memcmp(a, b, (size_t)S * S * C) != 0) {
+        fprintf(stderr, "%s: aug_from_jpeg and aug_from_pixels differ\n", out);
+        goto done;
+    }
+    FILE *fp = fopen(out, "wb");
+    if (!fp || fwrite(a, 1, (size_t)S * S * C, fp) != (size_t)S * S * C || fclose(fp) != 0) {
+        fprintf(stderr, "%s: %s\n", out, strerror(errno));
+        goto done;
+    }
+    rc = 0;
+done:
+    free(a), free(b), free(px);
+    return rc;
+}
+
+static int write_evals(const char *dir, int nsizes, char **sizes)
+{
+    DIR *d = opendir(dir);
+    if (!d) return fprintf(stderr, "%s: %s\n", dir, strerror(errno)), 1;
+    aug_scratch *s = aug_scratch_new();
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        const size_t len = strlen(de->d_name);
+        if (len < 5 || strcmp(de->d_name + len - 4, ".jpg") != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        FILE *fp = fopen(path, "rb");
+        uint8_t *jpg = malloc(1 << 24);
+        const size_t n = fp ? fread(jpg, 1, 1 << 24, fp) : 0;
+        if (fp) fclose(fp);
+        for (int i = 0; rc == 0 && i < nsizes; i++)
+            for (int C = 1; rc == 0 && C <= 3; C += 2) {
+                char out[4200];
+                snprintf(out, sizeof out, "%s/%.*s.e%d-%s", dir, (int)(len - 4), de->d_name, C,
+                         sizes[i]);
+                rc = eval_one(jpg, n, C, atoi(sizes[i]), out, s);
+            }
+        free(jpg);
+    }
+    closedir(d);
+    aug_scratch_free(s);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--write")) return write_fixtures(argv[2]);
+    if (argc >= 4 && !strcmp(argv[1], "--eval")) return write_evals(argv[2], argc - 3, argv + 3);
     test_fixtures();
     test_sniff();
     test_regions();

@@ -331,6 +331,86 @@ typedef struct idx_cfg {
     bool force;
 } idx_cfg;
 
+/* Opens split s's label and image files and checks them before anything is
+ * written: one label per image, the image size, the train split's shape
+ * (s is not the train split when `train` is given), labels within the k
+ * --classes (when `names`). *max_label: raised to the largest label. */
+static int open_split(idx_split *s, const idx_split *train, char **names, int k, int32_t *max_label,
+                      pst_err *e)
+{
+    if (idx_open(&s->labels, s->labels_path, 1, 1, "labels", e) < 0 ||
+        idx_read_labels(&s->labels, &s->label_data, e) < 0 ||
+        idx_open(&s->images, s->images_path, 3, 4, "images", e) < 0)
+        return -1;
+    idx_close(&s->labels);
+    idx_file *im = &s->images;
+    if (im->n != s->labels.n)
+        return pst_fail(e, "%s: %lld images, but %s has %lld labels; expected one label per image",
+                        im->path, (long long)im->n, s->labels.path, (long long)s->labels.n);
+    int64_t c = im->ndim == 4 ? im->dims[3] : 1;
+    if (im->dims[1] > 65536 || im->dims[2] > 65536 || c > H5DS_MAX_CHANNELS)
+        return pst_fail(e, "%s: images of %lldx%lldx%lld, expected at most 65536x65536x%d",
+                        im->path, (long long)im->dims[1], (long long)im->dims[2], (long long)c,
+                        H5DS_MAX_CHANNELS);
+    if (train && im->item_bytes != train->images.item_bytes)
+        return pst_fail(e,
+                        "%s: images of %lldx%lld (%zu bytes), but the train images %s are "
+                        "%lldx%lld (%zu bytes); expected the same shape",
+                        im->path, (long long)im->dims[1], (long long)im->dims[2], im->item_bytes,
+                        train->images.path, (long long)train->images.dims[1],
+                        (long long)train->images.dims[2], train->images.item_bytes);
+    for (int64_t j = 0; j < s->labels.n; j++) {
+        int32_t l = s->label_data[j];
+        if (names && l >= k)
+            return pst_fail(e,
+                            "%s: label %d at index %lld is outside the %d classes given by "
+                            "--classes (expected 0..%d)",
+                            s->labels.path, l, (long long)j, k, k - 1);
+        *max_label = PST_MAX(*max_label, l);
+    }
+    return 0;
+}
+
+/* Without --classes: classes "0".."max_label" into *names, *k; refuses a
+ * one-class data set (labels_path names the train labels). */
+static int number_classes(int32_t max_label, const char *labels_path, char ***names, int *k,
+                          pst_err *e)
+{
+    if (max_label < 1) /* pstrain train refuses a one-class data set: say so now */
+        return pst_fail(e,
+                        "%s: every label is 0: one class, expected at least 2 (a classifier "
+                        "needs two classes; --classes names them when another split has the "
+                        "others)",
+                        labels_path);
+    *k = max_label + 1;
+    *names = pst_calloc((size_t)*k, sizeof **names);
+    for (int i = 0; i < *k; i++) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "%d", i);
+        (*names)[i] = pst_strdup(buf);
+    }
+    return 0;
+}
+
+/* Reopens the written file with the same check `pstrain train` makes and
+ * prints its one-line summary (total images, secs of work). */
+static int report_written(const idx_cfg *cfg, const idx_split *splits, int nsplits, int64_t total,
+                          double secs, pst_err *e)
+{
+    h5ds ds;
+    if (h5ds_open(&ds, cfg->out, e) < 0) return -1;
+    struct stat st;
+    double mb = stat(cfg->out, &st) == 0 ? (double)st.st_size / 1e6 : 0;
+    printf("%s: train %lld", cfg->out, (long long)splits[0].images.n);
+    if (nsplits > 1) printf(", test %lld", (long long)splits[1].images.n);
+    printf(" images of %dx%dx%d, %d classes, mean %.4f std %.4f, %.1f MB, %.2f s (%.0f "
+           "images/s)\n",
+           ds.height, ds.width, ds.channels, ds.num_classes, ds.mean[0], ds.std[0], mb, secs,
+           secs > 0 ? (double)total / secs : 0);
+    h5ds_close(&ds);
+    return 0;
+}
+
 static int run_idx(const idx_cfg *cfg)
 {
     pst_err e;
@@ -349,64 +429,10 @@ static int run_idx(const idx_cfg *cfg)
 
     /* headers, counts and labels, before anything is written */
     int32_t max_label = -1;
-    for (int i = 0; i < nsplits; i++) {
-        idx_split *s = &splits[i];
-        if (idx_open(&s->labels, s->labels_path, 1, 1, "labels", &e) < 0 ||
-            idx_read_labels(&s->labels, &s->label_data, &e) < 0 ||
-            idx_open(&s->images, s->images_path, 3, 4, "images", &e) < 0)
+    for (int i = 0; i < nsplits; i++)
+        if (open_split(&splits[i], i > 0 ? &splits[0] : NULL, names, k, &max_label, &e) < 0)
             goto fail;
-        idx_close(&s->labels);
-        idx_file *im = &s->images;
-        if (im->n != s->labels.n) {
-            pst_fail(&e, "%s: %lld images, but %s has %lld labels; expected one label per image",
-                     im->path, (long long)im->n, s->labels.path, (long long)s->labels.n);
-            goto fail;
-        }
-        int64_t c = im->ndim == 4 ? im->dims[3] : 1;
-        if (im->dims[1] > 65536 || im->dims[2] > 65536 || c > H5DS_MAX_CHANNELS) {
-            pst_fail(&e, "%s: images of %lldx%lldx%lld, expected at most 65536x65536x%d", im->path,
-                     (long long)im->dims[1], (long long)im->dims[2], (long long)c,
-                     H5DS_MAX_CHANNELS);
-            goto fail;
-        }
-        if (i > 0 && im->item_bytes != splits[0].images.item_bytes) {
-            pst_fail(&e,
-                     "%s: images of %lldx%lld (%zu bytes), but the train images %s are "
-                     "%lldx%lld (%zu bytes); expected the same shape",
-                     im->path, (long long)im->dims[1], (long long)im->dims[2], im->item_bytes,
-                     splits[0].images.path, (long long)splits[0].images.dims[1],
-                     (long long)splits[0].images.dims[2], splits[0].images.item_bytes);
-            goto fail;
-        }
-        for (int64_t j = 0; j < s->labels.n; j++) {
-            int32_t l = s->label_data[j];
-            if (names && l >= k) {
-                pst_fail(&e,
-                         "%s: label %d at index %lld is outside the %d classes given by "
-                         "--classes (expected 0..%d)",
-                         s->labels.path, l, (long long)j, k, k - 1);
-                goto fail;
-            }
-            max_label = PST_MAX(max_label, l);
-        }
-    }
-    if (!names && max_label < 1) {
-        /* pstrain train refuses a one-class data set: say so now */
-        pst_fail(&e,
-                 "%s: every label is 0: one class, expected at least 2 (a classifier needs two "
-                 "classes; --classes names them when another split has the others)",
-                 splits[0].labels.path);
-        goto fail;
-    }
-    if (!names) {
-        k = max_label + 1;
-        names = pst_calloc((size_t)k, sizeof *names);
-        for (int i = 0; i < k; i++) {
-            char buf[16];
-            snprintf(buf, sizeof buf, "%d", i);
-            names[i] = pst_strdup(buf);
-        }
-    }
+    if (!names && number_classes(max_label, splits[0].labels.path, &names, &k, &e) < 0) goto fail;
 
     idx_file *im0 = &splits[0].images;
     char source[2048];
@@ -438,20 +464,8 @@ static int run_idx(const idx_cfg *cfg)
     w = NULL;
     if (h5w_commit(committing, &e) < 0) goto fail;
     pst_progress_finish(&prog, done, NULL);
-    double secs = pst_now() - t0;
-
     /* the written file must pass the same check `pstrain train` makes */
-    h5ds ds;
-    if (h5ds_open(&ds, cfg->out, &e) < 0) goto fail;
-    struct stat st;
-    double mb = stat(cfg->out, &st) == 0 ? (double)st.st_size / 1e6 : 0;
-    printf("%s: train %lld", cfg->out, (long long)splits[0].images.n);
-    if (nsplits > 1) printf(", test %lld", (long long)splits[1].images.n);
-    printf(" images of %dx%dx%d, %d classes, mean %.4f std %.4f, %.1f MB, %.2f s (%.0f "
-           "images/s)\n",
-           ds.height, ds.width, ds.channels, ds.num_classes, ds.mean[0], ds.std[0], mb, secs,
-           secs > 0 ? (double)total / secs : 0);
-    h5ds_close(&ds);
+    if (report_written(cfg, splits, nsplits, total, pst_now() - t0, &e) < 0) goto fail;
     rc = 0;
 fail:
     if (rc) pst_error("%s", e.msg);

@@ -320,6 +320,29 @@ static bool known_flag(const char *a)
     return false;
 }
 
+/* The options that need or exclude each other (the *_set flags: given on
+ * the command line). Returns 0 or the exit status of a usage error. */
+static int check_args(const img_cfg *c, bool quality_set, bool compression_set, bool chunks_set)
+{
+    if (!c->dir || !c->out) return pst_usage_error("%s is required", !c->dir ? "DIR" : "-o OUT.h5");
+    if (c->val_labels && !c->val_dir)
+        return pst_usage_error("--val-labels FILE labels the flat folder of --val-dir DIR; "
+                               "give --val-dir");
+    if (c->val_dir && c->val_fraction > 0)
+        return pst_usage_error("--val-fraction takes val images from the train tree; with "
+                               "--val-dir they come from there (give one of them)");
+    if (c->store == IMG_STORE_PIXELS && (c->max_side || quality_set))
+        return pst_usage_error("%s is for --store encoded (pixels are resized by --size HxW)",
+                               c->max_side ? "--max-side" : "--quality");
+    if (c->store == IMG_STORE_ENCODED && c->height)
+        return pst_usage_error("--size is for --store pixels (encoded keeps each image's size; "
+                               "--max-side S shrinks the large ones)");
+    if (c->store == IMG_STORE_ENCODED && (compression_set || chunks_set))
+        return pst_usage_error("%s is for --store pixels (JPEG bytes are stored as they are)",
+                               compression_set ? "--compression" : "--chunk-images");
+    return 0;
+}
+
 /* Parses the command line into `c`; returns 0, or the exit status (-1: help
  * printed, exit 0). */
 static int parse_args(int argc, char **argv, img_cfg *c)
@@ -414,23 +437,7 @@ static int parse_args(int argc, char **argv, img_cfg *c)
         }
         if (takes) i++;
     }
-    if (!c->dir || !c->out) return pst_usage_error("%s is required", !c->dir ? "DIR" : "-o OUT.h5");
-    if (c->val_labels && !c->val_dir)
-        return pst_usage_error("--val-labels FILE labels the flat folder of --val-dir DIR; "
-                               "give --val-dir");
-    if (c->val_dir && c->val_fraction > 0)
-        return pst_usage_error("--val-fraction takes val images from the train tree; with "
-                               "--val-dir they come from there (give one of them)");
-    if (c->store == IMG_STORE_PIXELS && (c->max_side || quality_set))
-        return pst_usage_error("%s is for --store encoded (pixels are resized by --size HxW)",
-                               c->max_side ? "--max-side" : "--quality");
-    if (c->store == IMG_STORE_ENCODED && c->height)
-        return pst_usage_error("--size is for --store pixels (encoded keeps each image's size; "
-                               "--max-side S shrinks the large ones)");
-    if (c->store == IMG_STORE_ENCODED && (compression_set || chunks_set))
-        return pst_usage_error("%s is for --store pixels (JPEG bytes are stored as they are)",
-                               compression_set ? "--compression" : "--chunk-images");
-    return 0;
+    return check_args(c, quality_set, compression_set, chunks_set);
 }
 
 int prep_cmd_images(int argc, char **argv)

@@ -203,6 +203,64 @@ static int encoded_thumb(h5ds *ds, const char *split, int64_t i, int tile, uint8
     return 0;
 }
 
+/* The n chosen images (idx; the first n when c->first) of c->split and
+ * their labels: pixels as stored, or (encoded) thumbnails of side H. */
+static int read_images(h5ds *ds, const preview_cfg *c, const int64_t *idx, int64_t n, int H,
+                       size_t image_bytes, uint8_t *images, int32_t *labels, pst_err *e)
+{
+    if (ds->storage == H5DS_STORE_ENCODED) {
+        uint8_t *buf = NULL;
+        size_t cap = 0;
+        int rc = 0;
+        for (int64_t i = 0; i < n && rc == 0; i++)
+            rc = encoded_thumb(ds, c->split, idx[i], H, images + (size_t)i * image_bytes, &buf,
+                               &cap, labels + i, e);
+        free(buf);
+        return rc < 0 ? -1 : 0;
+    }
+    if (c->first) return h5ds_read(ds, c->split, 0, n, images, labels, e) < 0 ? -1 : 0;
+    for (int64_t i = 0; i < n; i++)
+        if (h5ds_read(ds, c->split, idx[i], 1, images + (size_t)i * image_bytes, labels + i, e) < 0)
+            return -1;
+    return 0;
+}
+
+/* The grid's geometry: cols cells a row, each a tile of tw x th px (images
+ * of W px and C channels scaled up `scale` times) over a label strip, ch
+ * px in all; the whole grid gw x gh px. */
+typedef struct grid_geom {
+    int cols, scale, W, C;
+    int64_t th, tw, ch, gh, gw;
+} grid_geom;
+
+/* Draws the n images (image_bytes each) into the grid, row by row, each
+ * with its class name underneath. */
+static void draw_grid(uint8_t *grid, const grid_geom *g, const h5ds *ds, const uint8_t *images,
+                      size_t image_bytes, const int32_t *labels, int64_t n)
+{
+    const int C = g->C, scale = g->scale;
+    const int64_t th = g->th, tw = g->tw, ch = g->ch, gh = g->gh, gw = g->gw;
+    memset(grid, PREVIEW_SEP_VALUE, (size_t)(gh * gw * C));
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *img = images + (size_t)i * image_bytes;
+        int64_t oy = (i / g->cols) * (ch + PREVIEW_SEP) + PREVIEW_SEP;
+        int64_t ox = (i % g->cols) * (tw + PREVIEW_SEP) + PREVIEW_SEP;
+        for (int64_t y = 0; y < th; y++) {
+            const uint8_t *srow = img + (size_t)(y / scale) * (size_t)g->W * (size_t)C;
+            uint8_t *drow = grid + (size_t)(((oy + y) * gw + ox) * C);
+            for (int64_t x = 0; x < tw; x++)
+                memcpy(drow + x * C, srow + (x / scale) * C, (size_t)C);
+        }
+        /* the label strip: black, the class name in white from (1, 1) */
+        for (int64_t y = oy + th; y < oy + ch; y++)
+            memset(grid + (size_t)((y * gw + ox) * C), 0, (size_t)(tw * C));
+        const int32_t k = labels[i];
+        const char *name = k >= 0 && k < ds->num_classes ? ds->class_names[k] : "?";
+        font_draw(grid, (int)gh, (int)gw, C, (int)ox + 1, (int)(oy + th + 1), name,
+                  (int)((tw - 1) / FONT_CELL_W), 255);
+    }
+}
+
 int prep_cmd_preview(int argc, char **argv)
 {
     preview_cfg c;
@@ -262,44 +320,11 @@ int prep_cmd_preview(int argc, char **argv)
     images = pst_malloc(image_bytes * (size_t)n);
     labels = pst_malloc(sizeof *labels * (size_t)n);
     idx = choose(sp->count, n, !c.first, c.seed);
-    if (enc) {
-        uint8_t *buf = NULL;
-        size_t cap = 0;
-        int rc = 0;
-        for (int64_t i = 0; i < n && rc == 0; i++)
-            rc = encoded_thumb(&ds, c.split, idx[i], H, images + (size_t)i * image_bytes, &buf,
-                               &cap, labels + i, &e);
-        free(buf);
-        if (rc < 0) goto fail;
-    } else if (c.first) {
-        if (h5ds_read(&ds, c.split, 0, n, images, labels, &e) < 0) goto fail;
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            if (h5ds_read(&ds, c.split, idx[i], 1, images + (size_t)i * image_bytes, labels + i,
-                          &e) < 0)
-                goto fail;
-    }
+    if (read_images(&ds, &c, idx, n, H, image_bytes, images, labels, &e) < 0) goto fail;
 
     grid = pst_malloc((size_t)(gh * gw * C));
-    memset(grid, PREVIEW_SEP_VALUE, (size_t)(gh * gw * C));
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *img = images + (size_t)i * image_bytes;
-        int64_t oy = (i / cols) * (ch + PREVIEW_SEP) + PREVIEW_SEP;
-        int64_t ox = (i % cols) * (tw + PREVIEW_SEP) + PREVIEW_SEP;
-        for (int64_t y = 0; y < th; y++) {
-            const uint8_t *srow = img + (size_t)(y / scale) * (size_t)W * (size_t)C;
-            uint8_t *drow = grid + (size_t)(((oy + y) * gw + ox) * C);
-            for (int64_t x = 0; x < tw; x++)
-                memcpy(drow + x * C, srow + (x / scale) * C, (size_t)C);
-        }
-        /* the label strip: black, the class name in white from (1, 1) */
-        for (int64_t y = oy + th; y < oy + ch; y++)
-            memset(grid + (size_t)((y * gw + ox) * C), 0, (size_t)(tw * C));
-        const int32_t k = labels[i];
-        const char *name = k >= 0 && k < ds.num_classes ? ds.class_names[k] : "?";
-        font_draw(grid, (int)gh, (int)gw, C, (int)ox + 1, (int)(oy + th + 1), name,
-                  (int)((tw - 1) / FONT_CELL_W), 255);
-    }
+    const grid_geom g = {cols, scale, W, C, th, tw, ch, gh, gw};
+    draw_grid(grid, &g, &ds, images, image_bytes, labels, n);
     if (pngio_write(c.out, grid, (int)gh, (int)gw, C, -1, &e) < 0) goto fail;
     if (!c.first)
         printf("preview: %s /%s: %lld random images (--seed %llu)", c.in, c.split, (long long)n,

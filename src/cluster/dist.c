@@ -237,6 +237,161 @@ int train_run(const train_cfg *cfg, train_result *res, pst_err *e)
     return dist_train(cfg, res, e);
 }
 
+/* Names this rank after its role for messages ("rank 3 (worker 1)"), and
+ * makes a fatal error abort the whole job so that no peer hangs. Returns
+ * the program name to restore. */
+static const char *enter_role(const dist_run *r)
+{
+    static char progname[64]; /* pst_set_progname keeps the pointer */
+    char role[32];
+    const int kind = r->is_root ? ROLE_ROOT : r->is_ps ? ROLE_PS : ROLE_WORKER;
+    role_name(role, sizeof role, kind, r->index);
+    dist_set_role(role);
+    const char *old_progname = pst_progname();
+    snprintf(progname, sizeof progname, "rank %d (%s)", r->rank, role);
+    pst_set_progname(progname);
+    pst_set_die_hook(die_hook);
+    return old_progname;
+}
+
+/* This rank's part of the set-up every rank shares: the model (the same
+ * seed everywhere: the same initial variables), the placement plan, the
+ * optimizer slots and moving averages, and on the root of a resumed run
+ * the checkpoint's values. Local; returns false on failure (e set). */
+static bool build_model(dist_run *r, pst_err *e)
+{
+    const train_cfg *cfg = r->cfg;
+    nn_model_cfg mc = {.name = cfg->model,
+                       .height = r->info.height,
+                       .width = r->info.width,
+                       .channels = r->info.channels,
+                       .num_classes = r->info.classes,
+                       .max_batch = r->is_ps ? 1 : cfg->batch,
+                       .seed = cfg->seed,
+                       .weight_decay = cfg->weight_decay,
+                       .label_smoothing = cfg->label_smoothing,
+                       /* only workers compute steps (the root evaluates between them) */
+                       .threads = r->is_ps || r->is_root ? 1 : pst_threads_resolve(cfg->threads)};
+    nn_switches_from_env(&mc.sw);
+    int ok = nn_model_new(&r->m, &mc, e) == 0;
+    if (ok) {
+        r->nv = nn_model_nvars(r->m);
+        r->vars = nn_model_vars(r->m);
+        ok = place_plan_new(&r->plan, r->vars, r->nv, r->P, cfg->placement, cfg->partition_bytes,
+                            e) == 0;
+    }
+    r->nparam = ok ? nn_model_size(r->m) : 0;
+    r->nslots = opt_nslots(cfg->opt.kind);
+    if (ok) {
+        r->slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(r->nslots, 1) *
+                                     (r->nparam ? r->nparam : 1));
+        opt_init_slots(&cfg->opt, r->slots, r->nparam, r->nparam);
+        if (cfg->ema_decay > 0)
+            r->averages = pst_aligned_alloc(sizeof(float) * (r->nparam ? r->nparam : 1));
+    }
+    /* resume: the root reads the variables, the slots and the averages */
+    if (ok && r->is_root && r->info.resumed) {
+        ckpt_expect want = ckpt_expect_model(r->m, &cfg->opt);
+        want.averages = r->averages;
+        ckpt_meta cm;
+        memset(&cm, 0, sizeof cm);
+        ok = ckpt_read(r->ckpt_file, &want, nn_model_params(r->m), r->nslots ? r->slots : NULL,
+                       r->nparam, &cm, e) == 0;
+        if (ok && r->averages && !cm.has_averages) {
+            /* they start from the checkpoint's variables */
+            memcpy(r->averages, nn_model_params(r->m), sizeof(float) * r->nparam);
+            r->averages_from_vars = true;
+        }
+        if (ok) ckpt_meta_free(&cm);
+    }
+    return ok;
+}
+
+/* Collective: build_model on every rank, then, if it succeeded everywhere,
+ * the resumed values from the root to everybody. Returns -1 (e set) when
+ * any rank failed. */
+static int share_model(dist_run *r, pst_err *e)
+{
+    int ok = build_model(r, e);
+    int all_ok = 0;
+    MPI_OK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (!all_ok) {
+        if (ok) pst_fail(e, "model, placement or checkpoint set-up failed on another rank");
+        return -1;
+    }
+    if (r->info.resumed) {
+        dist_bcast(nn_model_params(r->m), r->nparam, MPI_FLOAT, sizeof(float), r->root_rank,
+                   MPI_COMM_WORLD);
+        if (r->nslots)
+            dist_bcast(r->slots, r->nparam * (size_t)r->nslots, MPI_FLOAT, sizeof(float),
+                       r->root_rank, MPI_COMM_WORLD);
+        if (r->averages)
+            dist_bcast(r->averages, r->nparam, MPI_FLOAT, sizeof(float), r->root_rank,
+                       MPI_COMM_WORLD);
+        r->res->start_step =
+            r->cfg->mode == TRAIN_SYNC ? r->info.first_version : r->info.first_ticket;
+    }
+    return 0;
+}
+
+/* Collective: the two windows, the root's batch ring and the PS shards,
+ * then the learning-rate schedule. The ring holds up to 8 batches per
+ * worker (at least 2, within about 32 MiB): slack for a root that waits
+ * for a core. A failure aborts the job. */
+static void open_windows(dist_run *r, pst_err *e)
+{
+    const train_cfg *cfg = r->cfg;
+    const int W = r->W, R = r->R;
+    const int64_t slot_bytes =
+        (int64_t)cfg->batch * ((int64_t)r->info.height * r->info.width * r->info.channels + 12);
+    r->nring = (int)PST_MAX(2 * W + 2, PST_MIN(8 * W + 8, (32LL << 20) / slot_bytes));
+    feed_geom fg = {.batch = cfg->batch,
+                    .example_bytes = (int64_t)r->info.height * r->info.width * r->info.channels,
+                    .nslots = r->nring,
+                    .nworkers = W,
+                    .first_ticket = r->info.first_ticket,
+                    .first_step = cfg->mode == TRAIN_ASYNC ? r->info.first_version : 0};
+    if (feed_new(&r->f, MPI_COMM_WORLD, r->root_rank, &fg, e) < 0) dist_fatal("%s", e->msg);
+    ps_layout lay = {.ps_ranks = r->ps_ranks,
+                     .nworkers = W,
+                     /* async SGD accumulates into the parameters without the
+                      * PS, which then could not keep the averages */
+                     .grad_slots =
+                         cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD || cfg->ema_decay > 0,
+                     .lockstep = r->lockstep,
+                     .root_rank = r->root_rank,
+                     .opt = cfg->opt,
+                     .init_slots = r->info.resumed && r->nslots ? r->slots : NULL,
+                     .init_slot_stride = r->nparam,
+                     .ema_decay = cfg->ema_decay,
+                     .init_averages = r->info.resumed ? r->averages : NULL,
+                     .first_version = cfg->mode == TRAIN_SYNC ? r->info.first_version : 0,
+                     .first_ticket = r->info.first_ticket};
+    if (ps_new(&r->sh, MPI_COMM_WORLD, r->plan, &lay, nn_model_params(r->m), e) < 0)
+        dist_fatal("%s", e->msg);
+
+    r->sched = train_schedule(cfg, W,
+                              cfg->mode == TRAIN_SYNC ? PST_MAX((r->info.bpe + R - 1) / R, 1)
+                                                      : PST_MAX(r->info.bpe, 1));
+}
+
+/* Frees what the run holds (any of it may be missing). */
+static void dist_run_free(dist_run *r)
+{
+    root_ctx_free(r->rctx);
+    metrics_close(r->mx);
+    pipe_free(r->pl);
+    free(r->log.a), free(r->prior.a);
+    free(r->slots), free(r->averages), free(r->mtext);
+    free(r->ps_ranks), free(r->worker_ranks);
+    if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
+    free(r->host_map);
+    place_plan_free(r->plan);
+    nn_model_free(r->m);
+    if (r->ds_open) h5ds_close(&r->ds);
+    free(r);
+}
+
 int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);
@@ -253,18 +408,10 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     r->cfg = cfg, r->res = res, r->rank = rank, r->size = size;
     const int P = r->P = cfg->ps, W = r->W = size - 1 - P;
     const int R = r->R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
-    const bool lockstep = r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
+    r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
     assign_roles(r);
     const bool is_root = r->is_root, is_ps = r->is_ps; /* else a worker */
-
-    static char progname[64]; /* pst_set_progname keeps the pointer */
-    char role[32];
-    role_name(role, sizeof role, is_root ? ROLE_ROOT : is_ps ? ROLE_PS : ROLE_WORKER, r->index);
-    dist_set_role(role);
-    const char *old_progname = pst_progname();
-    snprintf(progname, sizeof progname, "rank %d (%s)", rank, role);
-    pst_set_progname(progname);
-    pst_set_die_hook(die_hook);
+    const char *old_progname = enter_role(r);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short back-off sleeps stay short */
     nn_blis_init();
@@ -286,67 +433,8 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         goto out;
     }
 
-    /* 2. the same model (same seed: same initial variables) and r->plan everywhere */
-    nn_model_cfg mc = {.name = cfg->model,
-                       .height = r->info.height,
-                       .width = r->info.width,
-                       .channels = r->info.channels,
-                       .num_classes = r->info.classes,
-                       .max_batch = is_ps ? 1 : cfg->batch,
-                       .seed = cfg->seed,
-                       .weight_decay = cfg->weight_decay,
-                       .label_smoothing = cfg->label_smoothing,
-                       /* only workers compute steps (the root evaluates between them) */
-                       .threads = is_ps || is_root ? 1 : pst_threads_resolve(cfg->threads)};
-    nn_switches_from_env(&mc.sw);
-    int ok = nn_model_new(&r->m, &mc, e) == 0;
-    if (ok) {
-        r->nv = nn_model_nvars(r->m);
-        r->vars = nn_model_vars(r->m);
-        ok = place_plan_new(&r->plan, r->vars, r->nv, P, cfg->placement, cfg->partition_bytes, e) ==
-             0;
-    }
-    r->nparam = ok ? nn_model_size(r->m) : 0;
-    r->nslots = opt_nslots(cfg->opt.kind);
-    if (ok) {
-        r->slots = pst_aligned_alloc(sizeof(float) * (size_t)PST_MAX(r->nslots, 1) *
-                                     (r->nparam ? r->nparam : 1));
-        opt_init_slots(&cfg->opt, r->slots, r->nparam, r->nparam);
-        if (cfg->ema_decay > 0)
-            r->averages = pst_aligned_alloc(sizeof(float) * (r->nparam ? r->nparam : 1));
-    }
-    /* resume: the root reads the variables, r->slots and the averages, everybody gets them */
-    if (ok && is_root && r->info.resumed) {
-        ckpt_expect want = ckpt_expect_model(r->m, &cfg->opt);
-        want.averages = r->averages;
-        ckpt_meta cm;
-        memset(&cm, 0, sizeof cm);
-        ok = ckpt_read(r->ckpt_file, &want, nn_model_params(r->m), r->nslots ? r->slots : NULL,
-                       r->nparam, &cm, e) == 0;
-        if (ok && r->averages && !cm.has_averages) {
-            /* they start from the checkpoint's variables */
-            memcpy(r->averages, nn_model_params(r->m), sizeof(float) * r->nparam);
-            r->averages_from_vars = true;
-        }
-        if (ok) ckpt_meta_free(&cm);
-    }
-    int all_ok = 0;
-    MPI_OK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (!all_ok) {
-        if (ok) pst_fail(e, "model, placement or checkpoint set-up failed on another rank");
-        goto out;
-    }
-    if (r->info.resumed) {
-        dist_bcast(nn_model_params(r->m), r->nparam, MPI_FLOAT, sizeof(float), r->root_rank,
-                   MPI_COMM_WORLD);
-        if (r->nslots)
-            dist_bcast(r->slots, r->nparam * (size_t)r->nslots, MPI_FLOAT, sizeof(float),
-                       r->root_rank, MPI_COMM_WORLD);
-        if (r->averages)
-            dist_bcast(r->averages, r->nparam, MPI_FLOAT, sizeof(float), r->root_rank,
-                       MPI_COMM_WORLD);
-        res->start_step = cfg->mode == TRAIN_SYNC ? r->info.first_version : r->info.first_ticket;
-    }
+    /* 2. the same model, plan and starting values everywhere */
+    if (share_model(r, e) < 0) goto out;
     if (cfg->dry_run) {
         if (is_root) {
             nn_model_describe(r->m, stdout);
@@ -358,45 +446,14 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     }
     if (cfg->checkpoint_dir) {
         if (pst_stop_signals_install(e) < 0) dist_fatal("%s", e->msg);
-        if (is_root && !lockstep && (cfg->checkpoint_every || cfg->checkpoint_secs > 0) &&
+        if (is_root && !r->lockstep && (cfg->checkpoint_every || cfg->checkpoint_secs > 0) &&
             !cfg->quiet)
             fprintf(stderr, "pstrain: periodic checkpoints need --mode sync without backup "
                             "workers; this run checkpoints at the end and on a signal only\n");
     }
 
-    /* 3. windows. The ring holds up to 8 batches per worker (at least 2,
-     * within about 32 MiB): slack for a root that waits for a core. */
-    const int64_t slot_bytes =
-        (int64_t)cfg->batch * ((int64_t)r->info.height * r->info.width * r->info.channels + 12);
-    r->nring = (int)PST_MAX(2 * W + 2, PST_MIN(8 * W + 8, (32LL << 20) / slot_bytes));
-    feed_geom fg = {.batch = cfg->batch,
-                    .example_bytes = (int64_t)r->info.height * r->info.width * r->info.channels,
-                    .nslots = r->nring,
-                    .nworkers = W,
-                    .first_ticket = r->info.first_ticket,
-                    .first_step = cfg->mode == TRAIN_ASYNC ? r->info.first_version : 0};
-    if (feed_new(&r->f, MPI_COMM_WORLD, r->root_rank, &fg, e) < 0) dist_fatal("%s", e->msg);
-    ps_layout lay = {.ps_ranks = r->ps_ranks,
-                     .nworkers = W,
-                     /* async SGD accumulates into the parameters without the
-                      * PS, which then could not keep the averages */
-                     .grad_slots =
-                         cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD || cfg->ema_decay > 0,
-                     .lockstep = lockstep,
-                     .root_rank = r->root_rank,
-                     .opt = cfg->opt,
-                     .init_slots = r->info.resumed && r->nslots ? r->slots : NULL,
-                     .init_slot_stride = r->nparam,
-                     .ema_decay = cfg->ema_decay,
-                     .init_averages = r->info.resumed ? r->averages : NULL,
-                     .first_version = cfg->mode == TRAIN_SYNC ? r->info.first_version : 0,
-                     .first_ticket = r->info.first_ticket};
-    if (ps_new(&r->sh, MPI_COMM_WORLD, r->plan, &lay, nn_model_params(r->m), e) < 0)
-        dist_fatal("%s", e->msg);
-
-    r->sched = train_schedule(cfg, W,
-                              cfg->mode == TRAIN_SYNC ? PST_MAX((r->info.bpe + R - 1) / R, 1)
-                                                      : PST_MAX(r->info.bpe, 1));
+    /* 3. windows */
+    open_windows(r, e);
 
     /* 4. the roles */
     if (is_root)
@@ -410,18 +467,7 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     if (run_end(r, e) < 0) goto out;
     rc = 0;
 out:
-    root_ctx_free(r->rctx);
-    metrics_close(r->mx);
-    pipe_free(r->pl);
-    free(r->log.a), free(r->prior.a);
-    free(r->slots), free(r->averages), free(r->mtext);
-    free(r->ps_ranks), free(r->worker_ranks);
-    if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
-    free(r->host_map);
-    place_plan_free(r->plan);
-    nn_model_free(r->m);
-    if (r->ds_open) h5ds_close(&r->ds);
-    free(r);
+    dist_run_free(r);
     pst_set_die_hook(NULL);
     pst_set_progname(old_progname);
     return rc;

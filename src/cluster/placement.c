@@ -54,52 +54,36 @@ static int least_loaded(const int64_t *load, int nps, const int *holder, int var
     return best;
 }
 
-int place_plan_new(place_plan **out, const nn_var *vars, int nvars, int nps, place_kind kind,
-                   int64_t partition_bytes, pst_err *e)
+/* How many axis-0 slices variable v is cut into: 1 unless --placement
+ * partition and v is larger than partition_bytes; never more than the PS
+ * count or v's rows. */
+static int slice_count(const nn_var *v, place_kind kind, int64_t partition_bytes, int nps)
 {
-    *out = NULL;
-    if (nps < 1) return pst_fail(e, "placement: --ps must be at least 1 (got %d)", nps);
-    if (nvars < 0) return pst_fail(e, "placement: negative variable count");
-    if (kind == PLACE_PARTITION && partition_bytes <= 0)
-        return pst_fail(e, "placement: --partition-bytes must be positive (got %lld)",
-                        (long long)partition_bytes);
-    if ((int)kind < 0 || kind > PLACE_PARTITION)
-        return pst_fail(e, "placement: unknown strategy %d", (int)kind);
-
-    place_plan *p = pst_calloc(1, sizeof *p);
-    p->kind = kind;
-    p->nps = nps;
-    p->nvars = nvars;
-    p->vars = pst_malloc(sizeof *p->vars * (size_t)(nvars ? nvars : 1));
-    if (nvars) memcpy(p->vars, vars, sizeof *vars * (size_t)nvars);
-
-    /* 1. pieces */
-    int npieces = 0;
-    for (int i = 0; i < nvars; i++) {
-        const nn_var *v = &vars[i];
-        int n = 1;
-        int64_t bytes = (int64_t)v->size * (int64_t)sizeof(float);
-        if (kind == PLACE_PARTITION && bytes > partition_bytes && v->ndim >= 1) {
-            int64_t want = (bytes + partition_bytes - 1) / partition_bytes;
-            n = (int)PST_MIN(PST_MIN(want, (int64_t)nps), (int64_t)v->shape[0]);
-            if (n < 1) n = 1;
-        }
-        npieces += n;
+    int n = 1;
+    int64_t bytes = (int64_t)v->size * (int64_t)sizeof(float);
+    if (kind == PLACE_PARTITION && bytes > partition_bytes && v->ndim >= 1) {
+        int64_t want = (bytes + partition_bytes - 1) / partition_bytes;
+        n = (int)PST_MIN(PST_MIN(want, (int64_t)nps), (int64_t)v->shape[0]);
+        if (n < 1) n = 1;
     }
+    return n;
+}
+
+/* Step 1: cuts every variable into its slices (p->ranges, p->nranges), in
+ * model order then slice order; the PS is chosen later. */
+static void cut_pieces(place_plan *p, const nn_var *vars, int64_t partition_bytes)
+{
+    int npieces = 0;
+    for (int i = 0; i < p->nvars; i++)
+        npieces += slice_count(&vars[i], p->kind, partition_bytes, p->nps);
     p->ranges = pst_calloc((size_t)(npieces ? npieces : 1), sizeof *p->ranges);
     p->nranges = npieces;
     int k = 0;
-    for (int i = 0; i < nvars; i++) {
+    for (int i = 0; i < p->nvars; i++) {
         const nn_var *v = &vars[i];
         int rows = v->ndim >= 1 ? v->shape[0] : 1;
         size_t row_floats = rows > 0 ? v->size / (size_t)rows : v->size;
-        int n = 1;
-        int64_t bytes = (int64_t)v->size * (int64_t)sizeof(float);
-        if (kind == PLACE_PARTITION && bytes > partition_bytes && v->ndim >= 1) {
-            int64_t want = (bytes + partition_bytes - 1) / partition_bytes;
-            n = (int)PST_MIN(PST_MIN(want, (int64_t)nps), (int64_t)rows);
-            if (n < 1) n = 1;
-        }
+        int n = slice_count(v, p->kind, partition_bytes, p->nps);
         int row = 0;
         for (int s = 0; s < n; s++) {
             /* the first rows % n slices get one extra row */
@@ -120,39 +104,45 @@ int place_plan_new(place_plan **out, const nn_var *vars, int nvars, int nps, pla
             row += r;
         }
     }
+}
 
-    /* 2. a PS for every piece */
-    p->ps_bytes = pst_calloc((size_t)nps, sizeof *p->ps_bytes);
-    if (kind == PLACE_ROUND_ROBIN) {
-        for (int r = 0; r < npieces; r++) p->ranges[r].ps = p->ranges[r].var % nps;
-    } else {
-        place_range *sorted = pst_malloc(sizeof *sorted * (size_t)(npieces ? npieces : 1));
-        if (npieces) memcpy(sorted, p->ranges, sizeof *sorted * (size_t)npieces);
-        qsort(sorted, (size_t)npieces, sizeof *sorted, cmp_piece_size);
-        int64_t *load = pst_calloc((size_t)nps, sizeof *load);
-        int *holder = pst_malloc(sizeof *holder * (size_t)nps);
-        for (int s = 0; s < nps; s++) holder[s] = -1;
-        for (int r = 0; r < npieces; r++) {
-            place_range *q = &sorted[r];
-            int ps = least_loaded(load, nps, holder, q->var, q->nslices > 1);
-            if (ps < 0) ps = least_loaded(load, nps, holder, q->var, false);
-            q->ps = ps;
-            load[ps] += (int64_t)(q->count * sizeof(float));
-            if (q->nslices > 1) holder[ps] = q->var;
-        }
-        /* back into model order (pieces were created in model order) */
-        for (int r = 0; r < npieces; r++)
-            for (int t = 0; t < npieces; t++)
-                if (p->ranges[t].var == sorted[r].var && p->ranges[t].slice == sorted[r].slice) {
-                    p->ranges[t].ps = sorted[r].ps;
-                    break;
-                }
-        free(sorted);
-        free(load);
-        free(holder);
+/* Step 2 for greedy and partition: pieces largest first, each to the
+ * least-loaded PS (slices of one variable on distinct PS while there are
+ * enough); the choice is written back into p->ranges, still in model order. */
+static void assign_greedy(place_plan *p)
+{
+    const int npieces = p->nranges, nps = p->nps;
+    place_range *sorted = pst_malloc(sizeof *sorted * (size_t)(npieces ? npieces : 1));
+    if (npieces) memcpy(sorted, p->ranges, sizeof *sorted * (size_t)npieces);
+    qsort(sorted, (size_t)npieces, sizeof *sorted, cmp_piece_size);
+    int64_t *load = pst_calloc((size_t)nps, sizeof *load);
+    int *holder = pst_malloc(sizeof *holder * (size_t)nps);
+    for (int s = 0; s < nps; s++) holder[s] = -1;
+    for (int r = 0; r < npieces; r++) {
+        place_range *q = &sorted[r];
+        int ps = least_loaded(load, nps, holder, q->var, q->nslices > 1);
+        if (ps < 0) ps = least_loaded(load, nps, holder, q->var, false);
+        q->ps = ps;
+        load[ps] += (int64_t)(q->count * sizeof(float));
+        if (q->nslices > 1) holder[ps] = q->var;
     }
+    /* back into model order (pieces were created in model order) */
+    for (int r = 0; r < npieces; r++)
+        for (int t = 0; t < npieces; t++)
+            if (p->ranges[t].var == sorted[r].var && p->ranges[t].slice == sorted[r].slice) {
+                p->ranges[t].ps = sorted[r].ps;
+                break;
+            }
+    free(sorted);
+    free(load);
+    free(holder);
+}
 
-    /* 3. layout: each PS's pieces in slab order, back to back */
+/* Step 3: each PS's pieces in slab order, back to back (ps_first,
+ * ps_nranges, ps_floats, ps_offset), then the byte totals and imbalance. */
+static void lay_out(place_plan *p)
+{
+    const int npieces = p->nranges, nps = p->nps;
     qsort(p->ranges, (size_t)npieces, sizeof *p->ranges, cmp_piece_layout);
     p->ps_first = pst_calloc((size_t)nps, sizeof *p->ps_first);
     p->ps_nranges = pst_calloc((size_t)nps, sizeof *p->ps_nranges);
@@ -172,6 +162,34 @@ int place_plan_new(place_plan **out, const nn_var *vars, int nvars, int nps, pla
         maxb = PST_MAX(maxb, p->ps_bytes[s]);
     }
     p->imbalance = p->total_bytes > 0 ? (double)maxb / ((double)p->total_bytes / nps) : 1.0;
+}
+
+int place_plan_new(place_plan **out, const nn_var *vars, int nvars, int nps, place_kind kind,
+                   int64_t partition_bytes, pst_err *e)
+{
+    *out = NULL;
+    if (nps < 1) return pst_fail(e, "placement: --ps must be at least 1 (got %d)", nps);
+    if (nvars < 0) return pst_fail(e, "placement: negative variable count");
+    if (kind == PLACE_PARTITION && partition_bytes <= 0)
+        return pst_fail(e, "placement: --partition-bytes must be positive (got %lld)",
+                        (long long)partition_bytes);
+    if ((int)kind < 0 || kind > PLACE_PARTITION)
+        return pst_fail(e, "placement: unknown strategy %d", (int)kind);
+
+    place_plan *p = pst_calloc(1, sizeof *p);
+    p->kind = kind;
+    p->nps = nps;
+    p->nvars = nvars;
+    p->vars = pst_malloc(sizeof *p->vars * (size_t)(nvars ? nvars : 1));
+    if (nvars) memcpy(p->vars, vars, sizeof *vars * (size_t)nvars);
+
+    cut_pieces(p, vars, partition_bytes);
+    p->ps_bytes = pst_calloc((size_t)nps, sizeof *p->ps_bytes);
+    if (kind == PLACE_ROUND_ROBIN)
+        for (int r = 0; r < p->nranges; r++) p->ranges[r].ps = p->ranges[r].var % nps;
+    else
+        assign_greedy(p);
+    lay_out(p);
     *out = p;
     return 0;
 }

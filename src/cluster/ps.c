@@ -231,179 +231,318 @@ static void apply_shard(ps_shard *s, nn_pool *pool, const ps_serve_cfg *c, float
     nn_pool_for(pool, (int)((n + PS_BLOCK - 1) / PS_BLOCK), apply_block, &j);
 }
 
-int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
-{
-    nn_pool *pool = NULL; /* --ps-threads */
-    if (c->threads > 1 && nn_pool_new(&pool, c->threads, e) < 0) return -1;
-    const int W = s->lay.nworkers;
-    const int R = c->replicas > 0 ? PST_MIN(c->replicas, W) : W;
-    const size_t n = s->plan->ps_floats[s->me];
-    const bool sync = c->mode == TRAIN_SYNC;
-    volatile int64_t *ctl = (volatile int64_t *)s->base;
-    float *params = (float *)(s->base + s->params_off);
-    float *slots = s->slots;
-    float *acc = pst_aligned_alloc(sizeof(float) * (n ? n : 1));
-    int64_t *seen = pst_calloc((size_t)W, sizeof *seen);
-    bool *ended = pst_calloc((size_t)W, sizeof *ended);
-    bool *have = pst_calloc((size_t)W, sizeof *have);
-    fresh *order = pst_malloc(sizeof *order * (size_t)W);
-    int nhave = 0, nended = 0;
-    memset(st, 0, sizeof *st);
+/* ---- the service loop ------------------------------------------------------------ */
+
+/* One PS's service: the shard, the configuration, the statistics it fills,
+ * and what the loop keeps between passes. */
+typedef struct serve_state {
+    ps_shard *s;
+    const ps_serve_cfg *c;
+    ps_serve_stats *st;
+    nn_pool *pool; /* --ps-threads */
+    int W, R;
+    size_t n; /* shard floats */
+    bool sync, lockstep;
+    volatile int64_t *ctl;
+    float *params, *acc;
+    int64_t *seen; /* [W] the last seq read from each worker's stamp */
+    bool *ended;   /* [W] end stamp seen */
+    bool *have;    /* [W] sync: a fresh gradient of this version in the slot */
+    fresh *order;  /* [nhave] the fresh gradients, by arrival */
+    int nhave, nended;
+    /* lockstep (sync, R == W): version V0+k is exactly tickets
+     * [tk0+kW, tk0+kW+W) of the T published, in slots (ticket-tk0) mod W;
+     * the PS stops after last_version. A stop request lowers T (CTL_STOP_T). */
+    int64_t V0, tk0, version, T, last_version;
+    double t0, cpu0, t_report;
     dist_backoff bo;
+} serve_state;
+
+static int serve_init(serve_state *ss, ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st,
+                      pst_err *e)
+{
+    memset(ss, 0, sizeof *ss);
+    if (c->threads > 1 && nn_pool_new(&ss->pool, c->threads, e) < 0) return -1;
+    ss->s = s, ss->c = c, ss->st = st;
+    const int W = ss->W = s->lay.nworkers;
+    ss->R = c->replicas > 0 ? PST_MIN(c->replicas, W) : W;
+    const size_t n = ss->n = s->plan->ps_floats[s->me];
+    ss->sync = c->mode == TRAIN_SYNC;
+    ss->ctl = (volatile int64_t *)s->base;
+    ss->params = (float *)(s->base + s->params_off);
+    ss->acc = pst_aligned_alloc(sizeof(float) * (n ? n : 1));
+    ss->seen = pst_calloc((size_t)W, sizeof *ss->seen);
+    ss->ended = pst_calloc((size_t)W, sizeof *ss->ended);
+    ss->have = pst_calloc((size_t)W, sizeof *ss->have);
+    ss->order = pst_malloc(sizeof *ss->order * (size_t)W);
+    memset(st, 0, sizeof *st);
     /* the PS's wake-up latency adds to every sync step (and to an async
      * gradient's turnaround); without slots (async SGD) it only serves
      * progress and end stamps, and sleeps longer */
-    dist_backoff_init(&bo, 10, s->lay.grad_slots ? 250 : 1000);
-    const double t0 = pst_now(), cpu0 = dist_cpu_seconds();
-    double t_report = t0;
-    const int64_t V0 = s->lay.first_version, tk0 = s->lay.first_ticket;
-    int64_t version = V0;
-    /* lockstep (sync, R == W): version V0+k is exactly tickets
-     * [t0+kW, t0+kW+W) of the T published, in slots (ticket-t0) mod W; the
-     * PS stops after the last. A stop request lowers T (CTL_STOP_T). */
-    const bool lockstep = s->lay.lockstep;
-    int64_t T = c->total_tickets;
-    int64_t last_version = lockstep ? V0 + (T - tk0 + W - 1) / W : 0;
+    dist_backoff_init(&ss->bo, 10, s->lay.grad_slots ? 250 : 1000);
+    ss->t0 = pst_now(), ss->cpu0 = dist_cpu_seconds();
+    ss->t_report = ss->t0;
+    ss->V0 = s->lay.first_version, ss->tk0 = s->lay.first_ticket;
+    ss->version = ss->V0;
+    ss->lockstep = s->lay.lockstep;
+    ss->T = c->total_tickets;
+    ss->last_version = ss->lockstep ? ss->V0 + (ss->T - ss->tk0 + W - 1) / W : 0;
+    return 0;
+}
 
-    for (;;) {
+static void serve_free(serve_state *ss)
+{
+    free(ss->acc), free(ss->seen), free(ss->ended), free(ss->have), free(ss->order);
+    nn_pool_free(ss->pool);
+}
+
+/* Lockstep: applies a stop request (a lower T), then ends the service once
+ * this PS has reached the last version. Returns true if it ended it. */
+static bool lockstep_check_end(serve_state *ss)
+{
+    int64_t stop_t = dist_load64(&ss->ctl[CTL_STOP_T]); /* -1: no request */
+    if (stop_t >= 0 && stop_t < ss->T) {
+        ss->T = stop_t;
+        ss->last_version = ss->V0 + (ss->T - ss->tk0 + ss->W - 1) / ss->W;
+    }
+    /* Finished? Checked on every pass, not only after an update: a stop
+     * request may name a version this PS has already applied. The root
+     * computes the stop from the tickets it had published when its poll
+     * began; if it is slow before the request leaves (a checkpoint
+     * written in the same poll, a descheduled process), the workers
+     * drain the ring meanwhile and the PS reaches that version with the
+     * old T. It then gets no more gradients: had it waited for one more
+     * update to notice, it would never end (docs/design.md §3.9). */
+    if (ss->version >= ss->last_version && ss->nended < ss->W) {
+        dist_store64(&ss->ctl[CTL_DONE], 1);
+        ss->nended = ss->W;
+        return true;
+    }
+    return false;
+}
+
+/* Async with slots: applies worker w's gradient now, with lr and moving
+ * averages from the global step it drew, then acknowledges push `seq`. */
+static void apply_async(serve_state *ss, int w, volatile int64_t *stp, int64_t seq)
+{
+    ps_shard *s = ss->s;
+    double ta = pst_now();
+    const float *g = (const float *)(s->base + grads_off(s, s->me, w));
+    float lr = lr_at(&ss->c->sched, stp[ST_STEP]);
+    ss->st->applied++;
+    apply_shard(s, ss->pool, ss->c, lr, ss->st->applied, stp[ST_STEP] + 1, ss->params, g, s->slots,
+                ss->n);
+    MPI_OK(MPI_Win_sync(s->win));
+    dist_store64(&stp[ST_ACK], seq);
+    MPI_OK(MPI_Win_sync(s->win));
+    ss->st->apply += pst_now() - ta;
+}
+
+/* Reads every worker's stamp once: end stamps, and new pushes (sync: noted
+ * as fresh when stamped with this version, else dropped as stale; async:
+ * applied). Returns true if any stamp changed. */
+static bool poll_stamps(serve_state *ss)
+{
+    ps_shard *s = ss->s;
+    bool did = false;
+    for (int w = 0; w < ss->W; w++) {
+        volatile int64_t *stp = (volatile int64_t *)(s->base + stamp_off(w, 0));
+        int64_t seq = dist_load64(&stp[ST_SEQ]);
+        if (seq == ss->seen[w]) continue;
+        did = true;
+        /* pushes overwritten before we looked were stale (a worker
+         * pushes again only after a newer version) */
+        if (!ss->lockstep) ss->st->dropped_stale += seq - ss->seen[w] - 1;
+        ss->seen[w] = seq;
+        /* the stamp and the gradient were written before the seq: order
+         * our reads of them after the read of seq (unified model) */
         MPI_OK(MPI_Win_sync(s->win));
-        bool did = false;
-        int64_t stop_t = dist_load64(&ctl[CTL_STOP_T]); /* -1: no request */
-        if (lockstep && stop_t >= 0 && stop_t < T) {
-            T = stop_t;
-            last_version = V0 + (T - tk0 + W - 1) / W;
+        int64_t count = stp[ST_COUNT];
+        if (count < 0) {
+            if (!ss->ended[w]) ss->ended[w] = true, ss->nended++;
+            continue;
         }
-        /* Finished? Checked on every pass, not only after an update: a stop
-         * request may name a version this PS has already applied. The root
-         * computes the stop from the tickets it had published when its poll
-         * began; if it is slow before the request leaves (a checkpoint
-         * written in the same poll, a descheduled process), the workers
-         * drain the ring meanwhile and the PS reaches that version with the
-         * old T. It then gets no more gradients: had it waited for one more
-         * update to notice, it would never end (docs/design.md §3.9). */
-        if (lockstep && version >= last_version && nended < W) {
-            dist_store64(&ctl[CTL_DONE], 1);
-            nended = W;
-            did = true;
-        }
-        for (int w = 0; w < W; w++) {
-            volatile int64_t *stp = (volatile int64_t *)(s->base + stamp_off(w, 0));
-            int64_t seq = dist_load64(&stp[ST_SEQ]);
-            if (seq == seen[w]) continue;
-            did = true;
-            /* pushes overwritten before we looked were stale (a worker
-             * pushes again only after a newer version) */
-            if (!lockstep) st->dropped_stale += seq - seen[w] - 1;
-            seen[w] = seq;
-            /* the stamp and the gradient were written before the seq: order
-             * our reads of them after the read of seq (unified model) */
-            MPI_OK(MPI_Win_sync(s->win));
-            int64_t count = stp[ST_COUNT];
-            if (count < 0) {
-                if (!ended[w]) ended[w] = true, nended++;
-                continue;
-            }
-            if (sync) {
-                if (stp[ST_VERSION] == version && !have[w]) {
-                    have[w] = true;
-                    order[nhave++] = (fresh){w, stp[ST_TICKET]};
-                } else {
-                    st->dropped_stale++;
-                }
-                continue;
-            }
-            /* async with slots: apply this gradient now */
-            double ta = pst_now();
-            const float *g = (const float *)(s->base + grads_off(s, s->me, w));
-            float lr = lr_at(&c->sched, stp[ST_STEP]);
-            st->applied++;
-            apply_shard(s, pool, c, lr, st->applied, stp[ST_STEP] + 1, params, g, slots, n);
-            MPI_OK(MPI_Win_sync(s->win));
-            dist_store64(&stp[ST_ACK], seq);
-            MPI_OK(MPI_Win_sync(s->win));
-            st->apply += pst_now() - ta;
-        }
-        bool complete =
-            lockstep ? nhave > 0 && nhave == PST_MIN((int64_t)W, T - tk0 - (version - V0) * W)
-                     : nhave > 0 && (nhave >= R || nhave + nended >= W);
-        if (sync && complete && (c->max_versions <= 0 || version < c->max_versions)) {
-            double ta = pst_now();
-            int take = PST_MIN(nhave, R); /* the first R by arrival */
-            st->dropped_stale += nhave - take;
-            qsort(order, (size_t)take, sizeof *order, cmp_ticket);
-            /* sum in ticket order, then average: the same float operations
-             * for every element whatever the sharding */
-            memcpy(acc, s->base + grads_off(s, s->me, order[0].w), sizeof(float) * n);
-            for (int j = 1; j < take; j++) {
-                const float *g = (const float *)(s->base + grads_off(s, s->me, order[j].w));
-                for (size_t i = 0; i < n; i++) acc[i] += g[i];
-            }
-            if (take > 1) {
-                const float div = (float)take;
-                for (size_t i = 0; i < n; i++) acc[i] /= div;
-            }
-            dist_store64(&ctl[CTL_LOCKSEQ], 2 * version + 1);
-            MPI_OK(MPI_Win_sync(s->win));
-            apply_shard(s, pool, c, lr_at(&c->sched, version), version + 1, version + 1, params,
-                        acc, slots, n);
-            version++;
-            st->applied += take;
-            for (int w = 0; w < W; w++) have[w] = false;
-            nhave = 0;
-            if ((c->max_versions > 0 && version >= c->max_versions) ||
-                (lockstep && version >= last_version))
-                dist_store64(&ctl[CTL_DONE], 1);
-            if (lockstep && version >= last_version) nended = W;
-            /* checkpoints: every ckpt_every versions, or the version the root
-             * asked for (never the last one: the final state follows) */
-            if (lockstep && version < last_version &&
-                ((c->ckpt_every > 0 && version % c->ckpt_every == 0) ||
-                 version == dist_load64(&ctl[CTL_CKPT_AT]) ||
-                 version == dist_load64(&ctl[CTL_EVAL_AT])))
-                ps_snapshot_send(s, version);
-            MPI_OK(MPI_Win_sync(s->win));
-            dist_store64(&ctl[CTL_LOCKSEQ], 2 * version);
-            MPI_OK(MPI_Win_sync(s->win));
-            st->apply += pst_now() - ta;
-            did = true;
-        }
-        if (nended == W && nhave == 0) break;
-        if (nended == W && sync && c->max_versions > 0 && version >= c->max_versions) break;
-        dist_progress();
-        double now = pst_now();
-        if (c->report && now - t_report >= c->report_secs) {
-            double vals[PR_N] = {[PR_VERSION] = (double)version,
-                                 [PR_APPLIED] = (double)st->applied,
-                                 [PR_DROPPED] = (double)st->dropped_stale,
-                                 [PR_APPLY] = st->apply,
-                                 [PR_IDLE] = st->idle,
-                                 [PR_CPU] = dist_cpu_seconds() - cpu0};
-            c->report(c->report_ctx, vals, PR_N);
-            t_report = now;
-        }
-        if (did) {
-            dist_backoff_reset(&bo);
+        if (!ss->sync) {
+            apply_async(ss, w, stp, seq);
+        } else if (stp[ST_VERSION] == ss->version && !ss->have[w]) {
+            ss->have[w] = true;
+            ss->order[ss->nhave++] = (fresh){w, stp[ST_TICKET]};
         } else {
-            double tw = pst_now();
-            dist_backoff_wait(&bo);
-            st->idle += pst_now() - tw;
+            ss->st->dropped_stale++;
         }
     }
-    st->version = version;
-    st->wall = pst_now() - t0;
-    st->cpu = dist_cpu_seconds() - cpu0;
-    if (c->report) {
-        double vals[PR_N] = {[PR_VERSION] = (double)version,
-                             [PR_APPLIED] = (double)st->applied,
-                             [PR_DROPPED] = (double)st->dropped_stale,
-                             [PR_APPLY] = st->apply,
-                             [PR_IDLE] = st->idle,
-                             [PR_CPU] = st->cpu};
-        c->report(c->report_ctx, vals, PR_N);
+    return did;
+}
+
+/* Sync: whether the version may be applied now: the fresh gradients are
+ * complete (lockstep: every ticket of the version; backup workers: R of
+ * them, or all that the workers still running can give) and the step
+ * limit is not reached. */
+static bool version_complete(const serve_state *ss)
+{
+    const int nhave = ss->nhave;
+    bool complete =
+        ss->lockstep
+            ? nhave > 0 &&
+                  nhave == PST_MIN((int64_t)ss->W, ss->T - ss->tk0 - (ss->version - ss->V0) * ss->W)
+            : nhave > 0 && (nhave >= ss->R || nhave + ss->nended >= ss->W);
+    return complete && (ss->c->max_versions <= 0 || ss->version < ss->c->max_versions);
+}
+
+/* Sync: averages the first R fresh gradients in ticket order and applies
+ * them under the seqlock (lockseq odd while the parameters change), bumps
+ * the version, raises `done` at the step limit or the last version, and
+ * (lockstep) sends a snapshot the root asked for or that ckpt_every calls. */
+static void apply_version(serve_state *ss)
+{
+    ps_shard *s = ss->s;
+    const ps_serve_cfg *c = ss->c;
+    ps_serve_stats *st = ss->st;
+    const size_t n = ss->n;
+    float *acc = ss->acc;
+    double ta = pst_now();
+    int take = PST_MIN(ss->nhave, ss->R); /* the first R by arrival */
+    st->dropped_stale += ss->nhave - take;
+    qsort(ss->order, (size_t)take, sizeof *ss->order, cmp_ticket);
+    /* sum in ticket order, then average: the same float operations
+     * for every element whatever the sharding */
+    memcpy(acc, s->base + grads_off(s, s->me, ss->order[0].w), sizeof(float) * n);
+    for (int j = 1; j < take; j++) {
+        const float *g = (const float *)(s->base + grads_off(s, s->me, ss->order[j].w));
+        for (size_t i = 0; i < n; i++) acc[i] += g[i];
     }
+    if (take > 1) {
+        const float div = (float)take;
+        for (size_t i = 0; i < n; i++) acc[i] /= div;
+    }
+    int64_t version = ss->version;
+    dist_store64(&ss->ctl[CTL_LOCKSEQ], 2 * version + 1);
+    MPI_OK(MPI_Win_sync(s->win));
+    apply_shard(s, ss->pool, c, lr_at(&c->sched, version), version + 1, version + 1, ss->params,
+                acc, s->slots, n);
+    ss->version = ++version;
+    st->applied += take;
+    for (int w = 0; w < ss->W; w++) ss->have[w] = false;
+    ss->nhave = 0;
+    const bool last = ss->lockstep && version >= ss->last_version;
+    if ((c->max_versions > 0 && version >= c->max_versions) || last)
+        dist_store64(&ss->ctl[CTL_DONE], 1);
+    if (last) ss->nended = ss->W;
+    /* checkpoints: every ckpt_every versions, or the version the root
+     * asked for (never the last one: the final state follows) */
+    if (ss->lockstep && version < ss->last_version &&
+        ((c->ckpt_every > 0 && version % c->ckpt_every == 0) ||
+         version == dist_load64(&ss->ctl[CTL_CKPT_AT]) ||
+         version == dist_load64(&ss->ctl[CTL_EVAL_AT])))
+        ps_snapshot_send(s, version);
+    MPI_OK(MPI_Win_sync(s->win));
+    dist_store64(&ss->ctl[CTL_LOCKSEQ], 2 * version);
+    MPI_OK(MPI_Win_sync(s->win));
+    st->apply += pst_now() - ta;
+}
+
+/* Whether the service is over: every worker ended (lockstep: or the last
+ * version is applied) with no gradient pending, or (sync) at the step
+ * limit. */
+static bool serve_over(const serve_state *ss)
+{
+    if (ss->nended == ss->W && ss->nhave == 0) return true;
+    return ss->nended == ss->W && ss->sync && ss->c->max_versions > 0 &&
+           ss->version >= ss->c->max_versions;
+}
+
+/* The PS report record, to c->report. */
+static void serve_report(serve_state *ss, double cpu)
+{
+    const ps_serve_stats *st = ss->st;
+    double vals[PR_N] = {[PR_VERSION] = (double)ss->version,
+                         [PR_APPLIED] = (double)st->applied,
+                         [PR_DROPPED] = (double)st->dropped_stale,
+                         [PR_APPLY] = st->apply,
+                         [PR_IDLE] = st->idle,
+                         [PR_CPU] = cpu};
+    ss->c->report(ss->c->report_ctx, vals, PR_N);
+}
+
+/* The end of a pass: MPI progress, a report every report_secs, and a
+ * back-off sleep (counted as idle) when the pass did nothing. */
+static void serve_pause(serve_state *ss, bool did)
+{
+    dist_progress();
+    double now = pst_now();
+    if (ss->c->report && now - ss->t_report >= ss->c->report_secs) {
+        serve_report(ss, dist_cpu_seconds() - ss->cpu0);
+        ss->t_report = now;
+    }
+    if (did) {
+        dist_backoff_reset(&ss->bo);
+    } else {
+        double tw = pst_now();
+        dist_backoff_wait(&ss->bo);
+        ss->st->idle += pst_now() - tw;
+    }
+}
+
+/* Sync, R == W: versions of exactly W tickets until the last version. */
+static void serve_lockstep(serve_state *ss)
+{
+    for (;;) {
+        MPI_OK(MPI_Win_sync(ss->s->win));
+        bool did = lockstep_check_end(ss);
+        if (poll_stamps(ss)) did = true;
+        if (version_complete(ss)) {
+            apply_version(ss);
+            did = true;
+        }
+        if (serve_over(ss)) break;
+        serve_pause(ss, did);
+    }
+}
+
+/* Sync, R < W (backup workers): versions of the first R fresh gradients,
+ * until every worker has ended. */
+static void serve_backup(serve_state *ss)
+{
+    for (;;) {
+        MPI_OK(MPI_Win_sync(ss->s->win));
+        bool did = poll_stamps(ss);
+        if (version_complete(ss)) {
+            apply_version(ss);
+            did = true;
+        }
+        if (serve_over(ss)) break;
+        serve_pause(ss, did);
+    }
+}
+
+/* Async: each gradient applied as it arrives (async SGD: the workers
+ * accumulate themselves, the PS serves end stamps only). */
+static void serve_async(serve_state *ss)
+{
+    for (;;) {
+        MPI_OK(MPI_Win_sync(ss->s->win));
+        bool did = poll_stamps(ss);
+        if (serve_over(ss)) break;
+        serve_pause(ss, did);
+    }
+}
+
+int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
+{
+    serve_state ss;
+    if (serve_init(&ss, s, c, st, e) < 0) return -1;
+    if (ss.lockstep)
+        serve_lockstep(&ss);
+    else if (ss.sync)
+        serve_backup(&ss);
+    else
+        serve_async(&ss);
+    st->version = ss.version;
+    st->wall = pst_now() - ss.t0;
+    st->cpu = dist_cpu_seconds() - ss.cpu0;
+    if (c->report) serve_report(&ss, st->cpu);
     ps_snapshot_wait(s);
-    free(acc), free(seen), free(ended), free(have), free(order);
-    nn_pool_free(pool);
+    serve_free(&ss);
     return 0;
 }
 

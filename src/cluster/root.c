@@ -153,11 +153,127 @@ static int64_t next_eval_ticket(const root_ctx *c)
     return L < end ? L : -1;
 }
 
+/* Lockstep: takes the PS snapshots that have arrived (a negative version is
+ * a PS's final state, kept for the end); once every PS sent the same
+ * version, writes the checkpoint and runs the evaluation it was taken for.
+ * Returns 1 if a snapshot arrived, 0 if none, -1 (e set) on failure. */
+static int take_snapshots(root_ctx *c, pst_err *e)
+{
+    const train_cfg *cfg = c->cfg;
+    const start_info *in = c->info;
+    int did = 0, ngot = 0;
+    for (int p = 0; p < c->P; p++) {
+        int64_t v;
+        if (!c->ck_got[p] && !c->final_got[p] &&
+            ps_snapshot_recv(c->sh, p, false, &v, c->ck_params, c->ck_slots, c->nparam,
+                             c->ck_avg)) {
+            did = 1;
+            if (v < 0) { /* this PS is done: its final state, kept for the end */
+                c->final_got[p] = 1;
+                continue;
+            }
+            if (p > 0 && c->ck_got[0] && v != c->ck_version)
+                dist_fatal("PS %d snapshot at version %lld, PS 1 at %lld", p + 1, (long long)v,
+                           (long long)c->ck_version);
+            c->ck_version = v;
+            c->ck_got[p] = 1;
+        }
+        ngot += c->ck_got[p];
+    }
+    if (ngot < c->P) return did;
+    const int64_t v = c->ck_version;
+    const int64_t next = in->first_ticket + (v - in->first_version) * c->W;
+    const bool is_ckpt =
+        cfg->checkpoint_dir && ((cfg->checkpoint_every > 0 && v % cfg->checkpoint_every == 0) ||
+                                (c->ck_requested && v == c->ck_req_version));
+    if (is_ckpt) {
+        if (root_save_checkpoint(c, v, next, c->ck_params, c->ck_slots, c->ck_avg, e) < 0)
+            return -1;
+        c->ck_requested = false;
+        c->t_ckpt = pst_now();
+    }
+    if (v == c->eval_version) {
+        /* the moving averages when the run keeps them (docs/training.md, "Training
+         * recipes") */
+        memcpy(nn_model_params(c->m), c->ck_avg ? c->ck_avg : c->ck_params,
+               sizeof(float) * c->nparam);
+        if (root_eval(c, v, c->next_eval_epoch, e) < 0) return -1;
+        c->eval_version = -1;
+        c->next_eval_epoch += cfg->eval_every;
+    }
+    memset(c->ck_got, 0, sizeof *c->ck_got * (size_t)c->P);
+    return did;
+}
+
+/* Lockstep: asks the PS for a --checkpoint-secs snapshot when it is due,
+ * and for the snapshot of the next epoch-end evaluation. Requests name a
+ * version no PS can have reached yet (its tickets are not all published;
+ * prod: the next ticket to publish), so every PS snapshots the same one. */
+static void request_snapshots(root_ctx *c, int64_t prod)
+{
+    const train_cfg *cfg = c->cfg;
+    const start_info *in = c->info;
+    const int64_t v_safe = in->first_version + (prod - in->first_ticket) / c->W + 1;
+    if (cfg->checkpoint_dir && cfg->checkpoint_secs > 0 && !c->ck_requested && !c->stopping &&
+        pst_now() - c->t_ckpt >= cfg->checkpoint_secs) {
+        ps_request_snapshot(c->sh, v_safe);
+        c->ck_requested = true;
+        c->ck_req_version = v_safe;
+        c->t_ckpt = pst_now();
+    }
+    const int64_t eval_ticket = next_eval_ticket(c);
+    if (eval_ticket >= 0 && c->eval_version < 0) {
+        /* the first version after the epoch's last batch (or later, if
+         * the root already published past it) */
+        int64_t v_end = in->first_version + (eval_ticket - in->first_ticket + c->W - 1) / c->W;
+        c->eval_version = PST_MAX(v_end, v_safe);
+        ps_request_eval(c->sh, c->eval_version);
+    }
+}
+
+/* Async / backup workers, once the ring has cycled past the epoch's last
+ * batch: evaluates the variables as they are, at about the step the
+ * workers report. Returns 0 or -1 (e set). */
+static int eval_current(root_ctx *c, pst_err *e)
+{
+    if (c->ck_avg)
+        ps_pull_averages(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC);
+    else
+        ps_pull(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC, NULL);
+    double step = 0;
+    for (int w = 0; w < c->W; w++)
+        step = PST_MAX(step, feed_report_of(c->f, c->worker_ranks[w])[WR_LAST_STEP] + 1);
+    if (root_eval(c, (int64_t)step, c->next_eval_epoch, e) < 0) return -1;
+    c->next_eval_epoch += c->cfg->eval_every;
+    return 0;
+}
+
+/* A stop signal (sig): lowers the ticket limit to the end of the version
+ * whose tickets are partly published (lockstep) or to the batches already
+ * published (prod: the next ticket), and tells the PS. */
+static void begin_stop(root_ctx *c, int sig, int64_t prod)
+{
+    const start_info *in = c->info;
+    c->stopping = true;
+    c->stop_signal = sig;
+    if (c->lockstep) {
+        /* finish the version whose tickets are partly published */
+        int64_t k = (prod - in->first_ticket + c->W - 1) / c->W;
+        int64_t t = in->first_ticket + k * c->W;
+        if (in->total >= 0) t = PST_MIN(t, in->total);
+        feed_root_set_total(c->f, t);
+        ps_request_stop(c->sh, t);
+        c->told_total = PST_MIN(c->told_total, t);
+    } else {
+        feed_root_set_total(c->f, prod);
+    }
+    metrics_note(c->mx, "signal %d: stopping after the batches in flight", sig);
+}
+
 static int root_poll(void *vctx, pst_err *e)
 {
     root_ctx *c = vctx;
     const train_cfg *cfg = c->cfg;
-    const start_info *in = c->info;
     int did = 0;
     /* the input ended early (or a stop lowered the limit): the PS must not
      * wait for versions that will never come */
@@ -168,97 +284,16 @@ static int root_poll(void *vctx, pst_err *e)
     }
     const int64_t prod = feed_root_next_ticket(c->f);
     if (c->lockstep) {
-        int ngot = 0;
-        for (int p = 0; p < c->P; p++) {
-            int64_t v;
-            if (!c->ck_got[p] && !c->final_got[p] &&
-                ps_snapshot_recv(c->sh, p, false, &v, c->ck_params, c->ck_slots, c->nparam,
-                                 c->ck_avg)) {
-                did = 1;
-                if (v < 0) { /* this PS is done: its final state, kept for the end */
-                    c->final_got[p] = 1;
-                    continue;
-                }
-                if (p > 0 && c->ck_got[0] && v != c->ck_version)
-                    dist_fatal("PS %d snapshot at version %lld, PS 1 at %lld", p + 1, (long long)v,
-                               (long long)c->ck_version);
-                c->ck_version = v;
-                c->ck_got[p] = 1;
-            }
-            ngot += c->ck_got[p];
-        }
-        if (ngot == c->P) {
-            const int64_t v = c->ck_version;
-            const int64_t next = in->first_ticket + (v - in->first_version) * c->W;
-            const bool is_ckpt = cfg->checkpoint_dir &&
-                                 ((cfg->checkpoint_every > 0 && v % cfg->checkpoint_every == 0) ||
-                                  (c->ck_requested && v == c->ck_req_version));
-            if (is_ckpt) {
-                if (root_save_checkpoint(c, v, next, c->ck_params, c->ck_slots, c->ck_avg, e) < 0)
-                    return -1;
-                c->ck_requested = false;
-                c->t_ckpt = pst_now();
-            }
-            if (v == c->eval_version) {
-                /* the moving averages when the run keeps them (docs/training.md, "Training
-                 * recipes") */
-                memcpy(nn_model_params(c->m), c->ck_avg ? c->ck_avg : c->ck_params,
-                       sizeof(float) * c->nparam);
-                if (root_eval(c, v, c->next_eval_epoch, e) < 0) return -1;
-                c->eval_version = -1;
-                c->next_eval_epoch += cfg->eval_every;
-            }
-            memset(c->ck_got, 0, sizeof *c->ck_got * (size_t)c->P);
-        }
-        /* Requests name a version no PS can have reached yet (its tickets
-         * are not all published), so every PS snapshots the same one. */
-        const int64_t v_safe = in->first_version + (prod - in->first_ticket) / c->W + 1;
-        if (cfg->checkpoint_dir && cfg->checkpoint_secs > 0 && !c->ck_requested && !c->stopping &&
-            pst_now() - c->t_ckpt >= cfg->checkpoint_secs) {
-            ps_request_snapshot(c->sh, v_safe);
-            c->ck_requested = true;
-            c->ck_req_version = v_safe;
-            c->t_ckpt = pst_now();
-        }
-        const int64_t eval_ticket = next_eval_ticket(c);
-        if (eval_ticket >= 0 && c->eval_version < 0) {
-            /* the first version after the epoch's last batch (or later, if
-             * the root already published past it) */
-            int64_t v_end = in->first_version + (eval_ticket - in->first_ticket + c->W - 1) / c->W;
-            c->eval_version = PST_MAX(v_end, v_safe);
-            ps_request_eval(c->sh, c->eval_version);
-        }
+        did = take_snapshots(c, e);
+        if (did < 0) return -1;
+        request_snapshots(c, prod);
     } else if (next_eval_ticket(c) >= 0 && prod >= next_eval_ticket(c) + c->nring) {
-        /* async / backup workers: once the ring has cycled past the epoch's
-         * last batch, evaluate the variables as they are, at about the step
-         * the workers report */
-        if (c->ck_avg)
-            ps_pull_averages(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC);
-        else
-            ps_pull(c->sh, nn_model_params(c->m), c->cfg->mode == TRAIN_SYNC, NULL);
-        double step = 0;
-        for (int w = 0; w < c->W; w++)
-            step = PST_MAX(step, feed_report_of(c->f, c->worker_ranks[w])[WR_LAST_STEP] + 1);
-        if (root_eval(c, (int64_t)step, c->next_eval_epoch, e) < 0) return -1;
-        c->next_eval_epoch += cfg->eval_every;
+        if (eval_current(c, e) < 0) return -1;
         did = 1;
     }
     int sig = cfg->checkpoint_dir ? pst_stop_requested() : 0;
     if (sig && !c->stopping) {
-        c->stopping = true;
-        c->stop_signal = sig;
-        if (c->lockstep) {
-            /* finish the version whose tickets are partly published */
-            int64_t k = (prod - in->first_ticket + c->W - 1) / c->W;
-            int64_t t = in->first_ticket + k * c->W;
-            if (in->total >= 0) t = PST_MIN(t, in->total);
-            feed_root_set_total(c->f, t);
-            ps_request_stop(c->sh, t);
-            c->told_total = PST_MIN(c->told_total, t);
-        } else {
-            feed_root_set_total(c->f, prod);
-        }
-        metrics_note(c->mx, "signal %d: stopping after the batches in flight", sig);
+        begin_stop(c, sig, prod);
         did = 1;
     }
     return did;
@@ -422,40 +457,13 @@ void root_prepare(dist_run *r, pst_err *e)
     if (!r->info.ok) snprintf(r->info.msg, sizeof r->info.msg, "%s", e->msg);
 }
 
-void root_run(dist_run *r, pst_err *e)
+/* The set-up into the metrics log, as lines with their time like what
+ * follows: ranks and roles, hosts, threads, the recipe, the placement, and
+ * where a resumed run starts. */
+static void note_setup(const dist_run *r)
 {
     const train_cfg *cfg = r->cfg;
-    train_result *res = r->res;
     const int P = r->P, W = r->W, R = r->R;
-    const bool lockstep = r->lockstep;
-    nn_model *m = r->m;
-    const size_t nparam = r->nparam;
-    const int nslots = r->nslots;
-    /* a resumed run continues its metrics r->log */
-    if ((r->info.resumed ? metrics_open_append : metrics_open)(&r->mx, cfg->metrics_path,
-                                                               !cfg->quiet, e) < 0)
-        dist_fatal("%s", e->msg);
-    r->rctx = pst_calloc(1, sizeof *r->rctx);
-    r->rctx->ps_ranks = r->ps_ranks, r->rctx->worker_ranks = r->worker_ranks;
-    r->rctx->prev = pst_calloc((size_t)W * WR_N, sizeof *r->rctx->prev);
-    r->rctx->cfg = cfg, r->rctx->info = &r->info, r->rctx->f = r->f, r->rctx->sh = r->sh,
-    r->rctx->mx = r->mx;
-    r->rctx->pl = r->pl, r->rctx->P = P, r->rctx->W = W, r->rctx->R = R,
-    r->rctx->lockstep = lockstep;
-    r->rctx->sched = r->sched;
-    r->rctx->total_steps =
-        cfg->mode == TRAIN_SYNC
-            ? (r->info.max_versions
-                   ? r->info.max_versions
-                   : r->info.first_version + (r->info.total - r->info.first_ticket + W - 1) / W)
-            : r->info.total;
-    r->rctx->total_epochs =
-        r->info.total >= 0
-            ? (int)((r->info.total + PST_MAX(r->info.bpe, 1) - 1) / PST_MAX(r->info.bpe, 1))
-            : 0;
-    r->rctx->last_reported = r->info.first_version;
-    r->rctx->t0 = pst_now();
-    /* the set-up, as log lines with their time like what follows */
     metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
                  cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
     for (const char *h = r->host_map; h && *h;) { /* one line per host */
@@ -489,6 +497,42 @@ void root_run(dist_run *r, pst_err *e)
     if (r->averages_from_vars)
         metrics_note(r->mx, "%s has no moving averages: they start from its variables",
                      r->ckpt_file);
+}
+
+void root_run(dist_run *r, pst_err *e)
+{
+    const train_cfg *cfg = r->cfg;
+    train_result *res = r->res;
+    const int P = r->P, W = r->W, R = r->R;
+    const bool lockstep = r->lockstep;
+    nn_model *m = r->m;
+    const size_t nparam = r->nparam;
+    const int nslots = r->nslots;
+    /* a resumed run continues its metrics r->log */
+    if ((r->info.resumed ? metrics_open_append : metrics_open)(&r->mx, cfg->metrics_path,
+                                                               !cfg->quiet, e) < 0)
+        dist_fatal("%s", e->msg);
+    r->rctx = pst_calloc(1, sizeof *r->rctx);
+    r->rctx->ps_ranks = r->ps_ranks, r->rctx->worker_ranks = r->worker_ranks;
+    r->rctx->prev = pst_calloc((size_t)W * WR_N, sizeof *r->rctx->prev);
+    r->rctx->cfg = cfg, r->rctx->info = &r->info, r->rctx->f = r->f, r->rctx->sh = r->sh,
+    r->rctx->mx = r->mx;
+    r->rctx->pl = r->pl, r->rctx->P = P, r->rctx->W = W, r->rctx->R = R,
+    r->rctx->lockstep = lockstep;
+    r->rctx->sched = r->sched;
+    r->rctx->total_steps =
+        cfg->mode == TRAIN_SYNC
+            ? (r->info.max_versions
+                   ? r->info.max_versions
+                   : r->info.first_version + (r->info.total - r->info.first_ticket + W - 1) / W)
+            : r->info.total;
+    r->rctx->total_epochs =
+        r->info.total >= 0
+            ? (int)((r->info.total + PST_MAX(r->info.bpe, 1) - 1) / PST_MAX(r->info.bpe, 1))
+            : 0;
+    r->rctx->last_reported = r->info.first_version;
+    r->rctx->t0 = pst_now();
+    note_setup(r);
     r->rctx->vars = r->vars, r->rctx->nvars = r->nv, r->rctx->ds = &r->ds;
     r->mtext = NULL;
     {

@@ -20,6 +20,45 @@ typedef struct worker_args {
     lr_schedule sched;
 } worker_args;
 
+/* Lockstep: ticket t belongs to version V0 + (t - t0)/W, counted from the
+ * version and data cursor the run started at (a resumed run may have
+ * another W than the run that wrote the checkpoint): waits for it on every
+ * PS and sets versions[] to it. now: P words of scratch. */
+static void wait_version_of(const worker_args *a, int64_t ticket, int64_t *versions, int64_t *now,
+                            double *wait)
+{
+    const start_info *in = a->info;
+    const int64_t v = in->first_version + (ticket - in->first_ticket) / a->W;
+    for (int p = 0; p < a->P; p++) versions[p] = v - 1;
+    ps_wait_newer(a->s, versions, now, wait);
+    for (int p = 0; p < a->P; p++)
+        if (now[p] != v)
+            dist_fatal("ticket %lld expects version %lld, PS %d is at %lld", (long long)ticket,
+                       (long long)v, p + 1, (long long)now[p]);
+    memcpy(versions, now, sizeof *now * (size_t)a->P);
+}
+
+/* The timing words of the report record. */
+static void put_timing(double rec[WR_N], const worker_timing *tm)
+{
+    rec[WR_WAIT_DATA] = tm->wait_data, rec[WR_PULL] = tm->pull, rec[WR_COMPUTE] = tm->compute;
+    rec[WR_PUSH] = tm->push, rec[WR_WAIT_VERSION] = tm->wait_version;
+}
+
+/* Appends batch b to the example log: ticket, step, epoch, count, the
+ * loss's bits, then the example ids. */
+static void log_batch(i64vec *log, const feed_batch *b, int64_t step, float loss)
+{
+    int64_t loss_bits = 0;
+    memcpy(&loss_bits, &loss, sizeof loss);
+    vec_push(log, b->ticket);
+    vec_push(log, step);
+    vec_push(log, b->epoch);
+    vec_push(log, b->count);
+    vec_push(log, loss_bits);
+    for (int i = 0; i < b->count; i++) vec_push(log, b->ids[i]);
+}
+
 /* The worker loop. Fills the example log (ticket, step, epoch, count, ids...)
  * and its report record. */
 static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
@@ -41,26 +80,12 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
     memset(rec, 0, sizeof(double) * WR_N);
     bool pushed = false;
     for (;;) {
-        rec[WR_WAIT_DATA] = tm.wait_data, rec[WR_PULL] = tm.pull, rec[WR_COMPUTE] = tm.compute;
-        rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
+        put_timing(rec, &tm);
         feed_report(a->f, rec, WR_N); /* completes with feed_take's flush */
         feed_batch b;
         if (!feed_take(a->f, &b, &tm.wait_data)) break;
 
-        if (lockstep) {
-            /* ticket t belongs to version V0 + (t - t0)/W, counted from
-             * the version and data cursor the run started at (a resumed
-             * run may have another W than the run that wrote the
-             * checkpoint): wait for it on every PS */
-            const int64_t v = in->first_version + (b.ticket - in->first_ticket) / a->W;
-            for (int p = 0; p < a->P; p++) versions[p] = v - 1;
-            ps_wait_newer(a->s, versions, now, &tm.wait_version);
-            for (int p = 0; p < a->P; p++)
-                if (now[p] != v)
-                    dist_fatal("ticket %lld expects version %lld, PS %d is at %lld",
-                               (long long)b.ticket, (long long)v, p + 1, (long long)now[p]);
-            memcpy(versions, now, sizeof *now * (size_t)a->P);
-        }
+        if (lockstep) wait_version_of(a, b.ticket, versions, now, &tm.wait_version);
         double t0 = pst_now();
         if (sync && !lockstep)
             ps_pull(a->s, params, true, versions);
@@ -100,14 +125,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         rec[WR_CORRECT] += ncorrect;
         rec[WR_LAST_STEP] = (double)step;
         rec[WR_EPOCH] = b.epoch;
-        int64_t loss_bits = 0;
-        memcpy(&loss_bits, &loss, sizeof loss);
-        vec_push(log, b.ticket);
-        vec_push(log, step);
-        vec_push(log, b.epoch);
-        vec_push(log, b.count);
-        vec_push(log, loss_bits);
-        for (int i = 0; i < b.count; i++) vec_push(log, b.ids[i]);
+        log_batch(log, &b, step, loss);
         if (sync && !lockstep) {
             bool done = ps_wait_newer(a->s, versions, now, &tm.wait_version);
             memcpy(versions, now, sizeof *now * (size_t)a->P);
@@ -117,8 +135,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
     /* an async gradient still unread would be lost under the end stamp */
     if (pushed) ps_wait_acked(a->s, a->w, &tm.push);
     ps_push_end(a->s, a->w);
-    rec[WR_WAIT_DATA] = tm.wait_data, rec[WR_PULL] = tm.pull, rec[WR_COMPUTE] = tm.compute;
-    rec[WR_PUSH] = tm.push, rec[WR_WAIT_VERSION] = tm.wait_version;
+    put_timing(rec, &tm);
     feed_report(a->f, rec, WR_N);
     feed_finish(a->f);
     free(x), free(scratch), free(versions), free(now);

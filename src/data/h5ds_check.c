@@ -794,17 +794,15 @@ static int check_encoded_split(vctx *v, hid_t g, const char *name, h5ds_split *s
     return 0;
 }
 
-/* ---- the one check ------------------------------------------------------------ */
+/* ---- the file, its root attributes, its splits ----------------------------------- */
 
-/* Checks the file at `path`; when `ds` is given and the file is sound,
- * fills it and leaves the file open. Returns the number of problems, or -1
- * with `e` set when the file cannot be opened as HDF5. */
-int h5ds_check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_err *e, h5ds *ds)
+/* Opens `path` read-only as HDF5 after the checks that give a clear reason
+ * (missing, a directory, not a regular file, unreadable, no HDF5
+ * signature). Returns the file, or -1 with `e` set. */
+static hid_t open_h5_file(const char *path, pst_err *e)
 {
-    vctx v = {report, ctx, 0};
     char why[256];
     struct stat st;
-    h5ds_quiet();
     if (stat(path, &st) < 0) return pst_fail(e, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return pst_fail(e, "%s: is a directory, expected an HDF5 file", path);
     /* open() would block on a FIFO, and HDF5 needs a seekable file anyway */
@@ -823,6 +821,143 @@ int h5ds_check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_err
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
     if (file < 0) return pst_fail(e, "%s: cannot open as HDF5 (%s)", path, h5u_reason(why));
+    return file;
+}
+
+/* The root attributes 'format', 'format_version' and 'storage', and their
+ * agreement (encoded storage has its own version). *version: the
+ * format_version read (0 if unreadable). Returns the storage
+ * (H5DS_STORE_PIXELS when the attribute is missing, as in older files), or
+ * -1 when it is bad (reported). */
+static int check_format(vctx *v, hid_t file, int64_t *version)
+{
+    char why[256];
+    char format[64] = "";
+    if (check_attr_str(v, file, "format", "the string '" H5DS_FORMAT "'", format, sizeof format) ==
+            0 &&
+        strcmp(format, H5DS_FORMAT) != 0)
+        problem(v, "root attribute 'format' = '%s', expected '%s'", format, H5DS_FORMAT);
+    bool version_ok = false;
+    if (check_attr_int(v, file, "format_version", 1, INT32_MAX, version) == 0) {
+        if (*version < H5DS_FORMAT_VERSION_MIN || *version > H5DS_FORMAT_VERSION_MAX)
+            problem(v,
+                    "root attribute 'format_version' = %lld, expected %d to %d (the versions "
+                    "this pstrain reads)",
+                    (long long)*version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION_MAX);
+        else
+            version_ok = true;
+    }
+    int storage = H5DS_STORE_PIXELS;
+    htri_t has_storage = H5Aexists(file, "storage");
+    if (has_storage > 0) {
+        char st_name[64] = "";
+        if (check_attr_str(v, file, "storage", "the string 'pixels' or 'encoded'", st_name,
+                           sizeof st_name) < 0) {
+            storage = -1;
+        } else if (!strcmp(st_name, "encoded")) {
+            storage = H5DS_STORE_ENCODED;
+        } else if (strcmp(st_name, "pixels") != 0) {
+            problem(v, "root attribute 'storage' = '%s', expected 'pixels' or 'encoded'", st_name);
+            storage = -1;
+        }
+    } else if (has_storage < 0) {
+        problem(v, "root attribute 'storage': cannot be checked (%s)", h5u_reason(why));
+        storage = -1;
+    }
+    if (version_ok && storage == H5DS_STORE_ENCODED && *version != H5DS_FORMAT_VERSION_ENCODED)
+        problem(v, "root attribute 'format_version' = %lld, expected %d (storage 'encoded')",
+                (long long)*version, H5DS_FORMAT_VERSION_ENCODED);
+    if (version_ok && storage == H5DS_STORE_PIXELS && *version == H5DS_FORMAT_VERSION_ENCODED) {
+        if (has_storage > 0)
+            problem(v,
+                    "root attribute 'format_version' = %lld, expected %d to %d (storage "
+                    "'pixels'; version %d is encoded storage)",
+                    (long long)*version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION,
+                    H5DS_FORMAT_VERSION_ENCODED);
+        else
+            problem(v,
+                    "root attribute 'storage': missing (expected 'encoded': format_version %d "
+                    "is encoded storage)",
+                    H5DS_FORMAT_VERSION_ENCODED);
+    }
+    return storage;
+}
+
+/* The root attributes that describe the images (height, width, channels,
+ * num_classes; -1 in *sa where bad), the normalisation (into ds->mean,
+ * ds->std), source, created and the class names (ds->class_names). */
+static void check_shape(vctx *v, hid_t file, bool enc, shape_attrs *sa, h5ds *ds)
+{
+    /* encoded: images vary in size (the training pipeline's --image-size decides) */
+    if (check_attr_int(v, file, "height", enc ? 0 : 1, enc ? 0 : 1 << 16, &sa->h) < 0) sa->h = -1;
+    if (check_attr_int(v, file, "width", enc ? 0 : 1, enc ? 0 : 1 << 16, &sa->w) < 0) sa->w = -1;
+    if (check_attr_int(v, file, "channels", 1, H5DS_MAX_CHANNELS, &sa->c) < 0) {
+        sa->c = -1;
+    } else if (enc && sa->c != 1 && sa->c != 3) {
+        problem(v, "root attribute 'channels' = %lld, expected 1 or 3 (storage 'encoded')",
+                (long long)sa->c);
+    }
+    if (check_attr_int(v, file, "num_classes", 1, INT32_MAX, &sa->k) < 0) sa->k = -1;
+    if (sa->c > 0) {
+        check_attr_floats(v, file, "mean", (int)sa->c, 0.0, 1.0, ds->mean);
+        check_attr_floats(v, file, "std", (int)sa->c, 0.0, 0.5, ds->std);
+    }
+    check_attr_str(v, file, "source", "a string saying where the data came from", ds->source,
+                   sizeof ds->source);
+    check_attr_str(v, file, "created", "a string, the ISO 8601 creation time", ds->created,
+                   sizeof ds->created);
+    ds->class_names = check_classes(v, file, sa->k);
+}
+
+/* Every split group present (train is required): its datasets as `storage`
+ * lays them out (nothing when storage is -1: already reported). Fills
+ * ds->splits and ds->nsplits with the ids it opened. */
+static void check_splits(vctx *v, hid_t file, int storage, const shape_attrs *sa, h5ds *ds)
+{
+    char why[256];
+    for (int i = 0; i < H5DS_MAX_SPLITS; i++) {
+        const char *name = split_names[i];
+        htri_t ex = H5Lexists(file, name, H5P_DEFAULT);
+        if (ex <= 0) {
+            if (i == 0) problem(v, "/train: missing (every data set needs a train split)");
+            continue;
+        }
+        hid_t g = H5Gopen2(file, name, H5P_DEFAULT);
+        if (g < 0) {
+            problem(v, "/%s: not a group (%s)", name, h5u_reason(why));
+            continue;
+        }
+        h5ds_split *sp = &ds->splits[ds->nsplits++];
+        snprintf(sp->name, sizeof sp->name, "%s", name);
+        if (storage < 0) { /* already reported; what the split should hold is unknown */
+            H5Gclose(g);
+            continue;
+        }
+        if (storage == H5DS_STORE_ENCODED) {
+            check_encoded_split(v, g, name, sp);
+            sp->labels_id = check_labels(v, g, name, sp->count, sa->k, "offsets");
+        } else {
+            int64_t n = -1, chunk = 0;
+            sp->images_id = check_images(v, g, name, sa, &n, &chunk);
+            sp->labels_id = check_labels(v, g, name, n, sa->k, "images");
+            sp->count = n;
+            sp->chunk_images = chunk;
+        }
+        H5Gclose(g);
+    }
+}
+
+/* ---- the one check ------------------------------------------------------------ */
+
+/* Checks the file at `path`; when `ds` is given and the file is sound,
+ * fills it and leaves the file open. Returns the number of problems, or -1
+ * with `e` set when the file cannot be opened as HDF5. */
+int h5ds_check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_err *e, h5ds *ds)
+{
+    vctx v = {report, ctx, 0};
+    h5ds_quiet();
+    hid_t file = open_h5_file(path, e);
+    if (file < 0) return -1;
 
     h5ds tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -833,109 +968,11 @@ int h5ds_check_file(const char *path, h5ds_problem_fn report, void *ctx, pst_err
         sp->images_id = sp->labels_id = sp->encoded_id = -1;
         sp->offsets_id = sp->heights_id = sp->widths_id = -1;
     }
-
-    char format[64] = "";
     int64_t version = 0;
-    if (check_attr_str(&v, file, "format", "the string '" H5DS_FORMAT "'", format, sizeof format) ==
-            0 &&
-        strcmp(format, H5DS_FORMAT) != 0)
-        problem(&v, "root attribute 'format' = '%s', expected '%s'", format, H5DS_FORMAT);
-    bool version_ok = false;
-    if (check_attr_int(&v, file, "format_version", 1, INT32_MAX, &version) == 0) {
-        if (version < H5DS_FORMAT_VERSION_MIN || version > H5DS_FORMAT_VERSION_MAX)
-            problem(&v,
-                    "root attribute 'format_version' = %lld, expected %d to %d (the versions "
-                    "this pstrain reads)",
-                    (long long)version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION_MAX);
-        else
-            version_ok = true;
-    }
-    /* storage: "pixels" (or missing: older files) or "encoded"; -1 when bad */
-    int storage = H5DS_STORE_PIXELS;
-    htri_t has_storage = H5Aexists(file, "storage");
-    if (has_storage > 0) {
-        char st_name[64] = "";
-        if (check_attr_str(&v, file, "storage", "the string 'pixels' or 'encoded'", st_name,
-                           sizeof st_name) < 0) {
-            storage = -1;
-        } else if (!strcmp(st_name, "encoded")) {
-            storage = H5DS_STORE_ENCODED;
-        } else if (strcmp(st_name, "pixels") != 0) {
-            problem(&v, "root attribute 'storage' = '%s', expected 'pixels' or 'encoded'", st_name);
-            storage = -1;
-        }
-    } else if (has_storage < 0) {
-        problem(&v, "root attribute 'storage': cannot be checked (%s)", h5u_reason(why));
-        storage = -1;
-    }
-    if (version_ok && storage == H5DS_STORE_ENCODED && version != H5DS_FORMAT_VERSION_ENCODED)
-        problem(&v, "root attribute 'format_version' = %lld, expected %d (storage 'encoded')",
-                (long long)version, H5DS_FORMAT_VERSION_ENCODED);
-    if (version_ok && storage == H5DS_STORE_PIXELS && version == H5DS_FORMAT_VERSION_ENCODED) {
-        if (has_storage > 0)
-            problem(&v,
-                    "root attribute 'format_version' = %lld, expected %d to %d (storage "
-                    "'pixels'; version %d is encoded storage)",
-                    (long long)version, H5DS_FORMAT_VERSION_MIN, H5DS_FORMAT_VERSION,
-                    H5DS_FORMAT_VERSION_ENCODED);
-        else
-            problem(&v,
-                    "root attribute 'storage': missing (expected 'encoded': format_version %d "
-                    "is encoded storage)",
-                    H5DS_FORMAT_VERSION_ENCODED);
-    }
-    const bool enc = storage == H5DS_STORE_ENCODED;
+    const int storage = check_format(&v, file, &version);
     shape_attrs sa = {-1, -1, -1, -1};
-    /* encoded: images vary in size (the training pipeline's --image-size decides) */
-    if (check_attr_int(&v, file, "height", enc ? 0 : 1, enc ? 0 : 1 << 16, &sa.h) < 0) sa.h = -1;
-    if (check_attr_int(&v, file, "width", enc ? 0 : 1, enc ? 0 : 1 << 16, &sa.w) < 0) sa.w = -1;
-    if (check_attr_int(&v, file, "channels", 1, H5DS_MAX_CHANNELS, &sa.c) < 0) {
-        sa.c = -1;
-    } else if (enc && sa.c != 1 && sa.c != 3) {
-        problem(&v, "root attribute 'channels' = %lld, expected 1 or 3 (storage 'encoded')",
-                (long long)sa.c);
-    }
-    if (check_attr_int(&v, file, "num_classes", 1, INT32_MAX, &sa.k) < 0) sa.k = -1;
-    if (sa.c > 0) {
-        check_attr_floats(&v, file, "mean", (int)sa.c, 0.0, 1.0, tmp.mean);
-        check_attr_floats(&v, file, "std", (int)sa.c, 0.0, 0.5, tmp.std);
-    }
-    check_attr_str(&v, file, "source", "a string saying where the data came from", tmp.source,
-                   sizeof tmp.source);
-    check_attr_str(&v, file, "created", "a string, the ISO 8601 creation time", tmp.created,
-                   sizeof tmp.created);
-    tmp.class_names = check_classes(&v, file, sa.k);
-
-    for (int i = 0; i < H5DS_MAX_SPLITS; i++) {
-        const char *name = split_names[i];
-        htri_t ex = H5Lexists(file, name, H5P_DEFAULT);
-        if (ex <= 0) {
-            if (i == 0) problem(&v, "/train: missing (every data set needs a train split)");
-            continue;
-        }
-        hid_t g = H5Gopen2(file, name, H5P_DEFAULT);
-        if (g < 0) {
-            problem(&v, "/%s: not a group (%s)", name, h5u_reason(why));
-            continue;
-        }
-        h5ds_split *sp = &tmp.splits[tmp.nsplits++];
-        snprintf(sp->name, sizeof sp->name, "%s", name);
-        if (storage < 0) { /* already reported; what the split should hold is unknown */
-            H5Gclose(g);
-            continue;
-        }
-        if (enc) {
-            check_encoded_split(&v, g, name, sp);
-            sp->labels_id = check_labels(&v, g, name, sp->count, sa.k, "offsets");
-        } else {
-            int64_t n = -1, chunk = 0;
-            sp->images_id = check_images(&v, g, name, &sa, &n, &chunk);
-            sp->labels_id = check_labels(&v, g, name, n, sa.k, "images");
-            sp->count = n;
-            sp->chunk_images = chunk;
-        }
-        H5Gclose(g);
-    }
+    check_shape(&v, file, storage == H5DS_STORE_ENCODED, &sa, &tmp);
+    check_splits(&v, file, storage, &sa, &tmp);
 
     if (ds && v.count == 0) {
         tmp.height = (int)sa.h;

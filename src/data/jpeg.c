@@ -276,6 +276,31 @@ static int ceil_div(int64_t a, int64_t b)
     return (int)((a + b - 1) / b);
 }
 
+/* The decoder's parameters for a decode at scale s/8 into `channels`
+ * channels; returns the components it will give. CMYK (and YCCK, which
+ * libjpeg turns into CMYK) is converted by us, as PIL does; gray to RGB and
+ * YCbCr to RGB by libjpeg. */
+static int set_decode_params(j_decompress_ptr c, int s, int channels)
+{
+    c->scale_num = (unsigned)s;
+    c->scale_denom = 8;
+    /* libjpeg's defaults, set anyway: PIL decodes with them, and the pixels
+     * depend on them (the fast IDCTs and the merged upsampler differ) */
+    c->dct_method = JDCT_ISLOW;
+    c->do_fancy_upsampling = TRUE;
+    c->do_block_smoothing = TRUE;
+    if (c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK) {
+        c->out_color_space = JCS_CMYK;
+        return 4;
+    }
+    if (channels == 1 && c->jpeg_color_space == JCS_GRAYSCALE) {
+        c->out_color_space = JCS_GRAYSCALE;
+        return 1;
+    }
+    c->out_color_space = JCS_RGB;
+    return 3;
+}
+
 static void region_body(dec_job *job)
 {
     j_decompress_ptr c = &job->cinfo;
@@ -292,27 +317,7 @@ static void region_body(dec_job *job)
                  job->x, job->y, W, H);
     }
     int s = job->whole ? 8 : region_scale(job->cw, job->ch, job->min_w, job->min_h);
-    c->scale_num = (unsigned)s;
-    c->scale_denom = 8;
-    /* libjpeg's defaults, set anyway: PIL decodes with them, and the pixels
-     * depend on them (the fast IDCTs and the merged upsampler differ) */
-    c->dct_method = JDCT_ISLOW;
-    c->do_fancy_upsampling = TRUE;
-    c->do_block_smoothing = TRUE;
-
-    /* CMYK (and YCCK, which libjpeg turns into CMYK) is converted by us, as
-     * PIL does; gray to RGB and YCbCr to RGB by libjpeg. */
-    int ncomp;
-    if (c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK) {
-        c->out_color_space = JCS_CMYK;
-        ncomp = 4;
-    } else if (job->channels == 1 && c->jpeg_color_space == JCS_GRAYSCALE) {
-        c->out_color_space = JCS_GRAYSCALE;
-        ncomp = 1;
-    } else {
-        c->out_color_space = JCS_RGB;
-        ncomp = 3;
-    }
+    const int ncomp = set_decode_params(c, s, job->channels);
     jpeg_start_decompress(c);
     if (c->output_components != ncomp)
         jpg_fail(cc, "decoder gave %d components, expected %d", c->output_components, ncomp);

@@ -304,92 +304,129 @@ static block *claim_block(pipeline *p, int64_t q)
     return quit ? NULL : b;
 }
 
+/* A unit of the read order, claimed by one reader: its examples [first,
+ * first + cnt) of `epoch` go into the blocks of seq seq0 .. seq0 + nb - 1;
+ * last: the epoch's last unit. */
+typedef struct unit_claim {
+    int epoch;
+    bool last;
+    int64_t first, cnt, seq0, nb;
+} unit_claim;
+
+/* Claims the next unit (under the pipeline's lock), advancing to the next
+ * epoch's order after the last. Returns false when reading is over
+ * (stopped, failed, or past the end epoch). */
+static bool claim_unit(pipeline *p, unit_claim *u)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->stop || p->failed || p->claim_epoch >= p->end_epoch) {
+        pthread_mutex_unlock(&p->mu);
+        return false;
+    }
+    u->epoch = p->claim_epoch;
+    u->last = p->claim_k == p->nunits - 1;
+    unit_range(p, p->order[p->claim_k], &u->first, &u->cnt);
+    u->seq0 = p->claim_seq, u->nb = (u->cnt + p->blk_cap - 1) / p->blk_cap;
+    p->claim_seq += u->nb;
+    if (++p->claim_k == p->nunits) {
+        p->claim_k = 0;
+        if (++p->claim_epoch < p->end_epoch) pipe_chunk_order(p, p->claim_epoch, p->order);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return true;
+}
+
+/* A unit's examples: px (pixels) or bytes + off (encoded), and lab. */
+typedef struct unit_data {
+    const uint8_t *px, *bytes;
+    const int64_t *off;
+    const int32_t *lab;
+} unit_data;
+
+/* Reads examples [first, first + cnt) into r's buffers (or points into the
+ * preloaded split). Returns 0 or -1 (e set). */
+static int read_unit(reader *r, int64_t first, int64_t cnt, unit_data *d, pst_err *e)
+{
+    pipeline *p = r->p;
+    int rc = 0;
+    d->px = NULL, d->bytes = NULL;
+    d->off = r->off;
+    if (p->mode == MODE_ENCODED) {
+        if (p->pre_bytes) {
+            d->bytes = p->pre_bytes + p->enc_off[first];
+            for (int64_t i = 0; i <= cnt; i++)
+                r->off[i] = p->enc_off[first + i] - p->enc_off[first];
+            d->lab = p->pre_lab + first;
+        } else {
+            /* h5ds_read_encoded holds the HDF5 lock: the main thread may
+             * be evaluating or writing a checkpoint meanwhile */
+            for (int64_t i = 0; i <= cnt; i++)
+                r->off[i] = p->enc_off[first + i] - p->enc_off[first];
+            if (p->enc_direct)
+                rc = pipe_read_encoded_direct(p, &r->raw, &r->raw_cap, first, cnt, r->bytes, r->lab,
+                                              e);
+            else
+                rc = h5ds_read_encoded(p->ds, p->split, first, cnt, r->off, r->bytes, r->bytes_cap,
+                                       r->lab, NULL, NULL, e);
+            d->bytes = r->bytes;
+            d->lab = r->lab;
+        }
+    } else if (p->pre_px) {
+        d->px = p->pre_px + (size_t)first * p->img;
+        d->lab = p->pre_lab + first;
+    } else {
+        rc = p->direct ? read_direct(r, first, cnt, e)
+                       : h5ds_read(p->ds, p->split, first, cnt, r->px, r->lab, e);
+        d->px = r->px;
+        d->lab = r->lab;
+    }
+    return rc < 0 ? -1 : 0;
+}
+
+/* Copies the unit's examples from o on (b->count of them) into block b:
+ * labels, and pixels or encoded bytes with their offsets. */
+static void fill_block(const pipeline *p, block *b, const unit_data *d, int64_t o)
+{
+    memcpy(b->labels, d->lab + o, sizeof(int32_t) * (size_t)b->count);
+    if (p->mode == MODE_PIXELS)
+        memcpy(b->pixels, d->px + (size_t)o * p->img, p->img * (size_t)b->count);
+    else if (p->mode == MODE_PIXELS_RECIPE)
+        memcpy(b->in, d->px + (size_t)o * p->img, p->img * (size_t)b->count);
+    else {
+        const int64_t *off = d->off;
+        const size_t nbytes = (size_t)(off[o + b->count] - off[o]);
+        if (nbytes > b->in_cap) { /* within the plan's max_block_bytes */
+            free(b->in);
+            b->in = pst_malloc(nbytes);
+            b->in_cap = nbytes;
+        }
+        memcpy(b->in, d->bytes + off[o], nbytes);
+        for (int i = 0; i <= b->count; i++) b->in_off[i] = off[o + i] - off[o];
+    }
+}
+
 void *pipe_reader_main(void *arg)
 {
     reader *r = arg;
     pipeline *p = r->p;
     pst_set_thread_die_handler(pipe_thread_died, p);
     pst_err e;
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        if (p->stop || p->failed || p->claim_epoch >= p->end_epoch) {
-            pthread_mutex_unlock(&p->mu);
-            break;
-        }
-        const int epoch = p->claim_epoch;
-        const bool last = p->claim_k == p->nunits - 1;
-        int64_t first, cnt;
-        unit_range(p, p->order[p->claim_k], &first, &cnt);
-        const int64_t seq0 = p->claim_seq, nb = (cnt + p->blk_cap - 1) / p->blk_cap;
-        p->claim_seq += nb;
-        if (++p->claim_k == p->nunits) {
-            p->claim_k = 0;
-            if (++p->claim_epoch < p->end_epoch) pipe_chunk_order(p, p->claim_epoch, p->order);
-        }
-        pthread_mutex_unlock(&p->mu);
-
-        /* the unit's examples: px (pixels) or bytes + off (encoded), lab */
-        const uint8_t *px = NULL, *bytes = NULL;
-        const int64_t *off = r->off;
-        const int32_t *lab;
-        int rc = 0;
-        if (p->mode == MODE_ENCODED) {
-            if (p->pre_bytes) {
-                bytes = p->pre_bytes + p->enc_off[first];
-                for (int64_t i = 0; i <= cnt; i++)
-                    r->off[i] = p->enc_off[first + i] - p->enc_off[first];
-                lab = p->pre_lab + first;
-            } else {
-                /* h5ds_read_encoded holds the HDF5 lock: the main thread may
-                 * be evaluating or writing a checkpoint meanwhile */
-                for (int64_t i = 0; i <= cnt; i++)
-                    r->off[i] = p->enc_off[first + i] - p->enc_off[first];
-                if (p->enc_direct)
-                    rc = pipe_read_encoded_direct(p, &r->raw, &r->raw_cap, first, cnt, r->bytes,
-                                                  r->lab, &e);
-                else
-                    rc = h5ds_read_encoded(p->ds, p->split, first, cnt, r->off, r->bytes,
-                                           r->bytes_cap, r->lab, NULL, NULL, &e);
-                bytes = r->bytes;
-                lab = r->lab;
-            }
-        } else if (p->pre_px) {
-            px = p->pre_px + (size_t)first * p->img;
-            lab = p->pre_lab + first;
-        } else {
-            rc = p->direct ? read_direct(r, first, cnt, &e)
-                           : h5ds_read(p->ds, p->split, first, cnt, r->px, r->lab, &e);
-            px = r->px;
-            lab = r->lab;
-        }
-        if (rc < 0) {
+    unit_claim u;
+    while (claim_unit(p, &u)) {
+        unit_data d;
+        if (read_unit(r, u.first, u.cnt, &d, &e) < 0) {
             pipe_set_failed(p, &e);
             return NULL;
         }
-
-        for (int64_t j = 0; j < nb; j++) {
-            const int64_t q = seq0 + j, o = j * p->blk_cap;
+        for (int64_t j = 0; j < u.nb; j++) {
+            const int64_t q = u.seq0 + j, o = j * p->blk_cap;
             block *b = claim_block(p, q);
             if (!b) return NULL;
-            b->epoch = epoch;
-            b->count = (int)PST_MIN((int64_t)p->blk_cap, cnt - o);
-            b->epoch_end = last && j == nb - 1;
-            for (int i = 0; i < b->count; i++) b->ids[i] = first + o + i;
-            memcpy(b->labels, lab + o, sizeof(int32_t) * (size_t)b->count);
-            if (p->mode == MODE_PIXELS)
-                memcpy(b->pixels, px + (size_t)o * p->img, p->img * (size_t)b->count);
-            else if (p->mode == MODE_PIXELS_RECIPE)
-                memcpy(b->in, px + (size_t)o * p->img, p->img * (size_t)b->count);
-            else {
-                const size_t nbytes = (size_t)(off[o + b->count] - off[o]);
-                if (nbytes > b->in_cap) { /* within the plan's max_block_bytes */
-                    free(b->in);
-                    b->in = pst_malloc(nbytes);
-                    b->in_cap = nbytes;
-                }
-                memcpy(b->in, bytes + off[o], nbytes);
-                for (int i = 0; i <= b->count; i++) b->in_off[i] = off[o + i] - off[o];
-            }
+            b->epoch = u.epoch;
+            b->count = (int)PST_MIN((int64_t)p->blk_cap, u.cnt - o);
+            b->epoch_end = u.last && j == u.nb - 1;
+            for (int i = 0; i < b->count; i++) b->ids[i] = u.first + o + i;
+            fill_block(p, b, &d, o);
             pthread_mutex_lock(&p->mu);
             b->seq = q;
             b->state = p->work ? BLK_READY : BLK_DONE;

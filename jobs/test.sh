@@ -40,9 +40,20 @@ print("\n".join(sorted(os.path.relpath(f, os.path.abspath(d)) for i in need for 
 PY
 }
 
+# phase NAME: prints how long the previous phase took, to see where CI's
+# minutes go (the build phases reuse objects through ccache where the
+# flags allow: the MPICH build's nn, data and util layers)
+phase_t=$SECONDS phase_name=
+phase() {
+    [ -n "$phase_name" ] && echo "jobs/test.sh: $phase_name took $((SECONDS - phase_t)) s"
+    phase_name=$1 phase_t=$SECONDS
+}
+
 status=0
+phase "release build"
 configure "$build" -Dwerror=true -Dbuildtype=release || exit 1
 ninja -C "$build" || exit 1
+phase "release tests"
 meson test -C "$build" --print-errorlogs --num-processes 2 "${suite_args[@]}" || status=1
 
 # Sanitizers: the unit and cli suites under ASan+UBSan (leak checks on, but
@@ -51,11 +62,13 @@ meson test -C "$build" --print-errorlogs --num-processes 2 "${suite_args[@]}" ||
 # Only what those suites' tests depend on is built (meson's test list: 179 of
 # the 215 build steps; not the benchmarks, the mpi/e2e tools or the
 # Fashion-MNIST conversion); a test whose program is missing would fail.
+phase "ASan build"
 configure "$asan" -Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
     -Db_lundef=false || exit 1
 mapfile -t asan_targets < <(suite_targets "$asan" unit cli)
 [ "${#asan_targets[@]}" -gt 0 ] || { echo "jobs/test.sh: no targets for the unit and cli suites in $asan"; exit 1; }
 ninja -C "$asan" "${asan_targets[@]}" || exit 1
+phase "ASan tests"
 ASAN_OPTIONS=abort_on_error=1 \
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 LSAN_OPTIONS=suppressions=$top/test/lsan.supp:print_suppressions=0 \
@@ -69,11 +82,13 @@ LSAN_OPTIONS=suppressions=$top/test/lsan.supp:print_suppressions=0 \
 # test/train/test_h5lock.c). Only those targets are built. No suppressions: the reports would be pstrain's.
 tsan=${TSAN_BUILD_DIR:-build-tsan}
 tsan_tests=(pipeline pipe-encoded augment h5lock nn-pool nn-conv-threads nn-prof jpeg)
+phase "TSan build"
 configure "$tsan" -Dwerror=true -Dbuildtype=debugoptimized -Db_sanitize=thread \
     -Db_lundef=false || exit 1
 ninja -C "$tsan" test/data/test_pipeline test/data/test_pipe_encoded test/data/test_augment \
     test/train/test_h5lock test/nn/test_nn_pool test/nn/test_nn_conv_threads test/nn/test_nn_prof \
     test/jpeg/test_jpeg || exit 1
+phase "TSan tests"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     meson test -C "$tsan" --no-rebuild --print-errorlogs --num-processes 2 \
     --timeout-multiplier 4 "${tsan_tests[@]}" || status=1
@@ -95,15 +110,18 @@ for s in ${SUITES:-mpi e2e}; do
 done
 if [ "${MPICH:-1}" != 0 ] && [ ${#mpich_suites[@]} -gt 0 ]; then
     mpich_dirs=("$mpich")
+    phase "MPICH build"
     configure "$mpich" -Dwerror=true -Dbuildtype=release -Dmpi=mpich || exit 1
     mapfile -t mpich_targets < <(suite_targets "$mpich" mpi e2e-mpi)
     [ "${#mpich_targets[@]}" -gt 0 ] || { echo "jobs/test.sh: no targets for the mpi and e2e-mpi suites in $mpich"; exit 1; }
     ninja -C "$mpich" "${mpich_targets[@]}" || exit 1
+    phase "MPICH tests"
     PSTRAIN_OTHER_MPI=$(cd "$build" && pwd)/pstrain \
         meson test -C "$mpich" --no-rebuild --print-errorlogs --num-processes 2 "${mpich_suites[@]}" ||
         status=1
 fi
 
+phase ""
 python3 - "$build" "$asan" "$tsan" "${mpich_dirs[@]}" <<'PY'
 import json, sys
 passed = failed = skipped = 0

@@ -22,9 +22,9 @@ documented = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]*)", readme))
 # command, source file, the table's C name (getopt_long's struct option
 # array, or a NULL-terminated list of names)
 COMMANDS = [
-    ([pstrain, "train"], "src/run/cli.c", "train_opts"),
-    ([pstrain, "eval"], "src/run/eval_cmd.c", "opts"),
-    ([pstrain, "plan"], "src/run/plan_cmd.c", "flags"),
+    ([pstrain, "train"], "src/cmd/cli.c", "train_opts"),
+    ([pstrain, "eval"], "src/cmd/eval_cmd.c", "opts"),
+    ([pstrain, "plan"], "src/cmd/plan_cmd.c", "flags"),
     ([prep, "idx"], "data-tools/prep_idx.c", "opts"),
     ([prep, "images"], "data-tools/prep_images.c", "img_flags"),
     ([prep, "preview"], "data-tools/prep_preview.c", "preview_flags"),

@@ -9,6 +9,7 @@
 #include "pstrain/run_common.h"
 #include "pstrain/train.h"
 #include "pstrain/usage.h"
+#include "commands.h"
 
 static const char train_usage_head[] =
     "usage: pstrain train --data FILE.h5 [options]\n"

@@ -7,6 +7,7 @@
 #include "pstrain/blas.h"
 #include "pstrain/placement.h"
 #include "pstrain/train.h"
+#include "commands.h"
 
 static void jnum(FILE *f, double v)
 {

@@ -1,11 +1,14 @@
 /* cli.c - `pstrain train` flags -> train_cfg. All checks of values live here,
  * so that a bad flag is a one-line error before any rank starts work. */
+#include <assert.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pstrain/model.h"
+#include "pstrain/placement.h"
 #include "pstrain/run_common.h"
 #include "pstrain/train.h"
 #include "pstrain/usage.h"
@@ -106,116 +109,187 @@ static void train_help(FILE *out)
     fputs(train_usage_more, out);
 }
 
-enum {
-    O_DATA = 256,
-    O_MODEL,
-    O_EPOCHS,
-    O_STEPS,
-    O_BATCH,
-    O_OPT,
-    O_LR,
-    O_MOMENTUM,
-    O_NESTEROV,
-    O_RMS_DECAY,
-    O_RMS_EPS,
-    O_B1,
-    O_B2,
-    O_ADAM_EPS,
-    O_LR_DECAY,
-    O_LR_DECAY_EPOCHS,
-    O_WARMUP,
-    O_LR_SCALE,
-    O_EMA,
-    O_WD,
-    O_LS,
-    O_SEED,
-    O_PREP,
-    O_THREADS,
-    O_PS_THREADS,
-    O_QCAP,
-    O_MAD,
-    O_AUG,
-    O_IMAGE_SIZE,
-    O_MEM_BUDGET,
-    O_LIMIT,
-    O_PS,
-    O_PLACE,
-    O_PBYTES,
-    O_MODE,
-    O_R,
-    O_EVAL_EVERY,
-    O_EVAL_SPLIT,
-    O_VERBOSE,
-    O_LOG_EVERY,
-    O_METRICS,
-    O_SUMMARY,
-    O_TRACE,
-    O_DRY,
-    O_QUIET,
-    O_HELP,
-    O_CKPT_DIR,
-    O_CKPT_EVERY,
-    O_CKPT_SECS,
-    O_KEEP,
-    O_RESUME,
-    O_DUMP
-};
+/* What a flag does with its value (train_opt.kind). */
+typedef enum arg_kind {
+    ARG_STR,    /* const char *: the value itself */
+    ARG_TRUE,   /* bool: true (no value) */
+    ARG_INT,    /* int in [ilo, ihi] */
+    ARG_I64,    /* int64_t in [ilo, ihi] */
+    ARG_U64,    /* uint64_t in [ilo, ihi] */
+    ARG_FLOAT,  /* float in [flo, fhi] */
+    ARG_DOUBLE, /* double holding a float in [flo, fhi] */
+    ARG_PARSE,  /* parse(value, target) < 0: refused */
+    ARG_RESUME, /* --resume [FILE|DIR] */
+    ARG_HELP,
+} arg_kind;
 
-static const struct option train_opts[] = {
-    {"data", required_argument, 0, O_DATA},
-    {"model", required_argument, 0, O_MODEL},
-    {"epochs", required_argument, 0, O_EPOCHS},
-    {"steps", required_argument, 0, O_STEPS},
-    {"batch", required_argument, 0, O_BATCH},
-    {"optimizer", required_argument, 0, O_OPT},
-    {"lr", required_argument, 0, O_LR},
-    {"momentum", required_argument, 0, O_MOMENTUM},
-    {"nesterov", no_argument, 0, O_NESTEROV},
-    {"rms-decay", required_argument, 0, O_RMS_DECAY},
-    {"rms-epsilon", required_argument, 0, O_RMS_EPS},
-    {"adam-beta1", required_argument, 0, O_B1},
-    {"adam-beta2", required_argument, 0, O_B2},
-    {"adam-epsilon", required_argument, 0, O_ADAM_EPS},
-    {"lr-decay", required_argument, 0, O_LR_DECAY},
-    {"lr-decay-epochs", required_argument, 0, O_LR_DECAY_EPOCHS},
-    {"warmup-epochs", required_argument, 0, O_WARMUP},
-    {"lr-scale", required_argument, 0, O_LR_SCALE},
-    {"moving-average-decay", required_argument, 0, O_EMA},
-    {"weight-decay", required_argument, 0, O_WD},
-    {"label-smoothing", required_argument, 0, O_LS},
-    {"seed", required_argument, 0, O_SEED},
-    {"prep-threads", required_argument, 0, O_PREP},
-    {"threads", required_argument, 0, O_THREADS},
-    {"ps-threads", required_argument, 0, O_PS_THREADS},
-    {"queue-capacity", required_argument, 0, O_QCAP},
-    {"min-after-dequeue", required_argument, 0, O_MAD},
-    {"augment", required_argument, 0, O_AUG},
-    {"image-size", required_argument, 0, O_IMAGE_SIZE},
-    {"memory-budget", required_argument, 0, O_MEM_BUDGET},
-    {"limit", required_argument, 0, O_LIMIT},
-    {"ps", required_argument, 0, O_PS},
-    {"placement", required_argument, 0, O_PLACE},
-    {"partition-bytes", required_argument, 0, O_PBYTES},
-    {"mode", required_argument, 0, O_MODE},
-    {"replicas-to-aggregate", required_argument, 0, O_R},
-    {"eval-every", required_argument, 0, O_EVAL_EVERY},
-    {"eval-split", required_argument, 0, O_EVAL_SPLIT},
-    {"verbose", no_argument, 0, O_VERBOSE},
-    {"log-every", required_argument, 0, O_LOG_EVERY},
-    {"metrics", required_argument, 0, O_METRICS},
-    {"summary-json", required_argument, 0, O_SUMMARY},
-    {"trace-examples", required_argument, 0, O_TRACE},
-    {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
-    {"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
-    {"checkpoint-secs", required_argument, 0, O_CKPT_SECS},
-    {"keep-checkpoints", required_argument, 0, O_KEEP},
-    {"resume", optional_argument, 0, O_RESUME},
-    {"dump-params", required_argument, 0, O_DUMP},
-    {"dry-run", no_argument, 0, O_DRY},
-    {"quiet", no_argument, 0, O_QUIET},
-    {"help", no_argument, 0, O_HELP},
-    {0, 0, 0, 0},
+/* The flags as parsed, before the optimizer's hyper-parameters are applied:
+ * they go on top of the defaults of --optimizer, whatever the order of the
+ * flags (-1 = not given). */
+typedef struct train_args {
+    train_cfg cfg;
+    const char *optimizer;
+    float momentum, rms_decay, rms_eps, b1, b2, adam_eps;
+    bool nesterov;
+} train_args;
+
+/* One flag: its name and getopt_long argument, where its value goes (an
+ * offset into `train_args`), how it is checked, and what an error message says
+ * was expected ("pstrain train: --flag: expected WHAT, got 'x'"). */
+typedef struct train_opt {
+    const char *name;
+    int has_arg;
+    arg_kind kind;
+    size_t at;
+    const char *what;
+    int64_t ilo, ihi; /* ARG_INT, ARG_I64, ARG_U64 */
+    double flo, fhi;  /* ARG_FLOAT, ARG_DOUBLE */
+    int (*parse)(const char *s, void *target);
+} train_opt;
+
+static int parse_lr_scale(const char *s, void *t)
+{
+    if (strcmp(s, "linear") && strcmp(s, "none")) return -1;
+    *(bool *)t = !strcmp(s, "linear");
+    return 0;
+}
+
+/* checked as a float: 0.99999999 would round to 1 */
+static int parse_ema(const char *s, void *t)
+{
+    double v;
+    if (pst_parse_double(s, &v) < 0 || !((float)v > 0 && (float)v < 1)) return -1;
+    *(float *)t = (float)v;
+    return 0;
+}
+
+static int parse_augment(const char *s, void *t)
+{
+    return train_parse_augment(s, t);
+}
+
+static int parse_image_size(const char *s, void *t)
+{
+    pipe_cfg *p = t;
+    return train_parse_image_size(s, &p->out_h, &p->out_w);
+}
+
+static int parse_size(const char *s, void *t)
+{
+    return pipe_parse_size(s, t);
+}
+
+static int parse_placement(const char *s, void *t)
+{
+    return place_parse(s, t);
+}
+
+static int parse_mode(const char *s, void *t)
+{
+    if (strcmp(s, "sync") && strcmp(s, "async")) return -1;
+    *(train_mode *)t = strcmp(s, "sync") ? TRAIN_ASYNC : TRAIN_SYNC;
+    return 0;
+}
+
+static int parse_eval_split(const char *s, void *t)
+{
+    if (strcmp(s, "train") && strcmp(s, "val") && strcmp(s, "test")) return -1;
+    *(const char **)t = s;
+    return 0;
+}
+
+static const char threads_what[] = "0..1024 threads (0: the CPUs of the affinity mask)";
+
+/* The table's entries: where a flag's value goes and how it is checked. */
+#define AT(field) offsetof(train_args, field)
+#define STR(f) .kind = ARG_STR, .at = AT(f)
+#define SET(f) .kind = ARG_TRUE, .at = AT(f)
+#define INT(f, lo, hi, w) .kind = ARG_INT, .at = AT(f), .ilo = (lo), .ihi = (hi), .what = (w)
+#define I64(f, lo, hi, w) .kind = ARG_I64, .at = AT(f), .ilo = (lo), .ihi = (hi), .what = (w)
+#define U64(f, lo, hi, w) .kind = ARG_U64, .at = AT(f), .ilo = (lo), .ihi = (hi), .what = (w)
+#define FLOAT(f, lo, hi, w) .kind = ARG_FLOAT, .at = AT(f), .flo = (lo), .fhi = (hi), .what = (w)
+#define DOUBLE(f, lo, hi, w) .kind = ARG_DOUBLE, .at = AT(f), .flo = (lo), .fhi = (hi), .what = (w)
+#define PARSE(f, fn, w) .kind = ARG_PARSE, .at = AT(f), .parse = (fn), .what = (w)
+#define RESUME() .kind = ARG_RESUME
+#define HELP() .kind = ARG_HELP
+
+/* Every flag of `pstrain train`. The help-flags test reads the names from
+ * here: each must be in --help and in the README. */
+static const train_opt train_opts[] = {
+    {"data", required_argument, STR(cfg.data_path)},
+    {"model", required_argument, STR(cfg.model)},
+    {"epochs", required_argument, INT(cfg.epochs, 0, 1000000, "a number of epochs >= 0")},
+    {"steps", required_argument, I64(cfg.steps, 1, INT64_MAX / 2, "a positive number of steps")},
+    {"batch", required_argument, INT(cfg.batch, 1, 1 << 20, "a positive batch size")},
+    {"optimizer", required_argument, STR(optimizer)},
+    {"lr", required_argument, FLOAT(cfg.lr, 0, 1e6, "a non-negative learning rate")},
+    {"momentum", required_argument, FLOAT(momentum, 0, 1, "a momentum in [0, 1]")},
+    {"nesterov", no_argument, SET(nesterov)},
+    {"rms-decay", required_argument, FLOAT(rms_decay, 0, 1, "a decay in [0, 1]")},
+    {"rms-epsilon", required_argument, FLOAT(rms_eps, 1e-30, 1e6, "a positive epsilon")},
+    {"adam-beta1", required_argument, FLOAT(b1, 0, 0.999999, "a beta1 in [0, 1)")},
+    {"adam-beta2", required_argument, FLOAT(b2, 0, 0.999999999, "a beta2 in [0, 1)")},
+    {"adam-epsilon", required_argument, FLOAT(adam_eps, 1e-30, 1e6, "a positive epsilon")},
+    {"lr-decay", required_argument, FLOAT(cfg.lr_decay, 1e-9, 1, "a decay factor in (0, 1]")},
+    {"lr-decay-epochs", required_argument,
+     FLOAT(cfg.lr_decay_epochs, 1e-6, 1e9, "a positive number of epochs")},
+    {"warmup-epochs", required_argument,
+     FLOAT(cfg.warmup_epochs, 0, 1e9, "a number of epochs >= 0")},
+    {"lr-scale", required_argument, PARSE(cfg.lr_scale_linear, parse_lr_scale, "none or linear")},
+    {"moving-average-decay", required_argument,
+     PARSE(cfg.ema_decay, parse_ema, "a decay in (0, 1), e.g. 0.9999")},
+    {"weight-decay", required_argument,
+     FLOAT(cfg.weight_decay, 0, 1e3, "a non-negative weight decay")},
+    {"label-smoothing", required_argument,
+     FLOAT(cfg.label_smoothing, 0, 0.999, "label smoothing in [0, 1)")},
+    {"seed", required_argument, U64(cfg.seed, 0, INT64_MAX, "a non-negative seed")},
+    {"prep-threads", required_argument, INT(cfg.pipe.prep_threads, 1, 256, "1..256 threads")},
+    {"threads", required_argument, INT(cfg.threads, 0, NN_MAX_THREADS, threads_what)},
+    {"ps-threads", required_argument, INT(cfg.ps_threads, 0, NN_MAX_THREADS, threads_what)},
+    {"queue-capacity", required_argument,
+     INT(cfg.pipe.queue_capacity, 1, 1 << 28, "a positive capacity")},
+    {"min-after-dequeue", required_argument,
+     INT(cfg.pipe.min_after_dequeue, 0, 1 << 28, "a non-negative count")},
+    {"augment", required_argument,
+     PARSE(cfg.pipe, parse_augment, "inception, resnet, a list of crop, flip, or none")},
+    {"image-size", required_argument,
+     PARSE(cfg.pipe, parse_image_size, "HxW with sides 1..4096, e.g. 299x299")},
+    {"memory-budget", required_argument,
+     PARSE(cfg.pipe.memory_budget, parse_size,
+           "a size in bytes with an optional K/M/G suffix, e.g. 2G")},
+    {"limit", required_argument,
+     I64(cfg.pipe.limit, 1, INT64_MAX / 2, "a positive number of examples")},
+    {"ps", required_argument, INT(cfg.ps, 1, 1 << 20, "a positive number of parameter servers")},
+    {"placement", required_argument,
+     PARSE(cfg.placement, parse_placement, "round-robin, greedy or partition")},
+    {"partition-bytes", required_argument,
+     I64(cfg.partition_bytes, 4, INT64_MAX / 2, "a positive number of bytes")},
+    {"mode", required_argument, PARSE(cfg.mode, parse_mode, "sync or async")},
+    {"replicas-to-aggregate", required_argument,
+     INT(cfg.replicas_to_aggregate, 1, 1 << 20, "a positive number of replicas")},
+    {"eval-every", required_argument, INT(cfg.eval_every, 0, 1000000, "a number of epochs >= 0")},
+    {"eval-split", required_argument,
+     PARSE(cfg.eval_split, parse_eval_split, "train, val or test")},
+    {"verbose", no_argument, SET(cfg.verbose)},
+    {"log-every", required_argument, DOUBLE(cfg.log_every, 0, 1e6, "seconds >= 0")},
+    {"metrics", required_argument, STR(cfg.metrics_path)},
+    {"summary-json", required_argument, STR(cfg.summary_path)},
+    {"trace-examples", required_argument, STR(cfg.trace_path)},
+    {"checkpoint-dir", required_argument, STR(cfg.checkpoint_dir)},
+    {"checkpoint-every", required_argument,
+     I64(cfg.checkpoint_every, 1, INT64_MAX / 2, "a positive number of steps")},
+    {"checkpoint-secs", required_argument,
+     DOUBLE(cfg.checkpoint_secs, 0.001, 1e9, "a positive number of seconds")},
+    {"keep-checkpoints", required_argument, INT(cfg.keep_checkpoints, 0, 1 << 20, "a number >= 0")},
+    {"resume", optional_argument, RESUME()},
+    {"dump-params", required_argument, STR(cfg.dump_params_path)},
+    {"dry-run", no_argument, SET(cfg.dry_run)},
+    {"quiet", no_argument, SET(cfg.quiet)},
+    {"help", no_argument, HELP()},
 };
+#define NOPTS PST_ARRAY_LEN(train_opts)
+/* getopt_long's val of train_opts[i]: past every character */
+#define OPT_VAL0 256
 
 /* Value parsers: on junk, print "pstrain train: --flag: expected ..., got 'x'"
  * (with the bound that was exceeded: "(at most 1e+06)"). */
@@ -264,250 +338,70 @@ static float arg_f(argctx *c, const char *s, double lo, double hi, const char *w
     return (float)v;
 }
 
-int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
+/* Stores the value `s` of flag `o` into p (c->bad set when it is refused). */
+static void flag_apply(const train_opt *o, const char *s, train_args *p, argctx *c)
 {
-    *cfg = train_cfg_defaults();
-    const char *opt_name_arg = NULL;
-    /* Optimizer hyper-parameters are applied after --optimizer picked the
-     * defaults, whatever the order of the flags: -1 = not given. */
-    float momentum = -1, rms_decay = -1, rms_eps = -1, b1 = -1, b2 = -1, adam_eps = -1;
-    bool nesterov = false;
-    argctx c = {.print = print};
-    optind = 1;
-    opterr = 0; /* pst_getopt_error reports, with the nearest flag */
-    int o;
-    /* the flag's name for messages, by value: getopt_long leaves its index
-     * argument unset for a short option (-h) */
-    while ((o = getopt_long(argc, argv, "+:h", train_opts, NULL)) != -1) {
-        if (o == '?' || o == ':') return print ? pst_getopt_error(o, argv, train_opts) : 2;
-        c.flag = "?";
-        for (const struct option *p = train_opts; p->name; p++)
-            if (p->val == o) c.flag = p->name;
-        switch (o) {
-        case O_DATA:
-            cfg->data_path = optarg;
-            break;
-        case O_MODEL:
-            cfg->model = optarg;
-            break;
-        case O_EPOCHS:
-            cfg->epochs = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0");
-            break;
-        case O_STEPS:
-            cfg->steps = arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps");
-            break;
-        case O_BATCH:
-            cfg->batch = (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive batch size");
-            break;
-        case O_OPT:
-            opt_name_arg = optarg;
-            break;
-        case O_LR:
-            cfg->lr = arg_f(&c, optarg, 0, 1e6, "a non-negative learning rate");
-            break;
-        case O_MOMENTUM:
-            momentum = arg_f(&c, optarg, 0, 1, "a momentum in [0, 1]");
-            break;
-        case O_NESTEROV:
-            nesterov = true;
-            break;
-        case O_RMS_DECAY:
-            rms_decay = arg_f(&c, optarg, 0, 1, "a decay in [0, 1]");
-            break;
-        case O_RMS_EPS:
-            rms_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon");
-            break;
-        case O_B1:
-            b1 = arg_f(&c, optarg, 0, 0.999999, "a beta1 in [0, 1)");
-            break;
-        case O_B2:
-            b2 = arg_f(&c, optarg, 0, 0.999999999, "a beta2 in [0, 1)");
-            break;
-        case O_ADAM_EPS:
-            adam_eps = arg_f(&c, optarg, 1e-30, 1e6, "a positive epsilon");
-            break;
-        case O_LR_DECAY:
-            cfg->lr_decay = arg_f(&c, optarg, 1e-9, 1, "a decay factor in (0, 1]");
-            break;
-        case O_LR_DECAY_EPOCHS:
-            cfg->lr_decay_epochs = arg_f(&c, optarg, 1e-6, 1e9, "a positive number of epochs");
-            break;
-        case O_WARMUP:
-            cfg->warmup_epochs = arg_f(&c, optarg, 0, 1e9, "a number of epochs >= 0");
-            break;
-        case O_LR_SCALE:
-            if (!strcmp(optarg, "linear"))
-                cfg->lr_scale_linear = true;
-            else if (!strcmp(optarg, "none"))
-                cfg->lr_scale_linear = false;
-            else
-                bad(&c, "none or linear", optarg);
-            break;
-        case O_EMA: {
-            double v;
-            /* as a float: 0.99999999 would round to 1 */
-            if (pst_parse_double(optarg, &v) < 0 || !((float)v > 0 && (float)v < 1))
-                bad(&c, "a decay in (0, 1), e.g. 0.9999", optarg);
-            else
-                cfg->ema_decay = (float)v;
-            break;
-        }
-        case O_WD:
-            cfg->weight_decay = arg_f(&c, optarg, 0, 1e3, "a non-negative weight decay");
-            break;
-        case O_LS:
-            cfg->label_smoothing = arg_f(&c, optarg, 0, 0.999, "label smoothing in [0, 1)");
-            break;
-        case O_SEED:
-            cfg->seed = (uint64_t)arg_i64(&c, optarg, 0, INT64_MAX, "a non-negative seed");
-            break;
-        case O_PREP:
-            cfg->pipe.prep_threads = (int)arg_i64(&c, optarg, 1, 256, "1..256 threads");
-            break;
-        case O_THREADS:
-            cfg->threads = (int)arg_i64(&c, optarg, 0, NN_MAX_THREADS,
-                                        "0..1024 threads (0: the CPUs of the affinity mask)");
-            break;
-        case O_PS_THREADS:
-            cfg->ps_threads = (int)arg_i64(&c, optarg, 0, NN_MAX_THREADS,
-                                           "0..1024 threads (0: the CPUs of the affinity mask)");
-            break;
-        case O_QCAP:
-            cfg->pipe.queue_capacity = (int)arg_i64(&c, optarg, 1, 1 << 28, "a positive capacity");
-            break;
-        case O_MAD:
-            cfg->pipe.min_after_dequeue =
-                (int)arg_i64(&c, optarg, 0, 1 << 28, "a non-negative count");
-            break;
-        case O_AUG:
-            if (train_parse_augment(optarg, &cfg->pipe) < 0)
-                bad(&c, "inception, resnet, a list of crop, flip, or none", optarg);
-            break;
-        case O_IMAGE_SIZE:
-            if (train_parse_image_size(optarg, &cfg->pipe.out_h, &cfg->pipe.out_w) < 0)
-                bad(&c, "HxW with sides 1..4096, e.g. 299x299", optarg);
-            break;
-        case O_MEM_BUDGET:
-            if (pipe_parse_size(optarg, &cfg->pipe.memory_budget) < 0)
-                bad(&c, "a size in bytes with an optional K/M/G suffix, e.g. 2G", optarg);
-            break;
-        case O_LIMIT:
-            cfg->pipe.limit =
-                arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of examples");
-            break;
-        case O_PS:
-            cfg->ps =
-                (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of parameter servers");
-            break;
-        case O_PLACE:
-            if (!strcmp(optarg, "round-robin"))
-                cfg->placement = PLACE_ROUND_ROBIN;
-            else if (!strcmp(optarg, "greedy"))
-                cfg->placement = PLACE_GREEDY;
-            else if (!strcmp(optarg, "partition"))
-                cfg->placement = PLACE_PARTITION;
-            else
-                bad(&c, "round-robin, greedy or partition", optarg);
-            break;
-        case O_PBYTES:
-            cfg->partition_bytes =
-                arg_i64(&c, optarg, 4, INT64_MAX / 2, "a positive number of bytes");
-            break;
-        case O_MODE:
-            if (!strcmp(optarg, "sync"))
-                cfg->mode = TRAIN_SYNC;
-            else if (!strcmp(optarg, "async"))
-                cfg->mode = TRAIN_ASYNC;
-            else
-                bad(&c, "sync or async", optarg);
-            break;
-        case O_R:
-            cfg->replicas_to_aggregate =
-                (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of replicas");
-            break;
-        case O_EVAL_EVERY:
-            cfg->eval_every = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0");
-            break;
-        case O_EVAL_SPLIT:
-            if (strcmp(optarg, "train") && strcmp(optarg, "val") && strcmp(optarg, "test"))
-                bad(&c, "train, val or test", optarg);
-            cfg->eval_split = optarg;
-            break;
-        case O_VERBOSE:
-            cfg->verbose = true;
-            break;
-        case O_LOG_EVERY:
-            cfg->log_every = arg_f(&c, optarg, 0, 1e6, "seconds >= 0");
-            break;
-        case O_METRICS:
-            cfg->metrics_path = optarg;
-            break;
-        case O_SUMMARY:
-            cfg->summary_path = optarg;
-            break;
-        case O_TRACE:
-            cfg->trace_path = optarg;
-            break;
-        case O_CKPT_DIR:
-            cfg->checkpoint_dir = optarg;
-            break;
-        case O_CKPT_EVERY:
-            cfg->checkpoint_every =
-                arg_i64(&c, optarg, 1, INT64_MAX / 2, "a positive number of steps");
-            break;
-        case O_CKPT_SECS:
-            cfg->checkpoint_secs = arg_f(&c, optarg, 0.001, 1e9, "a positive number of seconds");
-            break;
-        case O_KEEP:
-            cfg->keep_checkpoints = (int)arg_i64(&c, optarg, 0, 1 << 20, "a number >= 0");
-            break;
-        case O_RESUME:
-            cfg->resume = true;
-            /* `--resume FILE` as well as `--resume=FILE`: take the next word
-             * when it is not a flag. */
-            if (optarg)
-                cfg->resume_path = optarg;
-            else if (optind < argc && strncmp(argv[optind], "--", 2) != 0)
-                cfg->resume_path = argv[optind++];
-            break;
-        case O_DUMP:
-            cfg->dump_params_path = optarg;
-            break;
-        case O_DRY:
-            cfg->dry_run = true;
-            break;
-        case O_QUIET:
-            cfg->quiet = true;
-            break;
-        case 'h':
-        case O_HELP:
-            if (print) train_help(stdout);
-            return 1;
-        }
-        if (c.bad) return 2;
+    void *t = (char *)p + o->at;
+    switch (o->kind) {
+    case ARG_STR:
+        *(const char **)t = s;
+        break;
+    case ARG_TRUE:
+        *(bool *)t = true;
+        break;
+    case ARG_INT:
+        *(int *)t = (int)arg_i64(c, s, o->ilo, o->ihi, o->what);
+        break;
+    case ARG_I64:
+        *(int64_t *)t = arg_i64(c, s, o->ilo, o->ihi, o->what);
+        break;
+    case ARG_U64:
+        *(uint64_t *)t = (uint64_t)arg_i64(c, s, o->ilo, o->ihi, o->what);
+        break;
+    case ARG_FLOAT:
+        *(float *)t = arg_f(c, s, o->flo, o->fhi, o->what);
+        break;
+    case ARG_DOUBLE:
+        *(double *)t = arg_f(c, s, o->flo, o->fhi, o->what);
+        break;
+    case ARG_PARSE:
+        if (o->parse(s, t) < 0) bad(c, o->what, s);
+        break;
+    case ARG_RESUME:
+    case ARG_HELP:
+        assert(!"handled by parse_flags");
     }
-    if (optind < argc) {
-        return print ? pst_usage_error("unexpected argument '%s'", argv[optind]) : 2;
-    }
-    if (opt_name_arg) {
+}
+
+/* --optimizer picks the defaults; the hyper-parameters given go on top.
+ * 0, or 2 for an unknown optimizer. */
+static int apply_optimizer(train_args *p, argctx *c)
+{
+    opt_cfg *opt = &p->cfg.opt;
+    if (p->optimizer) {
         opt_kind k;
-        if (opt_parse(opt_name_arg, &k) < 0) {
-            c.flag = "optimizer";
-            bad(&c, "sgd, momentum, rmsprop or adam", opt_name_arg);
+        if (opt_parse(p->optimizer, &k) < 0) {
+            c->flag = "optimizer";
+            bad(c, "sgd, momentum, rmsprop or adam", p->optimizer);
             return 2;
         }
-        cfg->opt = opt_defaults(k);
+        *opt = opt_defaults(k);
     }
-    cfg->opt.nesterov = nesterov;
-    if (momentum >= 0) cfg->opt.momentum = momentum;
-    if (rms_decay >= 0) cfg->opt.rms_decay = rms_decay;
-    if (rms_eps >= 0) cfg->opt.rms_eps = rms_eps;
-    if (b1 >= 0) cfg->opt.beta1 = b1;
-    if (b2 >= 0) cfg->opt.beta2 = b2;
-    if (adam_eps >= 0) cfg->opt.adam_eps = adam_eps;
-    if (!cfg->data_path) {
-        return print ? pst_usage_error("--data FILE.h5 is required") : 2;
-    }
+    opt->nesterov = p->nesterov;
+    if (p->momentum >= 0) opt->momentum = p->momentum;
+    if (p->rms_decay >= 0) opt->rms_decay = p->rms_decay;
+    if (p->rms_eps >= 0) opt->rms_eps = p->rms_eps;
+    if (p->b1 >= 0) opt->beta1 = p->b1;
+    if (p->b2 >= 0) opt->beta2 = p->b2;
+    if (p->adam_eps >= 0) opt->adam_eps = p->adam_eps;
+    return 0;
+}
+
+/* The checks between flags, once all are read: 0, or 2 (printed when
+ * `print`). Sets epochs to 0 when --steps replaces the default epoch. */
+static int check_combination(train_cfg *cfg, bool print)
+{
+    if (!cfg->data_path) return print ? pst_usage_error("--data FILE.h5 is required") : 2;
     if (!nn_model_known(cfg->model)) {
         char names[NN_MODEL_NAMES_LEN];
         if (print)
@@ -520,22 +414,74 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         return print ? pst_usage_error("--epochs 0: nothing to train; give --epochs E >= 1 or "
                                        "--steps S")
                      : 2;
-    if (cfg->lr_decay < 1 && cfg->lr_decay_epochs <= 0) {
+    if (cfg->lr_decay < 1 && cfg->lr_decay_epochs <= 0)
         return print ? pst_usage_error("--lr-decay needs --lr-decay-epochs E") : 2;
-    }
-    if (cfg->resume && !cfg->resume_path && !cfg->checkpoint_dir) {
+    if (cfg->resume && !cfg->resume_path && !cfg->checkpoint_dir)
         return print ? pst_usage_error("--resume needs a FILE or --checkpoint-dir D") : 2;
-    }
-    if ((cfg->checkpoint_every || cfg->checkpoint_secs > 0) && !cfg->checkpoint_dir) {
+    if ((cfg->checkpoint_every || cfg->checkpoint_secs > 0) && !cfg->checkpoint_dir)
         return print
                    ? pst_usage_error("--checkpoint-every/--checkpoint-secs need --checkpoint-dir D")
                    : 2;
-    }
-    if (cfg->pipe.queue_capacity > 0 && cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity) {
+    if (cfg->pipe.queue_capacity > 0 && cfg->pipe.min_after_dequeue >= cfg->pipe.queue_capacity)
         return print ? pst_usage_error(
                            "--min-after-dequeue %d: expected less than --queue-capacity %d",
                            cfg->pipe.min_after_dequeue, cfg->pipe.queue_capacity)
                      : 2;
-    }
     return 0;
+}
+
+/* The flags one by one: 0, 1 after --help, 2 on a usage error. */
+static int parse_flags(int argc, char **argv, train_args *p, argctx *c)
+{
+    struct option getopt_opts[NOPTS + 1];
+    for (size_t i = 0; i < NOPTS; i++)
+        getopt_opts[i] =
+            (struct option){train_opts[i].name, train_opts[i].has_arg, NULL, OPT_VAL0 + (int)i};
+    getopt_opts[NOPTS] = (struct option){0};
+    optind = 1;
+    opterr = 0; /* pst_getopt_error reports, with the nearest flag */
+    int v;
+    /* the flag by getopt's value: it leaves the index argument unset for a
+     * short option (-h) */
+    while ((v = getopt_long(argc, argv, "+:h", getopt_opts, NULL)) != -1) {
+        if (v == '?' || v == ':') return c->print ? pst_getopt_error(v, argv, getopt_opts) : 2;
+        const train_opt *o = v == 'h' ? NULL : &train_opts[v - OPT_VAL0];
+        if (!o || o->kind == ARG_HELP) {
+            if (c->print) train_help(stdout);
+            return 1;
+        }
+        c->flag = o->name;
+        if (o->kind == ARG_RESUME) {
+            p->cfg.resume = true;
+            /* `--resume FILE` as well as `--resume=FILE`: take the next word
+             * when it is not a flag. */
+            if (optarg)
+                p->cfg.resume_path = optarg;
+            else if (optind < argc && strncmp(argv[optind], "--", 2) != 0)
+                p->cfg.resume_path = argv[optind++];
+        } else {
+            flag_apply(o, optarg, p, c);
+        }
+        if (c->bad) return 2;
+    }
+    if (optind < argc)
+        return c->print ? pst_usage_error("unexpected argument '%s'", argv[optind]) : 2;
+    return 0;
+}
+
+int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
+{
+    train_args p = {.cfg = train_cfg_defaults(),
+                    .momentum = -1,
+                    .rms_decay = -1,
+                    .rms_eps = -1,
+                    .b1 = -1,
+                    .b2 = -1,
+                    .adam_eps = -1};
+    argctx c = {.print = print};
+    int rc = parse_flags(argc, argv, &p, &c);
+    if (!rc) rc = apply_optimizer(&p, &c);
+    if (!rc) rc = check_combination(&p.cfg, print);
+    *cfg = p.cfg;
+    return rc;
 }

@@ -19,8 +19,9 @@ prep = os.environ["PSTRAIN_PREP"]
 readme = open(os.path.join(src, "README.md"), encoding="utf-8").read()
 documented = set(re.findall(r"(?<![\w-])--([a-z][a-z0-9-]*)", readme))
 
-# command, source file, the table's C name (getopt_long's struct option
-# array, or a NULL-terminated list of names)
+# command, source file, the table's C name (an array whose entries open with
+# {"name", *_argument: getopt_long's struct option, or the train flags'
+# train_opt; or a NULL-terminated list of names)
 COMMANDS = [
     ([pstrain, "train"], "src/cmd/cli.c", "train_opts"),
     ([pstrain, "eval"], "src/cmd/eval_cmd.c", "opts"),

@@ -57,7 +57,7 @@ phase "release tests"
 meson test -C "$build" --print-errorlogs --num-processes 2 "${suite_args[@]}" || status=1
 
 # Sanitizers: the unit and cli suites under ASan+UBSan (leak checks on, but
-# in the MPI program itself, see src/run/main.c); library allocations that
+# in the MPI program itself, see src/cmd/main.c); library allocations that
 # live as long as the process are suppressed by name in test/lsan.supp.
 # Only what those suites' tests depend on is built (meson's test list: 179 of
 # the 215 build steps; not the benchmarks, the mpi/e2e tools or the

@@ -70,7 +70,7 @@
 #define CKPT_NORM_LEN 256 /* PIPE_NORM_NAME_LEN */
 
 /* Limits of the attributes (checked on read and on write; the full list of
- * ranges is in src/run/ckpt_meta.c): steps, batches and the data cursor at
+ * ranges is in src/train/ckpt_meta.c): steps, batches and the data cursor at
  * most 2^40 (a trillion steps: no count can overflow, even times the worker
  * count), examples at most 2^60, epoch below 2^31-1, image sides up to 65536
  * and channels up to 4 (as in data sets), workers and PS up to 2^20, batch up

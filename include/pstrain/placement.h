@@ -29,9 +29,7 @@
 
 #include "pstrain/common.h"
 #include "pstrain/model.h"
-
-/* The strategies above (train_cfg.placement, `--placement`). */
-typedef enum place_kind { PLACE_ROUND_ROBIN, PLACE_GREEDY, PLACE_PARTITION } place_kind;
+#include "pstrain/train.h" /* place_kind: the strategies above */
 
 /* One contiguous piece of the slab placed on one PS. */
 typedef struct place_range {

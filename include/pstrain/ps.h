@@ -69,11 +69,7 @@
 #include "pstrain/common.h"
 #include "pstrain/optim.h"
 #include "pstrain/placement.h"
-
-/* How the parameter servers apply updates (train_cfg.mode, `--mode`):
- * sync aggregates R workers' gradients per version, async applies each
- * worker's update as it arrives. */
-typedef enum train_mode { TRAIN_SYNC, TRAIN_ASYNC } train_mode;
+#include "pstrain/train.h" /* train_mode */
 
 typedef struct ps_shard ps_shard;
 

@@ -1,8 +1,9 @@
 /*
  * pstrain/run_common.h - what single-process training
- * (src/run/train_single.c) and distributed training (src/cluster) share, written once: the
- * configuration checks every run makes, the checks a checkpoint must pass to continue a run, the
- * checkpoint attributes that describe the run, and the final-loss window.
+ * (src/train/train_single.c) and distributed training (src/cluster) share,
+ * written once: the configuration checks every run makes, the checks a
+ * checkpoint must pass to continue a run, the checkpoint attributes that
+ * describe the run, and the final-loss window.
  */
 #ifndef PSTRAIN_RUN_COMMON_H
 #define PSTRAIN_RUN_COMMON_H

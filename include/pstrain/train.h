@@ -1,12 +1,13 @@
 /*
- * pstrain/train.h - a training run: its configuration, its result, and the
- * two ways to run it (one process, or roles over MPI ranks).
+ * pstrain/train.h - the train layer: a training run's configuration and
+ * result, training in one process, and evaluation.
  *
- * `pstrain train` parses its flags into a train_cfg (src/run/cli.c) and
- * calls train_run(), which picks train_single() when MPI_COMM_WORLD has one
- * rank and dist_train() otherwise. Both fill a train_result on the rank that
- * reports (the only rank in one process, rank 0 = root under MPI), which the
- * CLI turns into the --summary-json file.
+ * `pstrain train` parses its flags into a train_cfg (src/cmd/cli.c) and
+ * calls train_run() (dist.h, the cluster layer), which picks train_single()
+ * when MPI_COMM_WORLD has one rank and dist_train() otherwise. Both fill a
+ * train_result on the rank that reports (the only rank in one process, rank
+ * 0 = root under MPI), which the command turns into the --summary-json file.
+ * Nothing here needs MPI: this layer compiles without <mpi.h>.
  */
 #ifndef PSTRAIN_TRAIN_H
 #define PSTRAIN_TRAIN_H
@@ -19,8 +20,15 @@
 #include "pstrain/metrics.h" /* worker_timing, ps_timing */
 #include "pstrain/optim.h"
 #include "pstrain/pipeline.h"
-#include "pstrain/placement.h" /* place_kind */
-#include "pstrain/ps.h"        /* train_mode */
+
+/* How the variables are spread over the parameter servers (placement.h
+ * describes the strategies; train_cfg.placement, `--placement`). */
+typedef enum place_kind { PLACE_ROUND_ROBIN, PLACE_GREEDY, PLACE_PARTITION } place_kind;
+
+/* How the parameter servers apply updates (ps.h; train_cfg.mode, `--mode`):
+ * sync aggregates R workers' gradients per version, async applies each
+ * worker's update as it arrives. */
+typedef enum train_mode { TRAIN_SYNC, TRAIN_ASYNC } train_mode;
 
 typedef struct train_cfg {
     const char *data_path;
@@ -120,13 +128,10 @@ typedef struct train_result {
 
 void train_result_free(train_result *r); /* frees the owned arrays; NULL-safe */
 
-/* Runs a training job: collective over MPI_COMM_WORLD (MPI must be
- * initialised with at least MPI_THREAD_FUNNELED). Returns 0 on success; on
- * error -1 with the message in e (under MPI, fatal errors on any rank end in
- * MPI_Abort with "rank R (role): message" instead). */
-int train_run(const train_cfg *cfg, train_result *res, pst_err *e);
+/* Runs a training job in this process (a run of one rank: train_run()
+ * calls it when MPI_COMM_WORLD has one rank; it makes no MPI call). Returns
+ * 0 on success, -1 with the message in e. */
 int train_single(const train_cfg *cfg, train_result *res, pst_err *e);
-int dist_train(const train_cfg *cfg, train_result *res, pst_err *e);
 
 /* Evaluates `m` in inference mode on a whole split of `ds` (file order,
  * batches of `batch`). `input` (may be NULL: the stored pixels) is the
@@ -165,10 +170,6 @@ int train_eval_split(const train_cfg *cfg, const h5ds *ds, bool warn, const char
 /* Records the final evaluation in r (eval_*, and test_* for "test"). */
 void train_set_eval(train_result *r, const char *split, const eval_stats *ev);
 
-/* Parses `pstrain train` flags (argv[0] is "train") into cfg. Returns 0, or
- * 2 after printing a usage error / 1 for --help (printed) so main can exit. */
-int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
-
 /* Checks at start-up that every output of cfg (--summary-json, --metrics,
  * --dump-params, --trace-examples) can be written (pst_out_check): -1 with
  * the flag and the path named otherwise. */
@@ -178,8 +179,5 @@ int train_check_outputs(const train_cfg *cfg, pst_err *e);
  * --dump-params diagnostic that tests use to compare runs bitwise. Written
  * to a temporary and renamed: on failure the previous file is unchanged. */
 int train_dump_params(const char *path, const float *p, size_t n, pst_err *e);
-
-/* Writes the --summary-json object of docs/design.md §6. */
-int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r, pst_err *e);
 
 #endif

@@ -53,6 +53,7 @@
 
 #include "dist_internal.h"
 #include "pstrain/blas.h"
+#include "pstrain/dist.h"
 #include "pstrain/signals.h"
 #include "pstrain/run_common.h"
 #include "trainer.h"
@@ -224,8 +225,8 @@ static void ps_role(dist_run *r, pst_err *e)
 
 /* ---- the run --------------------------------------------------------------- */
 
-/* The entry of every training run (train.h); it lives here, above src/run,
- * so that src/run never calls into the cluster layer. */
+/* The entry of every training run (dist.h); it lives here, above the train
+ * layer, so that the train layer never calls into the cluster layer. */
 int train_run(const train_cfg *cfg, train_result *res, pst_err *e)
 {
     /* a process that no launcher started does not initialise MPI (main.c) */

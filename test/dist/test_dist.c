@@ -26,6 +26,7 @@
 
 #include "../data/h5test.h"
 #include "check.h"
+#include "pstrain/dist.h"
 #include "pstrain/placement.h"
 #include "pstrain/signals.h"
 #include "pstrain/train.h"

@@ -23,12 +23,13 @@ pstrain = os.environ["PSTRAIN"]
 prep = os.environ["PSTRAIN_PREP"]
 FLAG = r"(?<![\w-])--([a-z][a-z0-9-]*)"
 
-# command, source file, the table's C name (getopt_long's struct option
-# array, or a NULL-terminated list of names), man page, section of it
+# command, source file, the table's C name (an array whose entries open with
+# {"name", *_argument: getopt_long's struct option, or the train flags'
+# train_opt; or a NULL-terminated list of names), man page, section of it
 COMMANDS = [
-    ([pstrain, "train"], "src/run/cli.c", "train_opts", "pstrain-train", None),
-    ([pstrain, "eval"], "src/run/eval_cmd.c", "opts", "pstrain-eval", None),
-    ([pstrain, "plan"], "src/run/plan_cmd.c", "flags", "pstrain-plan", None),
+    ([pstrain, "train"], "src/cmd/cli.c", "train_opts", "pstrain-train", None),
+    ([pstrain, "eval"], "src/cmd/eval_cmd.c", "opts", "pstrain-eval", None),
+    ([pstrain, "plan"], "src/cmd/plan_cmd.c", "flags", "pstrain-plan", None),
     ([prep, "idx"], "data-tools/prep_idx.c", "opts", "pstrain-prep", "idx"),
     ([prep, "images"], "data-tools/prep_images.c", "img_flags", "pstrain-prep", "images"),
     ([prep, "preview"], "data-tools/prep_preview.c", "preview_flags", "pstrain-prep", "preview"),

@@ -1,6 +1,6 @@
 /*
  * ckpt_internal.h - what the checkpoint files (ckpt.c) and their attributes
- * (ckpt_meta.c) share; private to src/run.
+ * (ckpt_meta.c) share; private to src/train.
  */
 #ifndef PSTRAIN_CKPT_INTERNAL_H
 #define PSTRAIN_CKPT_INTERNAL_H

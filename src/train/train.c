@@ -199,6 +199,17 @@ void train_set_eval(train_result *r, const char *split, const eval_stats *ev)
     }
 }
 
+void train_result_free(train_result *r)
+{
+    if (!r) return;
+    for (int i = 0; i < r->nepochs_stats; i++) free(r->epoch_stats[i].per_worker);
+    free(r->epoch_stats);
+    free(r->per_ps_bytes);
+    free(r->wtiming);
+    free(r->pstiming);
+    memset(r, 0, sizeof *r);
+}
+
 int train_dump_params(const char *path, const float *p, size_t n, pst_err *e)
 {
     /* through a temporary and a rename: a full disk leaves the previous

@@ -7,17 +7,7 @@
 #include "pstrain/blas.h"
 #include "pstrain/placement.h"
 #include "pstrain/train.h"
-
-void train_result_free(train_result *r)
-{
-    if (!r) return;
-    for (int i = 0; i < r->nepochs_stats; i++) free(r->epoch_stats[i].per_worker);
-    free(r->epoch_stats);
-    free(r->per_ps_bytes);
-    free(r->wtiming);
-    free(r->pstiming);
-    memset(r, 0, sizeof *r);
-}
+#include "commands.h"
 
 static void jnum(FILE *f, double v)
 {

@@ -1,8 +1,8 @@
 /*
- * place_names.c - the names of the placement strategies (--placement, the
- * run summary). They are configuration vocabulary, used by the train layer
- * (summary) and the commands, so they live below the cluster layer that
- * implements the strategies (placement.c).
+ * place_names.c - the names of the placement strategies that placement.c
+ * implements: what --placement and `pstrain plan` accept, what the plan's
+ * summary and the run summary print. The enum itself is train.h's, the
+ * lowest header that needs it (train_cfg.placement).
  */
 #include <string.h>
 

@@ -373,29 +373,44 @@ int ckpt_meta_check_limits(const char *path, const ckpt_meta *m, pst_err *e)
     return 0;
 }
 
-/* Reads the root attributes of an open checkpoint (format already checked
- * by the caller), each within its range. */
-int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
-{
-    memset(m, 0, sizeof *m);
-    const char *missing = NULL;
-    int64_t v;
-    double d;
-    if (ckpt_attr_read_num(f, "format_version", H5T_NATIVE_INT64, &v, 0) < 0) {
-        missing = "format_version";
-        goto fail;
-    }
-    m->format_version = (int)v; /* open_ckpt checked it */
+/* The helpers of ckpt_meta_read: each reads its attributes into m, in the
+ * order of the file's contract, and returns 0 or -1 with e set. */
 #define GET_INT(name, dst)                                                                         \
     do {                                                                                           \
-        if (attr_int_checked(f, path, name, &v, e) < 0) goto fail_msg;                             \
+        if (attr_int_checked(f, path, name, &v, e) < 0) return -1;                                 \
         dst = v;                                                                                   \
     } while (0)
 #define GET_REAL(name, dst)                                                                        \
     do {                                                                                           \
-        if (attr_real_checked(f, path, name, &d, e) < 0) goto fail_msg;                            \
+        if (attr_real_checked(f, path, name, &d, e) < 0) return -1;                                \
         dst = d;                                                                                   \
     } while (0)
+
+static int missing_attr(const char *path, const char *name, pst_err *e)
+{
+    pst_fail(e, "%s: root attribute '%s' is missing or malformed", path, name);
+    return -1;
+}
+
+/* Any 64-bit value is a seed, but not a negative one (HDF5 would convert -1
+ * to 0 without a word). */
+static int read_seed(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
+    bool neg;
+    int64_t s = 0;
+    if (attr_int_exact(f, path, "seed", &neg, &s, &m->seed, e) < 0) return -1;
+    if (neg)
+        return pst_fail(
+            e, "%s: attribute seed is %" PRId64 ", expected an integer in [0, %" PRIu64 "]", path,
+            s, UINT64_MAX);
+    return 0;
+}
+
+/* The input's shape, where the run stands, and its random streams. */
+static int read_progress(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
+    int64_t v;
+    double d;
     GET_INT("height", m->height);
     GET_INT("width", m->width);
     GET_INT("channels", m->channels);
@@ -405,27 +420,21 @@ int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
     GET_INT("epoch_batch", m->epoch_batch);
     GET_INT("next_batch", m->next_batch);
     GET_INT("examples", m->examples);
-    {
-        /* any 64-bit value is a seed, but not a negative one (HDF5 would
-         * convert -1 to 0 without a word) */
-        bool neg;
-        int64_t s = 0;
-        if (attr_int_exact(f, path, "seed", &neg, &s, &m->seed, e) < 0) goto fail_msg;
-        if (neg) {
-            pst_fail(e,
-                     "%s: attribute seed is %" PRId64 ", expected an integer in [0, %" PRIu64 "]",
-                     path, s, UINT64_MAX);
-            goto fail_msg;
-        }
-    }
-    if (ckpt_attr_read_num(f, "rng_state", H5T_NATIVE_UINT64, m->rng_state, 4) < 0) {
-        missing = "rng_state";
-        goto fail;
-    }
+    if (read_seed(f, path, m, e) < 0) return -1;
+    if (ckpt_attr_read_num(f, "rng_state", H5T_NATIVE_UINT64, m->rng_state, 4) < 0)
+        return missing_attr(path, "rng_state", e);
     GET_REAL("train_seconds", m->train_seconds);
     GET_INT("workers", m->workers);
     GET_INT("ps", m->ps);
     GET_INT("batch", m->batch);
+    return 0;
+}
+
+/* The optimizer's hyper-parameters, the schedule and the regularisation. */
+static int read_recipe(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
+    int64_t v;
+    double d;
     GET_REAL("momentum", m->opt.momentum);
     GET_INT("nesterov", v);
     m->opt.nesterov = v != 0;
@@ -440,8 +449,7 @@ int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
     GET_INT("steps_per_epoch", m->lr.steps_per_epoch);
     GET_REAL("weight_decay", m->weight_decay);
     GET_REAL("label_smoothing", m->label_smoothing);
-    /* since --moving-average-decay and --warmup-epochs: absent in older
-     * files, which had neither */
+    /* optional: files of an earlier format lack them (and had neither: 0) */
 #define GET_REAL_OPT(name, dst)                                                                    \
     do {                                                                                           \
         dst = 0;                                                                                   \
@@ -450,33 +458,35 @@ int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
     GET_REAL_OPT("moving_average_decay", m->ema_decay);
     GET_REAL_OPT("lr_warmup_epochs", m->lr.warmup_epochs);
 #undef GET_REAL_OPT
-    m->has_averages = H5Lexists(f, "/averages", H5P_DEFAULT) > 0;
-    {
-        /* optional: checkpoints before the recipes were recorded have none */
-        char *aug = ckpt_attr_read_str(f, "augment");
-        snprintf(m->augment, sizeof m->augment, "%s", aug ? aug : "");
-        free(aug);
-        char *norm = ckpt_attr_read_str(f, "normalize");
-        snprintf(m->normalize, sizeof m->normalize, "%s", norm ? norm : "");
-        free(norm);
-    }
-    if (m->has_averages != (m->ema_decay > 0)) {
-        if (m->has_averages)
-            pst_fail(e, "%s: group /averages is present but attribute moving_average_decay is 0",
-                     path);
-        else
-            pst_fail(e, "%s: attribute moving_average_decay is %.9g but group /averages is missing",
-                     path, (double)m->ema_decay);
-        goto fail_msg;
-    }
+    return 0;
+}
 #undef GET_INT
 #undef GET_REAL
 
+/* The moving averages (group /averages, exactly when moving_average_decay >
+ * 0), the augmentation and the normalisation (optional). */
+static int read_averages(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
+    m->has_averages = H5Lexists(f, "/averages", H5P_DEFAULT) > 0;
+    /* optional: checkpoints before the recipes were recorded have none */
+    char *aug = ckpt_attr_read_str(f, "augment");
+    snprintf(m->augment, sizeof m->augment, "%s", aug ? aug : "");
+    free(aug);
+    char *norm = ckpt_attr_read_str(f, "normalize");
+    snprintf(m->normalize, sizeof m->normalize, "%s", norm ? norm : "");
+    free(norm);
+    if (m->has_averages == (m->ema_decay > 0)) return 0;
+    if (m->has_averages)
+        return pst_fail(e, "%s: group /averages is present but attribute moving_average_decay is 0",
+                        path);
+    return pst_fail(e, "%s: attribute moving_average_decay is %.9g but group /averages is missing",
+                    path, (double)m->ema_decay);
+}
+
+static int read_optimizer(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
     char *opt = ckpt_attr_read_str(f, "optimizer");
-    if (!opt) {
-        missing = "optimizer";
-        goto fail;
-    }
+    if (!opt) return missing_attr(path, "optimizer", e);
     int kind = -1;
     for (size_t i = 0; i < PST_ARRAY_LEN(g_opt_names); i++)
         if (!strcmp(opt, g_opt_names[i])) kind = (int)i;
@@ -484,18 +494,20 @@ int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
         pst_fail(e, "%s: attribute optimizer is '%s', expected sgd, momentum, rmsprop or adam",
                  path, opt);
         free(opt);
-        goto fail_msg;
+        return -1;
     }
     free(opt);
     m->opt.kind = (opt_kind)kind;
+    return 0;
+}
 
+/* The model, the mode, and who wrote the file when. */
+static int read_names(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
     static const char *const str_names[] = {"model_name", "model", "mode"};
     for (int i = 0; i < 3; i++) {
         m->owned_[i] = ckpt_attr_read_str(f, str_names[i]);
-        if (!m->owned_[i]) {
-            missing = str_names[i];
-            goto fail;
-        }
+        if (!m->owned_[i]) return missing_attr(path, str_names[i], e);
     }
     m->model_name = m->owned_[0];
     m->model_text = m->owned_[1];
@@ -507,17 +519,30 @@ int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
                  {"created", offsetof(ckpt_meta, created)}};
     for (size_t i = 0; i < PST_ARRAY_LEN(fixed); i++) {
         char *s = ckpt_attr_read_str(f, fixed[i].name);
-        if (!s) {
-            missing = fixed[i].name;
-            goto fail;
-        }
+        if (!s) return missing_attr(path, fixed[i].name, e);
         snprintf((char *)m + fixed[i].off, CKPT_NAME_LEN, "%s", s);
         free(s);
     }
     return 0;
+}
+
+/* Reads the root attributes of an open checkpoint (format already checked
+ * by the caller), each within its range. */
+int ckpt_meta_read(hid_t f, const char *path, ckpt_meta *m, pst_err *e)
+{
+    memset(m, 0, sizeof *m);
+    int64_t v;
+    if (ckpt_attr_read_num(f, "format_version", H5T_NATIVE_INT64, &v, 0) < 0) {
+        missing_attr(path, "format_version", e);
+        goto fail;
+    }
+    m->format_version = (int)v; /* open_ckpt checked it */
+    if (read_progress(f, path, m, e) < 0 || read_recipe(f, path, m, e) < 0 ||
+        read_averages(f, path, m, e) < 0 || read_optimizer(f, path, m, e) < 0 ||
+        read_names(f, path, m, e) < 0)
+        goto fail;
+    return 0;
 fail:
-    pst_fail(e, "%s: root attribute '%s' is missing or malformed", path, missing);
-fail_msg:
     ckpt_meta_free(m);
     return -1;
 }

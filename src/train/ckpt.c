@@ -234,12 +234,10 @@ static size_t image_eof(const unsigned char *b, size_t n)
     return base == 0 && eof >= 48 && eof <= n ? (size_t)eof : 0;
 }
 
-static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
-                          const float *params, const float *slots, size_t slot_stride, pst_err *e)
+/* What ckpt_write refuses before it builds anything: 0, or -1 with e set. */
+static int check_write_args(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
+                            const float *slots, pst_err *e)
 {
-    char dir[PATH_LEN], tmp[PATH_LEN], name[PATH_LEN];
-    const char *base;
-    hid_t fapl = -1, f = -1;
     if ((int)meta->opt.kind < 0 || (size_t)meta->opt.kind >= PST_ARRAY_LEN(g_opt_names))
         return pst_fail(e, "%s: unknown optimizer kind %d", path, (int)meta->opt.kind);
     int nslots = slot_count(meta->opt.kind);
@@ -252,19 +250,53 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
                         (double)meta->ema_decay);
     for (int i = 0; i < nvars; i++)
         if (check_var(path, &vars[i], e) < 0) return -1;
+    return 0;
+}
 
-    pst_split_path(path, dir, sizeof dir, &base);
-    (void)base;
+/* The datasets of every variable: /variables, /averages (with moving
+ * averages) and the optimizer's /slots. -1 with *step naming the variable
+ * whose dataset failed. */
+static int write_variables(hid_t f, const ckpt_meta *meta, const nn_var *vars, int nvars,
+                           const float *params, const float *slots, size_t slot_stride,
+                           const char **step)
+{
+    char name[PATH_LEN];
+    int nslots = slot_count(meta->opt.kind);
+    for (int i = 0; i < nvars; i++) {
+        const nn_var *v = &vars[i];
+        snprintf(name, sizeof name, "/variables/%s", v->name);
+        *step = v->name;
+        if (write_dataset(f, name, v, params + v->offset) < 0) return -1;
+        if (meta->ema_decay > 0) {
+            snprintf(name, sizeof name, "/averages/%s", v->name);
+            if (write_dataset(f, name, v, meta->averages + v->offset) < 0) return -1;
+        }
+        if (!v->trainable) continue;
+        for (int s = 0; s < nslots; s++) {
+            snprintf(name, sizeof name, "/slots/%s/%s", v->name, g_slot_names[meta->opt.kind][s]);
+            if (write_dataset(f, name, v, slots + (size_t)s * slot_stride + v->offset) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
 
-    /* The file is built in memory (the core driver, no backing store) and
-     * only then written out with plain write(): HDF5 never sees a disk
-     * error. On a full disk its close used to fail half-way and leave a
-     * file object that crashed libhdf5 at exit (H5F__close_cb in
-     * MPI_Finalize). Costs one copy of the checkpoint in memory. */
+/* Builds the checkpoint file in memory (the core driver, no backing store):
+ * *image (malloc'ed, the caller frees it) holds *len bytes of a closed HDF5
+ * file. HDF5 thus never sees a disk error: the file is written out with
+ * plain write() afterwards. On a full disk a close of a file on disk can
+ * fail half-way and leave a file object that crashes libhdf5 at exit
+ * (H5F__close_cb in MPI_Finalize). Costs one copy of the checkpoint in
+ * memory. 0, or -1 with e set. */
+static int build_image(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
+                       const float *params, const float *slots, size_t slot_stride, void **image,
+                       size_t *len, pst_err *e)
+{
+    hid_t fapl = -1, f = -1;
     h5quiet q = h5_quiet_begin();
     const char *step = "create";
-    void *image = NULL;
-    size_t image_len = 0;
+    *image = NULL;
+    *len = 0;
     H5FD_file_image_callbacks_t cb = {sink_malloc, sink_memcpy, sink_realloc, sink_free,
                                       NULL,        NULL,        NULL};
     g_sink.capture = true, g_sink.buf = NULL, g_sink.size = 0;
@@ -282,65 +314,17 @@ static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var 
     if (f < 0) goto fail;
     step = "write attributes";
     if (ckpt_meta_write(f, meta) < 0) goto fail;
-    for (int i = 0; i < nvars; i++) {
-        const nn_var *v = &vars[i];
-        snprintf(name, sizeof name, "/variables/%s", v->name);
-        step = v->name;
-        if (write_dataset(f, name, v, params + v->offset) < 0) goto fail;
-        if (meta->ema_decay > 0) {
-            snprintf(name, sizeof name, "/averages/%s", v->name);
-            if (write_dataset(f, name, v, meta->averages + v->offset) < 0) goto fail;
-        }
-        if (!v->trainable) continue;
-        for (int s = 0; s < nslots; s++) {
-            snprintf(name, sizeof name, "/slots/%s/%s", v->name, g_slot_names[meta->opt.kind][s]);
-            if (write_dataset(f, name, v, slots + (size_t)s * slot_stride + v->offset) < 0)
-                goto fail;
-        }
-    }
+    if (write_variables(f, meta, vars, nvars, params, slots, slot_stride, &step) < 0) goto fail;
     step = "close";
     hid_t fc = f;
     f = -1;
     if (H5Fclose(fc) < 0) goto fail;
-    image = g_sink.buf;
+    *image = g_sink.buf;
     g_sink.capture = false, g_sink.buf = NULL;
     step = "image";
-    if (!image || !(image_len = image_eof(image, g_sink.size))) goto fail;
+    if (!*image || !(*len = image_eof(*image, g_sink.size))) goto fail;
     h5_quiet_end(q);
     H5Pclose(fapl);
-    fapl = -1;
-
-    /* Exclusively (O_EXCL|O_NOFOLLOW), under a name nobody can predict: in
-     * a shared directory a planted file or symlink is never opened, let
-     * alone truncated or written through. */
-    int fd = pst_tmp_create(path, true, tmp, sizeof tmp);
-    if (fd < 0) {
-        int err = errno;
-        free(image);
-        return pst_fail(e, "%s: cannot create a temporary file in %s: %s", path, dir,
-                        strerror(err));
-    }
-    if (pst_write_all(fd, image, image_len) < 0 || fsync(fd) < 0) {
-        int err = errno;
-        close(fd);
-        unlink(tmp);
-        free(image);
-        return pst_fail(e,
-                        "%s: cannot write the checkpoint: %s (the previous checkpoints are kept)",
-                        path, strerror(err));
-    }
-    free(image);
-    if (close(fd) < 0) {
-        pst_fail(e, "%s: cannot write the checkpoint: %s (the previous checkpoints are kept)", path,
-                 strerror(errno));
-        goto fail_os;
-    }
-    if (rename(tmp, path) < 0) {
-        pst_fail(e, "%s: rename from %s: %s", path, tmp, strerror(errno));
-        goto fail_os;
-    }
-    if (pst_fsync_path(dir, true) < 0)
-        return pst_fail(e, "%s: fsync of directory %s: %s", path, dir, strerror(errno));
     return 0;
 
 fail:
@@ -348,12 +332,63 @@ fail:
     h5_close(fapl);
     h5_quiet_end(q);
     free(g_sink.buf);
-    free(image);
+    free(*image);
+    *image = NULL;
     g_sink.capture = false, g_sink.buf = NULL;
     return pst_fail(e, "%s: HDF5 error building the checkpoint (at %s)", path, step);
-fail_os:
-    unlink(tmp);
-    return -1;
+}
+
+/* Writes the image to a temporary file beside path, fsyncs it, renames it
+ * to path and fsyncs the directory: 0, or -1 with e set and the previous
+ * file of that name untouched. */
+static int write_image_file(const char *path, const void *image, size_t len, pst_err *e)
+{
+    char dir[PATH_LEN], tmp[PATH_LEN];
+    const char *base;
+    pst_split_path(path, dir, sizeof dir, &base);
+    (void)base;
+    /* Exclusively (O_EXCL|O_NOFOLLOW), under a name nobody can predict: in
+     * a shared directory a planted file or symlink is never opened, let
+     * alone truncated or written through. */
+    int fd = pst_tmp_create(path, true, tmp, sizeof tmp);
+    if (fd < 0)
+        return pst_fail(e, "%s: cannot create a temporary file in %s: %s", path, dir,
+                        strerror(errno));
+    if (pst_write_all(fd, image, len) < 0 || fsync(fd) < 0) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        return pst_fail(e,
+                        "%s: cannot write the checkpoint: %s (the previous checkpoints are kept)",
+                        path, strerror(err));
+    }
+    if (close(fd) < 0) {
+        pst_fail(e, "%s: cannot write the checkpoint: %s (the previous checkpoints are kept)", path,
+                 strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) < 0) {
+        pst_fail(e, "%s: rename from %s: %s", path, tmp, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (pst_fsync_path(dir, true) < 0)
+        return pst_fail(e, "%s: fsync of directory %s: %s", path, dir, strerror(errno));
+    return 0;
+}
+
+static int write_unlocked(const char *path, const ckpt_meta *meta, const nn_var *vars, int nvars,
+                          const float *params, const float *slots, size_t slot_stride, pst_err *e)
+{
+    if (check_write_args(path, meta, vars, nvars, slots, e) < 0) return -1;
+    void *image;
+    size_t len;
+    if (build_image(path, meta, vars, nvars, params, slots, slot_stride, &image, &len, e) < 0)
+        return -1;
+    int rc = write_image_file(path, image, len, e);
+    free(image);
+    return rc;
 }
 
 /* Does every component of an absolute HDF5 path exist? */

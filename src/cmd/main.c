@@ -1,4 +1,4 @@
-/* main.c - the pstrain command: dispatches to the subcommands in src/run. */
+/* main.c - the pstrain command: dispatches to the subcommands (commands.h). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "pstrain/blas.h"
 #include "pstrain/common.h"
+#include "pstrain/dist.h"
 #include "pstrain/train.h"
 #include "pstrain/usage.h"
 #include "pstrain/version.h"

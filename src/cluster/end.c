@@ -181,12 +181,15 @@ static int account(const train_cfg *cfg, train_result *res, const int64_t *all, 
 }
 
 /* Root: the final variables, slots and averages into the model and r's
- * slabs, from every PS's last snapshot (earlier ones still in flight are
- * superseded). */
+ * slabs, from every PS's last snapshot. In lockstep the snapshots still in
+ * flight before it are taken as during the run (their checkpoints and
+ * evaluations included); otherwise there are none. */
 static void receive_final_state(dist_run *r)
 {
     root_ctx *rc = r->rctx;
     const size_t nparam = r->nparam;
+    pst_err e = {{0}};
+    if (rc->lockstep && root_drain_snapshots(rc, &e) < 0) dist_fatal("%s", e.msg);
     for (int p = 0; p < r->P; p++) {
         int64_t v = -1;
         if (!rc->final_got[p]) {

@@ -205,6 +205,25 @@ static int take_snapshots(root_ctx *c, pst_err *e)
     return did;
 }
 
+int root_drain_snapshots(root_ctx *c, pst_err *e)
+{
+    dist_backoff bo;
+    dist_backoff_init(&bo, 2, 200);
+    for (;;) {
+        int nfinal = 0;
+        for (int p = 0; p < c->P; p++) nfinal += c->final_got[p];
+        if (nfinal == c->P) return 0;
+        const int did = take_snapshots(c, e);
+        if (did < 0) return -1;
+        if (did) {
+            dist_backoff_reset(&bo);
+        } else {
+            dist_progress();
+            dist_backoff_wait(&bo);
+        }
+    }
+}
+
 /* Lockstep: asks the PS for a --checkpoint-secs snapshot when it is due,
  * and for the snapshot of the next epoch-end evaluation. Requests name a
  * version no PS can have reached yet (its tickets are not all published;

@@ -202,6 +202,13 @@ void root_tick(void *vctx);
 void root_report(root_ctx *c, const double *const *wrec, const ps_timing *pt);
 int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const float *params,
                          const float *slots, const float *averages, pst_err *e);
+/* The end of a lockstep run (root): takes the PS snapshots still in flight,
+ * in the order each PS sent them, writing the checkpoints and running the
+ * evaluations they were taken for, until every PS's final state is in
+ * c->ck_params / ck_slots / ck_avg. A periodic snapshot that arrives after
+ * the root's last poll is therefore written, whatever the timing. Returns 0
+ * or -1 (e set). */
+int root_drain_snapshots(root_ctx *c, pst_err *e);
 void root_ctx_free(root_ctx *c);
 
 /* worker.c: the worker loop of worker r->worker_id. */

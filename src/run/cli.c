@@ -74,6 +74,9 @@ static const char train_usage_more[] =
     "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
     "  --mode M                sync | async (default sync)\n"
     "  --replicas-to-aggregate R  gradients per sync step (default: all workers)\n"
+    "  --max-staleness S       async: a worker starts a step only while at most S steps\n"
+    "                          ahead of the slowest worker (0: lock-step; -1 or none:\n"
+    "                          unbounded, the default)\n"
     "\n"
     "checkpoints (HDF5; temp file + fsync + rename, DIR/latest names the newest):\n"
     "  --checkpoint-dir D      write checkpoints to D (a final one at the end, and on "
@@ -148,6 +151,7 @@ enum {
     O_PBYTES,
     O_MODE,
     O_R,
+    O_MAX_STALE,
     O_EVAL_EVERY,
     O_EVAL_SPLIT,
     O_VERBOSE,
@@ -204,6 +208,7 @@ static const struct option train_opts[] = {
     {"partition-bytes", required_argument, 0, O_PBYTES},
     {"mode", required_argument, 0, O_MODE},
     {"replicas-to-aggregate", required_argument, 0, O_R},
+    {"max-staleness", required_argument, 0, O_MAX_STALE},
     {"eval-every", required_argument, 0, O_EVAL_EVERY},
     {"eval-split", required_argument, 0, O_EVAL_SPLIT},
     {"verbose", no_argument, 0, O_VERBOSE},
@@ -277,7 +282,7 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     /* Optimizer hyper-parameters are applied after --optimizer picked the
      * defaults, whatever the order of the flags: -1 = not given. */
     float momentum = -1, rms_decay = -1, rms_eps = -1, b1 = -1, b2 = -1, adam_eps = -1;
-    bool nesterov = false;
+    bool nesterov = false, stale_given = false;
     argctx c = {.print = print};
     optind = 1;
     opterr = 0; /* pst_getopt_error reports, with the nearest flag */
@@ -438,6 +443,13 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
             cfg->replicas_to_aggregate =
                 (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of replicas");
             break;
+        case O_MAX_STALE:
+            stale_given = true;
+            cfg->max_staleness =
+                !strcmp(optarg, "none")
+                    ? -1
+                    : arg_i64(&c, optarg, -1, 1 << 30, "a number of steps >= 0, -1 or none");
+            break;
         case O_EVAL_EVERY:
             cfg->eval_every = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0");
             break;
@@ -532,6 +544,9 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
     if (!cfg->epochs && !cfg->steps)
         return print ? pst_usage_error("--epochs 0: nothing to train; give --epochs E >= 1 or "
                                        "--steps S")
+                     : 2;
+    if (stale_given && cfg->mode != TRAIN_ASYNC)
+        return print ? pst_usage_error("--max-staleness bounds async training: give --mode async")
                      : 2;
     if (cfg->lr_decay < 1 && cfg->lr_decay_epochs <= 0) {
         return print ? pst_usage_error("--lr-decay needs --lr-decay-epochs E") : 2;

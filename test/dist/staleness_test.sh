@@ -19,7 +19,7 @@ train() { # train NAME ARGS...: 5 ranks, async, worker 0 sleeping 20 ms a step
     name=$1; shift
     PSTRAIN_TEST_SLOW_WORKER=0:20 timeout 60 "${MPIEXEC_CMD[@]}" -n 5 "$PSTRAIN" train --quiet \
         --data "$TMP/small.h5" --model mlp --ps 1 --mode async --batch 8 \
-        --summary "$TMP/$name.json" --trace-examples "$TMP/$name.jsonl" "$@" \
+        --summary-json "$TMP/$name.json" --trace-examples "$TMP/$name.jsonl" "$@" \
         >"$TMP/$name.out" || die "$name: pstrain train failed"
     grep -q '^staleness: 75 updates' "$TMP/$name.out" || die "$name: no staleness line"
     python3 "$HERE/check_trace.py" "$TMP/$name.jsonl" 3 600 || die "$name: exactly once"

@@ -116,6 +116,9 @@ int feed_take(feed *f, feed_batch *b, double *wait);
 void feed_finish(feed *f);
 /* Async mode's global step counter: returns the value before adding 1. */
 int64_t feed_next_step(feed *f);
+/* The same counter's value, unchanged (staleness: the steps drawn between a
+ * worker's pull and its own update). */
+int64_t feed_global_step(feed *f);
 /* Puts this rank's report record (n <= FEED_REPORT_WORDS doubles) into the
  * root's window; completes with the next flush (feed_take) or feed_flush. */
 void feed_report(feed *f, const double *vals, int n);

@@ -56,6 +56,9 @@ typedef struct train_cfg {
     int64_t partition_bytes; /* default 256 KiB */
     train_mode mode;
     int replicas_to_aggregate; /* 0 = all workers */
+    /* async: --max-staleness S, a worker starts a step only while it is at
+     * most S steps ahead of the slowest unfinished worker (-1: unbounded) */
+    int64_t max_staleness;
 
     /* checkpoints (ckpt.h): DIR/ckpt-<step>.h5 + DIR/latest */
     const char *checkpoint_dir;
@@ -89,6 +92,8 @@ typedef struct epoch_stats {
     int64_t *per_worker; /* examples seen by each worker, owned */
 } epoch_stats;
 
+enum { TRAIN_STALE_BINS = 64 };
+
 typedef struct train_result {
     int ranks, ps, workers;
     int64_t steps;           /* global steps (optimizer updates in sync mode) */
@@ -116,9 +121,16 @@ typedef struct train_result {
     int64_t *per_ps_bytes; /* owned */
     double imbalance;
     int64_t dropped_stale; /* sync mode with backup workers */
-    int64_t start_step;    /* > 0 when resumed from a checkpoint */
-    int stop_signal;       /* the signal that stopped the run early, or 0 */
-    bool nothing_to_do;    /* resumed at or past --steps: no training (last_checkpoint, steps) */
+    /* async: the staleness of the applied updates (global steps drawn by
+     * others between a worker's pull and its own update): counts of 0 ..
+     * TRAIN_STALE_BINS-1 (the last bin: that many or more), the largest, and
+     * the bound the run had (-1: none) */
+    bool has_staleness;
+    int64_t staleness_hist[TRAIN_STALE_BINS];
+    int64_t staleness_max, staleness_bound;
+    int64_t start_step; /* > 0 when resumed from a checkpoint */
+    int stop_signal;    /* the signal that stopped the run early, or 0 */
+    bool nothing_to_do; /* resumed at or past --steps: no training (last_checkpoint, steps) */
     char last_checkpoint[4096];
     int nworker_timing;
     worker_timing *wtiming; /* per worker, owned */

@@ -370,6 +370,9 @@ static void open_windows(dist_run *r, pst_err *e)
                      .first_ticket = r->info.first_ticket};
     if (ps_new(&r->sh, MPI_COMM_WORLD, r->plan, &lay, nn_model_params(r->m), e) < 0)
         dist_fatal("%s", e->msg);
+    if (cfg->mode == TRAIN_ASYNC && cfg->max_staleness >= 0 &&
+        ssp_new(&r->ssp, MPI_COMM_WORLD, r->root_rank, W, cfg->max_staleness, e) < 0)
+        dist_fatal("%s", e->msg);
 
     r->sched = train_schedule(cfg, W,
                               cfg->mode == TRAIN_SYNC ? PST_MAX((r->info.bpe + R - 1) / R, 1)

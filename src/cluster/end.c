@@ -325,6 +325,19 @@ static int finish_on_root(dist_run *r, const gathered *g, pst_err *e)
     return metrics_finish(r->mx, e); /* a write error (a full disk) fails the run */
 }
 
+/* Collective (async runs): the workers' staleness histograms summed on the
+ * root, into the result. */
+static void gather_staleness(dist_run *r)
+{
+    train_result *res = r->res;
+    MPI_OK(MPI_Reduce(r->stale_hist, res->staleness_hist, TRAIN_STALE_BINS, MPI_INT64_T, MPI_SUM,
+                      r->root_rank, MPI_COMM_WORLD));
+    MPI_OK(MPI_Reduce(&r->stale_max, &res->staleness_max, 1, MPI_INT64_T, MPI_MAX, r->root_rank,
+                      MPI_COMM_WORLD));
+    res->has_staleness = true;
+    res->staleness_bound = r->cfg->max_staleness;
+}
+
 int run_end(dist_run *r, pst_err *e)
 {
     /* 5. the final variables and slots */
@@ -332,6 +345,8 @@ int run_end(dist_run *r, pst_err *e)
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
     gathered g = {NULL, NULL, NULL, NULL};
     gather_logs(r, &g);
+    if (r->cfg->mode == TRAIN_ASYNC) gather_staleness(r);
+    ssp_free(r->ssp), r->ssp = NULL;
     ps_free(r->sh), r->sh = NULL;
     feed_free(r->f), r->f = NULL;
 

@@ -280,6 +280,14 @@ int64_t feed_next_step(feed *f)
     return s;
 }
 
+int64_t feed_global_step(feed *f)
+{
+    int64_t s = 0;
+    MPI_OK(MPI_Fetch_and_op(NULL, &s, MPI_INT64_T, f->root, HDR_STEP * 8, MPI_NO_OP, f->win));
+    MPI_OK(MPI_Win_flush(f->root, f->win));
+    return s;
+}
+
 void feed_report(feed *f, const double *vals, int n)
 {
     if (n > FEED_REPORT_WORDS) n = FEED_REPORT_WORDS;

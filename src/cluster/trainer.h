@@ -26,6 +26,7 @@
 #include "pstrain/placement.h"
 #include "pstrain/ps.h"
 #include "pstrain/train.h"
+#include "ssp.h"
 
 /* Worker report record in the root's window (doubles). */
 enum {
@@ -176,8 +177,12 @@ typedef struct dist_run {
     bool averages_from_vars; /* resumed from a checkpoint without averages */
     feed *f;
     ps_shard *sh;
+    ssp *ssp; /* --max-staleness (async), else NULL */
     int nring;
     lr_schedule sched;
+    /* async: the staleness of this worker's updates (summed on the root) */
+    int64_t stale_hist[TRAIN_STALE_BINS];
+    int64_t stale_max;
     /* this rank's part: example log (workers) and report record */
     i64vec log;
     double my_rec[FEED_REPORT_WORDS];

@@ -4,10 +4,13 @@
  * ps.h), and log the batch for the end-of-run accounting.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dist_internal.h"
+#include "ssp.h"
 #include "trainer.h"
 
 typedef struct worker_args {
@@ -18,7 +21,37 @@ typedef struct worker_args {
     ps_shard *s;
     int w, P, W, R;
     lr_schedule sched;
+    ssp *ssp;      /* --max-staleness, else NULL */
+    long slow_us;  /* test-only slowdown per step (test_slow_us) */
+    int64_t *hist; /* async: staleness histogram, TRAIN_STALE_BINS */
+    int64_t *stale_max;
 } worker_args;
+
+/* PSTRAIN_TEST_SLOW_WORKER=W:MS (test-only, docs/contributing.md): worker W
+ * sleeps MS milliseconds in every step, so that tests can make one worker
+ * the slowest. Returns this worker's microseconds (0: not slowed). */
+static long test_slow_us(int w)
+{
+    const char *v = getenv("PSTRAIN_TEST_SLOW_WORKER");
+    int sw = -1;
+    long ms = 0;
+    if (!v || sscanf(v, "%d:%ld", &sw, &ms) != 2 || sw != w || ms <= 0) return 0;
+    return ms * 1000;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Async: an update applied `stale` global steps after the step its worker
+ * pulled at. */
+static void count_staleness(const worker_args *a, int64_t stale)
+{
+    a->hist[PST_MIN(PST_MAX(stale, 0), TRAIN_STALE_BINS - 1)]++;
+    *a->stale_max = PST_MAX(*a->stale_max, stale);
+}
 
 /* Lockstep: ticket t belongs to version V0 + (t - t0)/W, counted from the
  * version and data cursor the run started at (a resumed run may have
@@ -79,14 +112,17 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
     worker_timing tm = {0};
     memset(rec, 0, sizeof(double) * WR_N);
     bool pushed = false;
+    int64_t ndone = 0, pulled = 0; /* steps completed; the global step at the pull */
     for (;;) {
         put_timing(rec, &tm);
         feed_report(a->f, rec, WR_N); /* completes with feed_take's flush */
+        if (a->ssp) ssp_wait(a->ssp, ndone, &tm.wait_version);
         feed_batch b;
         if (!feed_take(a->f, &b, &tm.wait_data)) break;
 
         if (lockstep) wait_version_of(a, b.ticket, versions, now, &tm.wait_version);
         double t0 = pst_now();
+        if (!sync) pulled = feed_global_step(a->f);
         if (sync && !lockstep)
             ps_pull(a->s, params, true, versions);
         else
@@ -94,6 +130,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         double t1 = pst_now();
         pipe_normalize(b.pixels, (int64_t)b.count * px / in->channels, in->channels, in->mean,
                        in->std, x);
+        if (a->slow_us) sleep_us(a->slow_us);
         int ncorrect = 0;
         /* the ticket seeds dropout: results do not depend on which worker
          * computed which batch */
@@ -115,6 +152,8 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
             ps_push(a->s, a->w, grads, b.ticket, NULL, step, b.count);
             pushed = true;
         }
+        if (!sync) count_staleness(a, step - pulled);
+        if (a->ssp) ssp_publish(a->ssp, a->w, ++ndone);
         double t3 = pst_now();
         tm.pull += t1 - t0;
         tm.compute += t2 - t1;
@@ -132,6 +171,8 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
             if (done) break;
         }
     }
+    /* a finished worker never holds the others back */
+    if (a->ssp) ssp_finish(a->ssp, a->w);
     /* an async gradient still unread would be lost under the end stamp */
     if (pushed) ps_wait_acked(a->s, a->w, &tm.push);
     ps_push_end(a->s, a->w);
@@ -152,6 +193,10 @@ void worker_role(dist_run *r)
                       .P = r->P,
                       .W = r->W,
                       .R = r->R,
-                      .sched = r->sched};
+                      .sched = r->sched,
+                      .ssp = r->ssp,
+                      .slow_us = test_slow_us(r->worker_id),
+                      .hist = r->stale_hist,
+                      .stale_max = &r->stale_max};
     worker_run(&wa, &r->log, r->my_rec);
 }

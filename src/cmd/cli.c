@@ -78,6 +78,9 @@ static const char train_usage_more[] =
     "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
     "  --mode M                sync | async (default sync)\n"
     "  --replicas-to-aggregate R  gradients per sync step (default: all workers)\n"
+    "  --max-staleness S       async: a worker starts a step only while at most S steps\n"
+    "                          ahead of the slowest worker (0: lock-step; -1 or none:\n"
+    "                          unbounded, the default)\n"
     "\n"
     "checkpoints (HDF5; temp file + fsync + rename, DIR/latest names the newest):\n"
     "  --checkpoint-dir D      write checkpoints to D (a final one at the end, and on "
@@ -201,6 +204,14 @@ static int parse_mode(const char *s, void *t)
     return 0;
 }
 
+static int parse_staleness(const char *s, void *t)
+{
+    int64_t v = -1;
+    if (strcmp(s, "none") && (pst_parse_i64(s, &v) < 0 || v < -1 || v > (1 << 30))) return -1;
+    *(int64_t *)t = v;
+    return 0;
+}
+
 static int parse_eval_split(const char *s, void *t)
 {
     if (strcmp(s, "train") && strcmp(s, "val") && strcmp(s, "test")) return -1;
@@ -280,6 +291,8 @@ static const train_opt train_opts[] = {
     {"mode", required_argument, PARSE(cfg.mode, parse_mode, "sync or async")},
     {"replicas-to-aggregate", required_argument,
      INT(cfg.replicas_to_aggregate, 1, 1 << 20, "a positive number of replicas")},
+    {"max-staleness", required_argument,
+     PARSE(cfg.max_staleness, parse_staleness, "a number of steps >= 0, -1 or none")},
     {"eval-every", required_argument, INT(cfg.eval_every, 0, 1000000, "a number of epochs >= 0")},
     {"eval-split", required_argument,
      PARSE(cfg.eval_split, parse_eval_split, "train, val or test")},
@@ -429,6 +442,9 @@ static int check_combination(train_cfg *cfg, bool print)
                      : 2;
     if (cfg->lr_decay < 1 && cfg->lr_decay_epochs <= 0)
         return print ? pst_usage_error("--lr-decay needs --lr-decay-epochs E") : 2;
+    if (cfg->max_staleness >= 0 && cfg->mode != TRAIN_ASYNC)
+        return print ? pst_usage_error("--max-staleness bounds async training: give --mode async")
+                     : 2;
     if (cfg->resume && !cfg->resume_path && !cfg->checkpoint_dir)
         return print ? pst_usage_error("--resume needs a FILE or --checkpoint-dir D") : 2;
     if ((cfg->checkpoint_every || cfg->checkpoint_secs > 0) && !cfg->checkpoint_dir)

@@ -62,6 +62,21 @@ static void abort_hook(int status)
     MPI_Abort(MPI_COMM_WORLD, status);
 }
 
+/* Async: "staleness: N updates, mean X, max M global steps (bound S)". */
+static void print_staleness_line(const train_result *r)
+{
+    int64_t n = 0;
+    double sum = 0;
+    for (int i = 0; i < TRAIN_STALE_BINS; i++) n += r->staleness_hist[i];
+    for (int i = 0; i < TRAIN_STALE_BINS; i++) sum += (double)i * (double)r->staleness_hist[i];
+    printf("staleness: %lld updates, mean %.2f, max %lld global steps", (long long)n,
+           n ? sum / (double)n : 0.0, (long long)r->staleness_max);
+    if (r->staleness_bound >= 0)
+        printf(" (--max-staleness %lld)\n", (long long)r->staleness_bound);
+    else
+        printf(" (unbounded)\n");
+}
+
 /* "trained M: step S/T, epoch E/N, ..." on stdout; after a resume, this
  * run's steps, examples and time apart from the whole run's. */
 static void print_final_line(const train_cfg *cfg, const train_result *r)
@@ -82,6 +97,7 @@ static void print_final_line(const train_cfg *cfg, const train_result *r)
         printf(", %s accuracy %.4f, top-5 %.4f (loss %.4f, %lld examples)", r->eval_split,
                r->eval_accuracy, r->eval_top5_accuracy, r->eval_loss, (long long)r->eval_examples);
     printf("\n");
+    if (r->has_staleness) print_staleness_line(r);
 }
 
 static int cmd_train(int argc, char **argv)

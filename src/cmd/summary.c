@@ -17,6 +17,22 @@ static void jnum(FILE *f, double v)
         fputs("null", f);
 }
 
+/* Async: "staleness": {"max_staleness": S or null, "histogram": [counts of
+ * 0 .. max (the last bin also counts larger ones)], "max": M}. */
+static void write_staleness(FILE *f, const train_result *r)
+{
+    fprintf(f, ",\n  \"staleness\": {\"max_staleness\": ");
+    if (r->staleness_bound >= 0)
+        fprintf(f, "%lld", (long long)r->staleness_bound);
+    else
+        fprintf(f, "null");
+    fprintf(f, ", \"histogram\": [");
+    const int64_t last = PST_MIN(PST_MAX(r->staleness_max, 0), TRAIN_STALE_BINS - 1);
+    for (int64_t i = 0; i <= last; i++)
+        fprintf(f, "%s%lld", i ? ", " : "", (long long)r->staleness_hist[i]);
+    fprintf(f, "], \"max\": %lld}", (long long)r->staleness_max);
+}
+
 int train_write_summary(const char *path, const train_cfg *cfg, const train_result *r, pst_err *e)
 {
     /* Written under a temporary name and renamed: readers never see half a
@@ -61,6 +77,7 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
         fprintf(f, ",\n  \"test_examples\": %lld", (long long)r->test_examples);
     }
     fprintf(f, ",\n  \"dropped_stale\": %lld", (long long)r->dropped_stale);
+    if (r->has_staleness) write_staleness(f, r);
     /* epochs 1-based, as in the progress lines and --metrics records */
     fprintf(f, ",\n  \"data\": {\"epochs\": [");
     for (int i = 0; i < r->nepochs_stats; i++) {

@@ -22,6 +22,8 @@ int train_check_cfg(const train_cfg *cfg, pst_err *e)
         return pst_fail(e, "--moving-average-decay: expected a decay in (0, 1)");
     if (!(cfg->warmup_epochs >= 0 && cfg->warmup_epochs <= 1e9))
         return pst_fail(e, "--warmup-epochs: expected a number of epochs >= 0");
+    if (cfg->max_staleness >= 0 && cfg->mode != TRAIN_ASYNC)
+        return pst_fail(e, "--max-staleness bounds async training: give --mode async");
     return 0;
 }
 

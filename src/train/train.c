@@ -32,6 +32,7 @@ train_cfg train_cfg_defaults(void)
     c.placement = PLACE_ROUND_ROBIN;
     c.partition_bytes = 256 * 1024;
     c.mode = TRAIN_SYNC;
+    c.max_staleness = -1;
     c.log_every = 1.0;
     c.keep_checkpoints = 3;
     c.threads = 1;

@@ -214,7 +214,7 @@ void train_result_free(train_result *r)
 int train_dump_params(const char *path, const float *p, size_t n, pst_err *e)
 {
     /* through a temporary and a rename: a full disk leaves the previous
-     * dump as it was (it used to be truncated in place) */
+     * dump as it was, never truncated */
     char tmp[4200];
     int renamed;
     FILE *f = pst_out_fopen(path, "wb", tmp, sizeof tmp, &renamed);

@@ -297,9 +297,9 @@ signal)
 stop-at-start)
     # The root's stop flag is set before training (test_dist --stop-at-start),
     # so its first poll stops the run at the data cursor it started from.
-    # Lockstep PS then have nothing to apply: they used to wait forever for
-    # the first version (a fresh run's stop at ticket 0 was even taken for
-    # "no request"). Each run is bounded: a hang fails in 60 s.
+    # Lockstep PS then have nothing to apply and must not wait for the first
+    # version (and a fresh run's stop at ticket 0 is a request, not "no
+    # request"). Each run is bounded: a hang fails in 60 s.
     srun() { np=$1; shift; timeout -k 5 60 "${MPI[@]}" -n "$np" "$TEST_DIST" train "$@"; }
     a="--data $TMP/small.h5 --ps 1"
     run 4 $a --dump "$TMP/ref.bin" >/dev/null

@@ -20,9 +20,9 @@ every convolution and dense weight U(+-1/sqrt(fan_in)), the dense bias too;
 gamma 1, beta 0; docs/torchvision.md); input x/255 normalised with the mean
 and standard deviation of the training pixels (what pstrain-prep stores and
 pstrain applies). The shuffle and the random draws are PyTorch's own, from
---seed. `--init he` draws pstrain's initialisers before 2026-12-01 instead
-(convolutions He truncated normal, |z| <= 2, variance 2/fan_in; the dense
-layer Glorot uniform, bias 0), the setting of the earlier measurements.
+--seed. `--init he` draws other initialisers instead (convolutions He
+truncated normal, |z| <= 2, variance 2/fan_in; the dense layer Glorot
+uniform, bias 0), to compare the two settings.
 
 The schedule and the averages follow pstrain's (src/nn/optim.c,
 docs/training.md, "Training recipes"): --lr-decay F --lr-decay-epochs E is the staircase

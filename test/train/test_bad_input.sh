@@ -60,7 +60,7 @@ say "flags"
 usage_case "batch 0" "--batch|'0'" "${T[@]}" --data "$d/ok.h5" --batch 0
 usage_case "batch too large" "--batch|at most 1048576" "${T[@]}" --data "$d/ok.h5" --batch 100000000
 # a batch far larger than the data set is no error, and activations are sized
-# for the largest batch there can be (it used to allocate 74 GB for lenet5)
+# for the largest batch there can be (not 74 GB for lenet5 at this batch)
 timeout 60 "${T[@]}" --data "$d/ok.h5" --model lenet5 --batch 1048576 --steps 1 >"$tmp/out" \
     2>"$tmp/err" || bad "lenet5 --batch 1048576 on 640 examples: $(head -1 "$tmp/err")"
 usage_case "batch junk" "--batch|12x" "${T[@]}" --data "$d/ok.h5" --batch 12x

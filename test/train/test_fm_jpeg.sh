@@ -13,10 +13,10 @@
 # (class by class) and with pixels a little off (mean absolute error about
 # 0.9/255), so its runs see other batches and follow other trajectories, and
 # the accuracy after one epoch of one run moves by about 0.01 for that alone.
-# Measured 2026-12-01 (idx / tree): seed 1234 0.8567 / 0.8428, seed 1
-# 0.8545 / 0.8636, seed 2 0.8612 / 0.8536; means 0.8575 / 0.8533. Even an idx
-# set in the tree's order (the same batches) gave 0.8595 for seed 1234: the
-# JPEG error alone moves one run by 0.017. Suite slow: about 45 s of CPU.
+# Per seed (idx / tree), seed 1234 0.8567 / 0.8428, seed 1 0.8545 / 0.8636,
+# seed 2 0.8612 / 0.8536; means 0.8575 / 0.8533. An idx set in the tree's
+# order (the same batches) gives 0.8595 for seed 1234: the JPEG error alone
+# moves one run by 0.017. Suite slow: about 45 s of CPU.
 . "$(dirname "$0")/lib.sh"
 need_fm
 FM_JPEGTREE=${4:?fm_jpegtree path}

@@ -80,8 +80,8 @@ say "the log of a short run ($MODE)"
 if [ "$MODE" = dist ]; then spe=20; else spe=40; fi
 # 640 examples, batch 16: 40 steps per epoch; 3 epochs, a checkpoint every 25
 rm -rf "$d/ck" "$d/m.jsonl"
-# (a short --log-every: the step of a record used to lag its losses and
-# repeat, 0 0 0 ... 36 36 36 in a sync run of 2 workers)
+# (a short --log-every: the step of a record must follow its losses, not lag
+# and repeat as 0 0 0 ... 36 36 36 in a sync run of 2 workers)
 "${T[@]}" --data "$d/ok.h5" --epochs 3 --eval-every 1 --checkpoint-dir "$d/ck" --log-every 0.005 \
     --checkpoint-every 25 --metrics "$d/m.jsonl" >"$d/out" 2>"$d/err" || bad "log run: exit $?"
 pyok "the log of a short run" '

@@ -85,6 +85,7 @@ static const char train_usage_more[] =
     "  --eval-every E          also evaluate it every E epochs (default: at the end only)\n"
     "  --log-every SECONDS     progress/metrics interval (default 1)\n"
     "  --metrics FILE.jsonl    metrics log\n"
+    "  --tensorboard DIR       the metrics as TensorBoard event files in DIR (made if missing)\n"
     "  --summary-json FILE     summary of the run\n"
     "  --trace-examples FILE   which worker saw which example ids in which step\n"
     "  --dump-params FILE      write the final parameter slab as raw float32 (for comparing\n"
@@ -157,7 +158,8 @@ enum {
     O_CKPT_SECS,
     O_KEEP,
     O_RESUME,
-    O_DUMP
+    O_DUMP,
+    O_TENSORBOARD
 };
 
 static const struct option train_opts[] = {
@@ -202,6 +204,7 @@ static const struct option train_opts[] = {
     {"verbose", no_argument, 0, O_VERBOSE},
     {"log-every", required_argument, 0, O_LOG_EVERY},
     {"metrics", required_argument, 0, O_METRICS},
+    {"tensorboard", required_argument, 0, O_TENSORBOARD},
     {"summary-json", required_argument, 0, O_SUMMARY},
     {"trace-examples", required_argument, 0, O_TRACE},
     {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
@@ -440,6 +443,9 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
             break;
         case O_METRICS:
             cfg->metrics_path = optarg;
+            break;
+        case O_TENSORBOARD:
+            cfg->tensorboard_dir = optarg;
             break;
         case O_SUMMARY:
             cfg->summary_path = optarg;

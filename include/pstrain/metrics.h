@@ -5,6 +5,7 @@
  * images_per_sec, elapsed, timing:{...}} every logging interval, and
  * {"type":"eval", step, epoch, split, accuracy, top5_accuracy, loss,
  * examples} for every evaluation. Lines are flushed as written so a killed job keeps its log.
+ * The same records can go to TensorBoard event files (metrics_tensorboard).
  * A NULL path gives a metrics handle that only prints the progress line.
  * Not thread-safe; called by the reporting rank only.
  *
@@ -54,6 +55,13 @@ int metrics_open(metrics **out, const char *path, bool progress, pst_err *e);
 /* The same, appending to an existing file (a resumed run continues its
  * log). `elapsed` in step lines counts from this call. */
 int metrics_open_append(metrics **out, const char *path, bool progress, pst_err *e);
+/* Also writes every step and eval record to a new TensorBoard event file in
+ * `dir` (tboard.h; NULL: none): the scalars train/{loss, accuracy, lr,
+ * images_per_sec}, timing/{wait_data, pull, compute, push, wait_version,
+ * ps_apply, ps_idle} (those the record has) and eval/SPLIT/{accuracy,
+ * top5_accuracy, loss}. `start_step` > 0: a resumed run, from that step.
+ * -1 with `e` naming the file when it cannot be created. */
+int metrics_tensorboard(metrics *m, const char *dir, int64_t start_step, pst_err *e);
 void metrics_step(metrics *m, const metrics_step_rec *r);
 /* The progress line of `r`, `elapsed` seconds into the run, for a terminal
  * of `width` columns (tty: shorter than width, the least important fields

@@ -73,6 +73,8 @@ typedef struct train_cfg {
     const char *eval_split; /* NULL: "val" when the data set has one, else "test" */
     double log_every;       /* seconds between progress/metrics lines */
     const char *metrics_path, *summary_path, *trace_path;
+    /* --tensorboard: TensorBoard event files (tboard.h); NULL = none */
+    const char *tensorboard_dir;
     bool dry_run; /* print the model (and plan) and exit */
     bool quiet;
     bool verbose; /* the placement table at the start (default: one summary line) */
@@ -183,8 +185,9 @@ int train_eval_split(const train_cfg *cfg, const h5ds *ds, bool warn, const char
 void train_set_eval(train_result *r, const char *split, const eval_stats *ev);
 
 /* Checks at start-up that every output of cfg (--summary-json, --metrics,
- * --dump-params, --trace-examples) can be written (pst_out_check): -1 with
- * the flag and the path named otherwise. */
+ * --dump-params, --trace-examples; --tensorboard's directory, made if
+ * missing) can be written (pst_out_check, tb_check_dir): -1 with the flag
+ * and the path named otherwise. */
 int train_check_outputs(const train_cfg *cfg, pst_err *e);
 
 /* Writes n floats (a parameter slab) as raw native float32 to path: the

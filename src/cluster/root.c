@@ -531,6 +531,8 @@ void root_run(dist_run *r, pst_err *e)
     if ((r->info.resumed ? metrics_open_append : metrics_open)(&r->mx, cfg->metrics_path,
                                                                !cfg->quiet, e) < 0)
         dist_fatal("%s", e->msg);
+    if (metrics_tensorboard(r->mx, cfg->tensorboard_dir, r->info.first_version, e) < 0)
+        dist_fatal("%s", e->msg);
     r->rctx = pst_calloc(1, sizeof *r->rctx);
     r->rctx->ps_ranks = r->ps_ranks, r->rctx->worker_ranks = r->worker_ranks;
     r->rctx->prev = pst_calloc((size_t)W * WR_N, sizeof *r->rctx->prev);

@@ -97,6 +97,7 @@ static const char train_usage_more[] =
     "  --eval-every E          also evaluate it every E epochs (default: at the end only)\n"
     "  --log-every SECONDS     progress/metrics interval (default 1)\n"
     "  --metrics FILE.jsonl    metrics log\n"
+    "  --tensorboard DIR       the metrics as TensorBoard event files in DIR (made if missing)\n"
     "  --summary-json FILE     summary of the run\n"
     "  --trace-examples FILE   which worker saw which example ids in which step\n"
     "  --dump-params FILE      write the final parameter slab as raw float32 (for comparing\n"
@@ -299,6 +300,7 @@ static const train_opt train_opts[] = {
     {"verbose", no_argument, SET(cfg.verbose)},
     {"log-every", required_argument, DOUBLE(cfg.log_every, 0, 1e6, "seconds >= 0")},
     {"metrics", required_argument, STR(cfg.metrics_path)},
+    {"tensorboard", required_argument, STR(cfg.tensorboard_dir)},
     {"summary-json", required_argument, STR(cfg.summary_path)},
     {"trace-examples", required_argument, STR(cfg.trace_path)},
     {"checkpoint-dir", required_argument, STR(cfg.checkpoint_dir)},

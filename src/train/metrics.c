@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "pstrain/progress.h"
+#include "pstrain/tboard.h"
 
 struct metrics {
     FILE *f;
@@ -17,6 +18,7 @@ struct metrics {
     bool progress, tty, line_open;
     double t0;
     int64_t last_step; /* of the last progress line */
+    tb_writer *tb;     /* --tensorboard DIR, or NULL */
 };
 
 static int open_mode(metrics **out, const char *path, bool progress, const char *mode, pst_err *e)
@@ -63,9 +65,50 @@ int metrics_open_append(metrics **out, const char *path, bool progress, pst_err 
     return open_mode(out, path, progress, "a", e);
 }
 
+/* ---- --tensorboard: the scalars of the records, tagged by group ---- */
+
+int metrics_tensorboard(metrics *m, const char *dir, int64_t start_step, pst_err *e)
+{
+    if (!dir) return 0;
+    return tb_open(&m->tb, dir, start_step, e);
+}
+
+static void tensorboard_step(tb_writer *tb, const metrics_step_rec *r)
+{
+    tb_scalar v[16] = {{"train/loss", r->loss},
+                       {"train/accuracy", r->accuracy},
+                       {"train/lr", r->lr},
+                       {"train/images_per_sec", r->images_per_sec}};
+    int n = 4;
+    if (r->worker) {
+        const worker_timing *w = r->worker;
+        v[n++] = (tb_scalar){"timing/wait_data", w->wait_data};
+        v[n++] = (tb_scalar){"timing/pull", w->pull};
+        v[n++] = (tb_scalar){"timing/compute", w->compute};
+        v[n++] = (tb_scalar){"timing/push", w->push};
+        v[n++] = (tb_scalar){"timing/wait_version", w->wait_version};
+    }
+    if (r->ps) {
+        v[n++] = (tb_scalar){"timing/ps_apply", r->ps->apply};
+        v[n++] = (tb_scalar){"timing/ps_idle", r->ps->idle};
+    }
+    tb_scalars(tb, r->step, v, n);
+}
+
+static void tensorboard_eval(tb_writer *tb, int64_t step, const char *split, const eval_stats *ev)
+{
+    char tag[3][48];
+    snprintf(tag[0], sizeof tag[0], "eval/%s/accuracy", split);
+    snprintf(tag[1], sizeof tag[1], "eval/%s/top5_accuracy", split);
+    snprintf(tag[2], sizeof tag[2], "eval/%s/loss", split);
+    const tb_scalar v[] = {{tag[0], ev->accuracy}, {tag[1], ev->top5_accuracy}, {tag[2], ev->loss}};
+    tb_scalars(tb, step, v, 3);
+}
+
 void metrics_step(metrics *m, const metrics_step_rec *r)
 {
     double el = pst_now() - m->t0;
+    if (m->tb) tensorboard_step(m->tb, r);
     if (m->f) {
         FILE *f = m->f;
         fprintf(f, "{\"type\":\"step\",\"step\":%lld,\"epoch\":%d,", (long long)r->step, r->epoch);
@@ -173,6 +216,7 @@ void metrics_note(metrics *m, const char *fmt, ...)
 
 void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, const eval_stats *ev)
 {
+    if (m->tb) tensorboard_eval(m->tb, step, split, ev);
     if (m->f) {
         fprintf(m->f, "{\"type\":\"eval\",\"step\":%lld,\"epoch\":%d,\"split\":\"%s\",",
                 (long long)step, epoch, split);
@@ -193,7 +237,10 @@ void metrics_eval(metrics *m, int64_t step, int epoch, const char *split, const 
 
 int metrics_finish(metrics *m, pst_err *e)
 {
-    if (!m || !m->f) return 0;
+    if (!m) return 0;
+    tb_close(m->tb); /* a write error there is a warning (tboard.h) */
+    m->tb = NULL;
+    if (!m->f) return 0;
     flush_record(m);
     errno = 0;
     if (fclose(m->f) != 0 && !m->err) m->err = errno ? errno : EIO;
@@ -211,6 +258,7 @@ void metrics_close(metrics *m)
     if (!m) return;
     if (m->line_open) fputc('\n', stderr);
     if (m->f) fclose(m->f);
+    tb_close(m->tb);
     free(m->path);
     free(m);
 }

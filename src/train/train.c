@@ -15,6 +15,7 @@
 #include "pstrain/h5ds.h"
 #include "pstrain/model.h"
 #include "pstrain/run_common.h"
+#include "pstrain/tboard.h"
 #include "pstrain/train.h"
 
 train_cfg train_cfg_defaults(void)
@@ -249,5 +250,7 @@ int train_check_outputs(const train_cfg *cfg, pst_err *e)
     for (size_t i = 0; i < PST_ARRAY_LEN(outs); i++)
         if (outs[i].path && pst_out_check(outs[i].path, outs[i].whole_file, e) < 0)
             return pst_err_prefix(e, "%s", outs[i].flag);
+    if (cfg->tensorboard_dir && tb_check_dir(cfg->tensorboard_dir, e) < 0)
+        return pst_err_prefix(e, "--tensorboard");
     return 0;
 }

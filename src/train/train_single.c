@@ -371,6 +371,7 @@ static int run_start(single_run *r, pst_err *e)
     if ((r->res->start_step > 0 ? metrics_open_append : metrics_open)(&r->mx, cfg->metrics_path,
                                                                       !cfg->quiet, e) < 0)
         return -1;
+    if (metrics_tensorboard(r->mx, cfg->tensorboard_dir, r->res->start_step, e) < 0) return -1;
     if (r->resumed_from[0]) /* a log line with its time, like what follows */
         metrics_note(r->mx, "resumed from %s at step %lld (epoch %d, batch %lld)", r->resumed_from,
                      (long long)r->step, r->start_epoch + 1, (long long)r->skip_batches);

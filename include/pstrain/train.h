@@ -62,7 +62,8 @@ typedef struct train_cfg {
     const char *eval_split; /* NULL: "val" when the data set has one, else "test" */
     double log_every;       /* seconds between progress/metrics lines */
     const char *metrics_path, *summary_path, *trace_path;
-    bool dry_run; /* print the model (and plan) and exit */
+    const char *timeline_path; /* --timeline: Chrome trace events (timeline.h); NULL = off */
+    bool dry_run;              /* print the model (and plan) and exit */
     bool quiet;
     bool verbose; /* the placement table at the start (default: one summary line) */
     /* diagnostic: write the final parameter slab as raw native float32 to this
@@ -170,7 +171,7 @@ void train_set_eval(train_result *r, const char *split, const eval_stats *ev);
 int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print_errors);
 
 /* Checks at start-up that every output of cfg (--summary-json, --metrics,
- * --dump-params, --trace-examples) can be written (pst_out_check): -1 with
+ * --dump-params, --trace-examples, --timeline) can be written (pst_out_check): -1 with
  * the flag and the path named otherwise. */
 int train_check_outputs(const train_cfg *cfg, pst_err *e);
 

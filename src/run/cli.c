@@ -92,6 +92,7 @@ static const char train_usage_more[] =
     "  --metrics FILE.jsonl    metrics log\n"
     "  --summary-json FILE     summary of the run\n"
     "  --trace-examples FILE   which worker saw which example ids in which step\n"
+    "  --timeline FILE.json    Chrome trace-event timeline of every rank's steps (Perfetto)\n"
     "  --dump-params FILE      write the final parameter slab as raw float32 (for comparing\n"
     "                          runs bitwise: cmp a.bin b.bin)\n"
     "  --dry-run               print the model (and placement) and exit\n"
@@ -155,6 +156,7 @@ enum {
     O_METRICS,
     O_SUMMARY,
     O_TRACE,
+    O_TIMELINE,
     O_DRY,
     O_QUIET,
     O_HELP,
@@ -211,6 +213,7 @@ static const struct option train_opts[] = {
     {"metrics", required_argument, 0, O_METRICS},
     {"summary-json", required_argument, 0, O_SUMMARY},
     {"trace-examples", required_argument, 0, O_TRACE},
+    {"timeline", required_argument, 0, O_TIMELINE},
     {"checkpoint-dir", required_argument, 0, O_CKPT_DIR},
     {"checkpoint-every", required_argument, 0, O_CKPT_EVERY},
     {"checkpoint-secs", required_argument, 0, O_CKPT_SECS},
@@ -460,6 +463,9 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
             break;
         case O_TRACE:
             cfg->trace_path = optarg;
+            break;
+        case O_TIMELINE:
+            cfg->timeline_path = optarg;
             break;
         case O_CKPT_DIR:
             cfg->checkpoint_dir = optarg;

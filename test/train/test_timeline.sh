@@ -8,6 +8,7 @@
 #     apply, checkpoints and evaluations appear as asked (check_timeline.py)
 #   async: the four phases of an async step
 #   a small buffer cap: dropped events counted in the file and warned about
+#   jobs/timeline-summary prints the mean time per phase and role
 #   the timeline does not change what is computed (--dump-params)
 #   a path that cannot be written: one line, before any training
 . "$(dirname "$0")/lib.sh"
@@ -42,6 +43,14 @@ say "sync, checkpoints and evaluations ($MODE)"
 "${CHECK[@]}" "$d/tl.json" "$ROLES" 80 "$(ckpt_steps "$d/ck")" "$(evals "$d/m.jsonl")" ||
     bad "sync timeline"
 ls "$d" | grep -q 'tl\.json\.tmp' && bad "a temporary was left beside the timeline"
+"$PSTRAIN_SRC/jobs/timeline-summary" "$d/tl.json" >"$d/sum" 2>&1 || bad "timeline-summary: exit $?"
+if [ "$MODE" = dist ]; then want="worker compute|worker wait_version|ps apply|root publish"; else
+    want="single process compute|single process checkpoint"; fi
+IFS='|' read -ra rows <<<"$want"
+for r in "${rows[@]}"; do
+    grep -Eq "^${r% *} +${r##* } +[0-9]+ +[0-9.]+ " "$d/sum" ||
+        bad "timeline-summary: no row '$r': $(cat "$d/sum")"
+done
 
 say "the same run without --timeline computes the same ($MODE)"
 "${T[@]}" --epochs 2 --eval-every 1 --checkpoint-dir "$d/ck2" --checkpoint-every 10 \

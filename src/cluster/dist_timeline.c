@@ -8,6 +8,8 @@
  * shortest round trip, the root's reading t_r fell between the rank's
  * readings t0 and t1, so offset = t_r - (t0 + t1) / 2, within half that
  * round trip. Ranks on one host share CLOCK_MONOTONIC and measure about 0.
+ * For tests of the correction, PSTRAIN_TIMELINE_TEST_SKEW=S makes rank k's
+ * clock, as the timeline sees it, read k * S seconds more than it does.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,10 +22,18 @@
 
 enum { TL_ROUNDS = 8, TL_NAME = 160 };
 
+/* PSTRAIN_TIMELINE_TEST_SKEW for this rank (0 without it). */
+static double test_skew(const dist_run *r)
+{
+    const char *env = getenv("PSTRAIN_TIMELINE_TEST_SKEW");
+    return env ? atof(env) * (r->rank - r->root_rank) : 0;
+}
+
 /* Collective over comm: this rank's clock offset from the root's (0 on the
  * root). The root serves the other ranks one after the other. */
 static double measure_offset(const dist_run *r, MPI_Comm comm)
 {
+    const double skew = test_skew(r);
     char c = 0;
     if (r->rank == r->root_rank) {
         for (int k = 0; k < r->size; k++)
@@ -36,10 +46,10 @@ static double measure_offset(const dist_run *r, MPI_Comm comm)
     }
     double best = INFINITY, offset = 0;
     for (int i = 0; i < TL_ROUNDS; i++) {
-        double t0 = pst_now(), tr = 0;
+        double t0 = pst_now() + skew, tr = 0;
         MPI_OK(MPI_Send(&c, 1, MPI_CHAR, r->root_rank, 0, comm));
         MPI_OK(MPI_Recv(&tr, 1, MPI_DOUBLE, r->root_rank, 0, comm, MPI_STATUS_IGNORE));
-        double t1 = pst_now();
+        double t1 = pst_now() + skew;
         if (t1 - t0 < best) best = t1 - t0, offset = tr - 0.5 * (t0 + t1);
     }
     return offset;
@@ -95,7 +105,9 @@ void dist_timeline_gather(dist_run *r)
     tl_head mine;
     memset(&mine, 0, sizeof mine);
     proc_name(r, mine.name, sizeof mine.name);
-    mine.offset = r->tl_offset, mine.n = root ? 0 : (int64_t)n, mine.dropped = dropped;
+    /* (a skewed clock would have read every event `skew` later) */
+    mine.offset = r->tl_offset + test_skew(r), mine.n = root ? 0 : (int64_t)n,
+    mine.dropped = dropped;
     if (mine.n > INT32_MAX) dist_fatal("timeline too large to gather");
     tl_head *heads = root ? pst_calloc((size_t)r->size, sizeof *heads) : NULL;
     MPI_OK(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, heads, (int)sizeof mine, MPI_BYTE,

@@ -7,6 +7,8 @@
 #     published by the root before a worker takes it (one clock), the PS
 #     apply, checkpoints and evaluations appear as asked (check_timeline.py)
 #   async: the four phases of an async step
+#   ranks whose clocks read seconds apart (PSTRAIN_TIMELINE_TEST_SKEW): the
+#     offsets measured at the start put every event on the root's clock
 #   a small buffer cap: dropped events counted in the file and warned about
 #   jobs/timeline-summary prints the mean time per phase and role
 #   the timeline does not change what is computed (--dump-params)
@@ -62,6 +64,11 @@ if [ "$MODE" = dist ]; then
     "${T[@]}" --mode async --epochs 2 --metrics "$d/ma.jsonl" --timeline "$d/ta.json" \
         >"$d/out" 2>&1 || { bad "async: exit $?"; tail -5 "$d/out"; }
     "${CHECK[@]}" "$d/ta.json" "$ROLES" 80 "" "$(evals "$d/ma.jsonl")" async || bad "async timeline"
+
+    say "clocks set apart: the offsets measured at the start bring them together"
+    PSTRAIN_TIMELINE_TEST_SKEW=-7 "${T[@]}" --steps 10 --metrics "$d/ms.jsonl" \
+        --timeline "$d/ts.json" >"$d/out" 2>&1 || { bad "skewed: exit $?"; tail -5 "$d/out"; }
+    "${CHECK[@]}" "$d/ts.json" "$ROLES" 20 "" "$(evals "$d/ms.jsonl")" || bad "skewed clocks"
 fi
 
 say "a small buffer: dropped events counted ($MODE)"

@@ -75,7 +75,8 @@ typedef struct train_cfg {
     const char *metrics_path, *summary_path, *trace_path;
     /* --tensorboard: TensorBoard event files (tboard.h); NULL = none */
     const char *tensorboard_dir;
-    bool dry_run; /* print the model (and plan) and exit */
+    const char *timeline_path; /* --timeline: Chrome trace events (timeline.h); NULL = off */
+    bool dry_run;              /* print the model (and plan) and exit */
     bool quiet;
     bool verbose; /* the placement table at the start (default: one summary line) */
     /* diagnostic: write the final parameter slab as raw native float32 to this
@@ -185,9 +186,9 @@ int train_eval_split(const train_cfg *cfg, const h5ds *ds, bool warn, const char
 void train_set_eval(train_result *r, const char *split, const eval_stats *ev);
 
 /* Checks at start-up that every output of cfg (--summary-json, --metrics,
- * --dump-params, --trace-examples; --tensorboard's directory, made if
- * missing) can be written (pst_out_check, tb_check_dir): -1 with the flag
- * and the path named otherwise. */
+ * --dump-params, --trace-examples, --timeline; --tensorboard's directory,
+ * made if missing) can be written (pst_out_check, tb_check_dir): -1 with the
+ * flag and the path named otherwise. */
 int train_check_outputs(const train_cfg *cfg, pst_err *e);
 
 /* Writes n floats (a parameter slab) as raw native float32 to path: the

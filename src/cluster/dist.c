@@ -382,6 +382,7 @@ static void open_windows(dist_run *r, pst_err *e)
 /* Frees what the run holds (any of it may be missing). */
 static void dist_run_free(dist_run *r)
 {
+    dist_timeline_free(r);
     root_ctx_free(r->rctx);
     metrics_close(r->mx);
     pipe_free(r->pl);
@@ -456,8 +457,9 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
                             "workers; this run checkpoints at the end and on a signal only\n");
     }
 
-    /* 3. windows */
+    /* 3. windows (and the timeline's clocks, before anything is recorded) */
     open_windows(r, e);
+    dist_timeline_begin(r);
 
     /* 4. the roles */
     if (is_root)

@@ -314,11 +314,13 @@ static int finish_on_root(dist_run *r, const gathered *g, pst_err *e)
         return -1;
     if (r->esplit && !res->stop_signal) {
         eval_stats ev;
+        const double te = tl_now();
         /* evaluations use the moving averages (docs/training.md, "Training recipes"); the
          * variables are not needed any more */
         if (r->averages) memcpy(nn_model_params(m), r->averages, sizeof(float) * nparam);
         if (train_evaluate(m, &r->ds, &r->input, r->esplit, cfg->batch, &ev, NULL, e) < 0)
             return -1;
+        tl_add(TL_EVAL, te, pst_now(), res->steps);
         train_set_eval(res, r->esplit, &ev);
         metrics_eval(r->mx, res->steps, res->epoch, r->esplit, &ev);
     }
@@ -347,6 +349,7 @@ int run_end(dist_run *r, pst_err *e)
     gather_logs(r, &g);
     if (r->cfg->mode == TRAIN_ASYNC) gather_staleness(r);
     ssp_free(r->ssp), r->ssp = NULL;
+    dist_timeline_gather(r);
     ps_free(r->sh), r->sh = NULL;
     feed_free(r->f), r->f = NULL;
 
@@ -356,6 +359,7 @@ int run_end(dist_run *r, pst_err *e)
         pipe_free(r->pl), r->pl = NULL; /* the data set is ours again */
         fill_timings(r, g.recs);
         rc = finish_on_root(r, &g, e) < 0 ? -1 : 0;
+        if (rc == 0) rc = dist_timeline_write(r, e);
     }
     free(g.all), free(g.counts), free(g.displs), free(g.recs);
     return rc;

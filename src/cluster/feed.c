@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "dist_internal.h"
+#include "pstrain/timeline.h"
 
 enum { HDR_HEAD = 0, HDR_STEP = 1, HDR_FINISHED = 2 };
 enum { CTL_SEQ = 0, CTL_RELEASE = 1, CTL_EPOCH = 2, CTL_COUNT = 3 };
@@ -178,15 +179,18 @@ int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stat
             if (filled[k] >= 0 && dist_load64(&slot_ctl(f, k)[CTL_RELEASE]) != filled[k] + 1) break;
             if (!src_done && (f->total < 0 || f->prod < f->total)) {
                 pipe_batch b;
-                double ts = pst_now();
+                const double ts = pst_now();
                 int got = h->source(h->ctx, &b, e);
-                st->source_wait += pst_now() - ts;
+                const double tb = pst_now();
+                st->source_wait += tb - ts;
                 if (got < 0) {
                     rc = -1;
                     goto out;
                 }
                 if (got > 0) {
                     fill_slot(f, k, f->prod, &b);
+                    tl_add(TL_WAIT_INPUT, ts, tb, 0);
+                    tl_add(TL_PUBLISH, tb, tl_now(), f->prod);
                     st->batches++;
                     filled[k] = f->prod++;
                     did = true;

@@ -19,6 +19,7 @@
 
 #include "dist_internal.h"
 #include "pstrain/pool.h"
+#include "pstrain/timeline.h"
 
 enum { CTL_LOCKSEQ = 0, CTL_DONE = 1, CTL_STOP_T = 2, CTL_CKPT_AT = 3, CTL_EVAL_AT = 4 };
 enum { TAG_SNAP_VERSION = 7101, TAG_SNAP_DATA = 7102 };
@@ -255,6 +256,7 @@ typedef struct serve_state {
      * the PS stops after last_version. A stop request lowers T (CTL_STOP_T). */
     int64_t V0, tk0, version, T, last_version;
     double t0, cpu0, t_report;
+    double t_free; /* --timeline: the end of the last apply (an idle stretch starts) */
     dist_backoff bo;
 } serve_state;
 
@@ -282,12 +284,24 @@ static int serve_init(serve_state *ss, ps_shard *s, const ps_serve_cfg *c, ps_se
     dist_backoff_init(&ss->bo, 10, s->lay.grad_slots ? 250 : 1000);
     ss->t0 = pst_now(), ss->cpu0 = dist_cpu_seconds();
     ss->t_report = ss->t0;
+    ss->t_free = ss->t0;
     ss->V0 = s->lay.first_version, ss->tk0 = s->lay.first_ticket;
     ss->version = ss->V0;
     ss->lockstep = s->lay.lockstep;
     ss->T = c->total_tickets;
     ss->last_version = ss->lockstep ? ss->V0 + (ss->T - ss->tk0 + W - 1) / W : 0;
     return 0;
+}
+
+/* --timeline: an apply [ta, tb) and the idle stretch before it; adds the
+ * apply's time to the statistics. */
+static void note_apply(serve_state *ss, double ta, int64_t arg)
+{
+    const double tb = pst_now();
+    ss->st->apply += tb - ta;
+    tl_add(TL_IDLE, ss->t_free, ta, 0);
+    tl_add(TL_APPLY, ta, tb, arg);
+    ss->t_free = tb;
 }
 
 static void serve_free(serve_state *ss)
@@ -335,7 +349,7 @@ static void apply_async(serve_state *ss, int w, volatile int64_t *stp, int64_t s
     MPI_OK(MPI_Win_sync(s->win));
     dist_store64(&stp[ST_ACK], seq);
     MPI_OK(MPI_Win_sync(s->win));
-    ss->st->apply += pst_now() - ta;
+    note_apply(ss, ta, ss->st->applied);
 }
 
 /* Reads every worker's stamp once: end stamps, and new pushes (sync: noted
@@ -438,7 +452,7 @@ static void apply_version(serve_state *ss)
     MPI_OK(MPI_Win_sync(s->win));
     dist_store64(&ss->ctl[CTL_LOCKSEQ], 2 * version);
     MPI_OK(MPI_Win_sync(s->win));
-    st->apply += pst_now() - ta;
+    note_apply(ss, ta, version);
 }
 
 /* Whether the service is over: every worker ended (lockstep: or the last
@@ -539,6 +553,7 @@ int ps_serve(ps_shard *s, const ps_serve_cfg *c, ps_serve_stats *st, pst_err *e)
         serve_async(&ss);
     st->version = ss.version;
     st->wall = pst_now() - ss.t0;
+    tl_add(TL_IDLE, ss.t_free, ss.t0 + st->wall, 0);
     st->cpu = dist_cpu_seconds() - ss.cpu0;
     if (c->report) serve_report(&ss, st->cpu);
     ps_snapshot_wait(s);

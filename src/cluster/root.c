@@ -112,12 +112,14 @@ static ckpt_meta run_meta(const root_ctx *c, int64_t step, int64_t next_batch)
 int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const float *params,
                          const float *slots, const float *averages, pst_err *e)
 {
+    const double tc = tl_now();
     ckpt_meta cm = run_meta(c, step, next_batch);
     cm.averages = averages;
     if (ckpt_save(c->cfg->checkpoint_dir, c->cfg->keep_checkpoints, &cm, c->vars, c->nvars, params,
                   c->nslots ? slots : NULL, c->nparam, c->res->last_checkpoint,
                   sizeof c->res->last_checkpoint, e) < 0)
         return -1;
+    tl_add(TL_CHECKPOINT, tc, pst_now(), step);
     metrics_note(c->mx, "checkpoint %s (step %lld)", c->res->last_checkpoint, (long long)step);
     return 0;
 }
@@ -131,8 +133,10 @@ static int root_eval(root_ctx *c, int64_t step, int epoch, pst_err *e)
 {
     if (!c->eval_split) return 0;
     eval_stats ev;
+    const double te = tl_now();
     if (train_evaluate(c->m, c->ds_rw, c->input, c->eval_split, c->cfg->batch, &ev, NULL, e) < 0)
         return -1;
+    tl_add(TL_EVAL, te, pst_now(), step);
     metrics_eval(c->mx, step, epoch, c->eval_split, &ev);
     return 0;
 }

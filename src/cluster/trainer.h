@@ -25,6 +25,7 @@
 #include "pstrain/pipeline.h"
 #include "pstrain/placement.h"
 #include "pstrain/ps.h"
+#include "pstrain/timeline.h"
 #include "pstrain/train.h"
 #include "ssp.h"
 
@@ -192,6 +193,11 @@ typedef struct dist_run {
     char *mtext;
     feed_serve_stats fst;
     double t_train;
+    /* --timeline: this rank's clock offset from the root's, the root's start
+     * time, and on the root the gathered processes (dist_timeline.c) */
+    double tl_offset, tl_origin;
+    tl_proc *tl_procs;
+    tl_event *tl_all;
 } dist_run;
 
 /* root.c: opens the data (and the checkpoint's attributes when resuming)
@@ -223,5 +229,15 @@ void worker_role(dist_run *r);
  * report records gathered, the windows freed; on the root the result, the
  * final checkpoint and evaluation. Returns 0 or -1 with e. */
 int run_end(dist_run *r, pst_err *e);
+
+/* dist_timeline.c (--timeline; each does nothing without it): collective:
+ * measures this rank's clock offset from the root's and starts recording. */
+void dist_timeline_begin(dist_run *r);
+/* Collective: every rank's events to the root (after the run's end
+ * protocol); the other ranks stop recording. */
+void dist_timeline_gather(dist_run *r);
+/* Root: writes the trace, its own events up to now included. 0 or -1 with e. */
+int dist_timeline_write(dist_run *r, pst_err *e);
+void dist_timeline_free(dist_run *r);
 
 #endif

@@ -92,6 +92,20 @@ static void log_batch(i64vec *log, const feed_batch *b, int64_t step, float loss
     for (int i = 0; i < b->count; i++) vec_push(log, b->ids[i]);
 }
 
+/* --timeline: one step's phases, on contiguous stamps: t[0] take begins,
+ * t[1] batch taken, t[2] pull begins (lockstep: after waiting for its
+ * version), t[3] pull done, t[4] compute done, t[5] push done, t[6] the
+ * next version seen (sync with backup workers; else unused). */
+static void timeline_step(int64_t ticket, bool sync, bool lockstep, const double t[7])
+{
+    tl_add(TL_WAIT_DATA, t[0], t[1], ticket);
+    if (lockstep) tl_add(TL_WAIT_VERSION, t[1], t[2], ticket);
+    tl_add(TL_PULL, t[2], t[3], ticket);
+    tl_add(TL_COMPUTE, t[3], t[4], ticket);
+    tl_add(TL_PUSH, t[4], t[5], ticket);
+    if (sync && !lockstep) tl_add(TL_WAIT_VERSION, t[5], t[6], ticket);
+}
+
 /* The worker loop. Fills the example log (ticket, step, epoch, count, ids...)
  * and its report record. */
 static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
@@ -118,7 +132,10 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         feed_report(a->f, rec, WR_N); /* completes with feed_take's flush */
         if (a->ssp) ssp_wait(a->ssp, ndone, &tm.wait_version);
         feed_batch b;
+        double tt[7];
+        tt[0] = tl_now();
         if (!feed_take(a->f, &b, &tm.wait_data)) break;
+        tt[1] = tl_now();
 
         if (lockstep) wait_version_of(a, b.ticket, versions, now, &tm.wait_version);
         double t0 = pst_now();
@@ -165,11 +182,16 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         rec[WR_LAST_STEP] = (double)step;
         rec[WR_EPOCH] = b.epoch;
         log_batch(log, &b, step, loss);
+        bool done = false;
         if (sync && !lockstep) {
-            bool done = ps_wait_newer(a->s, versions, now, &tm.wait_version);
+            done = ps_wait_newer(a->s, versions, now, &tm.wait_version);
             memcpy(versions, now, sizeof *now * (size_t)a->P);
-            if (done) break;
         }
+        if (tl_recording) {
+            tt[2] = t0, tt[3] = t1, tt[4] = t2, tt[5] = t3, tt[6] = pst_now();
+            timeline_step(b.ticket, sync, lockstep, tt);
+        }
+        if (done) break;
     }
     /* a finished worker never holds the others back */
     if (a->ssp) ssp_finish(a->ssp, a->w);

@@ -100,6 +100,7 @@ static const char train_usage_more[] =
     "  --tensorboard DIR       the metrics as TensorBoard event files in DIR (made if missing)\n"
     "  --summary-json FILE     summary of the run\n"
     "  --trace-examples FILE   which worker saw which example ids in which step\n"
+    "  --timeline FILE.json    Chrome trace-event timeline of every rank's steps (Perfetto)\n"
     "  --dump-params FILE      write the final parameter slab as raw float32 (for comparing\n"
     "                          runs bitwise: cmp a.bin b.bin)\n"
     "  --dry-run               print the model (and placement) and exit\n"
@@ -301,6 +302,7 @@ static const train_opt train_opts[] = {
     {"log-every", required_argument, DOUBLE(cfg.log_every, 0, 1e6, "seconds >= 0")},
     {"metrics", required_argument, STR(cfg.metrics_path)},
     {"tensorboard", required_argument, STR(cfg.tensorboard_dir)},
+    {"timeline", required_argument, STR(cfg.timeline_path)},
     {"summary-json", required_argument, STR(cfg.summary_path)},
     {"trace-examples", required_argument, STR(cfg.trace_path)},
     {"checkpoint-dir", required_argument, STR(cfg.checkpoint_dir)},

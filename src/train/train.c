@@ -246,7 +246,8 @@ int train_check_outputs(const train_cfg *cfg, pst_err *e)
     } outs[] = {{"--summary-json", cfg->summary_path, true},
                 {"--metrics", cfg->metrics_path, false},
                 {"--dump-params", cfg->dump_params_path, true},
-                {"--trace-examples", cfg->trace_path, false}};
+                {"--trace-examples", cfg->trace_path, false},
+                {"--timeline", cfg->timeline_path, true}};
     for (size_t i = 0; i < PST_ARRAY_LEN(outs); i++)
         if (outs[i].path && pst_out_check(outs[i].path, outs[i].whole_file, e) < 0)
             return pst_err_prefix(e, "%s", outs[i].flag);

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pstrain/blas.h"
 #include "pstrain/ckpt.h"
@@ -18,6 +19,7 @@
 #include "pstrain/metrics.h"
 #include "pstrain/model.h"
 #include "pstrain/run_common.h"
+#include "pstrain/timeline.h"
 #include "pstrain/train.h"
 
 /* Evaluates with the moving averages in place of the variables when
@@ -432,10 +434,12 @@ static int run_epoch_end(single_run *r, int next, double t_now, pst_err *e)
     memset(r->seen, 0, (size_t)r->per_epoch);
     if (cfg->eval_every > 0 && r->esplit && next % cfg->eval_every == 0) {
         eval_stats ev;
+        const double te = tl_now();
         /* the pipeline's reader shares the file: h5ds takes the HDF5 lock */
         if (evaluate_with(r->m, r->averages, &r->ds, &cfg->pipe, r->esplit, r->max_batch, &ev, e) <
             0)
             return -1;
+        tl_add(TL_EVAL, te, pst_now(), r->step);
         metrics_eval(r->mx, r->step, next, r->esplit, &ev);
     }
     r->epoch = next;
@@ -497,12 +501,14 @@ static int run_save(single_run *r, double train_seconds, pst_err *e)
 {
     const train_cfg *cfg = &r->cfg;
     train_result *res = r->res;
+    const double tc = tl_now();
     ckpt_meta cm = run_meta(cfg, &r->ds, r->mtext, r->step, r->epoch, r->epoch_batch,
                             r->steps_per_epoch, r->examples, train_seconds, &r->sched, r->averages);
     if (ckpt_save(cfg->checkpoint_dir, cfg->keep_checkpoints, &cm, nn_model_vars(r->m),
                   nn_model_nvars(r->m), nn_model_params(r->m), r->nslots ? r->slots : NULL,
                   r->nparam, res->last_checkpoint, sizeof res->last_checkpoint, e) < 0)
         return -1;
+    tl_add(TL_CHECKPOINT, tc, pst_now(), r->step);
     return 0;
 }
 
@@ -544,6 +550,7 @@ static int run_loop(single_run *r, pst_err *e)
         double t1 = pst_now();
         if (b.epoch != r->epoch && run_epoch_end(r, b.epoch, t1, e) < 0) return -1;
         account_batch(r->res, &b, r->seen, r->per_epoch);
+        const double tc = tl_now(); /* after an epoch end's evaluation */
 
         float loss;
         int ncorrect;
@@ -551,6 +558,11 @@ static int run_loop(single_run *r, pst_err *e)
         double t2 = pst_now();
         run_update(r);
         double t3 = pst_now();
+        if (tl_recording) {
+            tl_add(TL_WAIT_DATA, t0, t1, r->step - 1);
+            tl_add(TL_COMPUTE, tc, t2, r->step - 1);
+            tl_add(TL_APPLY, t2, t3, r->step);
+        }
         r->tm.wait_data += t1 - t0;
         r->tm.compute += t2 - t1;
         r->tm.push += t3 - t2;
@@ -627,9 +639,11 @@ static int run_finish(single_run *r, pst_err *e)
     res->wtiming[0] = r->tm;
     if (r->esplit) {
         eval_stats ev;
+        const double te = tl_now();
         if (evaluate_with(r->m, r->averages, &r->ds, &cfg->pipe, r->esplit, r->max_batch, &ev, e) <
             0)
             return -1;
+        tl_add(TL_EVAL, te, pst_now(), step);
         train_set_eval(res, r->esplit, &ev);
         metrics_eval(r->mx, step, res->epoch, r->esplit, &ev);
     }
@@ -660,6 +674,23 @@ static int run_free(single_run *r, int rc, pst_err *e)
     return rc;
 }
 
+/* --timeline: the trace of this one process, its first event at 0. */
+static int write_timeline(const char *path, bool quiet, pst_err *e)
+{
+    tl_proc p = {.pid = 0, .nlanes = 3, .lane_names = {"steps", "checkpoints", "evaluations"}};
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(p.name, sizeof p.name, "single process @%s", host);
+    p.ev = tl_events(&p.n, &p.dropped);
+    double origin = p.n ? p.ev[0].t0 : 0;
+    for (size_t i = 0; i < p.n; i++) origin = PST_MIN(origin, p.ev[i].t0);
+    if (p.dropped && !quiet)
+        pst_warn("--timeline: %lld events did not fit in the buffer and are missing "
+                 "(PSTRAIN_TIMELINE_MAX_EVENTS raises the cap)",
+                 (long long)p.dropped);
+    return tl_write(path, &p, 1, origin, e);
+}
+
 int train_single(const train_cfg *cfg_in, train_result *res, pst_err *e)
 {
     memset(res, 0, sizeof *res);
@@ -684,11 +715,14 @@ int train_single(const train_cfg *cfg_in, train_result *res, pst_err *e)
     int rc = run_open(r, e);
     if (rc == 0) rc = run_alloc_state(r, e);
     if (rc == 0 && cfg->resume) rc = run_resume(r, e);
+    if (rc == 0 && cfg->timeline_path) tl_start(0);
     if (rc == 0) rc = run_start(r, e);
     if (rc == 0) rc = run_skip_consumed(r, e);
     if (rc == 0) rc = run_loop(r, e);
     if (rc == 0) rc = run_finish(r, e);
+    if (rc == 0 && cfg->timeline_path) rc = write_timeline(cfg->timeline_path, cfg->quiet, e);
     rc = run_free(r, rc < 0 ? -1 : 0, e);
+    tl_stop();
     free(r);
     return rc;
 }

@@ -17,7 +17,7 @@
 #   - the installed prep.sbatch makes a small data set from idx files with the
 #     installed pstrain-prep; the installed train.sbatch trains on it under
 #     the MPI launcher (root, 1 PS, 2 workers); pstrain eval reads the
-#     checkpoint; plot-metrics and torch2ckpt.py are on PATH
+#     checkpoint; plot-metrics, timeline-summary and torch2ckpt.py are on PATH
 # Skips (77) without Lmod or man-db; fails when the build has no man pages.
 set -u
 build=$(cd "${1:?build dir}" && pwd)
@@ -72,6 +72,7 @@ module load pstrain || bad "module load pstrain failed"
 [ "$(command -v pstrain)" = "$prefix/bin/pstrain" ] || bad "pstrain on PATH is '$(command -v pstrain)'"
 [ "$(command -v pstrain-prep)" = "$prefix/bin/pstrain-prep" ] || bad "pstrain-prep: '$(command -v pstrain-prep)'"
 command -v plot-metrics >/dev/null || bad "plot-metrics not on PATH"
+command -v timeline-summary >/dev/null || bad "timeline-summary not on PATH"
 command -v torch2ckpt.py >/dev/null || bad "torch2ckpt.py not on PATH"
 [ "${PSTRAIN_ROOT:-}" = "$prefix" ] || bad "PSTRAIN_ROOT is '${PSTRAIN_ROOT:-}', expected $prefix"
 case :${MANPATH:-}: in *":$prefix/share/man:"*) ;; *) bad "MANPATH '${MANPATH:-}' lacks $prefix/share/man" ;; esac

@@ -48,6 +48,7 @@ typedef struct train_cfg {
     int64_t partition_bytes; /* default 256 KiB */
     train_mode mode;
     int replicas_to_aggregate; /* 0 = all workers */
+    bool comm_bf16;            /* --comm-dtype bf16: pulls and pushes in bfloat16 */
 
     /* checkpoints (ckpt.h): DIR/ckpt-<step>.h5 + DIR/latest */
     const char *checkpoint_dir;
@@ -108,9 +109,12 @@ typedef struct train_result {
     int64_t *per_ps_bytes; /* owned */
     double imbalance;
     int64_t dropped_stale; /* sync mode with backup workers */
-    int64_t start_step;    /* > 0 when resumed from a checkpoint */
-    int stop_signal;       /* the signal that stopped the run early, or 0 */
-    bool nothing_to_do;    /* resumed at or past --steps: no training (last_checkpoint, steps) */
+    /* distributed: --comm-dtype, and one worker step's data bytes (ps_comm_bytes) */
+    bool comm_bf16;
+    int64_t pull_bytes_per_step, push_bytes_per_step;
+    int64_t start_step; /* > 0 when resumed from a checkpoint */
+    int stop_signal;    /* the signal that stopped the run early, or 0 */
+    bool nothing_to_do; /* resumed at or past --steps: no training (last_checkpoint, steps) */
     char last_checkpoint[4096];
     int nworker_timing;
     worker_timing *wtiming; /* per worker, owned */

@@ -329,6 +329,10 @@ int run_end(dist_run *r, pst_err *e)
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
     gathered g = {NULL, NULL, NULL, NULL};
     gather_logs(r, &g);
+    if (r->is_root) {
+        r->res->comm_bf16 = r->cfg->comm_bf16;
+        ps_comm_bytes(r->sh, &r->res->pull_bytes_per_step, &r->res->push_bytes_per_step);
+    }
     ps_free(r->sh), r->sh = NULL;
     feed_free(r->f), r->f = NULL;
 

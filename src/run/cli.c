@@ -74,6 +74,8 @@ static const char train_usage_more[] =
     "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
     "  --mode M                sync | async (default sync)\n"
     "  --replicas-to-aggregate R  gradients per sync step (default: all workers)\n"
+    "  --comm-dtype D          fp32 | bf16: the type of pulls and pushes; the parameter\n"
+    "                          servers keep float32 variables (default fp32)\n"
     "\n"
     "checkpoints (HDF5; temp file + fsync + rename, DIR/latest names the newest):\n"
     "  --checkpoint-dir D      write checkpoints to D (a final one at the end, and on "
@@ -148,6 +150,7 @@ enum {
     O_PBYTES,
     O_MODE,
     O_R,
+    O_COMM_DTYPE,
     O_EVAL_EVERY,
     O_EVAL_SPLIT,
     O_VERBOSE,
@@ -204,6 +207,7 @@ static const struct option train_opts[] = {
     {"partition-bytes", required_argument, 0, O_PBYTES},
     {"mode", required_argument, 0, O_MODE},
     {"replicas-to-aggregate", required_argument, 0, O_R},
+    {"comm-dtype", required_argument, 0, O_COMM_DTYPE},
     {"eval-every", required_argument, 0, O_EVAL_EVERY},
     {"eval-split", required_argument, 0, O_EVAL_SPLIT},
     {"verbose", no_argument, 0, O_VERBOSE},
@@ -437,6 +441,14 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         case O_R:
             cfg->replicas_to_aggregate =
                 (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of replicas");
+            break;
+        case O_COMM_DTYPE:
+            if (!strcmp(optarg, "fp32"))
+                cfg->comm_bf16 = false;
+            else if (!strcmp(optarg, "bf16"))
+                cfg->comm_bf16 = true;
+            else
+                bad(&c, "fp32 or bf16", optarg);
             break;
         case O_EVAL_EVERY:
             cfg->eval_every = (int)arg_i64(&c, optarg, 0, 1000000, "a number of epochs >= 0");

@@ -55,7 +55,7 @@
  * chooses independently: runs are not reproducible. With --steps S the PS raise `done` after S
  * versions and the workers stop.
  *
- * Async: with plain SGD (and no moving averages) the worker MPI_Accumulates
+ * Async: with plain SGD (and no moving averages, fp32 transfers) the worker MPI_Accumulates
  * -lr*g (MPI_SUM) straight into the parameters and MPI_REPLACEs the new
  * statistics; the PS only serves progress. With stateful optimizers the worker puts its gradient
  * into its slot (waiting first until the PS acknowledged the previous one)

@@ -10,14 +10,15 @@
  *            (requests from the root)
  *   stamps:  per slot 64 bytes: int64 seq, version, ticket, count, step, ack
  *   params:  its shard: the plan's ranges back to back (place_range.ps_offset)
- *   copy:    with --comm-dtype bf16, the shard's params rounded to bf16
- *            (bf16.h), refreshed by the PS block by block as it applies an
- *            update (sync: inside the seqlock of the version): what workers
- *            pull
+ *   copy:    with --comm-dtype bf16, the shard's params in the wire layout
+ *            (trainable ranges rounded to bf16 by bf16.h, batch-norm
+ *            statistics float32), refreshed by the PS block by block as it
+ *            applies an update (sync: inside the seqlock of the version):
+ *            what workers pull
  *   grads:   W shard-sized gradient slots (sync mode, and async mode with a
- *            stateful optimizer, moving averages or bf16); float32, or bf16
- *            under --comm-dtype bf16, which the PS widens exactly to float32
- *            before it sums them (in ticket order) and applies them
+ *            stateful optimizer, moving averages or bf16); float32, or the
+ *            wire layout under --comm-dtype bf16, which the PS widens exactly
+ *            to float32 before it sums them (in ticket order) and applies them
  *   averages: with --moving-average-decay, the moving averages of the shard
  *            (its layout as params), updated by the PS after every update it
  *            applies (sync: inside the seqlock of the version, with
@@ -182,8 +183,8 @@ void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions);
  * widened to float32. */
 void ps_pull_wire(ps_shard *s, float *params, bool consistent, int64_t *versions);
 /* The data bytes of one worker step: one pull of every parameter and one
- * push of every gradient (4 bytes each, 2 under bf16); torn seqlock reads
- * that are retried and the stamps are not counted. */
+ * push of every gradient (4 bytes each; under bf16 2 for trainable ones);
+ * torn seqlock reads that are retried and the stamps are not counted. */
 void ps_comm_bytes(const ps_shard *s, int64_t *pull, int64_t *push);
 /* The same for the moving averages (a run with --moving-average-decay). */
 void ps_pull_averages(ps_shard *s, float *averages, bool consistent);

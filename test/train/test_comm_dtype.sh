@@ -3,7 +3,8 @@
 # (docs/design.md §3, "Transfer type") under the MPI launcher.
 #   bitwise   LeNet-5 on a small generated set, 2 sync workers: bf16 final
 #             variables bitwise equal for --ps 1/2/3, two placements and 2
-#             PS threads, and different from fp32's; resumed bf16 equal to an
+#             PS threads, and different from fp32's; the same for a model
+#             with batch norm (inception-mini, --ps 1 and 3); resumed bf16 equal to an
 #             uninterrupted run; the summary's bytes per step halve (fp32: 4
 #             bytes a parameter each way); async bf16 (SGD through the PS's
 #             slots, and Adam) sees every example once
@@ -38,6 +39,14 @@ bitwise)
     same "$tmp/b1.bin" "$tmp/b2.bin" "bf16: --ps 1 and --ps 2 greedy differ"
     same "$tmp/b1.bin" "$tmp/b3.bin" "bf16: --ps 1 and --ps 3 partition differ"
     cmp -s "$tmp/f.bin" "$tmp/b1.bin" && bad "bf16 equals fp32: not in effect?"
+    say "batch norm (its statistics travel as float32): inception-mini, --ps 1 and 3"
+    "$MKDATA" "$tmp/c3.h5" 192 32 16 16 3 10 || { echo "mkdata failed"; exit 1; }
+    B=(--data "$tmp/c3.h5" --model inception-mini --epochs 1 --comm-dtype bf16)
+    dist 4 "${B[@]}" --ps 1 --dump-params "$tmp/i1.bin" --summary-json "$tmp/i.json" ||
+        bad "inception-mini --ps 1"
+    dist 6 "${B[@]}" --ps 3 --placement greedy --dump-params "$tmp/i3.bin" ||
+        bad "inception-mini --ps 3"
+    same "$tmp/i1.bin" "$tmp/i3.bin" "bf16 inception-mini: --ps 1 and --ps 3 differ"
     pyok "bytes per step" 'import json, sys
 f, b = (json.load(open(p)) for p in sys.argv[1:3])
 fc, bc = f["comm"], b["comm"]

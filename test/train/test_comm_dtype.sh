@@ -79,6 +79,8 @@ fashion)
         dist 4 --data "$FM" --model lenet5 --epochs 1 --ps 1 --comm-dtype $dt \
             --summary-json "$tmp/$dt.json" || bad "$dt run"
     done
+    say "test accuracy: fp32 $(jget "$tmp/fp32.json" 'j["test_accuracy"]')," \
+        "bf16 $(jget "$tmp/bf16.json" 'j["test_accuracy"]')"
     pyok "bf16 accuracy within 0.005 of fp32's" 'import json, sys
 f, b = (json.load(open(p))["test_accuracy"] for p in sys.argv[1:3])
 print("fp32 %.4f bf16 %.4f" % (f, b))

@@ -10,8 +10,15 @@
  *            (requests from the root)
  *   stamps:  per slot 64 bytes: int64 seq, version, ticket, count, step, ack
  *   params:  its shard: the plan's ranges back to back (place_range.ps_offset)
+ *   copy:    with --comm-dtype bf16, the shard's params in the wire layout
+ *            (trainable ranges rounded to bf16 by bf16.h, batch-norm
+ *            statistics float32), refreshed by the PS block by block as it
+ *            applies an update (sync: inside the seqlock of the version):
+ *            what workers pull
  *   grads:   W shard-sized gradient slots (sync mode, and async mode with a
- *            stateful optimizer or moving averages)
+ *            stateful optimizer, moving averages or bf16); float32, or the
+ *            wire layout under --comm-dtype bf16, which the PS widens exactly
+ *            to float32 before it sums them (in ticket order) and applies them
  *   averages: with --moving-average-decay, the moving averages of the shard
  *            (its layout as params), updated by the PS after every update it
  *            applies (sync: inside the seqlock of the version, with
@@ -49,7 +56,7 @@
  * chooses independently: runs are not reproducible. With --steps S the PS raise `done` after S
  * versions and the workers stop.
  *
- * Async: with plain SGD (and no moving averages) the worker MPI_Accumulates
+ * Async: with plain SGD (and no moving averages, fp32 transfers) the worker MPI_Accumulates
  * -lr*g (MPI_SUM) straight into the parameters and MPI_REPLACEs the new
  * statistics; the PS only serves progress. With stateful optimizers the worker puts its gradient
  * into its slot (waiting first until the PS acknowledged the previous one)
@@ -78,6 +85,7 @@ typedef struct ps_layout {
     int nworkers;
     bool grad_slots; /* sync, or async with a stateful optimizer */
     bool lockstep;   /* sync with R == W: slot = ticket mod W (see above) */
+    bool bf16;       /* --comm-dtype bf16: workers pull the bf16 copy, push bf16 */
     int root_rank;   /* where snapshots go */
     /* optimizer slots of the shards: their kind, and the full-slab slot
      * arrays to start from (slot k of element j at k*init_slot_stride + j; NULL:
@@ -167,6 +175,13 @@ void ps_request_stop(ps_shard *s, int64_t total_tickets);
  * retry until each PS's lockseq is even and unchanged around its Get;
  * versions (may be NULL) receives each PS's version. */
 void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions);
+/* A worker's pull: ps_pull, or under --comm-dtype bf16 the PS's bf16 copy
+ * widened to float32. */
+void ps_pull_wire(ps_shard *s, float *params, bool consistent, int64_t *versions);
+/* The data bytes of one worker step: one pull of every parameter and one
+ * push of every gradient (4 bytes each; under bf16 2 for trainable ones);
+ * torn seqlock reads that are retried and the stamps are not counted. */
+void ps_comm_bytes(const ps_shard *s, int64_t *pull, int64_t *push);
 /* The same for the moving averages (a run with --moving-average-decay). */
 void ps_pull_averages(ps_shard *s, float *averages, bool consistent);
 /* Waits until every PS's version is > after[p] or the PS is done; returns

@@ -59,6 +59,7 @@ typedef struct train_cfg {
     /* async: --max-staleness S, a worker starts a step only while it is at
      * most S steps ahead of the slowest unfinished worker (-1: unbounded) */
     int64_t max_staleness;
+    bool comm_bf16;            /* --comm-dtype bf16: pulls and pushes in bfloat16 */
 
     /* checkpoints (ckpt.h): DIR/ckpt-<step>.h5 + DIR/latest */
     const char *checkpoint_dir;
@@ -131,6 +132,9 @@ typedef struct train_result {
     bool has_staleness;
     int64_t staleness_hist[TRAIN_STALE_BINS];
     int64_t staleness_max, staleness_bound;
+    /* distributed: --comm-dtype, and one worker step's data bytes (ps_comm_bytes) */
+    bool comm_bf16;
+    int64_t pull_bytes_per_step, push_bytes_per_step;
     int64_t start_step; /* > 0 when resumed from a checkpoint */
     int stop_signal;    /* the signal that stopped the run early, or 0 */
     bool nothing_to_do; /* resumed at or past --steps: no training (last_checkpoint, steps) */

@@ -356,9 +356,11 @@ static void open_windows(dist_run *r, pst_err *e)
     ps_layout lay = {.ps_ranks = r->ps_ranks,
                      .nworkers = W,
                      /* async SGD accumulates into the parameters without the
-                      * PS, which then could not keep the averages */
-                     .grad_slots =
-                         cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD || cfg->ema_decay > 0,
+                      * PS, which then could not keep the averages; and
+                      * MPI_Accumulate cannot sum bf16 */
+                     .grad_slots = cfg->mode == TRAIN_SYNC || cfg->opt.kind != OPT_SGD ||
+                                   cfg->ema_decay > 0 || cfg->comm_bf16,
+                     .bf16 = cfg->comm_bf16,
                      .lockstep = r->lockstep,
                      .root_rank = r->root_rank,
                      .opt = cfg->opt,

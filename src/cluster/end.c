@@ -350,6 +350,10 @@ int run_end(dist_run *r, pst_err *e)
     if (r->cfg->mode == TRAIN_ASYNC) gather_staleness(r);
     ssp_free(r->ssp), r->ssp = NULL;
     dist_timeline_gather(r);
+    if (r->is_root) {
+        r->res->comm_bf16 = r->cfg->comm_bf16;
+        ps_comm_bytes(r->sh, &r->res->pull_bytes_per_step, &r->res->push_bytes_per_step);
+    }
     ps_free(r->sh), r->sh = NULL;
     feed_free(r->f), r->f = NULL;
 

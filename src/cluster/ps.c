@@ -7,8 +7,16 @@
  *   [0, 64)                      ctl: int64 lockseq, done
  *   [64, 64 + 64*W)              stamps: int64 seq, version, ticket, count,
  *                                step, ack (per worker)
- *   params_off                   n_p floats
- *   grads_off + w*slot_bytes     worker w's gradient slot (n_p floats)
+ *   params_off                   n_p floats (the master variables)
+ *   copy_off                     --comm-dtype bf16: the copy of the params
+ *                                that workers pull, in the wire layout, else
+ *                                empty
+ *   grads_off(w)                 worker w's gradient slot (n_p floats, or
+ *                                the wire layout under --comm-dtype bf16)
+ * The wire layout (bf16): the shard's ranges back to back at wire_off,
+ * trainable ones as bf16, non-trainable ones (batch-norm moving statistics,
+ * whose 1% steps would round away in bf16) as float32, each range 4-byte
+ * aligned.
  *   avg_off                      the moving averages (n_p floats), after the
  *                                gradient slots (--moving-average-decay)
  */
@@ -18,6 +26,7 @@
 #include <string.h>
 
 #include "dist_internal.h"
+#include "pstrain/bf16.h"
 #include "pstrain/pool.h"
 #include "pstrain/timeline.h"
 
@@ -36,6 +45,9 @@ struct ps_shard {
     unsigned char *base;
     MPI_Aint params_off;
     MPI_Aint *slot_bytes; /* [nps] one shard rounded up to 64 bytes */
+    MPI_Aint *wire_bytes; /* [nps] one shard in the wire layout rounded up, 0 without bf16 */
+    MPI_Aint *wire_off;   /* [nranges] bf16: a range's byte offset in the wire layout */
+    uint16_t *wire;       /* worker: the bf16 slab being pulled or pushed (bf16 only) */
     int64_t my_seq;       /* worker: pushes so far */
     int64_t seq_buf;      /* the seq being put, alive until flushed */
     int64_t *stamp_buf;   /* worker: 4 stamp words per PS, alive until flushed */
@@ -54,14 +66,26 @@ static MPI_Aint align64(MPI_Aint n)
     return (n + 63) / 64 * 64;
 }
 
+/* The bf16 copy of the params (--comm-dtype bf16; empty otherwise). */
+static MPI_Aint copy_off(const ps_shard *s, int p)
+{
+    return s->params_off + s->slot_bytes[p];
+}
+
+/* A gradient slot: bf16 or float32 as the workers push them. */
+static MPI_Aint gslot_bytes(const ps_shard *s, int p)
+{
+    return s->lay.bf16 ? s->wire_bytes[p] : s->slot_bytes[p];
+}
+
 static MPI_Aint grads_off(const ps_shard *s, int p, int w)
 {
-    return s->params_off + s->slot_bytes[p] * (1 + w);
+    return copy_off(s, p) + s->wire_bytes[p] + gslot_bytes(s, p) * w;
 }
 
 static MPI_Aint avg_off(const ps_shard *s, int p)
 {
-    return s->params_off + s->slot_bytes[p] * (1 + (s->lay.grad_slots ? s->lay.nworkers : 0));
+    return grads_off(s, p, s->lay.grad_slots ? s->lay.nworkers : 0);
 }
 
 static MPI_Aint stamp_off(int w, int word)
@@ -72,6 +96,34 @@ static MPI_Aint stamp_off(int w, int word)
 int ps_count(const ps_shard *s)
 {
     return s->plan->nps;
+}
+
+/* The full slab's floats: the shards' sizes add up to it. */
+static size_t plan_floats(const place_plan *plan)
+{
+    size_t n = 0;
+    for (int p = 0; p < plan->nps; p++) n += plan->ps_floats[p];
+    return n;
+}
+
+/* --comm-dtype bf16: the copy of this PS's params [lo, hi) (shard floats)
+ * in the wire layout. */
+static void refresh_copy(const ps_shard *s, size_t lo, size_t hi)
+{
+    const place_plan *pl = s->plan;
+    const float *params = (const float *)(s->base + s->params_off);
+    unsigned char *copy = s->base + copy_off(s, s->me);
+    for (int r = pl->ps_first[s->me]; r < pl->ps_first[s->me] + pl->ps_nranges[s->me]; r++) {
+        const place_range *q = &pl->ranges[r];
+        size_t a = PST_MAX(q->ps_offset, lo), e = PST_MIN(q->ps_offset + q->count, hi);
+        if (a >= e) continue;
+        if (q->trainable)
+            pst_f32_to_bf16_n((uint16_t *)(copy + s->wire_off[r]) + (a - q->ps_offset), params + a,
+                              e - a);
+        else
+            memcpy((float *)(copy + s->wire_off[r]) + (a - q->ps_offset), params + a,
+                   sizeof(float) * (e - a));
+    }
 }
 
 int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layout *lay,
@@ -91,12 +143,25 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
         if (s->ps_ranks[p] == s->rank) s->me = p;
     s->params_off = align64(64 + (MPI_Aint)STAMP_BYTES * lay->nworkers);
     s->slot_bytes = pst_malloc(sizeof *s->slot_bytes * (size_t)plan->nps);
+    s->wire_bytes = pst_malloc(sizeof *s->wire_bytes * (size_t)plan->nps);
+    s->wire_off = pst_calloc((size_t)PST_MAX(plan->nranges, 1), sizeof *s->wire_off);
     s->stamp_buf = pst_malloc(sizeof *s->stamp_buf * 4 * (size_t)plan->nps);
     s->req_buf = pst_calloc((size_t)plan->nps, sizeof *s->req_buf);
     s->nslots = opt_nslots(lay->opt.kind);
     s->navg = lay->ema_decay > 0;
-    for (int p = 0; p < plan->nps; p++)
+    for (int p = 0; p < plan->nps; p++) {
         s->slot_bytes[p] = align64((MPI_Aint)(plan->ps_floats[p] * sizeof(float)));
+        MPI_Aint off = 0;
+        for (int r = plan->ps_first[p]; lay->bf16 && r < plan->ps_first[p] + plan->ps_nranges[p];
+             r++) {
+            s->wire_off[r] = off;
+            off += (MPI_Aint)(plan->ranges[r].count * (plan->ranges[r].trainable ? 2 : 4));
+            off = (off + 3) / 4 * 4;
+        }
+        s->wire_bytes[p] = align64(off);
+    }
+    if (lay->bf16 && s->me < 0)
+        s->wire = pst_aligned_alloc(sizeof *s->wire * (size_t)PST_MAX(plan_floats(plan), 1));
     MPI_Aint size = 0;
     if (s->me >= 0) size = avg_off(s, s->me) + s->slot_bytes[s->me] * s->navg;
     int rc = MPI_Win_allocate(size, 1, MPI_INFO_NULL, comm, &s->base, &s->win);
@@ -105,6 +170,9 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
         int n = 0;
         MPI_Error_string(rc, msg, &n);
         free(s->slot_bytes);
+        free(s->wire_bytes);
+        free(s->wire_off);
+        free(s->wire);
         free(s->stamp_buf);
         free(s->req_buf);
         free(s->ps_ranks);
@@ -143,6 +211,7 @@ int ps_new(ps_shard **out, MPI_Comm comm, const place_plan *plan, const ps_layou
         s->nsnap_req = 1 + dist_nchunks(nsnap, sizeof(float));
         s->snap_req = pst_malloc(sizeof *s->snap_req * (size_t)s->nsnap_req);
         for (int i = 0; i < s->nsnap_req; i++) s->snap_req[i] = MPI_REQUEST_NULL;
+        if (lay->bf16) refresh_copy(s, 0, n);
         ((int64_t *)s->base)[CTL_LOCKSEQ] = 2 * lay->first_version;
         ((int64_t *)s->base)[CTL_STOP_T] = -1;  /* no request (a stop may lower T to 0) */
         ((int64_t *)s->base)[CTL_CKPT_AT] = -1; /* no request */
@@ -161,6 +230,9 @@ void ps_free(ps_shard *s)
     MPI_OK(MPI_Win_unlock_all(s->win));
     MPI_OK(MPI_Win_free(&s->win));
     free(s->slot_bytes);
+    free(s->wire_bytes);
+    free(s->wire_off);
+    free(s->wire);
     free(s->stamp_buf);
     free(s->req_buf);
     free(s->slots);
@@ -221,6 +293,8 @@ static void apply_block(void *varg, int b, int tid)
             memcpy(j->params + a, j->g + a, sizeof(float) * (e - a));
         if (j->s->navg) ema_apply(j->d, j->avg + a, j->params + a, e - a);
     }
+    /* --comm-dtype bf16: the copy the workers pull, of the block's new values */
+    if (j->s->lay.bf16) refresh_copy(j->s, lo, hi);
 }
 
 static void apply_shard(ps_shard *s, nn_pool *pool, const ps_serve_cfg *c, float lr, int64_t t,
@@ -335,13 +409,50 @@ static bool lockstep_check_end(serve_state *ss)
     return false;
 }
 
+/* --comm-dtype bf16: worker w's slot (wire layout) widened exactly to
+ * float32 into the shard-sized `acc`: stored (add false) or added
+ * element by element (add true). */
+static void slot_add(const ps_shard *s, int w, float *acc, bool add)
+{
+    const place_plan *pl = s->plan;
+    const unsigned char *slot = s->base + grads_off(s, s->me, w);
+    for (int r = pl->ps_first[s->me]; r < pl->ps_first[s->me] + pl->ps_nranges[s->me]; r++) {
+        const place_range *q = &pl->ranges[r];
+        float *x = acc + q->ps_offset;
+        if (q->trainable) {
+            const uint16_t *g = (const uint16_t *)(slot + s->wire_off[r]);
+            if (add)
+                for (size_t i = 0; i < q->count; i++) x[i] += pst_bf16_to_f32(g[i]);
+            else
+                pst_bf16_to_f32_n(x, g, q->count);
+        } else {
+            const float *g = (const float *)(slot + s->wire_off[r]);
+            if (add)
+                for (size_t i = 0; i < q->count; i++) x[i] += g[i];
+            else
+                memcpy(x, g, sizeof(float) * q->count);
+        }
+    }
+}
+
+/* Worker w's gradient slot as float32: the slot itself, or (bf16) its
+ * values converted into ss->acc. */
+static const float *slot_f32(serve_state *ss, int w)
+{
+    ps_shard *s = ss->s;
+    const unsigned char *slot = s->base + grads_off(s, s->me, w);
+    if (!s->lay.bf16) return (const float *)slot;
+    slot_add(s, w, ss->acc, false);
+    return ss->acc;
+}
+
 /* Async with slots: applies worker w's gradient now, with lr and moving
  * averages from the global step it drew, then acknowledges push `seq`. */
 static void apply_async(serve_state *ss, int w, volatile int64_t *stp, int64_t seq)
 {
     ps_shard *s = ss->s;
     double ta = pst_now();
-    const float *g = (const float *)(s->base + grads_off(s, s->me, w));
+    const float *g = slot_f32(ss, w);
     float lr = lr_at(&ss->c->sched, stp[ST_STEP]);
     ss->st->applied++;
     apply_shard(s, ss->pool, ss->c, lr, ss->st->applied, stp[ST_STEP] + 1, ss->params, g, s->slots,
@@ -403,6 +514,14 @@ static bool version_complete(const serve_state *ss)
     return complete && (ss->c->max_versions <= 0 || ss->version < ss->c->max_versions);
 }
 
+/* --comm-dtype bf16: the sum of the first `take` slots of ss->order, each
+ * value widened exactly to float32 and added in that order (the same float
+ * operations as the float32 path on the widened values). */
+static void sum_bf16_slots(serve_state *ss, int take)
+{
+    for (int j = 0; j < take; j++) slot_add(ss->s, ss->order[j].w, ss->acc, j > 0);
+}
+
 /* Sync: averages the first R fresh gradients in ticket order and applies
  * them under the seqlock (lockseq odd while the parameters change), bumps
  * the version, raises `done` at the step limit or the last version, and
@@ -420,10 +539,14 @@ static void apply_version(serve_state *ss)
     qsort(ss->order, (size_t)take, sizeof *ss->order, cmp_ticket);
     /* sum in ticket order, then average: the same float operations
      * for every element whatever the sharding */
-    memcpy(acc, s->base + grads_off(s, s->me, ss->order[0].w), sizeof(float) * n);
-    for (int j = 1; j < take; j++) {
-        const float *g = (const float *)(s->base + grads_off(s, s->me, ss->order[j].w));
-        for (size_t i = 0; i < n; i++) acc[i] += g[i];
+    if (s->lay.bf16)
+        sum_bf16_slots(ss, take);
+    else {
+        memcpy(acc, s->base + grads_off(s, s->me, ss->order[0].w), sizeof(float) * n);
+        for (int j = 1; j < take; j++) {
+            const float *g = (const float *)(s->base + grads_off(s, s->me, ss->order[j].w));
+            for (size_t i = 0; i < n; i++) acc[i] += g[i];
+        }
     }
     if (take > 1) {
         const float div = (float)take;
@@ -670,6 +793,34 @@ static void get_ranges(ps_shard *s, int p, float *out, MPI_Aint base)
     }
 }
 
+/* --comm-dtype bf16: PS p's ranges of its copy: the trainable ones (bf16)
+ * into the slab s->wire, the others (float32) into `out`. */
+static void get_ranges_bf16(ps_shard *s, int p, float *out)
+{
+    const place_plan *pl = s->plan;
+    for (int r = pl->ps_first[p]; r < pl->ps_first[p] + pl->ps_nranges[p]; r++) {
+        const place_range *q = &pl->ranges[r];
+        const MPI_Aint disp = copy_off(s, p) + s->wire_off[r];
+        if (q->trainable)
+            dist_get(s->wire + q->offset, q->count, MPI_UINT16_T, 2, ps_rank(s, p), disp, s->win);
+        else
+            dist_get(out + q->offset, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, p), disp,
+                     s->win);
+    }
+}
+
+/* What pull_from reads: the params, the moving averages, or (workers under
+ * --comm-dtype bf16) the bf16 copy of the params. */
+typedef enum pull_what { PULL_PARAMS, PULL_AVG, PULL_BF16 } pull_what;
+
+static void get_what(ps_shard *s, int p, float *out, pull_what what)
+{
+    if (what == PULL_BF16)
+        get_ranges_bf16(s, p, out);
+    else
+        get_ranges(s, p, out, what == PULL_AVG ? avg_off(s, p) : s->params_off);
+}
+
 /* lockseq and done, read atomically (element-wise): the PS stores them with
  * local stores meanwhile, and a plain MPI_Get would be a conflicting access. */
 static void get_ctl(ps_shard *s, int p, int64_t ctl[2])
@@ -679,11 +830,11 @@ static void get_ctl(ps_shard *s, int p, int64_t ctl[2])
     MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
 }
 
-static void pull_from(ps_shard *s, float *out, bool avg, bool consistent, int64_t *versions)
+static void pull_from(ps_shard *s, float *out, pull_what what, bool consistent, int64_t *versions)
 {
     const int P = s->plan->nps;
     if (!consistent) {
-        for (int p = 0; p < P; p++) get_ranges(s, p, out, avg ? avg_off(s, p) : s->params_off);
+        for (int p = 0; p < P; p++) get_what(s, p, out, what);
         flush_ps(s);
         return;
     }
@@ -697,7 +848,7 @@ static void pull_from(ps_shard *s, float *out, bool avg, bool consistent, int64_
                 dist_backoff_wait(&bo);
                 continue;
             }
-            get_ranges(s, p, out, avg ? avg_off(s, p) : s->params_off);
+            get_what(s, p, out, what);
             MPI_OK(MPI_Win_flush(ps_rank(s, p), s->win));
             get_ctl(s, p, b);
             if (a[CTL_LOCKSEQ] == b[CTL_LOCKSEQ]) {
@@ -710,13 +861,37 @@ static void pull_from(ps_shard *s, float *out, bool avg, bool consistent, int64_
 
 void ps_pull(ps_shard *s, float *params, bool consistent, int64_t *versions)
 {
-    pull_from(s, params, false, consistent, versions);
+    pull_from(s, params, PULL_PARAMS, consistent, versions);
+}
+
+void ps_pull_wire(ps_shard *s, float *params, bool consistent, int64_t *versions)
+{
+    if (!s->lay.bf16) {
+        ps_pull(s, params, consistent, versions);
+        return;
+    }
+    pull_from(s, params, PULL_BF16, consistent, versions);
+    const place_plan *pl = s->plan;
+    for (int r = 0; r < pl->nranges; r++) {
+        const place_range *q = &pl->ranges[r];
+        if (q->trainable) pst_bf16_to_f32_n(params + q->offset, s->wire + q->offset, q->count);
+    }
+}
+
+void ps_comm_bytes(const ps_shard *s, int64_t *pull, int64_t *push)
+{
+    const place_plan *pl = s->plan;
+    int64_t n = 0;
+    for (int r = 0; r < pl->nranges; r++)
+        n += (int64_t)pl->ranges[r].count * (s->lay.bf16 && pl->ranges[r].trainable ? 2 : 4);
+    *pull = n;
+    *push = n;
 }
 
 void ps_pull_averages(ps_shard *s, float *averages, bool consistent)
 {
     if (!s->navg) dist_fatal("ps_pull_averages: this run keeps no moving averages");
-    pull_from(s, averages, true, consistent, NULL);
+    pull_from(s, averages, PULL_AVG, consistent, NULL);
 }
 
 bool ps_wait_newer(ps_shard *s, const int64_t *after, int64_t *now, double *wait)
@@ -773,6 +948,22 @@ void ps_push(ps_shard *s, int w, const float *grads, int64_t ticket, const int64
 {
     const place_plan *pl = s->plan;
     const int slot = s->lay.lockstep ? (int)((ticket - s->lay.first_ticket) % s->lay.nworkers) : w;
+    if (s->lay.bf16) {
+        for (int r = 0; r < pl->nranges; r++) {
+            const place_range *q = &pl->ranges[r];
+            const MPI_Aint disp = grads_off(s, q->ps, slot) + s->wire_off[r];
+            if (!q->trainable) {
+                dist_put(grads + q->offset, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, q->ps),
+                         disp, s->win);
+                continue;
+            }
+            pst_f32_to_bf16_n(s->wire + q->offset, grads + q->offset, q->count);
+            dist_put(s->wire + q->offset, q->count, MPI_UINT16_T, 2, ps_rank(s, q->ps), disp,
+                     s->win);
+        }
+        put_stamp(s, slot, ticket, versions, step, count);
+        return;
+    }
     for (int r = 0; r < pl->nranges; r++) {
         const place_range *q = &pl->ranges[r];
         dist_put(grads + q->offset, q->count, MPI_FLOAT, sizeof(float), ps_rank(s, q->ps),

@@ -117,8 +117,10 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
     float *params = nn_model_params(a->m), *grads = nn_model_grads(a->m);
     const size_t nparam = nn_model_size(a->m);
     const bool sync = cfg->mode == TRAIN_SYNC;
-    /* (with moving averages the PS applies every update: dist.c) */
-    const bool accumulate = !sync && cfg->opt.kind == OPT_SGD && !(cfg->ema_decay > 0);
+    /* (with moving averages the PS applies every update: dist.c; bf16
+     * pushes go to slots, as MPI_Accumulate cannot sum bf16) */
+    const bool accumulate =
+        !sync && cfg->opt.kind == OPT_SGD && !(cfg->ema_decay > 0) && !cfg->comm_bf16;
     const bool lockstep = sync && a->R == a->W;
     float *scratch = accumulate ? pst_aligned_alloc(sizeof(float) * nparam) : NULL;
     int64_t *versions = pst_calloc((size_t)a->P, sizeof *versions);
@@ -141,9 +143,9 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
         double t0 = pst_now();
         if (!sync) pulled = feed_global_step(a->f);
         if (sync && !lockstep)
-            ps_pull(a->s, params, true, versions);
+            ps_pull_wire(a->s, params, true, versions);
         else
-            ps_pull(a->s, params, false, NULL);
+            ps_pull_wire(a->s, params, false, NULL);
         double t1 = pst_now();
         pipe_normalize(b.pixels, (int64_t)b.count * px / in->channels, in->channels, in->mean,
                        in->std, x);

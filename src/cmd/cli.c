@@ -81,6 +81,8 @@ static const char train_usage_more[] =
     "  --max-staleness S       async: a worker starts a step only while at most S steps\n"
     "                          ahead of the slowest worker (0: lock-step; -1 or none:\n"
     "                          unbounded, the default)\n"
+    "  --comm-dtype D          fp32 | bf16: the type of pulls and pushes; the parameter\n"
+    "                          servers keep float32 variables (default fp32)\n"
     "\n"
     "checkpoints (HDF5; temp file + fsync + rename, DIR/latest names the newest):\n"
     "  --checkpoint-dir D      write checkpoints to D (a final one at the end, and on "
@@ -214,6 +216,13 @@ static int parse_staleness(const char *s, void *t)
     return 0;
 }
 
+static int parse_comm_dtype(const char *s, void *t)
+{
+    if (strcmp(s, "fp32") && strcmp(s, "bf16")) return -1;
+    *(bool *)t = !strcmp(s, "bf16");
+    return 0;
+}
+
 static int parse_eval_split(const char *s, void *t)
 {
     if (strcmp(s, "train") && strcmp(s, "val") && strcmp(s, "test")) return -1;
@@ -295,6 +304,7 @@ static const train_opt train_opts[] = {
      INT(cfg.replicas_to_aggregate, 1, 1 << 20, "a positive number of replicas")},
     {"max-staleness", required_argument,
      PARSE(cfg.max_staleness, parse_staleness, "a number of steps >= 0, -1 or none")},
+    {"comm-dtype", required_argument, PARSE(cfg.comm_bf16, parse_comm_dtype, "fp32 or bf16")},
     {"eval-every", required_argument, INT(cfg.eval_every, 0, 1000000, "a number of epochs >= 0")},
     {"eval-split", required_argument,
      PARSE(cfg.eval_split, parse_eval_split, "train, val or test")},

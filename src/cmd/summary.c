@@ -98,7 +98,15 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
         fprintf(f, "%s%lld", i ? ", " : "", (long long)r->per_ps_bytes[i]);
     fprintf(f, "], \"imbalance\": ");
     jnum(f, r->imbalance);
-    fprintf(f, "},\n  \"timing\": {\"workers\": [");
+    fprintf(f, "},\n");
+    /* distributed: one worker step's data bytes (--comm-dtype) */
+    if (r->nps > 0)
+        fprintf(f,
+                "  \"comm\": {\"dtype\": \"%s\", \"pull_bytes_per_step\": %lld, "
+                "\"push_bytes_per_step\": %lld},\n",
+                r->comm_bf16 ? "bf16" : "fp32", (long long)r->pull_bytes_per_step,
+                (long long)r->push_bytes_per_step);
+    fprintf(f, "  \"timing\": {\"workers\": [");
     for (int i = 0; i < r->nworker_timing && r->wtiming; i++) {
         const worker_timing *w = &r->wtiming[i];
         fprintf(f,

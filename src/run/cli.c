@@ -70,6 +70,8 @@ static const char train_usage_more[] =
     "\n"
     "distributed (under mpirun: rank 0 root, 1..P parameter servers, rest workers):\n"
     "  --ps P                  parameter-server ranks (default 1)\n"
+    "  --ps-per-node N         N parameter servers on every node instead, the node's other\n"
+    "                          ranks workers (P = N x nodes; a --ps beside it must match)\n"
     "  --placement S           round-robin | greedy | partition (default round-robin)\n"
     "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
     "  --mode M                sync | async (default sync)\n"
@@ -163,7 +165,8 @@ enum {
     O_CKPT_SECS,
     O_KEEP,
     O_RESUME,
-    O_DUMP
+    O_DUMP,
+    O_PS_PER_NODE
 };
 
 static const struct option train_opts[] = {
@@ -200,6 +203,7 @@ static const struct option train_opts[] = {
     {"memory-budget", required_argument, 0, O_MEM_BUDGET},
     {"limit", required_argument, 0, O_LIMIT},
     {"ps", required_argument, 0, O_PS},
+    {"ps-per-node", required_argument, 0, O_PS_PER_NODE},
     {"placement", required_argument, 0, O_PLACE},
     {"partition-bytes", required_argument, 0, O_PBYTES},
     {"mode", required_argument, 0, O_MODE},
@@ -411,6 +415,10 @@ int train_parse_args(int argc, char **argv, train_cfg *cfg, bool print)
         case O_PS:
             cfg->ps =
                 (int)arg_i64(&c, optarg, 1, 1 << 20, "a positive number of parameter servers");
+            break;
+        case O_PS_PER_NODE:
+            cfg->ps_per_node = (int)arg_i64(&c, optarg, 1, 1 << 20,
+                                            "a positive number of parameter servers per node");
             break;
         case O_PLACE:
             if (!strcmp(optarg, "round-robin"))

@@ -112,8 +112,8 @@ int layout_ps_per_node(const dist_nodes *nd, int N, int *role, pst_err *e)
         else
             role[r] = ROLE_WORKER;
     }
-    int rc = N * nd->n;
-    for (int k = 0; k < nd->n && rc >= 0; k++) {
+    int rc = 0;
+    for (int k = 0; k < nd->n && rc == 0; k++) {
         const int root = nd->of_rank[0] == k, need = root + N + 1;
         if (ranks[k] < need)
             rc = pst_fail(e,
@@ -124,7 +124,7 @@ int layout_ps_per_node(const dist_nodes *nd, int N, int *role, pst_err *e)
     }
     free(ps_here);
     free(ranks);
-    return rc;
+    return rc < 0 ? -1 : N * nd->n; /* below the world size: every node has N + 1 ranks */
 }
 
 int layout_colocated(const train_cfg *c, int **role, int *P, pst_err *e)

@@ -394,7 +394,9 @@ ps-per-node)
         link_bytes >"$MN_DIR/$layout.before"
         mn_mpiexec -np 7 "$PSTRAIN" train --data "$MN_DIR/img.h5" "${PPN_ARGS[@]}" "${flags[@]}" \
             --summary-json "$MN_DIR/$layout.json" --dump-params "$MN_DIR/$layout.bin" \
-            >"$MN_DIR/$layout.log" 2>&1 || { tail -20 "$MN_DIR/$layout.log"; die "the $layout run exited $?"; }
+            >"$MN_DIR/$layout.log" 2>&1
+        rc=$?
+        [ $rc = 0 ] || { tail -20 "$MN_DIR/$layout.log"; die "the $layout run exited $rc"; }
         link_bytes >"$MN_DIR/$layout.after"
         cmp "$MN_DIR/ref.bin" "$MN_DIR/$layout.bin" || bad "$layout: parameters differ from the run on one host"
         grep "] host " "$MN_DIR/$layout.log"

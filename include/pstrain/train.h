@@ -52,6 +52,10 @@ typedef struct train_cfg {
 
     /* distributed */
     int ps; /* parameter-server ranks */
+    /* --ps-per-node N: N parameter servers on every node, the node's other
+     * ranks workers (0: ranks 1..ps are the PS); ps, when given, must be N
+     * x the nodes (docs/design.md §1) */
+    int ps_per_node;
     place_kind placement;
     int64_t partition_bytes; /* default 256 KiB */
     train_mode mode;

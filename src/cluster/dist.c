@@ -5,7 +5,8 @@
  * (worker.c), and the end of the run (end.c). trainer.h is the map.
  *
  * Roles (docs/design.md §1): rank 0 root (input pipeline -> batch ring, metrics,
- * summary), ranks 1..P parameter servers (ps.c), ranks P+1..N-1 workers.
+ * summary), ranks 1..P parameter servers (ps.c), ranks P+1..N-1 workers;
+ * with --ps-per-node N, N parameter servers on every node (layout.c).
  * Every rank builds the same model from the same seed (so initial
  * variables agree without a broadcast; a resumed run broadcasts the
  * checkpoint's), the same placement plan, and joins two windows: the root's
@@ -52,6 +53,7 @@
 #include <sys/prctl.h>
 
 #include "dist_internal.h"
+#include "layout.h"
 #include "pstrain/blas.h"
 #include "pstrain/dist.h"
 #include "pstrain/signals.h"
@@ -64,9 +66,9 @@ static void die_hook(int status)
 }
 /* Checks that do not need the data: identical on every rank, so every rank
  * refuses a bad configuration the same way, before any window exists. */
-static int check_config(const train_cfg *c, int size, pst_err *e)
+static int check_config(const train_cfg *c, int size, int P, pst_err *e)
 {
-    const int P = c->ps, W = size - 1 - c->ps;
+    const int W = size - 1 - P;
     if (P < 1)
         return pst_fail(e,
                         "--ps %d: distributed training needs at least one parameter server "
@@ -91,13 +93,14 @@ static int check_config(const train_cfg *c, int size, pst_err *e)
 /* ---- roles ------------------------------------------------------------------ */
 
 /* The policy: which role a rank of MPI_COMM_WORLD plays (rank 0 the root,
- * the next P the parameter servers, the rest workers). Everything else
- * learns the roles from the communicators built from this, never from rank
- * arithmetic, so another policy (feeder ranks, a PS per node) changes this
- * function only. */
-static int role_of(int rank, int P)
+ * the next P the parameter servers, the rest workers; with --ps-per-node
+ * the roles layout.c gave each rank). Everything else learns the roles
+ * from the communicators built from this, never from rank arithmetic, so
+ * another policy (feeder ranks) changes this function only. */
+static int role_of(const dist_run *r, int rank)
 {
-    return rank == 0 ? ROLE_ROOT : rank <= P ? ROLE_PS : ROLE_WORKER;
+    if (r->colocated) return r->colocated[rank];
+    return rank == 0 ? ROLE_ROOT : rank <= r->P ? ROLE_PS : ROLE_WORKER;
 }
 
 /* "root", "ps P" (from 1) or "worker W" (from 0), as in error messages. */
@@ -113,15 +116,14 @@ static void role_name(char *out, size_t n, int role, int index)
 
 /* Collective: on the root rank (the first, role_of), the rank -> host ->
  * role map, one line per host in the order of its first rank ("host h2:
- * rank 3 worker 1, rank 4 worker 2"), hosts named by
- * MPI_Get_processor_name; NULL on the other ranks. roles: {role, index}
+ * rank 3 worker 1, rank 4 worker 2"), hosts named by dist_host_name
+ * (layout.h); NULL on the other ranks. roles: {role, index}
  * per world rank. */
 static char *host_map(const int *roles, int size, int rank)
 {
     enum { NAME = MPI_MAX_PROCESSOR_NAME };
     char mine[NAME] = "";
-    int len = 0;
-    MPI_OK(MPI_Get_processor_name(mine, &len));
+    dist_host_name(mine);
     char *names = rank == 0 ? pst_malloc((size_t)NAME * (size_t)size) : NULL;
     MPI_OK(MPI_Gather(mine, NAME, MPI_CHAR, names, NAME, MPI_CHAR, 0, MPI_COMM_WORLD));
     if (rank != 0) return NULL;
@@ -155,7 +157,7 @@ static char *host_map(const int *roles, int size, int rank)
  * of their role communicators). Collective. */
 static void assign_roles(dist_run *r)
 {
-    const int role = role_of(r->rank, r->P);
+    const int role = role_of(r, r->rank);
     MPI_OK(MPI_Comm_split(MPI_COMM_WORLD, role, r->rank, &r->role_comm));
     MPI_OK(MPI_Comm_rank(r->role_comm, &r->index));
     int mine[2] = {role, r->index};
@@ -390,7 +392,7 @@ static void dist_run_free(dist_run *r)
     pipe_free(r->pl);
     free(r->log.a), free(r->prior.a);
     free(r->slots), free(r->averages), free(r->mtext);
-    free(r->ps_ranks), free(r->worker_ranks);
+    free(r->ps_ranks), free(r->worker_ranks), free(r->colocated);
     if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
     free(r->host_map);
     place_plan_free(r->plan);
@@ -405,15 +407,25 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (check_config(cfg, size, e) < 0) return -1;
+    /* the colocated layout (--ps-per-node) sets P from the nodes */
+    int P = cfg->ps, *colocated = NULL;
+    if (cfg->ps_per_node && layout_colocated(cfg, &colocated, &P, e) < 0) return -1;
+    if (check_config(cfg, size, P, e) < 0) {
+        free(colocated);
+        return -1;
+    }
     int thread_level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&thread_level);
-    if (thread_level < MPI_THREAD_FUNNELED)
+    if (thread_level < MPI_THREAD_FUNNELED) {
+        free(colocated);
         return pst_fail(e, "MPI was initialised without MPI_THREAD_FUNNELED (the input "
                            "pipeline's threads run beside MPI on the root)");
+    }
     dist_run *r = pst_calloc(1, sizeof *r);
     r->cfg = cfg, r->res = res, r->rank = rank, r->size = size;
-    const int P = r->P = cfg->ps, W = r->W = size - 1 - P;
+    r->colocated = colocated;
+    r->P = P;
+    const int W = r->W = size - 1 - P;
     const int R = r->R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
     r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
     assign_roles(r);

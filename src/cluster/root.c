@@ -489,6 +489,11 @@ static void note_setup(const dist_run *r)
     const int P = r->P, W = r->W, R = r->R;
     metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
                  cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
+    if (cfg->ps_per_node) {
+        const int nodes = P / cfg->ps_per_node;
+        metrics_note(r->mx, "layout: %d PS per node on %d node%s (--ps-per-node)", cfg->ps_per_node,
+                     nodes, nodes == 1 ? "" : "s");
+    }
     for (const char *h = r->host_map; h && *h;) { /* one line per host */
         const int len = (int)strcspn(h, "\n");
         metrics_note(r->mx, "%.*s", len, h);

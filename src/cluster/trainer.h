@@ -8,7 +8,8 @@
  *             stop signals);
  *   worker.c  the worker loop;
  *   end.c     the end of the run: final variables, example logs, accounting,
- *             final checkpoint and evaluation.
+ *             final checkpoint and evaluation;
+ *   layout.c  the nodes and the colocated layout of --ps-per-node (layout.h).
  */
 #ifndef PSTRAIN_CLUSTER_TRAINER_H
 #define PSTRAIN_CLUSTER_TRAINER_H
@@ -152,6 +153,9 @@ typedef struct dist_run {
     int index;
     int root_rank;
     int *ps_ranks, *worker_ranks;
+    /* --ps-per-node: the role of each world rank (layout.c); NULL: the
+     * first P ranks after the root are the PS */
+    int *colocated;
     /* the root: the rank -> host -> role map, one line per host (host_map) */
     char *host_map;
     /* what the root tells everybody */

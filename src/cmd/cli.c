@@ -74,6 +74,8 @@ static const char train_usage_more[] =
     "\n"
     "distributed (under mpirun: rank 0 root, 1..P parameter servers, rest workers):\n"
     "  --ps P                  parameter-server ranks (default 1)\n"
+    "  --ps-per-node N         N parameter servers on every node instead, the node's other\n"
+    "                          ranks workers (P = N x nodes; a --ps beside it must match)\n"
     "  --placement S           round-robin | greedy | partition (default round-robin)\n"
     "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
     "  --mode M                sync | async (default sync)\n"
@@ -295,6 +297,8 @@ static const train_opt train_opts[] = {
     {"limit", required_argument,
      I64(cfg.pipe.limit, 1, INT64_MAX / 2, "a positive number of examples")},
     {"ps", required_argument, INT(cfg.ps, 1, 1 << 20, "a positive number of parameter servers")},
+    {"ps-per-node", required_argument,
+     INT(cfg.ps_per_node, 1, 1 << 20, "a positive number of parameter servers per node")},
     {"placement", required_argument,
      PARSE(cfg.placement, parse_placement, "round-robin, greedy or partition")},
     {"partition-bytes", required_argument,

@@ -706,6 +706,10 @@ int train_single(const train_cfg *cfg_in, train_result *res, pst_err *e)
         pst_warn("--ps %d: one process (no mpirun) has no parameter servers; --ps, --placement, "
                  "--mode and --replicas-to-aggregate apply under mpirun -np N",
                  cfg->ps);
+    if (cfg->ps_per_node > 0 && !cfg->quiet)
+        pst_warn("--ps-per-node %d: one process (no mpirun) has no parameter servers; it applies "
+                 "under mpirun -np N",
+                 cfg->ps_per_node);
     nn_blis_init();
     if (h5ds_open(&r->ds, cfg->data_path, e) < 0) {
         free(r);

@@ -28,6 +28,14 @@
 #              link that bench_rma measures (jobs/scaling-lib.sh, shared
 #              with jobs/bench-scaling.sh; TBF_CHECK_ARGS: more options of
 #              `scaling_model.py check`, e.g. "--bw-ps 0.3" to see it fail)
+#   ps-per-node  7 ranks on hosts 1-3 (3 + 2 + 2), 3 PS and 3 workers, sync
+#              lenet5 in the classic layout (ranks 1-3 the PS: two on host 1,
+#              one on host 2) and with --ps-per-node 1 (a PS and a worker on
+#              every host): both bitwise equal to the same run on one host;
+#              the colocated roles are checked in the root's map. Prints each
+#              layout's mean step and the bytes through each host's link
+#              (its veth's counters, MPI's daemons included): reported, not
+#              asserted
 #
 # Environment: MN_HELLO, TEST_DIST, PSTRAIN, BENCH_RMA (built programs),
 # MPIEXEC, MPI_FLAVOUR. Needs root (skips with 77 otherwise). Each MPI job
@@ -361,6 +369,58 @@ tbf)
         --workers 2 --root-on-ps-host --rma "$MN_DIR/rma.txt" --summary "$MN_DIR/capped.json" \
         --pstrain "$PSTRAIN" --tolerance 0.3 ${TBF_CHECK_ARGS:-} ||
         bad "the measured step is not within 30% of the model's"
+    ;;
+ps-per-node)
+    hosts_up 3
+    data
+    PPN_ARGS=(--model lenet5 --batch 16 --epochs 2 --log-every 0.1)
+    mn_hostfile 7
+    mn_mpiexec -np 7 "${PSTRAIN:?}" train --data "$MN_DIR/img.h5" "${PPN_ARGS[@]}" --ps 3 --quiet \
+        --dump-params "$MN_DIR/ref.bin" >"$MN_DIR/ref.log" 2>&1 ||
+        { cat "$MN_DIR/ref.log"; die "the run on one host failed"; }
+    mn_hostfile 3 2 2
+    expect_placement 1 1 1 2 2 3 3
+    # link_bytes: "OUT IN" of each host's link (the bridge end's rx and tx)
+    link_bytes() {
+        local i d
+        for i in 1 2 3; do
+            d=/sys/class/net/$(mn_veth "$i")/statistics
+            echo "$(cat "$d/rx_bytes") $(cat "$d/tx_bytes")"
+        done
+    }
+    for layout in classic colocated; do
+        flags=(--ps 3)
+        [ $layout = colocated ] && flags=(--ps-per-node 1)
+        link_bytes >"$MN_DIR/$layout.before"
+        mn_mpiexec -np 7 "$PSTRAIN" train --data "$MN_DIR/img.h5" "${PPN_ARGS[@]}" "${flags[@]}" \
+            --summary-json "$MN_DIR/$layout.json" --dump-params "$MN_DIR/$layout.bin" \
+            >"$MN_DIR/$layout.log" 2>&1
+        rc=$?
+        [ $rc = 0 ] || { tail -20 "$MN_DIR/$layout.log"; die "the $layout run exited $rc"; }
+        link_bytes >"$MN_DIR/$layout.after"
+        cmp "$MN_DIR/ref.bin" "$MN_DIR/$layout.bin" || bad "$layout: parameters differ from the run on one host"
+        grep "] host " "$MN_DIR/$layout.log"
+    done
+    for want in "host $(mn_name 1): rank 0 root, rank 1 ps 1, rank 2 worker 0" \
+        "host $(mn_name 2): rank 3 ps 2, rank 4 worker 1" "host $(mn_name 3): rank 5 ps 3, rank 6 worker 2"; do
+        grep -q "] $want\$" "$MN_DIR/colocated.log" || bad "colocated: no line '$want'"
+    done
+    # the comparison: mean step (train_seconds / steps) and MB out/in per link
+    python3 - "$MN_DIR" <<'PY'
+import json, sys
+d = sys.argv[1]
+print("layout     step ms   bytes out/in of each host's link, MB (KB per step)")
+for layout in ("classic", "colocated"):
+    s = json.load(open(f"{d}/{layout}.json"))
+    before = [list(map(int, l.split())) for l in open(f"{d}/{layout}.before")]
+    after = [list(map(int, l.split())) for l in open(f"{d}/{layout}.after")]
+    n = max(s["steps"], 1)
+    links = []
+    for h, (a, b) in enumerate(zip(after, before), 1):
+        o, i = a[0] - b[0], a[1] - b[1]
+        links.append(f"host {h} {o / 1e6:.2f}/{i / 1e6:.2f} ({o / 1e3 / n:.0f}/{i / 1e3 / n:.0f})")
+    print(f"{layout:10} {1e3 * s['train_seconds'] / n:7.1f}   " + ", ".join(links))
+PY
     ;;
 *)
     die "unknown scenario"

@@ -13,6 +13,9 @@
 #           Also MODULES (a fake `module` on PATH: loaded for the mpirun
 #           job; a failing load ends a job with 2 and an error line) and
 #           THREADS=3 on --cpus-per-task=2 (a warning, same bits).
+#           Then PS_PER_NODE=1 on 3 nodes x 3 tasks of 1 CPU, with each
+#           launcher: a PS on every node (the map), bitwise equal to the
+#           classic layout's 3 PS and 5 workers on one host.
 #           MPICH: hydra's mpiexec only (srun --mpi=pmi2: see below)
 #   resume  a longer job is signalled with `scancel --signal=USR1 --full`
 #           once it has checkpointed (REQUEUE_ON_SIGNAL=0): it checkpoints
@@ -137,6 +140,33 @@ train)
         grep "host .*: rank" "$work/$launcher.out"
         cmp "$work/ref.bin" "$out/params.bin" && echo "$launcher: parameters bitwise equal to the run on one host" ||
             bad "$launcher: parameters differ from the run on one host"
+    done
+    # PS_PER_NODE=1 on 3 nodes x 3 tasks: a PS on every node, 3 PS and 5
+    # workers, bitwise equal to the classic layout's 3 PS on one host
+    RANKS=9
+    train_args=(--model "$MODEL" --batch "$BATCH" --seed "$SEED" --optimizer "$OPTIMIZER" --lr "$LR"
+        --ps 3)
+    ref $steps "$work/ref9.bin"
+    n=("${SLURM_MN_NODES[@]}")
+    for launcher in $launchers; do
+        out=$work/run-ppn-$launcher
+        jid=$(OUT=$out STEPS=$steps CKPT_EVERY=0 LAUNCHER=$launcher PS_PER_NODE=1 MODULES= \
+            EXTRA_ARGS="--log-every 0.5 --dump-params $out/params.bin" \
+            sbatch --parsable -N 3 --ntasks-per-node=3 --cpus-per-task=1 --time=10 \
+            -o "$work/ppn-$launcher.out" "$src/jobs/train.sbatch") ||
+            { echo "FAIL: sbatch (PS_PER_NODE, $launcher)"; exit 1; }
+        job_ok "ppn-$launcher" "$jid" 120 || continue
+        grep -q "9 ranks on 3 node(s), 1 PS per node," "$work/ppn-$launcher.out" ||
+            bad "PS_PER_NODE $launcher: the job log's launch line"
+        for want in "host ${n[0]}: rank 0 root, rank 1 ps 1, rank 2 worker 0" \
+            "host ${n[1]}: rank 3 ps 2, rank 4 worker 1, rank 5 worker 2" \
+            "host ${n[2]}: rank 6 ps 3, rank 7 worker 3, rank 8 worker 4"; do
+            grep -q "$want\$" "$work/ppn-$launcher.out" ||
+                { grep "host .*: rank" "$work/ppn-$launcher.out"; bad "PS_PER_NODE $launcher: no line '$want'"; }
+        done
+        cmp "$work/ref9.bin" "$out/params.bin" &&
+            echo "PS_PER_NODE=1, $launcher: parameters bitwise equal to the classic layout on one host" ||
+            bad "PS_PER_NODE=1, $launcher: parameters differ from the classic layout on one host"
     done
     ;;
 resume)

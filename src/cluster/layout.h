@@ -1,0 +1,53 @@
+/*
+ * layout.h - the nodes of a run and the colocated role layout (--ps-per-node
+ * N, docs/design.md §1): which world ranks share a node, and the roles that
+ * put N parameter servers on every node.
+ *
+ * A node is a group of MPI_Comm_split_type(MPI_COMM_TYPE_SHARED): ranks that
+ * share memory. Nodes are numbered from 0 in the order of their first
+ * (lowest) world rank, so rank 0, the root, is on node 0, and each is named
+ * by the host name (MPI_Get_processor_name) of its first rank.
+ *
+ * Test-only: PSTRAIN_TEST_NODES="I0,I1,..." (one node id per world rank)
+ * replaces the shared-memory split, and the host names become "node<I>",
+ * so that one machine runs the role logic of several nodes. It is read in
+ * one place (test_nodes in layout.c).
+ */
+#ifndef PSTRAIN_CLUSTER_LAYOUT_H
+#define PSTRAIN_CLUSTER_LAYOUT_H
+
+#include <mpi.h>
+
+#include "pstrain/common.h"
+#include "pstrain/train.h"
+
+typedef struct dist_nodes {
+    int n;        /* nodes */
+    int size;     /* world ranks */
+    int *of_rank; /* the node of each world rank */
+    char *names;  /* n names of MPI_MAX_PROCESSOR_NAME bytes */
+} dist_nodes;
+
+/* This rank's host name for messages and the rank -> host -> role map:
+ * MPI_Get_processor_name, or "node<I>" under PSTRAIN_TEST_NODES. */
+void dist_host_name(char out[MPI_MAX_PROCESSOR_NAME]);
+
+/* Collective over MPI_COMM_WORLD: finds the nodes. Returns -1 with e when
+ * PSTRAIN_TEST_NODES is malformed (the same on every rank). */
+int dist_nodes_find(dist_nodes *nd, pst_err *e);
+void dist_nodes_free(dist_nodes *nd);
+
+/* The colocated layout, pure: on each node, in world-rank order, the first
+ * N ranks other than the root (world rank 0) are parameter servers, the
+ * rest workers. role[r] (nd->size entries) gets ROLE_ROOT, ROLE_PS or
+ * ROLE_WORKER (trainer.h). Returns P = N x nodes, or -1 with e naming the
+ * first node with too few ranks for N PS and a worker. */
+int layout_ps_per_node(const dist_nodes *nd, int N, int *role, pst_err *e);
+
+/* Collective: the roles of --ps-per-node (c->ps_per_node > 0) on this
+ * world: *role (owned, one per world rank) and *P. A --ps given beside it
+ * (c->ps > 0) must equal N x nodes. Returns -1 with e, the same on every
+ * rank, before any window exists. */
+int layout_colocated(const train_cfg *c, int **role, int *P, pst_err *e);
+
+#endif

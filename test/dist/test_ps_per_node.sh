@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# test_ps_per_node.sh - the colocated layout (pstrain train --ps-per-node N,
+# docs/design.md §1) on one machine: the roles in the root's rank -> host ->
+# role map, sync results bitwise equal to the classic layout with the same
+# number of PS and workers, and the refusals (one line on the root, exit 1,
+# no hang).
+#
+# One machine is one node (MPI_COMM_TYPE_SHARED), where N PS per node are
+# the first N ranks after the root, as in the classic layout. The role logic
+# of several nodes runs under the test-only override PSTRAIN_TEST_NODES
+# (one node id per world rank; src/cluster/layout.h), in blocks of ranks and
+# with the ranks interleaved.
+#
+# Environment (test_env): PSTRAIN, TEST_DIST (mkdata), PSTRAIN_SRC, MPIEXEC,
+# MPI_FLAVOUR.
+set -u
+: "${PSTRAIN:?}" "${TEST_DIST:?}" "${PSTRAIN_SRC:?}"
+. "$PSTRAIN_SRC/jobs/mpiexec.sh"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pstrain-ppn.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+bad() {
+    echo "FAIL: $*"
+    fail=1
+}
+"$TEST_DIST" mkdata "$TMP/small.h5" 600 100 8 8 1 4 >/dev/null || {
+    echo "FAIL: mkdata"
+    exit 1
+}
+ARGS=(--data "$TMP/small.h5" --model mlp --batch 16 --epochs 2 --lr 0.05 --log-every 100
+    --prep-threads 1)
+
+# train NAME NP ARGS...: a run (PSTRAIN_TEST_NODES as exported) ->
+# NAME.bin (parameters), NAME.log (stderr: the map), NAME.json (summary)
+train() {
+    local name=$1 np=$2
+    shift 2
+    timeout 120 "${MPIEXEC_CMD[@]}" -n "$np" "$PSTRAIN" train "${ARGS[@]}" "$@" \
+        --dump-params "$TMP/$name.bin" --summary-json "$TMP/$name.json" >"$TMP/$name.log" 2>&1 ||
+        { tail -5 "$TMP/$name.log"; bad "$name: exit $?"; }
+}
+
+# map NAME LINE...: the root's map in NAME.log has exactly these host lines
+map() {
+    local name=$1
+    shift
+    printf '%s\n' "$@" >"$TMP/want.map"
+    sed -n 's/^\[ *[0-9.]*s\] \(host .*\)$/\1/p' "$TMP/$name.log" >"$TMP/got.map"
+    cmp -s "$TMP/want.map" "$TMP/got.map" ||
+        { echo "expected:"; cat "$TMP/want.map"; echo "got:"; cat "$TMP/got.map"; bad "$name: the map"; }
+}
+
+same() { # NAME REF
+    cmp "$TMP/$2.bin" "$TMP/$1.bin" || bad "$1: parameters differ from $2"
+}
+
+# refuse NAME NP TEXT ARGS...: exit 1 within the time bound, one error line
+# on the root containing TEXT
+refuse() {
+    local name=$1 np=$2 text=$3 rc
+    shift 3
+    timeout 60 "${MPIEXEC_CMD[@]}" -n "$np" "$PSTRAIN" train "${ARGS[@]}" "$@" >"$TMP/$name.log" 2>&1
+    rc=$?
+    [ $rc = 1 ] || bad "$name: exit $rc, expected 1"
+    [ "$(grep -c '^pstrain train: ' "$TMP/$name.log")" = 1 ] || bad "$name: not one error line"
+    grep -qF "pstrain train: $text" "$TMP/$name.log" || { cat "$TMP/$name.log"; bad "$name: no '$text'"; }
+}
+
+host=$(hostname)
+# the classic layouts: 1 and 2 PS, 3 workers
+train classic1 5 --ps 1
+train classic2 6 --ps 2
+
+# one node: N = 1 and N = 2 are the first N ranks after the root
+train node-n1 5 --ps-per-node 1
+H=$(sed -n 's/^\[ *[0-9.]*s\] host \([^:]*\): rank 0 root.*/\1/p' "$TMP/node-n1.log")
+[ -n "$H" ] || H=$host
+map node-n1 "host $H: rank 0 root, rank 1 ps 1, rank 2 worker 0, rank 3 worker 1, rank 4 worker 2"
+same node-n1 classic1
+grep -q '"ps_per_node": 1,' "$TMP/node-n1.json" && grep -q '"nodes": 1,' "$TMP/node-n1.json" ||
+    bad "node-n1: the summary lacks ps_per_node 1 and nodes 1"
+train node-n2 6 --ps-per-node 2 --ps 2
+map node-n2 "host $H: rank 0 root, rank 1 ps 1, rank 2 ps 2, rank 3 worker 0, rank 4 worker 1, rank 5 worker 2"
+same node-n2 classic2
+
+# two nodes (the override), ranks in blocks: ps 1 on node0, ps 2 on node1
+export PSTRAIN_TEST_NODES=0,0,0,1,1,1
+train block 6 --ps-per-node 1
+map block "host node0: rank 0 root, rank 1 ps 1, rank 2 worker 0" \
+    "host node1: rank 3 ps 2, rank 4 worker 1, rank 5 worker 2"
+same block classic2
+grep -q '"nodes": 2,' "$TMP/block.json" || bad "block: the summary lacks nodes 2"
+# ranks interleaved over the nodes: the PS and worker indices follow the
+# world ranks; the greedy placement over that PS set
+export PSTRAIN_TEST_NODES=0,1,1,0,0,1
+train interleaved 6 --ps-per-node 1 --placement greedy
+map interleaved "host node0: rank 0 root, rank 3 ps 2, rank 4 worker 1" \
+    "host node1: rank 1 ps 1, rank 2 worker 0, rank 5 worker 2"
+same interleaved classic2
+
+# refusals
+export PSTRAIN_TEST_NODES=0,0,0,1
+refuse no-worker 4 "--ps-per-node 1: node 2 of 2 (host node1) has 1 rank, but needs at least 2 (1 PS + 1 worker)" \
+    --ps-per-node 1
+export PSTRAIN_TEST_NODES=0,0,0,1,1,1
+refuse ps-mismatch 6 "--ps 3 with --ps-per-node 1 on 2 nodes: expected --ps 2" --ps 3 --ps-per-node 1
+export PSTRAIN_TEST_NODES=0,0,x
+refuse bad-override 3 "PSTRAIN_TEST_NODES (a test-only override): expected 3" --ps-per-node 1
+unset PSTRAIN_TEST_NODES
+refuse root-node 3 "--ps-per-node 2: node 1 of 1 (host $H) has 3 ranks, but needs at least 4 (the root + 2 PS + 1 worker)" \
+    --ps-per-node 2
+[ $fail = 0 ] || exit 1
+echo "ps-per-node: OK"

@@ -117,6 +117,9 @@ static int cmd_train(int argc, char **argv)
         MPI_Comm_size(MPI_COMM_WORLD, &size);
     }
     if (size > 1) pst_set_die_hook(abort_hook);
+    /* --ps defaults to 1 under mpirun, unless --ps-per-node derives it from
+     * the nodes (0: not given) */
+    if (size > 1 && !cfg.ps && !cfg.ps_per_node) cfg.ps = 1;
 
     train_result res;
     memset(&res, 0, sizeof res);

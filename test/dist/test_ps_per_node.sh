@@ -70,6 +70,10 @@ host=$(hostname)
 # the classic layouts: 1 and 2 PS, 3 workers
 train classic1 5 --ps 1
 train classic2 6 --ps 2
+# without --ps or --ps-per-node: one PS, as --help says
+train default 5
+same default classic1
+grep -q '"ps": 1,' "$TMP/default.json" || bad "default: the summary lacks ps 1"
 
 # one node: N = 1 and N = 2 are the first N ranks after the root
 train node-n1 5 --ps-per-node 1

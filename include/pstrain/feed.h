@@ -26,6 +26,18 @@
  * Tickets are dense and each is taken once, so each batch goes to exactly
  * one worker: every example exactly once per epoch across all workers.
  *
+ * Several feeders (F > 1, geometry nfeeders): the ticket counter stays in
+ * the root's header, and ticket t lives in feeder t mod F's K slots (slot
+ * (t div F) mod K of the same window on that rank; the root is feeder 0).
+ * Each feeder publishes only its own tickets, in order, dropping the
+ * source's batches of the other feeders' tickets, so ticket t carries the
+ * same batch whatever F is. The root grants publication with two header
+ * words that feeders read atomically: limit (feeders publish data only
+ * below it; the root keeps it at head + F*K, under total) and total (-1
+ * unknown; tickets >= total get end markers). A stop lowers total to no
+ * less than the limit already granted, written before the new limit, so no
+ * feeder has published data at or beyond a total it is told.
+ *
  * Only the main thread calls MPI (MPI_THREAD_FUNNELED).
  */
 #ifndef PSTRAIN_FEED_H
@@ -41,12 +53,14 @@
 #define FEED_REPORT_WORDS 16 /* doubles per rank's report record */
 
 typedef struct feed_geom {
-    int batch;             /* B */
-    int64_t example_bytes; /* H*W*C */
-    int nslots;            /* K >= 1 */
-    int nworkers;          /* workers that will take tickets (for `finished`) */
-    int64_t first_ticket;  /* resume: the first ticket handed out (0) */
-    int64_t first_step;    /* resume: the async global step counter's start (0) */
+    int batch;               /* B */
+    int64_t example_bytes;   /* H*W*C */
+    int nslots;              /* K >= 1 */
+    int nworkers;            /* workers that will take tickets (for `finished`) */
+    int64_t first_ticket;    /* resume: the first ticket handed out (0) */
+    int64_t first_step;      /* resume: the async global step counter's start (0) */
+    int nfeeders;            /* F: ranks holding ring slots (0 or 1: the root alone) */
+    const int *feeder_ranks; /* F ranks of comm, [0] = root (unused when F <= 1) */
 } feed_geom;
 
 typedef struct feed feed;
@@ -92,10 +106,20 @@ int64_t feed_root_next_ticket(const feed *f);
 void feed_root_set_total(feed *f, int64_t total);
 /* Root: the current limit (-1: none; lowered when the source ends early). */
 int64_t feed_root_total(const feed *f);
+/* Root: the first ticket that no feeder may have published data for yet
+ * (F = 1: the next ticket; F > 1: also the limit granted): a stop's total
+ * is never below it. */
+int64_t feed_root_published_end(const feed *f);
 
 /* The report record of `rank` in the root's window (root only; values are
  * whatever the rank last put there, 0 initially). */
 const double *feed_report_of(const feed *f, int rank);
+
+/* Feeders 1..F-1: serve this rank's tickets (source: the batches of every
+ * ticket from the geometry's first_ticket on, in order) until all workers
+ * have finished, under the root's limit and total. Returns 0 or -1 as
+ * feed_root_serve. */
+int feed_feeder_serve(feed *f, const feed_hooks *h, feed_serve_stats *st, pst_err *e);
 
 /* ---- worker side ---- */
 

@@ -2,12 +2,13 @@
  * feed.c - the batch ring in the root's RMA window (protocol in feed.h).
  *
  * Window layout (bytes, disp_unit 1), every part 64-byte aligned:
- *   [0, 64)                header: int64 head, step, finished
+ *   [0, 64)                header: int64 head, step, finished, total, limit
  *   [64, 64 + R*128)       report records: FEED_REPORT_WORDS doubles per rank
  *   then K slots of slot_bytes:
  *     ctl int64[8]: seq (ticket+1 once filled), release (ticket+1 once read),
  *                   epoch, count
  *     ids int64[B] | labels int32[B] (padded to 8) | pixels uint8[B*px]
+ * Feeders 1..F-1 allocate the same layout (header and reports unused).
  */
 #include "pstrain/feed.h"
 
@@ -17,7 +18,7 @@
 #include "dist_internal.h"
 #include "pstrain/timeline.h"
 
-enum { HDR_HEAD = 0, HDR_STEP = 1, HDR_FINISHED = 2 };
+enum { HDR_HEAD = 0, HDR_STEP = 1, HDR_FINISHED = 2, HDR_TOTAL = 3, HDR_LIMIT = 4 };
 enum { CTL_SEQ = 0, CTL_RELEASE = 1, CTL_EPOCH = 2, CTL_COUNT = 3 };
 #define CTL_BYTES 64
 
@@ -30,7 +31,18 @@ struct feed {
     MPI_Aint reports_off, slots_off, slot_bytes, ids_off, labels_off, pixels_off;
     unsigned char *buf;  /* worker: one slot's copy */
     int64_t prod, total; /* root: next ticket to publish; tickets with data (-1: all) */
+    int F, findex;       /* feeders; this rank's feeder index (-1: none) */
+    int *franks;         /* the F feeder ranks, [0] = root */
+    int64_t src_pos;     /* feeder: the ticket of the source's next batch */
+    int64_t limit;       /* feeder: data only below it (F = 1: no limit) */
+    int64_t src_end;     /* feeder: the ticket at which its source ended (-1) */
 };
+
+/* The slot of ticket t in its feeder's ring. */
+static int slot_of(const feed *f, int64_t t)
+{
+    return (int)((t / f->F) % f->g.nslots);
+}
 
 static MPI_Aint align64(MPI_Aint n)
 {
@@ -51,6 +63,19 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
     f->g = *g;
     MPI_Comm_rank(comm, &f->rank);
     MPI_Comm_size(comm, &f->nranks);
+    f->F = g->nfeeders > 1 ? g->nfeeders : 1;
+    f->franks = pst_calloc((size_t)f->F, sizeof *f->franks);
+    f->franks[0] = root;
+    f->findex = f->rank == root ? 0 : -1;
+    for (int i = 1; i < f->F; i++) {
+        f->franks[i] = g->feeder_ranks[i];
+        if (f->franks[i] == f->rank) f->findex = i;
+    }
+    if (f->F > 1 && g->feeder_ranks[0] != root) {
+        free(f->franks), free(f);
+        return pst_fail(e, "feed: feeder 0 is rank %d, expected the root (rank %d)",
+                        g->feeder_ranks[0], root);
+    }
     f->reports_off = 64;
     f->slots_off = align64(f->reports_off +
                            (MPI_Aint)f->nranks * FEED_REPORT_WORDS * (MPI_Aint)sizeof(double));
@@ -58,7 +83,7 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
     f->labels_off = f->ids_off + (MPI_Aint)g->batch * 8;
     f->pixels_off = f->labels_off + align64((MPI_Aint)g->batch * 4);
     f->slot_bytes = align64(f->pixels_off + (MPI_Aint)g->batch * g->example_bytes);
-    MPI_Aint size = f->rank == root ? f->slots_off + (MPI_Aint)g->nslots * f->slot_bytes : 0;
+    MPI_Aint size = f->findex >= 0 ? f->slots_off + (MPI_Aint)g->nslots * f->slot_bytes : 0;
 
     /* Each word sees one accumulate op only (head and finished MPI_SUM,
      * release MPI_REPLACE), as the default accumulate_ops=same_op_no_op asks. */
@@ -67,18 +92,26 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
         char s[MPI_MAX_ERROR_STRING];
         int n = 0;
         MPI_Error_string(rc, s, &n);
-        free(f);
+        free(f->franks), free(f);
         return pst_fail(e, "feed: MPI_Win_allocate of %lld bytes failed: %s", (long long)size, s);
     }
     MPI_Win_set_errhandler(f->win, MPI_ERRORS_RETURN);
     /* (on failure the caller aborts the job: freeing the window is collective) */
     if (dist_check_unified(f->win, "feed", e) < 0) return -1;
+    if (f->findex >= 0) memset(f->base, 0, (size_t)size);
     if (f->rank == root) {
-        memset(f->base, 0, (size_t)size);
         ((int64_t *)f->base)[HDR_HEAD] = g->first_ticket;
         ((int64_t *)f->base)[HDR_STEP] = g->first_step;
+        ((int64_t *)f->base)[HDR_TOTAL] = -1;
+        ((int64_t *)f->base)[HDR_LIMIT] = g->first_ticket; /* nothing granted yet */
     }
+    /* a feeder's first ticket: the first at or after first_ticket of its stride */
     f->prod = g->first_ticket;
+    if (f->findex >= 0) f->prod += ((f->findex - g->first_ticket) % f->F + f->F) % f->F;
+    f->src_pos = g->first_ticket;
+    f->limit = f->F > 1 ? g->first_ticket : INT64_MAX;
+    f->src_end = -1;
+    f->total = -1;
     f->buf = pst_aligned_alloc((size_t)f->slot_bytes);
     MPI_OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, f->win));
     MPI_OK(MPI_Win_sync(f->win));
@@ -93,6 +126,7 @@ void feed_free(feed *f)
     MPI_OK(MPI_Win_unlock_all(f->win));
     MPI_OK(MPI_Win_free(&f->win));
     free(f->buf);
+    free(f->franks);
     free(f);
 }
 
@@ -142,20 +176,130 @@ int64_t feed_root_total(const feed *f)
     return f->total;
 }
 
-void feed_root_set_total(feed *f, int64_t total)
+int64_t feed_root_published_end(const feed *f)
 {
-    if (f->total < 0 || total < f->total) f->total = PST_MAX(total, f->prod);
+    return f->F > 1 ? PST_MAX(f->prod, f->limit) : f->prod;
 }
 
-int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stats *st, pst_err *e)
+/* A header word of the root's window, read atomically from any rank. */
+static int64_t root_word(feed *f, int idx)
+{
+    if (f->rank == f->root) return dist_load64(&((volatile int64_t *)f->base)[idx]);
+    int64_t v = 0;
+    MPI_OK(MPI_Fetch_and_op(NULL, &v, MPI_INT64_T, f->root, idx * 8, MPI_NO_OP, f->win));
+    MPI_OK(MPI_Win_flush(f->root, f->win));
+    return v;
+}
+
+static void root_store(feed *f, int idx, int64_t v)
+{
+    dist_store64(&((volatile int64_t *)f->base)[idx], v);
+    MPI_OK(MPI_Win_sync(f->win));
+}
+
+void feed_root_set_total(feed *f, int64_t total)
+{
+    if (f->total >= 0 && total >= f->total) return;
+    /* never below what this rank or (F > 1) any feeder may have published */
+    f->total = PST_MAX(total, feed_root_published_end(f));
+    if (f->F > 1) root_store(f, HDR_TOTAL, f->total); /* before any new limit */
+}
+
+/* Root, F > 1: grants feeders the tickets below head + F*K (their rings'
+ * reach), never at or past the total. The limit only grows. */
+static void root_grant(feed *f)
+{
+    int64_t lim = root_word(f, HDR_HEAD) + (int64_t)f->F * f->g.nslots;
+    if (f->total >= 0) lim = PST_MIN(lim, f->total);
+    if (lim > f->limit) {
+        f->limit = lim;
+        root_store(f, HDR_LIMIT, lim);
+    }
+}
+
+/* Feeders: the root's limit, then its total (written in the other order,
+ * so a limit read is never newer than the total read after it). */
+static void feeder_read_grant(feed *f)
+{
+    f->limit = root_word(f, HDR_LIMIT);
+    f->total = root_word(f, HDR_TOTAL);
+}
+
+/* The source's batch of ticket t (this feeder's): the batches of other
+ * feeders' tickets before it are dropped. */
+static int source_at(feed *f, const feed_hooks *h, int64_t t, pipe_batch *b, pst_err *e)
+{
+    for (;;) {
+        int got = h->source(h->ctx, b, e);
+        if (got <= 0) return got;
+        if (f->src_pos++ == t) return 1;
+    }
+}
+
+/* The tickets this feeder publishes data for end here (-1: not known). */
+static int64_t data_end(const feed *f)
+{
+    if (f->src_end < 0) return f->total;
+    return f->total < 0 ? f->src_end : PST_MIN(f->total, f->src_end);
+}
+
+/* Fills every free slot of this feeder in ticket order: data below the end
+ * and the limit, end markers from the end on (W of them cover every
+ * worker). Returns 1 if it published, 0 if not, -1 when the source fails. */
+static int publish(feed *f, const feed_hooks *h, int64_t *filled, feed_serve_stats *st, pst_err *e)
+{
+    const int W = f->g.nworkers;
+    int did = 0;
+    for (;;) {
+        /* the root grants before each of its own (possibly slow) batches */
+        if (f->F > 1 && f->rank == f->root) root_grant(f);
+        const int64_t end = data_end(f);
+        if (end >= 0 && f->prod >= end + W) break;
+        const int k = slot_of(f, f->prod);
+        if (filled[k] >= 0 && dist_load64(&slot_ctl(f, k)[CTL_RELEASE]) != filled[k] + 1) break;
+        if (end < 0 || f->prod < end) {
+            if (f->prod >= f->limit) break; /* not granted yet */
+            pipe_batch b;
+            const double ts = pst_now();
+            int got = source_at(f, h, f->prod, &b, e);
+            const double tb = pst_now();
+            st->source_wait += tb - ts;
+            if (got < 0) return -1;
+            if (got > 0) {
+                fill_slot(f, k, f->prod, &b);
+                tl_add(TL_WAIT_INPUT, ts, tb, 0);
+                tl_add(TL_PUBLISH, tb, tl_now(), f->prod);
+                st->batches++;
+            } else { /* the source ended: the rest are end markers */
+                /* no data anywhere from here (every feeder's source is the
+                 * same sequence): the root lowers the total below its limit */
+                f->src_end = f->prod;
+                if (f->rank == f->root && (f->total < 0 || f->prod < f->total)) {
+                    f->total = f->prod;
+                    if (f->F > 1) root_store(f, HDR_TOTAL, f->total);
+                }
+                continue;
+            }
+        } else {
+            fill_slot(f, k, f->prod, NULL);
+            st->end_markers++;
+        }
+        filled[k] = f->prod;
+        f->prod += f->F;
+        did = 1;
+        dist_progress();
+    }
+    return did;
+}
+
+/* The service loop of the root (hooks poll and tick) and of feeders. */
+static int serve(feed *f, const feed_hooks *h, feed_serve_stats *st, pst_err *e)
 {
     const int K = f->g.nslots, W = f->g.nworkers;
+    const bool root = f->rank == f->root;
     int64_t *filled = pst_malloc(sizeof *filled * (size_t)K);
     for (int k = 0; k < K; k++) filled[k] = -1;
-    volatile int64_t *hdr = (volatile int64_t *)f->base;
     memset(st, 0, sizeof *st);
-    f->total = total;
-    bool src_done = false;
     dist_backoff bo;
     dist_backoff_init(&bo, 10, 1000);
     const double t0 = pst_now(), cpu0 = dist_thread_cpu_seconds();
@@ -163,48 +307,23 @@ int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stat
     int rc = 0;
     for (;;) {
         MPI_OK(MPI_Win_sync(f->win));
-        if (dist_load64(&hdr[HDR_FINISHED]) >= W) break;
+        if (root_word(f, HDR_FINISHED) >= W) break;
         bool did = false;
         if (h->poll) {
             int r = h->poll(h->ctx, e);
             if (r < 0) {
                 rc = -1;
-                goto out;
+                break;
             }
             did = r > 0;
         }
-        /* fill every free slot in ticket order; W end markers are enough */
-        while (!(src_done && f->prod >= f->total + W)) {
-            const int k = (int)(f->prod % K);
-            if (filled[k] >= 0 && dist_load64(&slot_ctl(f, k)[CTL_RELEASE]) != filled[k] + 1) break;
-            if (!src_done && (f->total < 0 || f->prod < f->total)) {
-                pipe_batch b;
-                const double ts = pst_now();
-                int got = h->source(h->ctx, &b, e);
-                const double tb = pst_now();
-                st->source_wait += tb - ts;
-                if (got < 0) {
-                    rc = -1;
-                    goto out;
-                }
-                if (got > 0) {
-                    fill_slot(f, k, f->prod, &b);
-                    tl_add(TL_WAIT_INPUT, ts, tb, 0);
-                    tl_add(TL_PUBLISH, tb, tl_now(), f->prod);
-                    st->batches++;
-                    filled[k] = f->prod++;
-                    did = true;
-                    dist_progress();
-                    continue;
-                }
-                f->total = f->prod;
-            }
-            src_done = true;
-            fill_slot(f, k, f->prod, NULL);
-            st->end_markers++;
-            filled[k] = f->prod++;
-            did = true;
+        if (f->F > 1 && !root) feeder_read_grant(f);
+        int r = publish(f, h, filled, st, e);
+        if (r < 0) {
+            rc = -1;
+            break;
         }
+        did = did || r > 0;
         dist_progress();
         if (h->tick) {
             double now = pst_now();
@@ -218,11 +337,23 @@ int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stat
         else
             dist_backoff_wait(&bo);
     }
-out:
     st->wall = pst_now() - t0;
     st->cpu = dist_thread_cpu_seconds() - cpu0;
     free(filled);
     return rc;
+}
+
+int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stats *st, pst_err *e)
+{
+    f->total = total;
+    if (f->F > 1) root_store(f, HDR_TOTAL, total);
+    return serve(f, h, st, e);
+}
+
+int feed_feeder_serve(feed *f, const feed_hooks *h, feed_serve_stats *st, pst_err *e)
+{
+    if (f->findex < 1) return pst_fail(e, "feed: rank %d is not a feeder", f->rank);
+    return serve(f, h, st, e);
 }
 
 /* ---- workers ------------------------------------------------------------- */
@@ -233,7 +364,7 @@ int feed_take(feed *f, feed_batch *b, double *wait)
     int64_t t = 0, seq = 0;
     MPI_OK(MPI_Fetch_and_op(&one, &t, MPI_INT64_T, f->root, HDR_HEAD * 8, MPI_SUM, f->win));
     MPI_OK(MPI_Win_flush(f->root, f->win));
-    const int k = (int)(t % f->g.nslots);
+    const int k = slot_of(f, t), src = f->franks[t % f->F];
     const MPI_Aint slot = f->slots_off + (MPI_Aint)k * f->slot_bytes;
     dist_backoff bo;
     dist_backoff_init(&bo, 2, 200);
@@ -241,19 +372,19 @@ int feed_take(feed *f, feed_batch *b, double *wait)
     for (;;) {
         /* an atomic read: the root stores seq with a local store meanwhile,
          * and a plain MPI_Get of it would be a conflicting access */
-        MPI_OK(MPI_Fetch_and_op(NULL, &seq, MPI_INT64_T, f->root, slot + CTL_SEQ * 8, MPI_NO_OP,
-                                f->win));
-        MPI_OK(MPI_Win_flush(f->root, f->win));
+        MPI_OK(
+            MPI_Fetch_and_op(NULL, &seq, MPI_INT64_T, src, slot + CTL_SEQ * 8, MPI_NO_OP, f->win));
+        MPI_OK(MPI_Win_flush(src, f->win));
         if (seq == t + 1) break;
         dist_backoff_wait(&bo);
     }
-    dist_get(f->buf, (size_t)f->slot_bytes, MPI_BYTE, 1, f->root, slot, f->win);
-    MPI_OK(MPI_Win_flush(f->root, f->win));
+    dist_get(f->buf, (size_t)f->slot_bytes, MPI_BYTE, 1, src, slot, f->win);
+    MPI_OK(MPI_Win_flush(src, f->win));
     const int64_t *ctl = (const int64_t *)f->buf;
     const int64_t rel = t + 1;
-    MPI_OK(MPI_Accumulate(&rel, 1, MPI_INT64_T, f->root, slot + CTL_RELEASE * 8, 1, MPI_INT64_T,
+    MPI_OK(MPI_Accumulate(&rel, 1, MPI_INT64_T, src, slot + CTL_RELEASE * 8, 1, MPI_INT64_T,
                           MPI_REPLACE, f->win));
-    MPI_OK(MPI_Win_flush(f->root, f->win));
+    MPI_OK(MPI_Win_flush(src, f->win));
     if (wait) *wait += pst_now() - t0;
     if (ctl[CTL_SEQ] != t + 1)
         dist_fatal("feed: slot %d changed while read (seq %lld, ticket %lld)", k,

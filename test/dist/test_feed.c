@@ -3,9 +3,14 @@
  * each example arrives exactly once per epoch, workers' sets are disjoint,
  * payloads arrive intact, tickets are dense, and that every worker gets one
  * end-of-data marker. Run with a ring of 1 slot and of 8 slots.
- * Usage: test_feed [examples] [batch] [epochs] */
+ * With F feeders (ranks 0..F-1, each serving its tickets from its own copy
+ * of the source) the same, and once more with a stop: the root lowers the
+ * total mid-run, and exactly the tickets below the total it settles on
+ * carry data.
+ * Usage: test_feed [examples] [batch] [epochs] [feeders] */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "pstrain/feed.h"
@@ -24,10 +29,16 @@ typedef struct src_state {
 /* Epoch-wise permutation by a simple LCG-driven shuffle of a cursor. */
 static int64_t *perm;
 
+/* Stop runs (one slot, so that the root polls between batches): the root's
+ * source is slow, so that the other feeders run ahead of it when the stop
+ * comes. */
+static int slow_source;
+
 static int synth_next(void *ctx, pipe_batch *b, pst_err *e)
 {
     (void)e;
     src_state *s = ctx;
+    if (slow_source) nanosleep(&(struct timespec){0, 2000000}, NULL);
     if (s->next == s->n) {
         s->epoch++;
         s->next = 0;
@@ -60,13 +71,40 @@ static int synth_next(void *ctx, pipe_batch *b, pst_err *e)
     return 1;
 }
 
-static void run(int nslots, int64_t n, int batch, int epochs)
+/* The root's poll hook in the stop runs: lowers the total once the
+ * workers have taken about a third of the tickets. */
+typedef struct stop_state {
+    feed *f;
+    int64_t at;
+    bool done;
+} stop_state;
+
+static stop_state stop_st;
+
+static int stop_poll(void *ctx, pst_err *e)
+{
+    (void)ctx, (void)e;
+    stop_state *st = &stop_st;
+    if (st->done || feed_root_next_ticket(st->f) < st->at) return 0;
+    feed_root_set_total(st->f, feed_root_next_ticket(st->f));
+    st->done = true;
+    return 1;
+}
+
+static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop)
 {
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const int W = size - 1;
-    feed_geom g = {.batch = batch, .example_bytes = PX, .nslots = nslots, .nworkers = W};
+    const int W = size - F;
+    int franks[8];
+    for (int i = 0; i < F; i++) franks[i] = i;
+    feed_geom g = {.batch = batch,
+                   .example_bytes = PX,
+                   .nslots = nslots,
+                   .nworkers = W,
+                   .nfeeders = F,
+                   .feeder_ranks = franks};
     feed *f = NULL;
     pst_err e;
     if (feed_new(&f, MPI_COMM_WORLD, 0, &g, &e) < 0) {
@@ -78,16 +116,25 @@ static void run(int nslots, int64_t n, int batch, int epochs)
     int64_t *log = malloc(sizeof(int64_t) * (size_t)cap * 2);
     int64_t *tickets = malloc(sizeof(int64_t) * (size_t)cap);
     int ends = 0, bad_payload = 0;
-    if (rank == 0) {
+    const int64_t want = epochs * ((n + batch - 1) / batch);
+    int64_t published = 0, total = -1;
+    if (rank < F) {
         src_state s = {.n = n, .batch = batch, .epochs = epochs, .rng = 42};
         perm = malloc(sizeof(int64_t) * (size_t)n);
         feed_serve_stats st;
         feed_hooks h = {.source = synth_next, .ctx = &s};
-        CHECK(feed_root_serve(f, -1, &h, &st, &e) == 0, "%s", e.msg);
-        int64_t want = epochs * ((n + batch - 1) / batch);
-        CHECK(st.batches == want, "root published %lld batches, expected %lld",
-              (long long)st.batches, (long long)want);
-        CHECK(st.end_markers >= W, "end markers %lld", (long long)st.end_markers);
+        if (rank == 0) {
+            stop_st = (stop_state){.f = f, .at = want / 3};
+            if (stop) h.poll = stop_poll;
+            slow_source = stop;
+            /* F > 1 as pstrain runs it, with the total known */
+            CHECK(feed_root_serve(f, F > 1 ? want : -1, &h, &st, &e) == 0, "%s", e.msg);
+            total = feed_root_total(f);
+            slow_source = 0;
+        } else {
+            CHECK(feed_feeder_serve(f, &h, &st, &e) == 0, "%s", e.msg);
+        }
+        published = st.batches;
         free(perm);
     } else {
         feed_batch b;
@@ -111,6 +158,11 @@ static void run(int nslots, int64_t n, int batch, int epochs)
         CHECK(bad_payload == 0, "worker %d: %d corrupted payload bytes", rank, bad_payload);
         CHECK(ends == 1, "worker %d: %d end markers", rank, ends);
     }
+    int64_t all_published = 0;
+    MPI_Reduce(&published, &all_published, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0 && !stop)
+        CHECK(all_published == want, "F=%d: feeders published %lld batches, expected %lld", F,
+              (long long)all_published, (long long)want);
     /* gather logs on rank 0 */
     int mine = (int)(2 * nlog), *counts = NULL, *displs = NULL;
     int tmine = (int)nt, *tcounts = NULL, *tdispls = NULL;
@@ -139,7 +191,7 @@ static void run(int nslots, int64_t n, int batch, int epochs)
         /* per (epoch, id): which worker saw it, how often */
         int *owner = malloc(sizeof(int) * (size_t)(n * epochs));
         int *seen = calloc((size_t)(n * epochs), sizeof(int));
-        for (int r = 1; r < size; r++)
+        for (int r = F; r < size; r++)
             for (int i = displs[r]; i < displs[r] + counts[r]; i += 2) {
                 int64_t ep = all[i], id = all[i + 1];
                 if (ep < 0 || ep >= epochs || id < 0 || id >= n) {
@@ -151,8 +203,22 @@ static void run(int nslots, int64_t n, int batch, int epochs)
             }
         int64_t dup = 0, miss = 0;
         for (int64_t i = 0; i < n * epochs; i++) dup += seen[i] > 1, miss += seen[i] == 0;
-        CHECK(dup == 0 && miss == 0, "K=%d W=%d: %lld duplicates, %lld missing", nslots, W,
-              (long long)dup, (long long)miss);
+        if (stop) {
+            /* exactly the tickets below the total carry data (a batch
+             * published past it would have been taken: W tickets after it
+             * are end markers) */
+            CHECK(dup == 0, "stop: %lld duplicates", (long long)dup);
+            CHECK(total >= want / 3 && total <= want, "stop: total %lld", (long long)total);
+            int64_t nex = 0;
+            for (int64_t i = 0; i < n * epochs; i++) nex += seen[i];
+            int64_t full = total / ((n + batch - 1) / batch) * n;
+            int64_t rest = total % ((n + batch - 1) / batch);
+            CHECK(nex == full + rest * batch, "stop at %lld: %lld examples, expected %lld",
+                  (long long)total, (long long)nex, (long long)(full + rest * batch));
+        } else {
+            CHECK(dup == 0 && miss == 0, "K=%d W=%d F=%d: %lld duplicates, %lld missing", nslots, W,
+                  F, (long long)dup, (long long)miss);
+        }
         /* tickets: dense 0..T-1, each once */
         int64_t T = ttot;
         char *tk = calloc((size_t)T + 1, 1);
@@ -167,8 +233,8 @@ static void run(int nslots, int64_t n, int batch, int epochs)
         free(tk);
         free(owner);
         free(seen);
-        fprintf(stderr, "K=%d W=%d: %lld tickets, exactly once OK=%d\n", nslots, W, (long long)T,
-                dup == 0 && miss == 0);
+        fprintf(stderr, "K=%d W=%d F=%d%s (total %lld): %lld tickets, exactly once OK=%d\n", nslots,
+                W, F, stop ? " stop" : "", (long long)total, (long long)T, dup == 0 && miss == 0);
     }
     free(all), free(allt), free(counts), free(displs), free(tcounts), free(tdispls);
     free(log), free(tickets);
@@ -188,8 +254,14 @@ int main(int argc, char **argv)
     int64_t n = argc > 1 ? atoll(argv[1]) : 1000;
     int batch = argc > 2 ? atoi(argv[2]) : 32;
     int epochs = argc > 3 ? atoi(argv[3]) : 2;
-    run(1, n, batch, epochs);
-    run(8, n, batch, epochs);
+    int F = argc > 4 ? atoi(argv[4]) : 1;
+    if (F < 1 || F > 8 || F >= size) {
+        MPI_Finalize();
+        CHECK_SKIP("needs 1 <= feeders <= 8 and fewer than the ranks");
+    }
+    run(1, n, batch, epochs, F, false);
+    run(8, n, batch, epochs, F, false);
+    run(1, n, batch, epochs, F, true);
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int fails = check_failures_, all = 0;

@@ -56,6 +56,9 @@ typedef struct train_cfg {
      * ranks workers (0: ranks 1..ps are the PS); ps, when given, must be N
      * x the nodes (docs/design.md §1) */
     int ps_per_node;
+    /* --feeders F: ranks that serve the batch ring, the root and F - 1 ranks
+     * after the PS (docs/design.md §1); 0 or 1: the root alone */
+    int feeders;
     place_kind placement;
     int64_t partition_bytes; /* default 256 KiB */
     train_mode mode;
@@ -63,7 +66,7 @@ typedef struct train_cfg {
     /* async: --max-staleness S, a worker starts a step only while it is at
      * most S steps ahead of the slowest unfinished worker (-1: unbounded) */
     int64_t max_staleness;
-    bool comm_bf16;            /* --comm-dtype bf16: pulls and pushes in bfloat16 */
+    bool comm_bf16; /* --comm-dtype bf16: pulls and pushes in bfloat16 */
 
     /* checkpoints (ckpt.h): DIR/ckpt-<step>.h5 + DIR/latest */
     const char *checkpoint_dir;

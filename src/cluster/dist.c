@@ -5,8 +5,10 @@
  * (worker.c), and the end of the run (end.c). trainer.h is the map.
  *
  * Roles (docs/design.md §1): rank 0 root (input pipeline -> batch ring, metrics,
- * summary), ranks 1..P parameter servers (ps.c), ranks P+1..N-1 workers;
- * with --ps-per-node N, N parameter servers on every node (layout.c).
+ * summary), ranks 1..P parameter servers (ps.c), with --feeders F the next
+ * F-1 ranks feeders (feeder.c: ticket t is served by feeder t mod F, the
+ * root being feeder 0), the rest workers; with --ps-per-node N, N parameter
+ * servers on every node (layout.c).
  * Every rank builds the same model from the same seed (so initial
  * variables agree without a broadcast; a resumed run broadcasts the
  * checkpoint's), the same placement plan, and joins two windows: the root's
@@ -68,7 +70,17 @@ static void die_hook(int status)
  * refuses a bad configuration the same way, before any window exists. */
 static int check_config(const train_cfg *c, int size, int P, pst_err *e)
 {
-    const int W = size - 1 - P;
+    const int F = PST_MAX(c->feeders, 1), W = size - 1 - P - (F - 1);
+    if (F > 1 && c->ps_per_node)
+        return pst_fail(e,
+                        "--feeders %d with --ps-per-node: expected one of them (feeder ranks "
+                        "follow the classic layout's PS)",
+                        F);
+    if (F > 1 && W < 1)
+        return pst_fail(e,
+                        "--feeders %d with --ps %d and %d MPI ranks leaves no worker: %d ranks "
+                        "are needed at least (1 root + %d PS + %d feeders + 1 or more workers)",
+                        F, P, size, P + F + 1, P, F - 1);
     if (P < 1)
         return pst_fail(e,
                         "--ps %d: distributed training needs at least one parameter server "
@@ -100,7 +112,10 @@ static int check_config(const train_cfg *c, int size, int P, pst_err *e)
 static int role_of(const dist_run *r, int rank)
 {
     if (r->colocated) return r->colocated[rank];
-    return rank == 0 ? ROLE_ROOT : rank <= r->P ? ROLE_PS : ROLE_WORKER;
+    return rank == 0                 ? ROLE_ROOT
+           : rank <= r->P            ? ROLE_PS
+           : rank <= r->P + r->F - 1 ? ROLE_FEEDER
+                                     : ROLE_WORKER;
 }
 
 /* "root", "ps P" (from 1) or "worker W" (from 0), as in error messages. */
@@ -110,6 +125,8 @@ static void role_name(char *out, size_t n, int role, int index)
         snprintf(out, n, "root");
     else if (role == ROLE_PS)
         snprintf(out, n, "ps %d", index + 1);
+    else if (role == ROLE_FEEDER) /* the root is feeder 0 */
+        snprintf(out, n, "feeder %d", index + 1);
     else
         snprintf(out, n, "worker %d", index);
 }
@@ -165,7 +182,8 @@ static void assign_roles(dist_run *r)
     MPI_OK(MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD));
     r->ps_ranks = pst_calloc((size_t)r->P, sizeof *r->ps_ranks);
     r->worker_ranks = pst_calloc((size_t)r->W, sizeof *r->worker_ranks);
-    int nroot = 0, nps = 0, nw = 0;
+    r->feeder_ranks = pst_calloc((size_t)r->F, sizeof *r->feeder_ranks);
+    int nroot = 0, nps = 0, nw = 0, nf = 1;
     for (int k = 0; k < r->size; k++) {
         const int kr = all[2 * k], ki = all[2 * k + 1];
         if (kr == ROLE_ROOT)
@@ -174,13 +192,18 @@ static void assign_roles(dist_run *r)
             r->ps_ranks[ki] = k, nps++;
         else if (kr == ROLE_WORKER && ki < r->W)
             r->worker_ranks[ki] = k, nw++;
+        else if (kr == ROLE_FEEDER && ki + 1 < r->F)
+            r->feeder_ranks[ki + 1] = k, nf++;
     }
+    r->feeder_ranks[0] = r->root_rank;
+    if (nf != r->F) dist_fatal("role assignment: %d feeders (expected %d)", nf, r->F);
     if (nroot == 1 && nps == r->P && nw == r->W) r->host_map = host_map(all, r->size, r->rank);
     free(all);
     if (nroot != 1 || nps != r->P || nw != r->W)
         dist_fatal("role assignment: %d root, %d PS, %d workers (expected 1, %d, %d)", nroot, nps,
                    nw, r->P, r->W);
     r->is_root = role == ROLE_ROOT, r->is_ps = role == ROLE_PS;
+    r->is_feeder = role == ROLE_FEEDER;
     r->worker_id = role == ROLE_WORKER ? r->index : -1;
 }
 
@@ -247,7 +270,10 @@ static const char *enter_role(const dist_run *r)
 {
     static char progname[64]; /* pst_set_progname keeps the pointer */
     char role[32];
-    const int kind = r->is_root ? ROLE_ROOT : r->is_ps ? ROLE_PS : ROLE_WORKER;
+    const int kind = r->is_root     ? ROLE_ROOT
+                     : r->is_ps     ? ROLE_PS
+                     : r->is_feeder ? ROLE_FEEDER
+                                    : ROLE_WORKER;
     role_name(role, sizeof role, kind, r->index);
     dist_set_role(role);
     const char *old_progname = pst_progname();
@@ -264,17 +290,18 @@ static const char *enter_role(const dist_run *r)
 static bool build_model(dist_run *r, pst_err *e)
 {
     const train_cfg *cfg = r->cfg;
-    nn_model_cfg mc = {.name = cfg->model,
-                       .height = r->info.height,
-                       .width = r->info.width,
-                       .channels = r->info.channels,
-                       .num_classes = r->info.classes,
-                       .max_batch = r->is_ps ? 1 : cfg->batch,
-                       .seed = cfg->seed,
-                       .weight_decay = cfg->weight_decay,
-                       .label_smoothing = cfg->label_smoothing,
-                       /* only workers compute steps (the root evaluates between them) */
-                       .threads = r->is_ps || r->is_root ? 1 : pst_threads_resolve(cfg->threads)};
+    nn_model_cfg mc = {
+        .name = cfg->model,
+        .height = r->info.height,
+        .width = r->info.width,
+        .channels = r->info.channels,
+        .num_classes = r->info.classes,
+        .max_batch = r->is_ps || r->is_feeder ? 1 : cfg->batch,
+        .seed = cfg->seed,
+        .weight_decay = cfg->weight_decay,
+        .label_smoothing = cfg->label_smoothing,
+        /* only workers compute steps (the root evaluates between them) */
+        .threads = r->is_ps || r->is_root || r->is_feeder ? 1 : pst_threads_resolve(cfg->threads)};
     nn_switches_from_env(&mc.sw);
     int ok = nn_model_new(&r->m, &mc, e) == 0;
     if (ok) {
@@ -353,7 +380,9 @@ static void open_windows(dist_run *r, pst_err *e)
                     .nslots = r->nring,
                     .nworkers = W,
                     .first_ticket = r->info.first_ticket,
-                    .first_step = cfg->mode == TRAIN_ASYNC ? r->info.first_version : 0};
+                    .first_step = cfg->mode == TRAIN_ASYNC ? r->info.first_version : 0,
+                    .nfeeders = r->F,
+                    .feeder_ranks = r->feeder_ranks};
     if (feed_new(&r->f, MPI_COMM_WORLD, r->root_rank, &fg, e) < 0) dist_fatal("%s", e->msg);
     ps_layout lay = {.ps_ranks = r->ps_ranks,
                      .nworkers = W,
@@ -392,7 +421,7 @@ static void dist_run_free(dist_run *r)
     pipe_free(r->pl);
     free(r->log.a), free(r->prior.a);
     free(r->slots), free(r->averages), free(r->mtext);
-    free(r->ps_ranks), free(r->worker_ranks), free(r->colocated);
+    free(r->ps_ranks), free(r->worker_ranks), free(r->feeder_ranks), free(r->colocated);
     if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
     free(r->host_map);
     place_plan_free(r->plan);
@@ -425,11 +454,12 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     r->cfg = cfg, r->res = res, r->rank = rank, r->size = size;
     r->colocated = colocated;
     r->P = P;
-    const int W = r->W = size - 1 - P;
+    r->F = PST_MAX(cfg->feeders, 1);
+    const int W = r->W = size - 1 - P - (r->F - 1);
     const int R = r->R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
     r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
     assign_roles(r);
-    const bool is_root = r->is_root, is_ps = r->is_ps; /* else a worker */
+    const bool is_root = r->is_root, is_ps = r->is_ps; /* else a feeder or a worker */
     const char *old_progname = enter_role(r);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); /* 1 us: short back-off sleeps stay short */
@@ -480,6 +510,8 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
         root_run(r, e);
     else if (is_ps)
         ps_role(r, e);
+    else if (r->is_feeder)
+        feeder_run(r, e);
     else
         worker_role(r);
 

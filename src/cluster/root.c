@@ -316,7 +316,8 @@ static int root_poll(void *vctx, pst_err *e)
     }
     int sig = cfg->checkpoint_dir ? pst_stop_requested() : 0;
     if (sig && !c->stopping) {
-        begin_stop(c, sig, prod);
+        /* past every ticket any feeder may have published */
+        begin_stop(c, sig, feed_root_published_end(c->f));
         did = 1;
     }
     return did;
@@ -489,6 +490,10 @@ static void note_setup(const dist_run *r)
     const int P = r->P, W = r->W, R = r->R;
     metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
                  cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
+    if (r->F > 1)
+        metrics_note(r->mx,
+                     "%d feeders: the root and %d feeder ranks (ticket t from feeder t mod %d)",
+                     r->F, r->F - 1, r->F);
     if (cfg->ps_per_node) {
         const int nodes = P / cfg->ps_per_node;
         metrics_note(r->mx, "layout: %d PS per node on %d node%s (--ps-per-node)", cfg->ps_per_node,

@@ -138,7 +138,7 @@ typedef struct root_ctx {
 } root_ctx;
 
 /* The roles (dist.c assigns them; see role_of). */
-enum { ROLE_ROOT, ROLE_PS, ROLE_WORKER };
+enum { ROLE_ROOT, ROLE_PS, ROLE_WORKER, ROLE_FEEDER };
 
 /* One run of dist_train on this rank. */
 typedef struct dist_run {
@@ -147,8 +147,10 @@ typedef struct dist_run {
     /* the roles: this rank's role communicator and index in it, and the
      * world ranks of the root, of PS p and of worker w */
     int rank, size, P, W, R;
-    bool is_root, is_ps, lockstep;
+    bool is_root, is_ps, is_feeder, lockstep;
     int worker_id;
+    int F;             /* feeders (--feeders): the root and F - 1 feeder ranks */
+    int *feeder_ranks; /* F world ranks, [0] = the root */
     MPI_Comm role_comm;
     int index;
     int root_rank;
@@ -225,6 +227,11 @@ int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const fl
  * or -1 (e set). */
 int root_drain_snapshots(root_ctx *c, pst_err *e);
 void root_ctx_free(root_ctx *c);
+
+/* feeder.c: feeder ranks 1..F-1: open the data, start the pipeline at the
+ * run's data cursor (after the root's start_info) and serve this rank's
+ * tickets until every worker is done. */
+void feeder_run(dist_run *r, pst_err *e);
 
 /* worker.c: the worker loop of worker r->worker_id. */
 void worker_role(dist_run *r);

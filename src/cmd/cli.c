@@ -76,6 +76,8 @@ static const char train_usage_more[] =
     "  --ps P                  parameter-server ranks (default 1)\n"
     "  --ps-per-node N         N parameter servers on every node instead, the node's other\n"
     "                          ranks workers (P = N x nodes; a --ps beside it must match)\n"
+    "  --feeders F             ranks serving batches: the root and F-1 ranks after the PS\n"
+    "                          (default 1)\n"
     "  --placement S           round-robin | greedy | partition (default round-robin)\n"
     "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
     "  --mode M                sync | async (default sync)\n"
@@ -299,6 +301,7 @@ static const train_opt train_opts[] = {
     {"ps", required_argument, INT(cfg.ps, 1, 1 << 20, "a positive number of parameter servers")},
     {"ps-per-node", required_argument,
      INT(cfg.ps_per_node, 1, 1 << 20, "a positive number of parameter servers per node")},
+    {"feeders", required_argument, INT(cfg.feeders, 1, 1 << 20, "a positive number of feeders")},
     {"placement", required_argument,
      PARSE(cfg.placement, parse_placement, "round-robin, greedy or partition")},
     {"partition-bytes", required_argument,

@@ -47,6 +47,7 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     fprintf(f, "  \"optimizer\": \"%s\",\n", opt_name(cfg->opt.kind));
     fprintf(f, "  \"ranks\": %d,\n  \"ps\": %d,\n  \"workers\": %d,\n", r->ranks, r->ps,
             r->workers);
+    if (r->ps) fprintf(f, "  \"feeders\": %d,\n", PST_MAX(cfg->feeders, 1)); /* --feeders */
     if (cfg->ps_per_node && r->ps) /* the colocated layout: P = N x nodes */
         fprintf(f, "  \"ps_per_node\": %d,\n  \"nodes\": %d,\n", cfg->ps_per_node,
                 r->ps / cfg->ps_per_node);

@@ -1,0 +1,55 @@
+/*
+ * feeder.c - feeder ranks 1..F-1 (--feeders F): each runs the same input
+ * pipeline as the root, from the run's data cursor, and serves the batches
+ * of its own tickets (ticket t from feeder t mod F) through its slots of the
+ * batch ring (feed.h; docs/design.md §3). The pipeline's batches depend
+ * only on the data, the seed and the epoch, so every feeder's copy of the
+ * sequence is the root's, and ticket t carries the same batch for any F.
+ */
+#include <stdio.h>
+
+#include "dist_internal.h"
+#include "pstrain/run_common.h"
+#include "trainer.h"
+
+/* The pipeline at the data cursor: the cursor's epoch, its consumed batches
+ * skipped (as the root does on resume). Returns 0 or -1 with e. */
+static int feeder_pipeline(dist_run *r, pst_err *e)
+{
+    const train_cfg *cfg = r->cfg;
+    if (h5ds_open(&r->ds, cfg->data_path, e) < 0) return -1;
+    r->ds_open = true;
+    train_cfg resolved = *cfg;
+    if (train_resolve_input(&resolved, &r->ds, e) < 0) return -1;
+    pipe_cfg pc = resolved.pipe;
+    pc.batch = cfg->batch;
+    pc.seed = cfg->seed;
+    pc.epochs = cfg->epochs;
+    const int64_t bpe = PST_MAX(r->info.bpe, 1);
+    pc.first_epoch = (int)(r->info.first_ticket / bpe);
+    if (cfg->epochs && pc.first_epoch >= cfg->epochs) pc.first_epoch = cfg->epochs;
+    if (pipe_new(&r->pl, &r->ds, &pc, e) < 0) return -1;
+    for (int64_t i = 0; i < r->info.first_ticket % bpe; i++) {
+        pipe_batch b;
+        int got = pipe_next(r->pl, &b, e);
+        if (got < 0) return -1;
+        if (got == 0) break;
+    }
+    return 0;
+}
+
+static int feeder_source(void *ctx, pipe_batch *b, pst_err *e)
+{
+    return pipe_next(((dist_run *)ctx)->pl, b, e);
+}
+
+void feeder_run(dist_run *r, pst_err *e)
+{
+    /* the root checked the same data and settings: a failure here is the
+     * job's (workers wait for this rank's tickets) */
+    if (feeder_pipeline(r, e) < 0) dist_fatal("%s", e->msg);
+    feed_hooks h = {.source = feeder_source, .ctx = r, .tick_secs = 1.0};
+    feed_serve_stats st;
+    if (feed_feeder_serve(r->f, &h, &st, e) < 0) dist_fatal("%s", e->msg);
+    pipe_free(r->pl), r->pl = NULL;
+}

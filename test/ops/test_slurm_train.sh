@@ -101,16 +101,20 @@ if [ "$mode" = train ]; then
     grep -q 'transport shm' "$work/train.out" || bad "train.sbatch did not pick the one-node transport"
 
     # the multi-node recipe, on the one node: srun --mpi=pmix and the TCP
-    # flags (btl self,tcp, pml ob1, osc pt2pt), with checkpoints
+    # flags (btl self,tcp, pml ob1, osc pt2pt), with checkpoints; and with
+    # room for it, a second feeder (FEEDERS)
     if [ "$RANKS" -gt 1 ]; then
         out=$work/run-tcp
-        jid=$(OUT=$out STEPS=20 CKPT_EVERY=10 LAUNCHER=srun TRANSPORT=tcp "${sb[@]}" \
+        feeders=1
+        [ "$RANKS" -ge 4 ] && feeders=2
+        jid=$(OUT=$out STEPS=20 CKPT_EVERY=10 LAUNCHER=srun TRANSPORT=tcp FEEDERS=$feeders "${sb[@]}" \
             -o "$work/tcp.out" "$src/jobs/train.sbatch") || { echo "FAIL: sbatch train.sbatch (tcp)"; exit 1; }
         slurm_wait_job "$jid" 180
         echo "train job $jid (srun, TCP): $JOB_STATE $JOB_EXIT"
         grep -q 'transport tcp, launcher srun' "$work/tcp.out" || bad "TRANSPORT=tcp LAUNCHER=srun not honoured"
         if [ "$JOB_STATE" = COMPLETED ] && [ "$JOB_EXIT" = 0:0 ]; then
             [ "$(json_num "$out/summary.json" steps)" = 20 ] || bad "tcp: summary steps $(json_num "$out/summary.json" steps), expected 20"
+            [ "$(json_num "$out/summary.json" feeders)" = $feeders ] || bad "tcp: summary feeders $(json_num "$out/summary.json" feeders), expected $feeders"
             [ "$(latest_step "$out/ckpt")" = 20 ] || bad "tcp: latest checkpoint $(latest_step "$out/ckpt"), expected 20"
         else
             show_log "$work/tcp.out"

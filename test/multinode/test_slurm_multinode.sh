@@ -80,12 +80,26 @@ check_map() {
 }
 
 # job_ok NAME JID LIMIT: the job ends COMPLETED 0:0 within LIMIT s
+# job_ok NAME JOBID LIMIT [first]: waits for the job; 0 if it completed with
+# 0. With "first", a job that failed at MPI start-up on Open MPI 4.1.4's
+# btl/tcp connect defect (docs/platform.md, "Open MPI one-sided
+# communication": a connect() still in progress is taken for an error, and
+# a rank may crash) returns 2 without failing the test, for one more try:
+# the job never reached pstrain's set-up, so the second try tests the same.
 job_ok() {
     local t0=$SECONDS
     slurm_wait_job "$2" "$3"
     echo "$1: job $2 $JOB_STATE $JOB_EXIT after $((SECONDS - t0)) s"
-    [ "$JOB_STATE" = COMPLETED ] && [ "$JOB_EXIT" = 0:0 ] ||
-        { show_log "$work/$1.out"; bad "$1: the job did not complete with 0"; return 1; }
+    [ "$JOB_STATE" = COMPLETED ] && [ "$JOB_EXIT" = 0:0 ] && return 0
+    if [ "${4:-}" = first ] && grep -q "Open MPI failed to TCP connect to a peer MPI process" "$work/$1.out" &&
+        ! grep -q "host .*: rank 0 root" "$work/$1.out"; then
+        echo "$1: Open MPI's TCP connect defect at start-up; the job once more"
+        mv "$work/$1.out" "$work/$1.try1.out"
+        return 2
+    fi
+    show_log "$work/$1.out"
+    bad "$1: the job did not complete with 0"
+    return 1
 }
 
 case $MODE in
@@ -122,11 +136,17 @@ train)
         settings=(MODULES=)
         [ $launcher = mpirun ] && settings=("MODULES=mpi/test hdf5/test")
         [ $launcher = srun ] && settings+=(THREADS=3)
-        jid=$(export "${settings[@]}" && OUT=$out STEPS=$steps CKPT_EVERY=0 LAUNCHER=$launcher \
-            EXTRA_ARGS="--log-every 0.5 --dump-params $out/params.bin" \
-            "${sb[@]}" -o "$work/$launcher.out" "$src/jobs/train.sbatch") ||
-            { echo "FAIL: sbatch ($launcher)"; exit 1; }
-        job_ok "$launcher" "$jid" 120 || continue
+        try=first
+        while :; do
+            jid=$(export "${settings[@]}" && OUT=$out STEPS=$steps CKPT_EVERY=0 LAUNCHER=$launcher \
+                EXTRA_ARGS="--log-every 0.5 --dump-params $out/params.bin" \
+                "${sb[@]}" -o "$work/$launcher.out" "$src/jobs/train.sbatch") ||
+                { echo "FAIL: sbatch ($launcher)"; exit 1; }
+            job_ok "$launcher" "$jid" 120 $try
+            rc=$? try=
+            [ $rc = 2 ] || break
+        done
+        [ $rc = 0 ] || continue
         case $launcher in
         mpirun) grep -q "modules loaded: mpi/test hdf5/test" "$work/$launcher.out" ||
             bad "mpirun: MODULES not loaded" ;;
@@ -150,12 +170,18 @@ train)
     n=("${SLURM_MN_NODES[@]}")
     for launcher in $launchers; do
         out=$work/run-ppn-$launcher
-        jid=$(OUT=$out STEPS=$steps CKPT_EVERY=0 LAUNCHER=$launcher PS_PER_NODE=1 MODULES= \
-            EXTRA_ARGS="--log-every 0.5 --dump-params $out/params.bin" \
-            sbatch --parsable -N 3 --ntasks-per-node=3 --cpus-per-task=1 --time=10 \
-            -o "$work/ppn-$launcher.out" "$src/jobs/train.sbatch") ||
-            { echo "FAIL: sbatch (PS_PER_NODE, $launcher)"; exit 1; }
-        job_ok "ppn-$launcher" "$jid" 120 || continue
+        try=first
+        while :; do
+            jid=$(OUT=$out STEPS=$steps CKPT_EVERY=0 LAUNCHER=$launcher PS_PER_NODE=1 MODULES= \
+                EXTRA_ARGS="--log-every 0.5 --dump-params $out/params.bin" \
+                sbatch --parsable -N 3 --ntasks-per-node=3 --cpus-per-task=1 --time=10 \
+                -o "$work/ppn-$launcher.out" "$src/jobs/train.sbatch") ||
+                { echo "FAIL: sbatch (PS_PER_NODE, $launcher)"; exit 1; }
+            job_ok "ppn-$launcher" "$jid" 120 $try
+            rc=$? try=
+            [ $rc = 2 ] || break
+        done
+        [ $rc = 0 ] || continue
         grep -q "9 ranks on 3 node(s), 1 PS per node," "$work/ppn-$launcher.out" ||
             bad "PS_PER_NODE $launcher: the job log's launch line"
         for want in "host ${n[0]}: rank 0 root, rank 1 ps 1, rank 2 worker 0" \

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(SRC, "data-tools"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckpt2torch  # noqa: E402
 import torch2ckpt  # noqa: E402
-from torch_ref import resnet_cifar  # noqa: E402
+from torch_ref import normalised_train, resnet_cifar  # noqa: E402
 from xcheck import randomise, write_png  # noqa: E402
 
 TOL = 1e-4
@@ -118,19 +118,6 @@ def imported_normalize(work, ds):
               "--normalize" in str(ex) and not os.path.exists(os.path.join(work, "bad.h5")))
 
 
-def normalised(ds):
-    """The train split as pstrain's network sees it (NCHW float32)."""
-    with h5py.File(ds, "r") as f:
-        px = f["train/images"][:]
-        mean = np.asarray(f.attrs["mean"], dtype=np.float32).astype(np.float64)
-        std = np.asarray(f.attrs["std"], dtype=np.float32).astype(np.float64)
-    sd = np.where(std.astype(np.float32) > np.float32(1e-12), std, 1.0)
-    scale = (1.0 / (255.0 * sd)).astype(np.float32)
-    bias = (-mean / sd).astype(np.float32)
-    x = px.astype(np.float32) * scale + bias
-    return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
-
-
 def compare(tag, a, b):
     d = np.abs(a.astype(np.float64) - b.astype(np.float64))
     rel = d.max() / np.abs(b).max()
@@ -145,7 +132,7 @@ def trained_resnet20(work, ds):
     run([pstrain, "train", "--data", ds, "--model", "resnet-20", "--steps", "20", "--batch", "8",
          "--lr", "0.05", "--moving-average-decay", "0.9", "--checkpoint-dir", ck, "--quiet"])
     path = latest(ck)
-    x = normalised(ds)
+    x = normalised_train(ds)
     for averages in (False, True):
         tag = "trained resnet-20, %s" % ("moving averages" if averages else "raw variables")
         out = os.path.join(work, "r20-%d.pth" % averages)

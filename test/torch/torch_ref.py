@@ -1,6 +1,8 @@
 """torch_ref.py - PyTorch models whose module paths are pstrain's variable
 names ('.' -> '/', docs/torchvision.md), layer for layer as src/nn/models.c
-builds them. Used by xcheck.py (logits) and peer_resnet20.py (training)."""
+builds them, and the input as pstrain's network sees it. Used by xcheck.py
+(logits), test_ckpt2torch.py (export) and peer_resnet20.py (training)."""
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -91,3 +93,20 @@ def resnet_cifar(n, cin, classes):
             c = w
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes)]
     return nn.Sequential(*layers)
+
+
+def normalised_train(ds):
+    """The train split of the pstrain data set `ds` as pstrain's network
+    sees it, NCHW float32: pstrain holds mean and std as float (h5ds.h) and
+    computes the scale and bias in double, then normalises in float."""
+    import h5py
+
+    with h5py.File(ds, "r") as f:
+        px = f["train/images"][:]
+        mean = np.asarray(f.attrs["mean"], dtype=np.float32).astype(np.float64)
+        std = np.asarray(f.attrs["std"], dtype=np.float32).astype(np.float64)
+    sd = np.where(std.astype(np.float32) > np.float32(1e-12), std, 1.0)
+    scale = (1.0 / (255.0 * sd)).astype(np.float32)
+    bias = (-mean / sd).astype(np.float32)
+    x = px.astype(np.float32) * scale + bias  # N, H, W, C as pstrain
+    return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))

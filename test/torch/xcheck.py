@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(SRC, "data-tools"))
 import torch2ckpt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ref import InceptionMini, resnet_cifar  # noqa: E402
+from torch_ref import InceptionMini, normalised_train, resnet_cifar  # noqa: E402
 
 
 # model: (height, width, channels, classes, builder)
@@ -111,8 +111,6 @@ def run(cmd):
 
 
 def main():
-    import h5py
-
     name, work = sys.argv[1], sys.argv[2]
     H, W, C, K, build = MODELS[name]
     n_images = 2
@@ -145,17 +143,8 @@ def main():
          "--logits", lpath, "--quiet"])
     a = np.load(lpath)
 
-    with h5py.File(ds, "r") as f:
-        px = f["train/images"][:]
-        # pstrain holds them as float (h5ds.h), then computes in double
-        mean = np.asarray(f.attrs["mean"], dtype=np.float32).astype(np.float64)
-        std = np.asarray(f.attrs["std"], dtype=np.float32).astype(np.float64)
-    sd = np.where(std.astype(np.float32) > np.float32(1e-12), std, 1.0)
-    scale = (1.0 / (255.0 * sd)).astype(np.float32)
-    bias = (-mean / sd).astype(np.float32)
-    x = px.astype(np.float32) * scale + bias  # N, H, W, C as pstrain
     with torch.no_grad():
-        b = model(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))).numpy()
+        b = model(normalised_train(ds)).numpy()
 
     if a.shape != b.shape:
         sys.exit("FAIL: pstrain logits %s, torch %s" % (a.shape, b.shape))

@@ -198,18 +198,26 @@ void metrics_format_progress(const metrics_step_rec *r, double el, bool tty, int
 void metrics_note(metrics *m, const char *fmt, ...)
 {
     if (!m || !m->progress) return;
-    va_list ap;
-    va_start(ap, fmt);
+    /* the whole line in one write: under mpirun the launcher forwards each
+     * write as it comes, and a line written in pieces can have another
+     * stream's line (the final line on stdout) land in its middle */
+    char line[1024];
+    size_t len = 0;
     if (m->tty) {
-        if (m->line_open) fputs("\r\033[K", stderr); /* the next redraw brings it back */
+        if (m->line_open) /* the next redraw brings it back */
+            len = (size_t)snprintf(line, sizeof line, "\r\033[K");
     } else {
         char t[32];
         pst_format_duration(pst_now() - m->t0, t, sizeof t);
-        fprintf(stderr, "[%8s] ", t);
+        len = (size_t)snprintf(line, sizeof line, "[%8s] ", t);
     }
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line + len, sizeof line - len - 1, fmt, ap);
     va_end(ap);
+    len = n < 0 ? len : PST_MIN(len + (size_t)n, sizeof line - 2);
+    line[len++] = '\n';
+    fwrite(line, 1, len, stderr);
     fflush(stderr);
     m->line_open = false;
 }

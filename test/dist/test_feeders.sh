@@ -9,36 +9,8 @@
 # Environment (test_env): PSTRAIN, TEST_DIST (mkdata), PSTRAIN_SRC, MPIEXEC,
 # MPI_FLAVOUR.
 set -u
-: "${PSTRAIN:?}" "${TEST_DIST:?}" "${PSTRAIN_SRC:?}"
-. "$PSTRAIN_SRC/jobs/mpiexec.sh"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pstrain-feeders.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/mlp_runs.sh"
 CHECK_TRACE="$(dirname "$0")/check_trace.py"
-fail=0
-bad() {
-    echo "FAIL: $*"
-    fail=1
-}
-"$TEST_DIST" mkdata "$TMP/small.h5" 600 100 8 8 1 4 >/dev/null || {
-    echo "FAIL: mkdata"
-    exit 1
-}
-ARGS=(--data "$TMP/small.h5" --model mlp --batch 16 --epochs 2 --lr 0.05 --log-every 100
-    --prep-threads 1)
-
-# train NAME NP ARGS...: -> NAME.bin (parameters), NAME.log (stderr),
-# NAME.json (summary), NAME.jsonl (example trace)
-train() {
-    local name=$1 np=$2
-    shift 2
-    timeout 60 "${MPIEXEC_CMD[@]}" -n "$np" "$PSTRAIN" train "${ARGS[@]}" "$@" \
-        --dump-params "$TMP/$name.bin" --summary-json "$TMP/$name.json" \
-        --trace-examples "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 ||
-        { tail -5 "$TMP/$name.log"; bad "$name: exit $?"; }
-}
-same() { # NAME REF
-    cmp "$TMP/$2.bin" "$TMP/$1.bin" || bad "$1: parameters differ from $2"
-}
 once() { # NAME WORKERS
     python3 "$CHECK_TRACE" "$TMP/$1.jsonl" "$2" 1200 >/dev/null || bad "$1: not exactly once"
 }
@@ -84,15 +56,6 @@ for c in 10 30; do
 done
 
 # refusals
-refuse() { # NAME NP TEXT ARGS...
-    local name=$1 np=$2 text=$3 rc
-    shift 3
-    timeout 60 "${MPIEXEC_CMD[@]}" -n "$np" "$PSTRAIN" train "${ARGS[@]}" "$@" >"$TMP/$name.log" 2>&1
-    rc=$?
-    [ $rc = 1 ] || bad "$name: exit $rc, expected 1"
-    [ "$(grep -c '^pstrain train: ' "$TMP/$name.log")" = 1 ] || bad "$name: not one error line"
-    grep -qF "pstrain train: $text" "$TMP/$name.log" || { cat "$TMP/$name.log"; bad "$name: no '$text'"; }
-}
 refuse no-worker 4 "--feeders 3 with --ps 1 and 4 MPI ranks leaves no worker" --ps 1 --feeders 3
 refuse with-ppn 5 "--feeders 2 with --ps-per-node" --ps-per-node 1 --feeders 2
 [ $fail = 0 ] || exit 1

@@ -30,6 +30,9 @@ typedef enum place_kind { PLACE_ROUND_ROBIN, PLACE_GREEDY, PLACE_PARTITION } pla
  * worker's update as it arrives. */
 typedef enum train_mode { TRAIN_SYNC, TRAIN_ASYNC } train_mode;
 
+/* train_cfg.max_staleness of --max-staleness none: no bound, staleness measured */
+#define TRAIN_STALE_NONE INT64_MAX
+
 typedef struct train_cfg {
     const char *data_path;
     const char *model; /* a name of nn_model_names() */
@@ -64,7 +67,9 @@ typedef struct train_cfg {
     train_mode mode;
     int replicas_to_aggregate; /* 0 = all workers */
     /* async: --max-staleness S, a worker starts a step only while it is at
-     * most S steps ahead of the slowest unfinished worker (-1: unbounded) */
+     * most S steps ahead of the slowest unfinished worker, and the run
+     * measures the staleness of its updates; TRAIN_STALE_NONE: unbounded
+     * but measured (--max-staleness none); -1: not given (neither) */
     int64_t max_staleness;
     bool comm_bf16; /* --comm-dtype bf16: pulls and pushes in bfloat16 */
 

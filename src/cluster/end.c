@@ -347,7 +347,7 @@ int run_end(dist_run *r, pst_err *e)
     MPI_OK(MPI_Barrier(MPI_COMM_WORLD));
     gathered g = {NULL, NULL, NULL, NULL};
     gather_logs(r, &g);
-    if (r->cfg->mode == TRAIN_ASYNC) gather_staleness(r);
+    if (r->cfg->mode == TRAIN_ASYNC && r->cfg->max_staleness >= 0) gather_staleness(r);
     ssp_free(r->ssp), r->ssp = NULL;
     dist_timeline_gather(r);
     if (r->is_root) {

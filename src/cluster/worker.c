@@ -141,7 +141,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
 
         if (lockstep) wait_version_of(a, b.ticket, versions, now, &tm.wait_version);
         double t0 = pst_now();
-        if (!sync) pulled = feed_global_step(a->f);
+        if (a->ssp) pulled = feed_global_step(a->f); /* --max-staleness: measured */
         if (sync && !lockstep)
             ps_pull_wire(a->s, params, true, versions);
         else
@@ -171,7 +171,7 @@ static void worker_run(const worker_args *a, i64vec *log, double rec[WR_N])
             ps_push(a->s, a->w, grads, b.ticket, NULL, step, b.count);
             pushed = true;
         }
-        if (!sync) count_staleness(a, step - pulled);
+        if (a->ssp) count_staleness(a, step - pulled);
         if (a->ssp) ssp_publish(a->ssp, a->w, ++ndone);
         double t3 = pst_now();
         tm.pull += t1 - t0;

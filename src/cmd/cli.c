@@ -83,8 +83,9 @@ static const char train_usage_more[] =
     "  --mode M                sync | async (default sync)\n"
     "  --replicas-to-aggregate R  gradients per sync step (default: all workers)\n"
     "  --max-staleness S       async: a worker starts a step only while at most S steps\n"
-    "                          ahead of the slowest worker (0: lock-step; -1 or none:\n"
-    "                          unbounded, the default)\n"
+    "                          ahead of the slowest worker, and the summary reports the\n"
+    "                          updates' staleness (0: lock-step; -1 or none: unbounded,\n"
+    "                          measured; default: unbounded, not measured)\n"
     "  --comm-dtype D          fp32 | bf16: the type of pulls and pushes; the parameter\n"
     "                          servers keep float32 variables (default fp32)\n"
     "\n"
@@ -216,7 +217,7 @@ static int parse_staleness(const char *s, void *t)
 {
     int64_t v = -1;
     if (strcmp(s, "none") && (pst_parse_i64(s, &v) < 0 || v < -1 || v > (1 << 30))) return -1;
-    *(int64_t *)t = v;
+    *(int64_t *)t = v < 0 ? TRAIN_STALE_NONE : v;
     return 0;
 }
 

@@ -71,7 +71,7 @@ static void print_staleness_line(const train_result *r)
     for (int i = 0; i < TRAIN_STALE_BINS; i++) sum += (double)i * (double)r->staleness_hist[i];
     printf("staleness: %lld updates, mean %.2f, max %lld global steps", (long long)n,
            n ? sum / (double)n : 0.0, (long long)r->staleness_max);
-    if (r->staleness_bound >= 0)
+    if (r->staleness_bound != TRAIN_STALE_NONE)
         printf(" (--max-staleness %lld)\n", (long long)r->staleness_bound);
     else
         printf(" (unbounded)\n");

@@ -22,7 +22,7 @@ static void jnum(FILE *f, double v)
 static void write_staleness(FILE *f, const train_result *r)
 {
     fprintf(f, ",\n  \"staleness\": {\"max_staleness\": ");
-    if (r->staleness_bound >= 0)
+    if (r->staleness_bound != TRAIN_STALE_NONE)
         fprintf(f, "%lld", (long long)r->staleness_bound);
     else
         fprintf(f, "null");

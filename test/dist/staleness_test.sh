@@ -32,6 +32,11 @@ python3 "$HERE/check_staleness.py" "$TMP/s0.jsonl" "$TMP/s0.json" 0 || die "S = 
 train free --max-staleness none
 python3 "$HERE/check_staleness.py" "$TMP/free.jsonl" "$TMP/free.json" 1 --expect-violation ||
     die "unbounded"
+# without the flag nothing is measured (no per-step read of the global step)
+timeout 60 "${MPIEXEC_CMD[@]}" -n 4 "$PSTRAIN" train --quiet --data "$TMP/small.h5" --model mlp \
+    --ps 1 --mode async --batch 8 --summary-json "$TMP/plain.json" >"$TMP/plain.out" ||
+    die "plain async run failed"
+! grep -q staleness "$TMP/plain.json" "$TMP/plain.out" || die "a run without --max-staleness reports staleness"
 
 rc=0
 "$PSTRAIN" train --data "$TMP/small.h5" --max-staleness 1 2>"$TMP/err" || rc=$?

@@ -96,6 +96,16 @@ typedef struct pipe_cfg {
                               * 512 MiB; 0 = always stream) */
     int64_t memory_budget;   /* bytes the pipeline may hold; 0 = pipe_default_memory_budget() */
     pipe_norm norm;          /* --normalize (not used by the pipeline: by its consumers) */
+    /* Batches without pixels (a consumer that needs only some batches'
+     * images: a feeder rank, a resumed run): batch i (pipe_batch.index) gets
+     * its images only if i >= skip_batches and, when share_count > 1,
+     * i mod share_count == share_index; the others carry their ids and
+     * labels but no pixels (pipe_batch.has_pixels false), and their examples
+     * are neither decoded nor augmented. Which examples make up each batch
+     * never changes. */
+    int64_t skip_batches; /* 0: none */
+    int share_count;      /* 0 or 1: every batch from skip_batches on */
+    int share_index;      /* 0 .. share_count - 1 */
 } pipe_cfg;
 
 /* The default memory budget: PIPE_BUDGET_FRACTION (1/4) of the node's
@@ -117,7 +127,8 @@ typedef struct pipe_batch {
     int64_t index; /* 0-based batch number since pipe_new (the ticket) */
     int64_t *ids;  /* example ids: index into the split */
     int32_t *labels;
-    uint8_t *pixels; /* count*H*W*C */
+    uint8_t *pixels; /* count*H*W*C; not written when !has_pixels */
+    bool has_pixels; /* false: a batch skipped by skip_batches or share_* */
 } pipe_batch;
 
 /* (Named `pipeline`, not `pipe`: unistd.h declares pipe().) */
@@ -143,6 +154,11 @@ typedef struct pipe_info {
     int queue_capacity;         /* shuffle buffer in examples (after the budget) */
 } pipe_info;
 void pipe_get_info(const pipeline *p, pipe_info *out);
+
+/* Examples made into output images so far by the preprocessing threads
+ * (decoded, augmented, cropped or flipped; 0 when the stored pixels are the
+ * output): with share_count F about 1/F of what the full sequence needs. */
+int64_t pipe_examples_prepared(pipeline *p);
 
 /* Number of batches per epoch (ceil(count / B)). */
 int64_t pipe_batches_per_epoch(const pipeline *p);

@@ -110,6 +110,13 @@ typedef struct epoch_stats {
 
 enum { TRAIN_STALE_BINS = 64 };
 
+/* One feeder's share of the input work (distributed runs). */
+typedef struct feeder_stats {
+    int rank;
+    int64_t batches, prepared;
+    double source_wait;
+} feeder_stats;
+
 typedef struct train_result {
     int ranks, ps, workers;
     int64_t steps;           /* global steps (optimizer updates in sync mode) */
@@ -155,6 +162,11 @@ typedef struct train_result {
     worker_timing *wtiming; /* per worker, owned */
     ps_timing *pstiming;    /* per PS, owned */
     double root_cpu;        /* CPU seconds of the root's service loop (distributed) */
+    /* distributed: what each feeder (the root first) did: batches published,
+     * examples its pipeline prepared (decoded or augmented), seconds waiting
+     * for its pipeline */
+    int nfeeder_stats;
+    feeder_stats *fstats; /* owned */
 } train_result;
 
 void train_result_free(train_result *r); /* frees the owned arrays; NULL-safe */

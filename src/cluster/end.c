@@ -271,6 +271,13 @@ static void fill_timings(dist_run *r, const double *recs)
         if (cfg->mode == TRAIN_SYNC) res->steps = PST_MAX(res->steps, (int64_t)q[PR_VERSION]);
     }
     res->imbalance = r->plan->imbalance;
+    res->nfeeder_stats = r->F;
+    res->fstats = pst_calloc((size_t)r->F, sizeof *res->fstats);
+    for (int f = 0; f < r->F; f++) {
+        const double *q = recs + (size_t)r->feeder_ranks[f] * FEED_REPORT_WORDS;
+        res->fstats[f] = (feeder_stats){r->feeder_ranks[f], (int64_t)q[FR_BATCHES],
+                                        (int64_t)q[FR_PREPARED], q[FR_SOURCE_WAIT]};
+    }
     /* this run's share, and the whole run's (a resumed run) */
     res->run_examples = res->examples;
     res->run_seconds = r->t_train;

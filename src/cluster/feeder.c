@@ -4,7 +4,8 @@
  * of its own tickets (ticket t from feeder t mod F) through its slots of the
  * batch ring (feed.h; docs/design.md §3). The pipeline's batches depend
  * only on the data, the seed and the epoch, so every feeder's copy of the
- * sequence is the root's, and ticket t carries the same batch for any F.
+ * sequence is the root's, and ticket t carries the same batch for any F;
+ * each feeder (the root included) prepares only its own tickets' images.
  */
 #include <stdio.h>
 
@@ -12,8 +13,35 @@
 #include "pstrain/run_common.h"
 #include "trainer.h"
 
-/* The pipeline at the data cursor: the cursor's epoch, its consumed batches
- * skipped (as the root does on resume). Returns 0 or -1 with e. */
+int feeder_pipe_new(dist_run *r, const pipe_cfg *base, int f, int64_t t0, i64vec *ids, pst_err *e)
+{
+    const train_cfg *cfg = r->cfg;
+    const int64_t bpe = PST_MAX(r->info.bpe, 1);
+    pipe_cfg pc = *base;
+    pc.batch = cfg->batch;
+    pc.seed = cfg->seed;
+    pc.epochs = cfg->epochs;
+    pc.first_epoch = (int)(t0 / bpe);
+    if (cfg->epochs && pc.first_epoch >= cfg->epochs) pc.first_epoch = cfg->epochs;
+    /* batch index i of this pipeline is ticket t_first + i */
+    const int64_t t_first = (int64_t)pc.first_epoch * bpe;
+    pc.skip_batches = PST_MAX(t0 - t_first, (int64_t)0);
+    pc.share_count = r->F;
+    pc.share_index = (int)(((f - t_first) % r->F + r->F) % r->F);
+    if (pipe_new(&r->pl, &r->ds, &pc, e) < 0) return -1;
+    for (int64_t i = 0; i < pc.skip_batches; i++) {
+        pipe_batch b;
+        int got = pipe_next(r->pl, &b, e);
+        if (got < 0) return -1;
+        if (got == 0) break;
+        if (ids)
+            for (int j = 0; j < b.count; j++) vec_push(ids, b.ids[j]);
+    }
+    return 0;
+}
+
+/* Opens the data and starts this feeder's pipeline at the data cursor.
+ * Returns 0 or -1 with e. */
 static int feeder_pipeline(dist_run *r, pst_err *e)
 {
     const train_cfg *cfg = r->cfg;
@@ -21,21 +49,8 @@ static int feeder_pipeline(dist_run *r, pst_err *e)
     r->ds_open = true;
     train_cfg resolved = *cfg;
     if (train_resolve_input(&resolved, &r->ds, e) < 0) return -1;
-    pipe_cfg pc = resolved.pipe;
-    pc.batch = cfg->batch;
-    pc.seed = cfg->seed;
-    pc.epochs = cfg->epochs;
-    const int64_t bpe = PST_MAX(r->info.bpe, 1);
-    pc.first_epoch = (int)(r->info.first_ticket / bpe);
-    if (cfg->epochs && pc.first_epoch >= cfg->epochs) pc.first_epoch = cfg->epochs;
-    if (pipe_new(&r->pl, &r->ds, &pc, e) < 0) return -1;
-    for (int64_t i = 0; i < r->info.first_ticket % bpe; i++) {
-        pipe_batch b;
-        int got = pipe_next(r->pl, &b, e);
-        if (got < 0) return -1;
-        if (got == 0) break;
-    }
-    return 0;
+    /* feeder f is index f - 1 of the feeder communicator (the root is feeder 0) */
+    return feeder_pipe_new(r, &resolved.pipe, r->index + 1, r->info.first_ticket, NULL, e);
 }
 
 static int feeder_source(void *ctx, pipe_batch *b, pst_err *e)
@@ -51,5 +66,8 @@ void feeder_run(dist_run *r, pst_err *e)
     feed_hooks h = {.source = feeder_source, .ctx = r, .tick_secs = 1.0};
     feed_serve_stats st;
     if (feed_feeder_serve(r->f, &h, &st, e) < 0) dist_fatal("%s", e->msg);
+    r->my_rec[FR_BATCHES] = (double)st.batches;
+    r->my_rec[FR_PREPARED] = (double)pipe_examples_prepared(r->pl);
+    r->my_rec[FR_SOURCE_WAIT] = st.source_wait;
     pipe_free(r->pl), r->pl = NULL;
 }

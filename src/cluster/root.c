@@ -421,36 +421,23 @@ void root_prepare(dist_run *r, pst_err *e)
         memcpy(r->info.std, r->ds.std, sizeof r->info.std);
     }
     if (r->info.ok && !cfg->dry_run) {
+        /* a pipeline that prepares nothing tells the batches per epoch; then
+         * the one that serves the root's tickets from the data cursor (the
+         * ids the interrupted epoch had consumed noted) */
         pipe_cfg pc = r->input;
         pc.batch = cfg->batch;
-        pc.seed = cfg->seed;
         pc.epochs = cfg->epochs;
+        pc.skip_batches = INT64_MAX;
         if (pipe_new(&r->pl, &r->ds, &pc, e) < 0) r->info.ok = 0;
     }
     if (r->info.ok && !cfg->dry_run) {
         r->info.bpe = pipe_batches_per_epoch(r->pl);
         r->info.per_epoch = pipe_examples_per_epoch(r->pl);
-        if (r->info.resumed) {
-            /* the pipeline replays epochs exactly: start at the
-             * checkpoint's epoch and skip what it had consumed of it */
-            pipe_free(r->pl), r->pl = NULL;
-            pipe_cfg pc = r->input;
-            pc.batch = cfg->batch;
-            pc.seed = cfg->seed;
-            pc.epochs = cfg->epochs;
-            r->prior_epoch = (int)(r->info.first_ticket / PST_MAX(r->info.bpe, 1));
-            pc.first_epoch = r->prior_epoch;
-            if (cfg->epochs && r->prior_epoch >= cfg->epochs) pc.first_epoch = cfg->epochs;
-            if (pipe_new(&r->pl, &r->ds, &pc, e) < 0) r->info.ok = 0;
-            for (int64_t i = 0; r->info.ok && i < r->info.first_ticket % PST_MAX(r->info.bpe, 1);
-                 i++) {
-                pipe_batch b;
-                int got = pipe_next(r->pl, &b, e);
-                if (got < 0) r->info.ok = 0;
-                if (got <= 0) break;
-                for (int j = 0; j < b.count; j++) vec_push(&r->prior, b.ids[j]);
-            }
-        }
+        pipe_free(r->pl), r->pl = NULL;
+        r->prior_epoch = (int)(r->info.first_ticket / PST_MAX(r->info.bpe, 1));
+        if (feeder_pipe_new(r, &r->input, 0, r->info.first_ticket,
+                            r->info.resumed ? &r->prior : NULL, e) < 0)
+            r->info.ok = 0;
     }
     if (r->info.ok && r->info.per_epoch > 0 && cfg->batch > r->info.per_epoch) {
         /* every worker's activations and every ring slot are sized by
@@ -605,6 +592,9 @@ void root_run(dist_run *r, pst_err *e)
                         .tick_secs = cfg->log_every > 0 ? cfg->log_every : 1.0};
     if (feed_root_serve(r->f, r->info.total, &hooks, &r->fst, e) < 0) dist_fatal("%s", e->msg);
     root_tick(r->rctx); /* the final interval */
+    r->my_rec[FR_BATCHES] = (double)r->fst.batches;
+    r->my_rec[FR_PREPARED] = r->pl ? (double)pipe_examples_prepared(r->pl) : 0;
+    r->my_rec[FR_SOURCE_WAIT] = r->fst.source_wait;
     r->t_train = r->fst.wall;
 }
 

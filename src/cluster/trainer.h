@@ -46,6 +46,8 @@ enum {
     WR_N
 };
 /* PS report record: PR_* (ps.h) */
+/* Feeder report record (the root's and feeder ranks'; gathered at the end). */
+enum { FR_BATCHES, FR_PREPARED, FR_SOURCE_WAIT, FR_N };
 
 /* What the root tells everybody before any window exists. */
 typedef struct start_info {
@@ -228,6 +230,12 @@ int root_save_checkpoint(root_ctx *c, int64_t step, int64_t next_batch, const fl
 int root_drain_snapshots(root_ctx *c, pst_err *e);
 void root_ctx_free(root_ctx *c);
 
+/* feeder.c: the pipeline of feeder f (0: the root) from ticket t0 on, in
+ * r->pl: it starts at t0's epoch, the batches before t0 are read past (their
+ * ids appended to *ids unless NULL) and, like the other feeders' tickets,
+ * get no pixels (pipe_cfg.skip_batches, share_*). Needs r->ds open and
+ * r->info.bpe. Returns 0 or -1 with e. */
+int feeder_pipe_new(dist_run *r, const pipe_cfg *base, int f, int64_t t0, i64vec *ids, pst_err *e);
 /* feeder.c: feeder ranks 1..F-1: open the data, start the pipeline at the
  * run's data cursor (after the root's start_info) and serve this rank's
  * tickets until every worker is done. */

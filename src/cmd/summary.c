@@ -95,7 +95,16 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
             fprintf(f, "%s%lld", w ? ", " : "", (long long)s->per_worker[w]);
         fprintf(f, "]}");
     }
-    fprintf(f, "%s]},\n", r->nepochs_stats ? "\n  " : "");
+    fprintf(f, "%s]", r->nepochs_stats ? "\n  " : "");
+    /* distributed: each feeder's share of the input work */
+    if (r->nfeeder_stats) fprintf(f, ", \"feeders\": [");
+    for (int i = 0; i < r->nfeeder_stats; i++) {
+        const feeder_stats *s = &r->fstats[i];
+        fprintf(f, "%s{\"rank\": %d, \"batches\": %lld, \"prepared\": %lld, \"source_wait\": %.4f}",
+                i ? ", " : "", s->rank, (long long)s->batches, (long long)s->prepared,
+                s->source_wait);
+    }
+    fprintf(f, "%s},\n", r->nfeeder_stats ? "]" : "");
     fprintf(f, "  \"placement\": {\"strategy\": \"%s\", \"per_ps_bytes\": [",
             place_name(cfg->placement));
     for (int i = 0; i < r->nps; i++)

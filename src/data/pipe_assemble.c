@@ -10,6 +10,13 @@
  * RandomShuffleQueue guarantees. When an epoch's stream ends the buffer is
  * drained, and batches never straddle epochs.
  *
+ * Batches without pixels (pipe_cfg.skip_batches, share_*): the schedule
+ * above depends on ids alone, so pipe_keep_map replays it for a whole
+ * epoch before its first example is read and flags the examples whose
+ * batch gets pixels; the workers prepare only those, and the assembler
+ * copies only their images (and checks the flags against the batch it
+ * fills).
+ *
  * Locking: the shuffle buffer and the batch being filled belong to the
  * assembler alone (no lock); block and batch slot states, made and
  * next_consume change under p->mu.
@@ -24,6 +31,55 @@ typedef struct asm_state {
     uint64_t rng;
     int epoch;
 } asm_state;
+
+bool pipe_batch_kept(const pipeline *p, int64_t index)
+{
+    const pipe_cfg *c = &p->cfg;
+    if (index < c->skip_batches) return false;
+    return c->share_count <= 1 || index % c->share_count == c->share_index;
+}
+
+/* pipe_keep_map's draw: one example out of the simulated buffer. */
+static int64_t sim_draw(pipeline *p, int *size, uint64_t *rng)
+{
+    int r = (int)rng_below(rng, (uint64_t)*size);
+    int64_t id = p->sim_live[r];
+    p->sim_live[r] = p->sim_live[--*size];
+    return id;
+}
+
+/* The same inserts and draws as assemble_block (one epoch: the buffer is
+ * empty at its start and drained at its end), on ids only. */
+void pipe_keep_map(pipeline *p, int epoch)
+{
+    if (!p->keep) return;
+    const int64_t B = p->cfg.batch, bpe = (p->n + B - 1) / B;
+    const int64_t base = (int64_t)(epoch - p->cfg.first_epoch) * bpe;
+    const int M = p->cfg.min_after_dequeue;
+    uint64_t rng = hash4(p->cfg.seed, epoch, TAG_DRAWS, 0);
+    int64_t drawn = 0;
+    int size = 0;
+    for (int64_t k = 0; k < p->nunits; k++) {
+        int64_t first, cnt;
+        pipe_unit_range(p, p->order[k], &first, &cnt);
+        for (int64_t id = first; id < first + cnt; id++) {
+            if (!p->cfg.shuffle) {
+                p->keep[id] = pipe_batch_kept(p, base + drawn++ / B);
+                continue;
+            }
+            p->sim_live[size++] = id;
+            if (size < p->cap) continue;
+            while (size > M) {
+                const int64_t out = sim_draw(p, &size, &rng);
+                p->keep[out] = pipe_batch_kept(p, base + drawn++ / B);
+            }
+        }
+    }
+    while (size > 0) {
+        const int64_t out = sim_draw(p, &size, &rng);
+        p->keep[out] = pipe_batch_kept(p, base + drawn++ / B);
+    }
+}
 
 /* Publishes the batch being filled. 0, or -1 when stopping. */
 static int publish(pipeline *p, asm_state *a)
@@ -40,7 +96,7 @@ static int publish(pipeline *p, asm_state *a)
 
 /* Appends one example to the current batch (taking a free batch slot
  * first when needed) and publishes a full batch. 0, or -1 when stopping. */
-static int emit(pipeline *p, asm_state *a, int64_t id, int32_t label, const uint8_t *px)
+static int emit(pipeline *p, asm_state *a, int64_t id, int32_t label, const uint8_t *px, bool kept)
 {
     if (!a->cur) {
         batch_slot *s = &p->bat[p->made % PIPE_NBAT];
@@ -53,12 +109,20 @@ static int emit(pipeline *p, asm_state *a, int64_t id, int32_t label, const uint
         s->b.count = 0;
         s->b.epoch = a->epoch;
         s->b.index = p->made;
+        s->b.has_pixels = pipe_batch_kept(p, p->made);
         a->cur = s;
     }
     pipe_batch *b = &a->cur->b;
+    if (b->has_pixels && !kept) {
+        pst_err e;
+        pst_fail(&e, "pipeline: example %lld of batch %lld was not prepared (internal error)",
+                 (long long)id, (long long)b->index);
+        pipe_set_failed(p, &e);
+        return -1;
+    }
     b->ids[b->count] = id;
     b->labels[b->count] = label;
-    memcpy(b->pixels + (size_t)b->count * p->out_img, px, p->out_img);
+    if (b->has_pixels) memcpy(b->pixels + (size_t)b->count * p->out_img, px, p->out_img);
     if (++b->count == p->cfg.batch) return publish(p, a);
     return 0;
 }
@@ -71,7 +135,8 @@ static int draw(pipeline *p, asm_state *a)
     int slot = p->live[r];
     p->live[r] = p->live[--p->size];
     p->spare[p->nfree++] = slot;
-    return emit(p, a, p->buf_ids[slot], p->buf_lab[slot], p->buf_px + (size_t)slot * p->out_img);
+    return emit(p, a, p->buf_ids[slot], p->buf_lab[slot], p->buf_px + (size_t)slot * p->out_img,
+                p->buf_keep[slot]);
 }
 
 /* Feeds the examples of one block into the shuffle buffer (or straight
@@ -87,14 +152,15 @@ static int assemble_block(pipeline *p, asm_state *a, const block *b)
     for (int i = 0; i < b->count; i++) {
         const uint8_t *px = b->pixels + (size_t)i * p->out_img;
         if (!p->cfg.shuffle) {
-            if (emit(p, a, b->ids[i], b->labels[i], px) < 0) return -1;
+            if (emit(p, a, b->ids[i], b->labels[i], px, b->keep[i]) < 0) return -1;
             continue;
         }
         int slot = p->spare[--p->nfree];
         p->live[p->size++] = slot;
         p->buf_ids[slot] = b->ids[i];
         p->buf_lab[slot] = b->labels[i];
-        memcpy(p->buf_px + (size_t)slot * p->out_img, px, p->out_img);
+        p->buf_keep[slot] = b->keep[i];
+        if (b->keep[i]) memcpy(p->buf_px + (size_t)slot * p->out_img, px, p->out_img);
         if (p->size == p->cap)
             while (p->size > M)
                 if (draw(p, a) < 0) return -1;

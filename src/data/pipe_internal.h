@@ -102,6 +102,7 @@ typedef struct block {
     size_t in_cap;
     int64_t *in_off; /* MODE_ENCODED: count+1 offsets into `in` */
     uint8_t *pixels; /* count output images */
+    uint8_t *keep;   /* count flags: the example goes to a batch with pixels */
 } block;
 
 typedef struct batch_slot {
@@ -120,8 +121,9 @@ typedef struct reader {
     uint8_t *px;    /* a chunk's images (pixels streaming) */
     uint8_t *bytes; /* a unit's encoded bytes (encoded streaming) */
     size_t bytes_cap;
-    int64_t *off; /* a unit's offsets (encoded), unit_max + 1 */
-    int32_t *lab; /* a unit's labels (streaming), unit_max */
+    int64_t *off;  /* a unit's offsets (encoded), unit_max + 1 */
+    int32_t *lab;  /* a unit's labels (streaming), unit_max */
+    uint8_t *keep; /* a unit's keep flags, unit_max */
 } reader;
 
 struct pipeline {
@@ -157,6 +159,12 @@ struct pipeline {
     uint8_t *pre_bytes; /* preloaded split (encoded) */
     int32_t *pre_lab;
     int64_t *order; /* the chunk order of epoch claim_epoch */
+    /* batches without pixels (cfg.skip_batches, cfg.share_*): keep[id] says
+     * whether example id of epoch claim_epoch goes to a batch with pixels
+     * (NULL: every example does); sim_live is pipe_keep_map's buffer */
+    uint8_t *keep;
+    int64_t *sim_live;
+    int64_t prepared; /* examples the workers made output images of */
 
     int nreaders, readers_started;
     reader *readers;
@@ -175,6 +183,7 @@ struct pipeline {
     uint8_t *buf_px;
     int64_t *buf_ids;
     int32_t *buf_lab;
+    uint8_t *buf_keep;
     int *live;  /* slots holding examples, in insertion/draw order */
     int *spare; /* free slots (a stack) */
 
@@ -225,10 +234,12 @@ int pipe_encoded_index(pipeline *p, const h5ds_split *sp, int64_t *max_px, int64
                        pst_err *e);
 int pipe_plan(pipeline *p, int64_t max_px, int64_t unit_max_bytes, pst_err *e);
 
-/* pipe_reader.c: the unit order of an epoch; whether a split's chunks can
+/* pipe_reader.c: the unit order of an epoch; the examples [*first, *first +
+ * *cnt) of unit u; whether a split's chunks can
  * be read directly (under the HDF5 lock); direct reads of encoded examples;
  * the reader thread (arg: its reader). */
 void pipe_chunk_order(const pipeline *p, int epoch, int64_t *order);
+void pipe_unit_range(const pipeline *p, int64_t u, int64_t *first, int64_t *cnt);
 bool pipe_direct_setup(pipeline *p, const h5ds_split *sp);
 bool pipe_enc_direct_setup(pipeline *p, const h5ds_split *sp);
 int pipe_read_encoded_direct(pipeline *p, uint8_t **raw, size_t *raw_cap, int64_t first,
@@ -238,7 +249,12 @@ void *pipe_reader_main(void *arg);
 /* pipe_prep.c: a preprocessing worker thread (arg: the pipeline). */
 void *pipe_worker_main(void *arg);
 
-/* pipe_assemble.c: the assembler thread (arg: the pipeline). */
+/* pipe_assemble.c: the assembler thread (arg: the pipeline); whether batch
+ * `index` gets pixels; the keep flags of `epoch` (p->keep, p->order holding
+ * that epoch's unit order), found by replaying the assembler's shuffle on
+ * ids alone. */
 void *pipe_assembler_main(void *arg);
+bool pipe_batch_kept(const pipeline *p, int64_t index);
+void pipe_keep_map(pipeline *p, int epoch);
 
 #endif

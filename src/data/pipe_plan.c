@@ -240,6 +240,10 @@ int pipe_plan(pipeline *p, int64_t max_px, int64_t unit_max_bytes, pst_err *e)
         p->nreaders = 1;
         p->info.preloaded = true;
     }
-    p->info.planned = plan_total(&m);
+    /* the keep flags of batches without pixels, planned after the shuffle
+     * buffer so that skipping never changes its size (nor the batches) */
+    int64_t flags = (int64_t)p->nblocks * p->blk_cap + (int64_t)p->nreaders * p->unit_max + cap;
+    if (c->skip_batches > 0 || c->share_count > 1) flags += p->n + 8 * (int64_t)PST_MAX(cap, 1);
+    p->info.planned = plan_total(&m) + flags;
     return 0;
 }

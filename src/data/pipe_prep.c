@@ -1,7 +1,7 @@
 /*
  * pipe_prep.c - the pipeline's preprocessing workers (pipe_internal.h has
  * the overview): each takes the READY block with the lowest seq, marks it
- * BUSY, writes its output images (JPEG decode or the recipe through
+ * BUSY, writes the output images of its examples with keep flags (JPEG decode or the recipe through
  * augment.h, then crop and flip) and marks it DONE. An output image is a
  * function of (seed, epoch, id, stored example) alone.
  *
@@ -108,15 +108,16 @@ void *pipe_worker_main(void *arg)
         if (p->stop || p->failed || !(b = ready_block(p))) break;
         b->state = BLK_BUSY;
         pthread_mutex_unlock(&p->mu);
-        int rc = 0;
+        int rc = 0, made = 0;
         for (int i = 0; i < b->count && rc == 0; i++)
-            rc = process_example(p, b, i, as, scratch, &e);
+            if (b->keep[i]) rc = process_example(p, b, i, as, scratch, &e), made++;
         if (rc < 0) {
             pipe_set_failed(p, &e);
             pthread_mutex_lock(&p->mu);
             break;
         }
         pthread_mutex_lock(&p->mu);
+        p->prepared += made;
         b->state = BLK_DONE;
         pthread_cond_broadcast(&p->cv_asm);
     }

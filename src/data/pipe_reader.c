@@ -20,8 +20,7 @@
 #include <string.h>
 #include <zlib.h>
 
-/* Examples [*first, *first + *cnt) of unit u. */
-static void unit_range(const pipeline *p, int64_t u, int64_t *first, int64_t *cnt)
+void pipe_unit_range(const pipeline *p, int64_t u, int64_t *first, int64_t *cnt)
 {
     if (p->unit_first) {
         *first = p->unit_first[u];
@@ -313,10 +312,11 @@ typedef struct unit_claim {
     int64_t first, cnt, seq0, nb;
 } unit_claim;
 
-/* Claims the next unit (under the pipeline's lock), advancing to the next
- * epoch's order after the last. Returns false when reading is over
+/* Claims the next unit (under the pipeline's lock) and copies its keep
+ * flags into keep (unit_max bytes), advancing to the next epoch's order
+ * and keep map after the last. Returns false when reading is over
  * (stopped, failed, or past the end epoch). */
-static bool claim_unit(pipeline *p, unit_claim *u)
+static bool claim_unit(pipeline *p, unit_claim *u, uint8_t *keep)
 {
     pthread_mutex_lock(&p->mu);
     if (p->stop || p->failed || p->claim_epoch >= p->end_epoch) {
@@ -325,12 +325,19 @@ static bool claim_unit(pipeline *p, unit_claim *u)
     }
     u->epoch = p->claim_epoch;
     u->last = p->claim_k == p->nunits - 1;
-    unit_range(p, p->order[p->claim_k], &u->first, &u->cnt);
+    pipe_unit_range(p, p->order[p->claim_k], &u->first, &u->cnt);
     u->seq0 = p->claim_seq, u->nb = (u->cnt + p->blk_cap - 1) / p->blk_cap;
     p->claim_seq += u->nb;
+    if (p->keep)
+        memcpy(keep, p->keep + u->first, (size_t)u->cnt);
+    else
+        memset(keep, 1, (size_t)u->cnt);
     if (++p->claim_k == p->nunits) {
         p->claim_k = 0;
-        if (++p->claim_epoch < p->end_epoch) pipe_chunk_order(p, p->claim_epoch, p->order);
+        if (++p->claim_epoch < p->end_epoch) {
+            pipe_chunk_order(p, p->claim_epoch, p->order);
+            pipe_keep_map(p, p->claim_epoch);
+        }
     }
     pthread_mutex_unlock(&p->mu);
     return true;
@@ -412,7 +419,7 @@ void *pipe_reader_main(void *arg)
     pst_set_thread_die_handler(pipe_thread_died, p);
     pst_err e;
     unit_claim u;
-    while (claim_unit(p, &u)) {
+    while (claim_unit(p, &u, r->keep)) {
         unit_data d;
         if (read_unit(r, u.first, u.cnt, &d, &e) < 0) {
             pipe_set_failed(p, &e);
@@ -426,6 +433,7 @@ void *pipe_reader_main(void *arg)
             b->count = (int)PST_MIN((int64_t)p->blk_cap, u.cnt - o);
             b->epoch_end = u.last && j == u.nb - 1;
             for (int i = 0; i < b->count; i++) b->ids[i] = u.first + o + i;
+            memcpy(b->keep, r->keep + o, (size_t)b->count);
             fill_block(p, b, &d, o);
             pthread_mutex_lock(&p->mu);
             b->seq = q;

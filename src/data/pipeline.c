@@ -79,6 +79,9 @@ pipe_cfg pipe_cfg_defaults(void)
         .limit = 0,
         .preload_bytes = (int64_t)512 << 20,
         .memory_budget = 0, /* pipe_default_memory_budget() */
+        .skip_batches = 0,
+        .share_count = 1,
+        .share_index = 0,
     };
     return c;
 }
@@ -120,6 +123,13 @@ static int check_cfg(const pipe_cfg *c, pst_err *e)
     if (c->preload_bytes < 0)
         return pst_fail(e, "pipeline: preload bytes = %lld, expected >= 0",
                         (long long)c->preload_bytes);
+    if (c->skip_batches < 0)
+        return pst_fail(e, "pipeline: skip batches = %lld, expected >= 0",
+                        (long long)c->skip_batches);
+    if (c->share_count < 0 ||
+        (c->share_count > 1 && (c->share_index < 0 || c->share_index >= c->share_count)))
+        return pst_fail(e, "pipeline: share %d of %d, expected 0 .. %d", c->share_index,
+                        c->share_count, c->share_count - 1);
     if (c->memory_budget < 0)
         return pst_fail(e, "pipeline: memory budget = %lld, expected >= 0 (0: default)",
                         (long long)c->memory_budget);
@@ -162,8 +172,15 @@ static void alloc_buffers(pipeline *p, int64_t unit_max_bytes)
     const pipe_cfg *cfg = &p->cfg;
     const bool encoded = p->mode == MODE_ENCODED;
     p->order = pst_malloc(sizeof(int64_t) * (size_t)p->nunits);
+    if (cfg->skip_batches > 0 || cfg->share_count > 1) {
+        p->keep = pst_malloc((size_t)p->n);
+        p->sim_live = pst_malloc(sizeof(int64_t) * (size_t)PST_MAX(p->cap, 1));
+    }
     p->claim_epoch = cfg->first_epoch;
-    if (p->claim_epoch < p->end_epoch) pipe_chunk_order(p, p->claim_epoch, p->order);
+    if (p->claim_epoch < p->end_epoch) {
+        pipe_chunk_order(p, p->claim_epoch, p->order);
+        pipe_keep_map(p, p->claim_epoch);
+    }
 
     p->blocks = pst_calloc((size_t)p->nblocks, sizeof *p->blocks);
     for (int i = 0; i < p->nblocks; i++) {
@@ -173,6 +190,7 @@ static void alloc_buffers(pipeline *p, int64_t unit_max_bytes)
         b->ids = pst_malloc(sizeof(int64_t) * (size_t)p->blk_cap);
         b->labels = pst_malloc(sizeof(int32_t) * (size_t)p->blk_cap);
         b->pixels = pst_aligned_alloc(p->out_img * (size_t)p->blk_cap);
+        b->keep = pst_malloc((size_t)p->blk_cap);
         if (p->mode == MODE_PIXELS_RECIPE) b->in = pst_malloc(p->img * (size_t)p->blk_cap);
         if (p->mode == MODE_ENCODED)
             b->in_off = pst_malloc(sizeof(int64_t) * (size_t)(p->blk_cap + 1));
@@ -184,6 +202,7 @@ static void alloc_buffers(pipeline *p, int64_t unit_max_bytes)
         p->buf_px = pst_aligned_alloc((size_t)p->cap * p->out_img);
         p->buf_ids = pst_malloc(sizeof(int64_t) * (size_t)p->cap);
         p->buf_lab = pst_malloc(sizeof(int32_t) * (size_t)p->cap);
+        p->buf_keep = pst_malloc((size_t)p->cap);
         p->live = pst_malloc(sizeof(int) * (size_t)p->cap);
         p->spare = pst_malloc(sizeof(int) * (size_t)p->cap);
         for (int i = 0; i < p->cap; i++) p->spare[i] = p->cap - 1 - i;
@@ -204,6 +223,7 @@ static void alloc_buffers(pipeline *p, int64_t unit_max_bytes)
         reader *r = &p->readers[i];
         r->p = p;
         r->off = pst_malloc(sizeof(int64_t) * (size_t)(p->unit_max + 1));
+        r->keep = pst_malloc((size_t)p->unit_max);
         if (p->info.preloaded) continue;
         r->lab = pst_malloc(sizeof(int32_t) * (size_t)p->unit_max);
         if (encoded) {
@@ -384,6 +404,14 @@ void pipe_get_info(const pipeline *p, pipe_info *out)
     *out = p->info;
 }
 
+int64_t pipe_examples_prepared(pipeline *p)
+{
+    pthread_mutex_lock(&p->mu);
+    const int64_t n = p->prepared;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 int64_t pipe_batches_per_epoch(const pipeline *p)
 {
     return (p->n + p->cfg.batch - 1) / p->cfg.batch;
@@ -416,6 +444,7 @@ void pipe_free(pipeline *p)
             free(r->bytes);
             free(r->off);
             free(r->lab);
+            free(r->keep);
         }
     free(p->readers);
     for (int i = 0; i < PIPE_NBAT; i++) {
@@ -426,6 +455,9 @@ void pipe_free(pipeline *p)
     free(p->buf_px);
     free(p->buf_ids);
     free(p->buf_lab);
+    free(p->buf_keep);
+    free(p->keep);
+    free(p->sim_live);
     free(p->live);
     free(p->spare);
     if (p->blocks)
@@ -435,6 +467,7 @@ void pipe_free(pipeline *p)
             free(p->blocks[i].pixels);
             free(p->blocks[i].in);
             free(p->blocks[i].in_off);
+            free(p->blocks[i].keep);
         }
     free(p->blocks);
     free(p->order);

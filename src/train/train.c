@@ -207,6 +207,7 @@ void train_result_free(train_result *r)
     for (int i = 0; i < r->nepochs_stats; i++) free(r->epoch_stats[i].per_worker);
     free(r->epoch_stats);
     free(r->per_ps_bytes);
+    free(r->fstats);
     free(r->wtiming);
     free(r->pstiming);
     memset(r, 0, sizeof *r);

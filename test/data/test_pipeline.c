@@ -3,7 +3,8 @@
  * streaming, sizes not multiple of chunk or batch, limit), identical batches
  * for the same seed whatever the threads / preload, a different order for a
  * different seed, resume at an epoch, file order without shuffling, bad
- * configurations, pipe_free mid-epoch, and the data set lock. */
+ * configurations, pipe_free mid-epoch, the data set lock, and batches
+ * without pixels (a feeder's share, a resumed run's skipped batches). */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,105 @@ static void test_exactly_once_and_determinism(h5ds *ds)
                 run_free(&r);
                 run_free(&ref);
             }
+}
+
+/* One batch as a run handed it out, for test_shares. */
+typedef struct brec {
+    int64_t index;
+    int count;
+    bool has_pixels;
+    uint64_t ids, labels, pixels; /* hashes */
+} brec;
+
+/* Runs the pipeline to its end; the batches into *out (their number is
+ * returned, -1 on failure), the examples prepared into *prepared. */
+static int64_t collect_batches(h5ds *ds, const pipe_cfg *c, brec **out, int64_t *prepared)
+{
+    pst_err e;
+    pipeline *p;
+    *out = NULL;
+    if (pipe_new(&p, ds, c, &e) < 0) {
+        CHECK(0, "pipe_new: %s", e.msg);
+        return -1;
+    }
+    const size_t img = (size_t)ds->height * ds->width * ds->channels;
+    int64_t n = 0, cap = 0;
+    pipe_batch b;
+    int rc;
+    while ((rc = pipe_next(p, &b, &e)) == 1) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            *out = realloc(*out, sizeof **out * (size_t)cap);
+        }
+        (*out)[n++] = (brec){b.index,
+                             b.count,
+                             b.has_pixels,
+                             fnv((const uint8_t *)b.ids, sizeof *b.ids * b.count),
+                             fnv((const uint8_t *)b.labels, sizeof *b.labels * b.count),
+                             b.has_pixels ? fnv(b.pixels, img * b.count) : 0};
+    }
+    CHECK(rc == 0, "pipe_next returned %d (%s)", rc, rc < 0 ? e.msg : "");
+    *prepared = pipe_examples_prepared(p);
+    pipe_free(p);
+    return n;
+}
+
+/* Batches without pixels (skip_batches, share_count/index): the same
+ * batches as the full run (ids, labels; pixels where kept), pixels exactly
+ * for the kept batches, and only their examples prepared: the shares of F
+ * feeders together prepare what one full run does. */
+static void test_shares(h5ds *ds)
+{
+    const int qs[][2] = {{1, 0}, {100, 50}, {5000, 100}, {0, -1}};
+    for (size_t qi = 0; qi < PST_ARRAY_LEN(qs) + 1; qi++)
+        for (int first = 0; first < 2; first++) {
+            const bool shuffle = qi < PST_ARRAY_LEN(qs);
+            pipe_cfg c = pipe_cfg_defaults();
+            c.batch = 48;
+            c.epochs = 3;
+            c.first_epoch = first;
+            c.seed = 7;
+            c.shuffle = shuffle;
+            c.queue_capacity = shuffle ? qs[qi][0] : 0;
+            c.min_after_dequeue = shuffle ? qs[qi][1] : -1;
+            c.preload_bytes = qi % 2 ? (int64_t)1 << 30 : 0;
+            c.aug_crop = c.aug_flip = true;
+            c.crop_pad = 2;
+            brec *ref;
+            int64_t ref_prep, nref = collect_batches(ds, &c, &ref, &ref_prep);
+            CHECK(ref_prep == (3 - first) * (int64_t)N, "full run prepared %lld",
+                  (long long)ref_prep);
+            for (int F = 1; F <= 3; F++) {
+                int64_t sum = 0;
+                for (int k = 0; k < F; k++)
+                    for (int skip = 0; skip < 2; skip++) {
+                        pipe_cfg s = c;
+                        s.share_count = F, s.share_index = k, s.skip_batches = skip ? 25 : 0;
+                        brec *got;
+                        int64_t prep, ngot = collect_batches(ds, &s, &got, &prep), want = 0;
+                        CHECK(ngot == nref, "queue %zu share %d/%d: %lld batches, want %lld", qi, k,
+                              F, (long long)ngot, (long long)nref);
+                        for (int64_t i = 0; i < ngot && i < nref; i++) {
+                            const bool kept = i >= s.skip_batches && i % F == k;
+                            want += kept ? ref[i].count : 0;
+                            CHECK(got[i].index == i && got[i].count == ref[i].count &&
+                                      got[i].ids == ref[i].ids && got[i].labels == ref[i].labels &&
+                                      got[i].has_pixels == kept &&
+                                      (!kept || got[i].pixels == ref[i].pixels),
+                                  "queue %zu first epoch %d share %d/%d skip %lld: batch %lld "
+                                  "differs",
+                                  qi, first, k, F, (long long)s.skip_batches, (long long)i);
+                        }
+                        CHECK(prep == want, "share %d/%d skip %lld: prepared %lld, want %lld", k, F,
+                              (long long)s.skip_batches, (long long)prep, (long long)want);
+                        if (!skip) sum += prep;
+                        free(got);
+                    }
+                CHECK(sum == ref_prep, "%d shares prepared %lld together, want %lld", F,
+                      (long long)sum, (long long)ref_prep);
+            }
+            free(ref);
+        }
 }
 
 static void test_order(h5ds *ds)
@@ -416,6 +516,7 @@ int main(void)
     test_bad_config(&ds);
     test_exactly_once_and_determinism(&ds);
     test_order(&ds);
+    test_shares(&ds);
     test_free_midway(&ds);
     test_ds_lock(&ds);
     h5ds_close(&ds);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_feeders.sh - feeder ranks (pstrain train --feeders F, docs/design.md
 # §1, §3): every example exactly once per epoch for F = 1, 2, 3 (the trace
-# checker, sync and async), the root -> feeder map, sync final variables
+# checker, sync and async), the root -> feeder map, each feeder preparing
+# only its own tickets' examples (summary), sync final variables
 # bitwise equal for every F, for 1 and 2 PS and across two runs, checkpoints
 # written with F = 2 resumed with F = 1, 2, 3 bitwise equal to the
 # uninterrupted run, and the refusals (one line on the root, exit 1).
@@ -42,6 +43,20 @@ same f2-again f2
 # three workers, async: exactly once
 train async3 7 --ps 1 --feeders 3 --mode async
 once async3 3
+
+# with augmentation each feeder prepares (crops and flips) only the examples
+# of its own tickets: together the 2 epochs' 1200, each at most its
+# batches' worth, and the same parameters as F = 1
+train aug1 4 --ps 1 --augment crop,flip
+train aug3 6 --ps 1 --feeders 3 --augment crop,flip
+same aug3 aug1
+python3 - "$TMP/aug3.json" <<'PY' || bad "aug3: the feeders did not split the input work"
+import json, sys
+fs = json.load(open(sys.argv[1]))["data"]["feeders"]
+assert [f["rank"] for f in fs] == [0, 2, 3], fs
+assert sum(f["batches"] for f in fs) == 76 and sum(f["prepared"] for f in fs) == 1200, fs
+assert all(0 < f["prepared"] <= 16 * f["batches"] for f in fs), fs
+PY
 
 # checkpoints of an F = 2 run, resumed with F = 1, 2, 3 (mid-epoch, at an
 # odd and an even ticket)

@@ -17,6 +17,35 @@ static void jnum(FILE *f, double v)
         fputs("null", f);
 }
 
+/* The data section: each epoch's example accounting and each feeder's
+ * share of the input work. */
+static void write_data(FILE *f, const train_result *r)
+{
+    /* epochs 1-based, as in the progress lines and --metrics records */
+    fprintf(f, ",\n  \"data\": {\"epochs\": [");
+    for (int i = 0; i < r->nepochs_stats; i++) {
+        const epoch_stats *s = &r->epoch_stats[i];
+        fprintf(f,
+                "%s\n    {\"epoch\": %d, \"examples\": %lld, \"unique\": %lld, "
+                "\"duplicates\": %lld, \"missing\": %lld, \"per_worker\": [",
+                i ? "," : "", s->epoch + 1, (long long)s->examples, (long long)s->unique,
+                (long long)s->duplicates, (long long)s->missing);
+        for (int w = 0; w < s->nworkers; w++)
+            fprintf(f, "%s%lld", w ? ", " : "", (long long)s->per_worker[w]);
+        fprintf(f, "]}");
+    }
+    fprintf(f, "%s]", r->nepochs_stats ? "\n  " : "");
+    /* distributed: each feeder's share of the input work */
+    if (r->nfeeder_stats) fprintf(f, ", \"feeders\": [");
+    for (int i = 0; i < r->nfeeder_stats; i++) {
+        const feeder_stats *s = &r->fstats[i];
+        fprintf(f, "%s{\"rank\": %d, \"batches\": %lld, \"prepared\": %lld, \"source_wait\": %.4f}",
+                i ? ", " : "", s->rank, (long long)s->batches, (long long)s->prepared,
+                s->source_wait);
+    }
+    fprintf(f, "%s},\n", r->nfeeder_stats ? "]" : "");
+}
+
 /* Async: "staleness": {"max_staleness": S or null, "histogram": [counts of
  * 0 .. max (the last bin also counts larger ones)], "max": M}. */
 static void write_staleness(FILE *f, const train_result *r)
@@ -82,29 +111,7 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     }
     fprintf(f, ",\n  \"dropped_stale\": %lld", (long long)r->dropped_stale);
     if (r->has_staleness) write_staleness(f, r);
-    /* epochs 1-based, as in the progress lines and --metrics records */
-    fprintf(f, ",\n  \"data\": {\"epochs\": [");
-    for (int i = 0; i < r->nepochs_stats; i++) {
-        const epoch_stats *s = &r->epoch_stats[i];
-        fprintf(f,
-                "%s\n    {\"epoch\": %d, \"examples\": %lld, \"unique\": %lld, "
-                "\"duplicates\": %lld, \"missing\": %lld, \"per_worker\": [",
-                i ? "," : "", s->epoch + 1, (long long)s->examples, (long long)s->unique,
-                (long long)s->duplicates, (long long)s->missing);
-        for (int w = 0; w < s->nworkers; w++)
-            fprintf(f, "%s%lld", w ? ", " : "", (long long)s->per_worker[w]);
-        fprintf(f, "]}");
-    }
-    fprintf(f, "%s]", r->nepochs_stats ? "\n  " : "");
-    /* distributed: each feeder's share of the input work */
-    if (r->nfeeder_stats) fprintf(f, ", \"feeders\": [");
-    for (int i = 0; i < r->nfeeder_stats; i++) {
-        const feeder_stats *s = &r->fstats[i];
-        fprintf(f, "%s{\"rank\": %d, \"batches\": %lld, \"prepared\": %lld, \"source_wait\": %.4f}",
-                i ? ", " : "", s->rank, (long long)s->batches, (long long)s->prepared,
-                s->source_wait);
-    }
-    fprintf(f, "%s},\n", r->nfeeder_stats ? "]" : "");
+    write_data(f, r);
     fprintf(f, "  \"placement\": {\"strategy\": \"%s\", \"per_ps_bytes\": [",
             place_name(cfg->placement));
     for (int i = 0; i < r->nps; i++)

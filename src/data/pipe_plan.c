@@ -174,14 +174,17 @@ int pipe_plan(pipeline *p, int64_t max_px, int64_t unit_max_bytes, pst_err *e)
     const int64_t blk_bytes = p->mode == MODE_ENCODED ? max_block_bytes(p) : 0;
 
     mem_plan m = {0};
-    m.index = (int64_t)sizeof(int64_t) * p->nunits; /* order */
+    /* the unit order; the keep flags of an epoch's examples (batches without
+     * pixels), planned whether or not they are used so that the shuffle
+     * buffer, and with it the batches, is the same for every consumer */
+    m.index = (int64_t)sizeof(int64_t) * p->nunits + p->n;
     if (p->mode == MODE_ENCODED)
         m.index += (int64_t)sizeof(int64_t) * (p->n + 1 + p->nunits + 1) +
                    (int64_t)sizeof(int32_t) * 2 * p->n; /* offsets, units; the sizes read once */
     const int64_t bcap = PST_MIN((int64_t)c->batch, p->n);
     m.batches = PIPE_NBAT * bcap * ((int64_t)p->out_img + 12);
     m.blocks =
-        (int64_t)p->nblocks * ((int64_t)p->blk_cap * ((int64_t)p->out_img + 12 + per_in) +
+        (int64_t)p->nblocks * ((int64_t)p->blk_cap * ((int64_t)p->out_img + 13 + per_in) +
                                (p->mode == MODE_ENCODED ? blk_bytes + 8 * (p->blk_cap + 1) : 0));
     int64_t per_thread = (int64_t)p->out_img; /* the crop/flip scratch */
     if (p->mode == MODE_PIXELS_RECIPE) per_thread += 2 * (int64_t)p->img + 2 * (int64_t)p->out_img;
@@ -193,16 +196,17 @@ int pipe_plan(pipeline *p, int64_t max_px, int64_t unit_max_bytes, pst_err *e)
     int64_t per_reader;
     if (p->mode == MODE_ENCODED)
         per_reader =
-            unit_max_bytes + 12 * (p->unit_max + 1) + (p->enc_direct ? p->enc_cb + 4 + 4096 : 0);
+            unit_max_bytes + 13 * (p->unit_max + 1) + (p->enc_direct ? p->enc_cb + 4 + 4096 : 0);
     else if (p->direct)
-        per_reader = p->raw_cap_plan + p->fchunk * (int64_t)p->img + 4 * p->unit_max;
+        per_reader = p->raw_cap_plan + p->fchunk * (int64_t)p->img + 5 * p->unit_max;
     else
-        per_reader = p->chunk * (int64_t)p->img + 4 * p->unit_max;
+        per_reader = p->chunk * (int64_t)p->img + 5 * p->unit_max;
     m.readers = R * per_reader;
 
     /* the shuffle buffer, planned for streaming so that preloading cannot
      * change it (nor, then, the batches) */
-    const int64_t per_q = (int64_t)p->out_img + 8 + 4 + 4 + 4;
+    /* pixels, id, label, live, spare, keep flag, the keep map's replay */
+    const int64_t per_q = (int64_t)p->out_img + 8 + 4 + 4 + 4 + 1 + 8;
     int cap = 0;
     if (c->shuffle) {
         cap = (int)PST_MIN((int64_t)p->cfg.queue_capacity, p->n);
@@ -230,7 +234,7 @@ int pipe_plan(pipeline *p, int64_t max_px, int64_t unit_max_bytes, pst_err *e)
     int64_t need =
         p->mode == MODE_ENCODED ? p->enc_off[p->n] + 4 * p->n : p->n * ((int64_t)p->img + 4);
     mem_plan pm = m;
-    pm.readers = p->mode == MODE_ENCODED ? 8 * (p->unit_max + 1) : 0;
+    pm.readers = 9 * (p->unit_max + 1); /* offsets and keep flags */
     pm.preload = need;
     /* preloading reads through h5ds_read (the chunk cache); encoded splits
      * with direct chunk reads, one chunk buffer */
@@ -240,10 +244,6 @@ int pipe_plan(pipeline *p, int64_t max_px, int64_t unit_max_bytes, pst_err *e)
         p->nreaders = 1;
         p->info.preloaded = true;
     }
-    /* the keep flags of batches without pixels, planned after the shuffle
-     * buffer so that skipping never changes its size (nor the batches) */
-    int64_t flags = (int64_t)p->nblocks * p->blk_cap + (int64_t)p->nreaders * p->unit_max + cap;
-    if (c->skip_batches > 0 || c->share_count > 1) flags += p->n + 8 * (int64_t)PST_MAX(cap, 1);
-    p->info.planned = plan_total(&m) + flags;
+    p->info.planned = plan_total(&m);
     return 0;
 }

@@ -57,6 +57,5 @@ done
 
 # refusals
 refuse no-worker 4 "--feeders 3 with --ps 1 and 4 MPI ranks leaves no worker" --ps 1 --feeders 3
-refuse with-ppn 5 "--feeders 2 with --ps-per-node" --ps-per-node 1 --feeders 2
 [ $fail = 0 ] || exit 1
 echo "feeders: OK"

@@ -131,7 +131,8 @@ void layout_classic(int size, int P, int *role)
     for (int r = 0; r < size; r++) role[r] = r == 0 ? ROLE_ROOT : r <= P ? ROLE_PS : ROLE_WORKER;
 }
 
-/* The node that feeder f (1..F-1) goes on: round-robin from node 1. */
+/* The node that feeder f (1..F-1) goes on: round-robin from node 1, the
+ * one after the root's (nodes are numbered from 0, dist_nodes_find). */
 static int feeder_node(int f, int nodes)
 {
     return f % nodes;
@@ -155,10 +156,11 @@ static int feeders_fit(const dist_nodes *nd, int F, const int *role, pst_err *e)
         const bool root = nd->of_rank[0] == k;
         rc = pst_fail(e,
                       "--feeders %d: node %d of %d (host %s) has %d rank%s, but needs at least %d "
-                      "(%s%d PS + %d feeder%s; feeder f goes on node f mod %d)",
+                      "(%s%d PS + %d feeder%s; one per node round-robin from the root's next "
+                      "node)",
                       F, k + 1, nd->n, nd->names + (size_t)k * MPI_MAX_PROCESSOR_NAME, ranks[k],
                       ranks[k] == 1 ? "" : "s", taken[k] + feeders[k], root ? "the root + " : "",
-                      taken[k] - root, feeders[k], feeders[k] == 1 ? "" : "s", nd->n);
+                      taken[k] - root, feeders[k], feeders[k] == 1 ? "" : "s");
     }
     free(ranks), free(taken), free(feeders);
     return rc;

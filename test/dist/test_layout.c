@@ -151,7 +151,7 @@ static void refusals(void)
     /* node 1 holds only the PS: no rank for feeder 1 (workers elsewhere) */
     refuse("node 1 full", (int[]){0, 1, 0, 0, 0}, 5, 1, 2,
            "--feeders 2: node 2 of 2 (host node1) has 1 rank, but needs at least 2 (1 PS + 1 "
-           "feeder; feeder f goes on node f mod 2)");
+           "feeder; one per node round-robin from the root's next node)");
     refuse("two nodes, no worker left", (int[]){0, 0, 0, 1, 1}, 5, 1, 4,
            "--feeders 4 with 1 PS and 5 MPI ranks leaves no worker");
     /* F = 5 on 2 nodes: node 0 gets feeders 2 and 4 beside the root and PS */

@@ -96,7 +96,7 @@ same feed-classic classic1
 
 # refusals
 export PSTRAIN_TEST_NODES=0,0,0,0,0,1,1
-refuse feeders-node 7 "--feeders 4: node 2 of 2 (host node1) has 2 ranks, but needs at least 3 (1 PS + 2 feeders; feeder f goes on node f mod 2)" \
+refuse feeders-node 7 "--feeders 4: node 2 of 2 (host node1) has 2 ranks, but needs at least 3 (1 PS + 2 feeders; one per node round-robin from the root's next node)" \
     --ps-per-node 1 --feeders 4
 export PSTRAIN_TEST_NODES=0,0,0,1
 refuse no-worker 4 "--ps-per-node 1: node 2 of 2 (host node1) has 1 rank, but needs at least 2 (1 PS + 1 worker)" \

@@ -58,9 +58,9 @@ void layout_classic(int size, int P, int *role);
  * worker. On one node they are the F-1 ranks after the PS. role[]
  * (nd->size entries, from layout_classic or layout_ps_per_node) gets
  * ROLE_FEEDER for them; feeder_rank[f] (F entries) the world rank of
- * feeder f, [0] the root's. Returns 0, or -1 with e (role[] then
- * unspecified) naming the first node without ranks for its feeders, or
- * when no worker is left. */
+ * feeder f, [0] the root's. Returns 0, or -1 with e (role[] unchanged)
+ * naming the first node without ranks for its feeders, or when no worker
+ * is left. */
 int layout_feeders(const dist_nodes *nd, int F, int *role, int *feeder_rank, pst_err *e);
 
 /* Collective: the roles of --ps-per-node (c->ps_per_node > 0) on this

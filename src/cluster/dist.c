@@ -4,11 +4,12 @@
  * root (root.c), the PS (below, service loop in ps.c), the workers
  * (worker.c), and the end of the run (end.c). trainer.h is the map.
  *
- * Roles (docs/design.md §1): rank 0 root (input pipeline -> batch ring, metrics,
- * summary), ranks 1..P parameter servers (ps.c), with --feeders F the next
- * F-1 ranks feeders (feeder.c: ticket t is served by feeder t mod F, the
- * root being feeder 0), the rest workers; with --ps-per-node N, N parameter
- * servers on every node (layout.c).
+ * Roles (docs/design.md §1, layout.c): rank 0 root (input pipeline -> batch
+ * ring, metrics, summary), ranks 1..P parameter servers (ps.c), or with
+ * --ps-per-node N, N parameter servers on every node; with --feeders F,
+ * F-1 feeders placed one per node round-robin from the root's next node
+ * (feeder.c: ticket t is served by feeder t mod F, the root being feeder 0);
+ * the rest workers.
  * Every rank builds the same model from the same seed (so initial
  * variables agree without a broadcast; a resumed run broadcasts the
  * checkpoint's), the same placement plan, and joins two windows: the root's
@@ -71,11 +72,6 @@ static void die_hook(int status)
 static int check_config(const train_cfg *c, int size, int P, pst_err *e)
 {
     const int F = PST_MAX(c->feeders, 1), W = size - 1 - P - (F - 1);
-    if (F > 1 && c->ps_per_node)
-        return pst_fail(e,
-                        "--feeders %d with --ps-per-node: expected one of them (feeder ranks "
-                        "follow the classic layout's PS)",
-                        F);
     if (F > 1 && W < 1)
         return pst_fail(e,
                         "--feeders %d with --ps %d and %d MPI ranks leaves no worker: %d ranks "
@@ -104,18 +100,23 @@ static int check_config(const train_cfg *c, int size, int P, pst_err *e)
 
 /* ---- roles ------------------------------------------------------------------ */
 
-/* The policy: which role a rank of MPI_COMM_WORLD plays (rank 0 the root,
- * the next P the parameter servers, the rest workers; with --ps-per-node
- * the roles layout.c gave each rank). Everything else learns the roles
- * from the communicators built from this, never from rank arithmetic, so
- * another policy (feeder ranks) changes this function only. */
+/* The policy: which role a rank of MPI_COMM_WORLD plays, as layout.c
+ * placed it (the classic or the colocated layout, then the feeders by
+ * node). Everything else learns the roles from the communicators built
+ * from this, never from rank arithmetic. */
 static int role_of(const dist_run *r, int rank)
 {
-    if (r->colocated) return r->colocated[rank];
-    return rank == 0                 ? ROLE_ROOT
-           : rank <= r->P            ? ROLE_PS
-           : rank <= r->P + r->F - 1 ? ROLE_FEEDER
-                                     : ROLE_WORKER;
+    return r->roles[rank];
+}
+
+/* The order of a rank in its role communicator: feeders by feeder index
+ * (feeder f is f - 1 there, wherever layout.c put it), the others by world
+ * rank. */
+static int role_key(const dist_run *r, int rank)
+{
+    for (int f = 1; f < r->F; f++)
+        if (r->feeder_ranks[f] == rank) return f - 1;
+    return rank;
 }
 
 /* "root", "ps P" (from 1) or "worker W" (from 0), as in error messages. */
@@ -175,14 +176,13 @@ static char *host_map(const int *roles, int size, int rank)
 static void assign_roles(dist_run *r)
 {
     const int role = role_of(r, r->rank);
-    MPI_OK(MPI_Comm_split(MPI_COMM_WORLD, role, r->rank, &r->role_comm));
+    MPI_OK(MPI_Comm_split(MPI_COMM_WORLD, role, role_key(r, r->rank), &r->role_comm));
     MPI_OK(MPI_Comm_rank(r->role_comm, &r->index));
     int mine[2] = {role, r->index};
     int *all = pst_malloc(sizeof *all * 2 * (size_t)r->size);
     MPI_OK(MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD));
     r->ps_ranks = pst_calloc((size_t)r->P, sizeof *r->ps_ranks);
     r->worker_ranks = pst_calloc((size_t)r->W, sizeof *r->worker_ranks);
-    r->feeder_ranks = pst_calloc((size_t)r->F, sizeof *r->feeder_ranks);
     int nroot = 0, nps = 0, nw = 0, nf = 1;
     for (int k = 0; k < r->size; k++) {
         const int kr = all[2 * k], ki = all[2 * k + 1];
@@ -192,11 +192,11 @@ static void assign_roles(dist_run *r)
             r->ps_ranks[ki] = k, nps++;
         else if (kr == ROLE_WORKER && ki < r->W)
             r->worker_ranks[ki] = k, nw++;
-        else if (kr == ROLE_FEEDER && ki + 1 < r->F)
-            r->feeder_ranks[ki + 1] = k, nf++;
+        else if (kr == ROLE_FEEDER && ki + 1 < r->F && r->feeder_ranks[ki + 1] == k)
+            nf++;
     }
-    r->feeder_ranks[0] = r->root_rank;
-    if (nf != r->F) dist_fatal("role assignment: %d feeders (expected %d)", nf, r->F);
+    if (nf != r->F || r->feeder_ranks[0] != r->root_rank)
+        dist_fatal("role assignment: %d feeders (expected %d)", nf, r->F);
     if (nroot == 1 && nps == r->P && nw == r->W) r->host_map = host_map(all, r->size, r->rank);
     free(all);
     if (nroot != 1 || nps != r->P || nw != r->W)
@@ -412,6 +412,35 @@ static void open_windows(dist_run *r, pst_err *e)
                                                       : PST_MAX(r->info.bpe, 1));
 }
 
+/* Collective: the roles of every world rank (*roles, owned) and the F
+ * feeder ranks (*feeder_ranks, owned, [0] the root's), and P: the classic
+ * or the colocated layout (--ps-per-node sets P from the nodes), checked
+ * (check_config), then the feeders placed by node. Returns -1 with e, the
+ * same on every rank, before any window exists. */
+static int set_roles(const train_cfg *cfg, int size, int **roles, int **feeder_ranks, int *P,
+                     pst_err *e)
+{
+    const int F = PST_MAX(cfg->feeders, 1);
+    int *role = NULL, *franks = NULL;
+    if (cfg->ps_per_node && layout_colocated(cfg, &role, P, e) < 0) return -1;
+    if (check_config(cfg, size, *P, e) < 0) goto fail;
+    if (!role) {
+        role = pst_malloc(sizeof *role * (size_t)size);
+        layout_classic(size, *P, role);
+    }
+    if (F > 1) {
+        if (layout_place_feeders(F, role, &franks, e) < 0) goto fail;
+    } else {
+        franks = pst_malloc(sizeof *franks);
+        franks[0] = 0; /* the root: world rank 0 in both layouts */
+    }
+    *roles = role, *feeder_ranks = franks;
+    return 0;
+fail:
+    free(role);
+    return -1;
+}
+
 /* Frees what the run holds (any of it may be missing). */
 static void dist_run_free(dist_run *r)
 {
@@ -421,7 +450,7 @@ static void dist_run_free(dist_run *r)
     pipe_free(r->pl);
     free(r->log.a), free(r->prior.a);
     free(r->slots), free(r->averages), free(r->mtext);
-    free(r->ps_ranks), free(r->worker_ranks), free(r->feeder_ranks), free(r->colocated);
+    free(r->ps_ranks), free(r->worker_ranks), free(r->feeder_ranks), free(r->roles);
     if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
     free(r->host_map);
     place_plan_free(r->plan);
@@ -436,23 +465,18 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    /* the colocated layout (--ps-per-node) sets P from the nodes */
-    int P = cfg->ps, *colocated = NULL;
-    if (cfg->ps_per_node && layout_colocated(cfg, &colocated, &P, e) < 0) return -1;
-    if (check_config(cfg, size, P, e) < 0) {
-        free(colocated);
-        return -1;
-    }
+    int P = cfg->ps, *roles = NULL, *feeder_ranks = NULL;
+    if (set_roles(cfg, size, &roles, &feeder_ranks, &P, e) < 0) return -1;
     int thread_level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&thread_level);
     if (thread_level < MPI_THREAD_FUNNELED) {
-        free(colocated);
+        free(roles), free(feeder_ranks);
         return pst_fail(e, "MPI was initialised without MPI_THREAD_FUNNELED (the input "
                            "pipeline's threads run beside MPI on the root)");
     }
     dist_run *r = pst_calloc(1, sizeof *r);
     r->cfg = cfg, r->res = res, r->rank = rank, r->size = size;
-    r->colocated = colocated;
+    r->roles = roles, r->feeder_ranks = feeder_ranks;
     r->P = P;
     r->F = PST_MAX(cfg->feeders, 1);
     const int W = r->W = size - 1 - P - (r->F - 1);

@@ -1,11 +1,10 @@
-/* layout.c - the nodes of a run and the colocated role layout (layout.h). */
+/* layout.c - the nodes of a run and the roles of its ranks (layout.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist_internal.h"
 #include "layout.h"
-#include "trainer.h"
 
 /* PSTRAIN_TEST_NODES (test-only, layout.h): ids[r] = the node id of world
  * rank r. Returns 0 when unset, 1 when set, -1 with e when it does not
@@ -127,6 +126,68 @@ int layout_ps_per_node(const dist_nodes *nd, int N, int *role, pst_err *e)
     return rc < 0 ? -1 : N * nd->n; /* below the world size: every node has N + 1 ranks */
 }
 
+void layout_classic(int size, int P, int *role)
+{
+    for (int r = 0; r < size; r++) role[r] = r == 0 ? ROLE_ROOT : r <= P ? ROLE_PS : ROLE_WORKER;
+}
+
+/* The node that feeder f (1..F-1) goes on: round-robin from node 1, the
+ * one after the root's (nodes are numbered from 0, dist_nodes_find). */
+static int feeder_node(int f, int nodes)
+{
+    return f % nodes;
+}
+
+/* Fails naming the first node with fewer ranks than the root, its PS and
+ * its feeders (feeder_node) need; 0 when every node has them. */
+static int feeders_fit(const dist_nodes *nd, int F, const int *role, pst_err *e)
+{
+    int *ranks = pst_calloc((size_t)nd->n, sizeof *ranks);
+    int *taken = pst_calloc((size_t)nd->n, sizeof *taken); /* root and PS */
+    int *feeders = pst_calloc((size_t)nd->n, sizeof *feeders);
+    for (int r = 0; r < nd->size; r++) {
+        ranks[nd->of_rank[r]]++;
+        if (role[r] != ROLE_WORKER) taken[nd->of_rank[r]]++;
+    }
+    for (int f = 1; f < F; f++) feeders[feeder_node(f, nd->n)]++;
+    int rc = 0;
+    for (int k = 0; k < nd->n && rc == 0; k++) {
+        if (ranks[k] >= taken[k] + feeders[k]) continue;
+        const bool root = nd->of_rank[0] == k;
+        rc = pst_fail(e,
+                      "--feeders %d: node %d of %d (host %s) has %d rank%s, but needs at least %d "
+                      "(%s%d PS + %d feeder%s; one per node round-robin from the root's next "
+                      "node)",
+                      F, k + 1, nd->n, nd->names + (size_t)k * MPI_MAX_PROCESSOR_NAME, ranks[k],
+                      ranks[k] == 1 ? "" : "s", taken[k] + feeders[k], root ? "the root + " : "",
+                      taken[k] - root, feeders[k], feeders[k] == 1 ? "" : "s");
+    }
+    free(ranks), free(taken), free(feeders);
+    return rc;
+}
+
+int layout_feeders(const dist_nodes *nd, int F, int *role, int *feeder_rank, pst_err *e)
+{
+    int workers = 0, ps = 0;
+    for (int r = 0; r < nd->size; r++) {
+        workers += role[r] == ROLE_WORKER, ps += role[r] == ROLE_PS;
+        if (role[r] == ROLE_ROOT) feeder_rank[0] = r;
+    }
+    if (workers < F)
+        return pst_fail(e,
+                        "--feeders %d with %d PS and %d MPI ranks leaves no worker: %d ranks are "
+                        "needed at least (1 root + %d PS + %d feeders + 1 or more workers)",
+                        F, ps, nd->size, ps + F + 1, ps, F - 1);
+    if (feeders_fit(nd, F, role, e) < 0) return -1;
+    for (int f = 1; f < F; f++) {
+        const int k = feeder_node(f, nd->n);
+        int r = 0;
+        while (nd->of_rank[r] != k || role[r] != ROLE_WORKER) r++; /* feeders_fit: one is left */
+        role[r] = ROLE_FEEDER, feeder_rank[f] = r;
+    }
+    return 0;
+}
+
 int layout_colocated(const train_cfg *c, int **role, int *P, pst_err *e)
 {
     *role = NULL;
@@ -145,5 +206,21 @@ int layout_colocated(const train_cfg *c, int **role, int *P, pst_err *e)
         return -1;
     }
     *role = roles, *P = rc;
+    return 0;
+}
+
+int layout_place_feeders(int F, int *role, int **feeder_rank, pst_err *e)
+{
+    *feeder_rank = NULL;
+    dist_nodes nd;
+    if (dist_nodes_find(&nd, e) < 0) return -1;
+    int *ranks = pst_malloc(sizeof *ranks * (size_t)F);
+    const int rc = layout_feeders(&nd, F, role, ranks, e);
+    dist_nodes_free(&nd);
+    if (rc < 0) {
+        free(ranks);
+        return -1;
+    }
+    *feeder_rank = ranks;
     return 0;
 }

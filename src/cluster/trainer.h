@@ -9,7 +9,8 @@
  *   worker.c  the worker loop;
  *   end.c     the end of the run: final variables, example logs, accounting,
  *             final checkpoint and evaluation;
- *   layout.c  the nodes and the colocated layout of --ps-per-node (layout.h).
+ *   layout.c  the nodes and the roles: the classic and colocated layouts,
+ *             the feeders placed by node (layout.h).
  */
 #ifndef PSTRAIN_CLUSTER_TRAINER_H
 #define PSTRAIN_CLUSTER_TRAINER_H
@@ -28,6 +29,7 @@
 #include "pstrain/ps.h"
 #include "pstrain/timeline.h"
 #include "pstrain/train.h"
+#include "layout.h"
 #include "ssp.h"
 
 /* Worker report record in the root's window (doubles). */
@@ -139,9 +141,6 @@ typedef struct root_ctx {
     train_result *res;
 } root_ctx;
 
-/* The roles (dist.c assigns them; see role_of). */
-enum { ROLE_ROOT, ROLE_PS, ROLE_WORKER, ROLE_FEEDER };
-
 /* One run of dist_train on this rank. */
 typedef struct dist_run {
     const train_cfg *cfg;
@@ -157,9 +156,9 @@ typedef struct dist_run {
     int index;
     int root_rank;
     int *ps_ranks, *worker_ranks;
-    /* --ps-per-node: the role of each world rank (layout.c); NULL: the
-     * first P ranks after the root are the PS */
-    int *colocated;
+    /* the role of each world rank (layout.c: classic or --ps-per-node,
+     * then the feeders) */
+    int *roles;
     /* the root: the rank -> host -> role map, one line per host (host_map) */
     char *host_map;
     /* what the root tells everybody */

@@ -5,7 +5,8 @@
 # only its own tickets' examples (summary), sync final variables
 # bitwise equal for every F, for 1 and 2 PS and across two runs, checkpoints
 # written with F = 2 resumed with F = 1, 2, 3 bitwise equal to the
-# uninterrupted run, and the refusals (one line on the root, exit 1).
+# uninterrupted run, the same after SIGUSR1 stops an F = 2 run mid-run, and
+# the refusals (one line on the root, exit 1).
 #
 # Environment (test_env): PSTRAIN, TEST_DIST (mkdata), PSTRAIN_SRC, MPIEXEC,
 # MPI_FLAVOUR.
@@ -70,8 +71,49 @@ for c in 10 30; do
     done
 done
 
+# SIGUSR1 mid-run to a sync run with F = 2 (the launcher forwards it): a
+# checkpoint and exit 0 before the end; resumed from it with F = 3 and F = 1,
+# bitwise equal to the uninterrupted run. A run that had ended before the
+# signal reached it proves nothing: it is tried again (3 tries).
+LONG=(--epochs 100 --log-every 0.05)
+train long 4 --ps 1 "${LONG[@]}"
+total=$(sed -n 's/^ *"steps": \([0-9]*\),$/\1/p' "$TMP/long.json")
+latest_step() { sed -n 's/^ckpt-\([0-9]*\)\.h5$/\1/p' "$1/latest" 2>/dev/null; }
+for try in 1 2 3; do
+    rm -rf "$TMP/sig" "$TMP/sig.jsonl"
+    # the launcher itself in the background (timeout(1) would not pass USR1
+    # on), with a watchdog
+    "${MPIEXEC_CMD[@]}" -n 5 "$PSTRAIN" train "${ARGS[@]}" "${LONG[@]}" --ps 1 --feeders 2 \
+        --checkpoint-dir "$TMP/sig" --metrics "$TMP/sig.jsonl" >"$TMP/sig.log" 2>&1 &
+    pid=$!
+    (
+        for ((i = 0; i < 1200; i++)); do
+            kill -0 $pid 2>/dev/null || exit 0
+            sleep 0.1
+        done
+        echo "FAIL: the signalled run still runs after 120 s: killed"
+        mpiexec_kill $pid
+    ) &
+    n=0 # signal once training runs (a step line), not during start-up
+    while ! grep -q '"type":"step"' "$TMP/sig.jsonl" 2>/dev/null && [ $n -lt 1200 ]; do
+        sleep 0.05
+        n=$((n + 1))
+    done
+    kill -USR1 $pid 2>/dev/null
+    wait $pid
+    rc=$?
+    stopped=$(latest_step "$TMP/sig")
+    echo "SIGUSR1 with F = 2: exit $rc, stopped at step $stopped of $total"
+    [ $rc = 0 ] && [ "$stopped" = "$total" ] && [ $try -lt 3 ] || break
+done
+[ $rc = 0 ] || { tail -5 "$TMP/sig.log"; bad "signal: exit $rc after SIGUSR1"; }
+[ -n "$stopped" ] && [ "$stopped" -lt "$total" ] || bad "signal: not stopped early (latest '$stopped')"
+for F in 3 1; do
+    train "sig-resume$F" $((3 + F)) --ps 1 --feeders $F "${LONG[@]}" --resume "$TMP/sig/ckpt-$stopped.h5"
+    same "sig-resume$F" long
+done
+
 # refusals
 refuse no-worker 4 "--feeders 3 with --ps 1 and 4 MPI ranks leaves no worker" --ps 1 --feeders 3
-refuse with-ppn 5 "--feeders 2 with --ps-per-node" --ps-per-node 1 --feeders 2
 [ $fail = 0 ] || exit 1
 echo "feeders: OK"

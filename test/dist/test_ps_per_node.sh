@@ -2,8 +2,9 @@
 # test_ps_per_node.sh - the colocated layout (pstrain train --ps-per-node N,
 # docs/design.md §1) on one machine: the roles in the root's rank -> host ->
 # role map, sync results bitwise equal to the classic layout with the same
-# number of PS and workers, and the refusals (one line on the root, exit 1,
-# no hang).
+# number of PS and workers, feeders (--feeders) placed one per node in both
+# layouts (exactly once, bitwise equal), and the refusals (one line on the
+# root, exit 1, no hang).
 #
 # One machine is one node (MPI_COMM_TYPE_SHARED), where N PS per node are
 # the first N ranks after the root, as in the classic layout. The role logic
@@ -62,7 +63,41 @@ map interleaved "host node0: rank 0 root, rank 3 ps 2, rank 4 worker 1" \
     "host node1: rank 1 ps 1, rank 2 worker 0, rank 5 worker 2"
 same interleaved classic2
 
+# with --feeders: one feeder per node beside its PS, round-robin from node 1
+# (feeder f on node f mod nodes, the node's first rank that is neither PS nor
+# root); exactly once, bitwise equal to the classic F = 1 run
+CHECK_TRACE="$(dirname "$0")/check_trace.py"
+once() { # NAME WORKERS
+    python3 "$CHECK_TRACE" "$TMP/$1.jsonl" "$2" 1200 >/dev/null || bad "$1: not exactly once"
+}
+export PSTRAIN_TEST_NODES=0,0,0,1,1,1,2,2,2
+train feed3 9 --ps-per-node 1 --feeders 3
+map feed3 "host node0: rank 0 root, rank 1 ps 1, rank 2 worker 0" \
+    "host node1: rank 3 ps 2, rank 4 feeder 1, rank 5 worker 1" \
+    "host node2: rank 6 ps 3, rank 7 feeder 2, rank 8 worker 2"
+once feed3 3
+same feed3 classic1
+grep -q '"feeders": 3,' "$TMP/feed3.json" && grep -q '"nodes": 3,' "$TMP/feed3.json" ||
+    bad "feed3: the summary lacks feeders 3 and nodes 3"
+# interleaved ranks, 2 nodes, 3 feeders: feeder 2 back on the root's node
+export PSTRAIN_TEST_NODES=0,1,0,1,0,1,0,1
+train feed-interleaved 8 --ps-per-node 1 --feeders 3 --mode async
+map feed-interleaved "host node0: rank 0 root, rank 2 ps 2, rank 4 feeder 2, rank 6 worker 1" \
+    "host node1: rank 1 ps 1, rank 3 feeder 1, rank 5 worker 0, rank 7 worker 2"
+once feed-interleaved 3
+# the classic layout's feeders go by node too (feeder 1 on node 1 after
+# feeder 2 in rank order)
+export PSTRAIN_TEST_NODES=0,0,0,0,1,1,1
+train feed-classic 7 --ps 1 --feeders 3
+map feed-classic "host node0: rank 0 root, rank 1 ps 1, rank 2 feeder 2, rank 3 worker 0" \
+    "host node1: rank 4 feeder 1, rank 5 worker 1, rank 6 worker 2"
+once feed-classic 3
+same feed-classic classic1
+
 # refusals
+export PSTRAIN_TEST_NODES=0,0,0,0,0,1,1
+refuse feeders-node 7 "--feeders 4: node 2 of 2 (host node1) has 2 ranks, but needs at least 3 (1 PS + 2 feeders; one per node round-robin from the root's next node)" \
+    --ps-per-node 1 --feeders 4
 export PSTRAIN_TEST_NODES=0,0,0,1
 refuse no-worker 4 "--ps-per-node 1: node 2 of 2 (host node1) has 1 rank, but needs at least 2 (1 PS + 1 worker)" \
     --ps-per-node 1

@@ -2,20 +2,23 @@
 # test_slurm_multinode.sh MODE - jobs/train.sbatch on a 3-node Slurm of
 # namespace hosts (slurm-hosts.sh: slurmctld on host 1, a slurmd on hosts
 # 2-4), `sbatch -N 3 --ntasks-per-node=2 --cpus-per-task=2`: 6 ranks (root
-# and PS on the first node, two workers on each of the others), sync
-# lenet5 on a small synthetic set, TRANSPORT=tcp NET_IF=eth0.
+# and PS on the first node, a feeder and a worker on each of the others:
+# train.sbatch's default of one feeder per node), sync lenet5 on a small
+# synthetic set, TRANSPORT=tcp NET_IF=eth0.
 #
 #   train   LAUNCHER=mpirun (the MPI's own launcher inside the allocation),
 #           then LAUNCHER=srun (--mpi=pmix for Open MPI, pmi2 for MPICH):
 #           each job completes with 0, its --dump-params is bitwise equal
 #           (cmp) to the same training on one host without Slurm, and its
-#           log has pstrain's rank -> host -> role map with the three nodes.
+#           log has pstrain's rank -> host -> role map with the three nodes
+#           and a feeder on each (FEEDERS defaults to the node count).
 #           Also MODULES (a fake `module` on PATH: loaded for the mpirun
 #           job; a failing load ends a job with 2 and an error line) and
 #           THREADS=3 on --cpus-per-task=2 (a warning, same bits).
 #           Then PS_PER_NODE=1 on 3 nodes x 3 tasks of 1 CPU, with each
-#           launcher: a PS on every node (the map), bitwise equal to the
-#           classic layout's 3 PS and 5 workers on one host.
+#           launcher: a PS and a feeder on every node (the map), bitwise
+#           equal to the classic layout's 3 PS, 3 feeders and 3 workers on
+#           one host.
 #           MPICH: hydra's mpiexec only (srun --mpi=pmi2: see below)
 #   resume  a longer job is signalled with `scancel --signal=USR1 --full`
 #           once it has checkpointed (REQUEUE_ON_SIGNAL=0): it checkpoints
@@ -55,8 +58,9 @@ export DATA=$work/img.h5 PSTRAIN MODEL=lenet5 PS=1 BATCH=16 SEED=1234 OPTIMIZER=
 export TRANSPORT=tcp NET_IF=eth0 OVERSUBSCRIBE=1 CKPT_SECS=0 REQUEUE_ON_SIGNAL=0
 RANKS=6
 sb=(sbatch --parsable -N 3 --ntasks-per-node=2 --cpus-per-task=2 --time=10)
+# (the jobs' default FEEDERS: one per node)
 train_args=(--model "$MODEL" --batch "$BATCH" --seed "$SEED" --optimizer "$OPTIMIZER" --lr "$LR"
-    --ps "$PS" --threads 2)
+    --ps "$PS" --feeders 3 --threads 2)
 
 # ref STEPS FILE: the training on one host, no Slurm, no namespaces
 ref() {
@@ -70,12 +74,13 @@ ref() {
 }
 
 # check_map LOG: pstrain's rank -> host -> role map, block placement: root
-# and PS on node 1, workers 0-1 on node 2, workers 2-3 on node 3
+# and PS on node 1, feeder 1 and worker 0 on node 2, feeder 2 and worker 1
+# on node 3
 check_map() {
     local n=("${SLURM_MN_NODES[@]}")
     grep -q "host ${n[0]}: rank 0 root, rank 1 ps 1$" "$1" &&
-        grep -q "host ${n[1]}: rank 2 worker 0, rank 3 worker 1$" "$1" &&
-        grep -q "host ${n[2]}: rank 4 worker 2, rank 5 worker 3$" "$1" ||
+        grep -q "host ${n[1]}: rank 2 feeder 1, rank 3 worker 0$" "$1" &&
+        grep -q "host ${n[2]}: rank 4 feeder 2, rank 5 worker 1$" "$1" ||
         { show_log "$1"; bad "$1: no rank -> host -> role map over the 3 nodes"; }
 }
 
@@ -153,7 +158,7 @@ train)
         srun) grep -q "warning: THREADS=3 compute threads on 2 CPUs per task" "$work/$launcher.out" ||
             bad "srun: no warning for THREADS=3 on --cpus-per-task=2" ;;
         esac
-        grep -q "$RANKS ranks on 3 node(s), $PS PS, transport tcp, launcher $launcher, MPI $MPI_FLAVOUR, interface eth0" \
+        grep -q "$RANKS ranks on 3 node(s), $PS PS, 3 feeders, transport tcp, launcher $launcher, MPI $MPI_FLAVOUR, interface eth0" \
             "$work/$launcher.out" || bad "$launcher: the job log's launch line"
         grep '^\[train.sbatch.*\] \(srun\|/\)' "$work/$launcher.out"
         check_map "$work/$launcher.out"
@@ -161,11 +166,12 @@ train)
         cmp "$work/ref.bin" "$out/params.bin" && echo "$launcher: parameters bitwise equal to the run on one host" ||
             bad "$launcher: parameters differ from the run on one host"
     done
-    # PS_PER_NODE=1 on 3 nodes x 3 tasks: a PS on every node, 3 PS and 5
-    # workers, bitwise equal to the classic layout's 3 PS on one host
+    # PS_PER_NODE=1 on 3 nodes x 3 tasks: a PS and (the default FEEDERS)
+    # a feeder on every node but the root's, 3 PS and 3 workers, bitwise
+    # equal to the classic layout's 3 PS and 3 feeders on one host
     RANKS=9
     train_args=(--model "$MODEL" --batch "$BATCH" --seed "$SEED" --optimizer "$OPTIMIZER" --lr "$LR"
-        --ps 3)
+        --ps 3 --feeders 3)
     ref $steps "$work/ref9.bin"
     n=("${SLURM_MN_NODES[@]}")
     for launcher in $launchers; do
@@ -182,11 +188,11 @@ train)
             [ $rc = 2 ] || break
         done
         [ $rc = 0 ] || continue
-        grep -q "9 ranks on 3 node(s), 1 PS per node," "$work/ppn-$launcher.out" ||
+        grep -q "9 ranks on 3 node(s), 1 PS per node, 3 feeders," "$work/ppn-$launcher.out" ||
             bad "PS_PER_NODE $launcher: the job log's launch line"
         for want in "host ${n[0]}: rank 0 root, rank 1 ps 1, rank 2 worker 0" \
-            "host ${n[1]}: rank 3 ps 2, rank 4 worker 1, rank 5 worker 2" \
-            "host ${n[2]}: rank 6 ps 3, rank 7 worker 3, rank 8 worker 4"; do
+            "host ${n[1]}: rank 3 ps 2, rank 4 feeder 1, rank 5 worker 1" \
+            "host ${n[2]}: rank 6 ps 3, rank 7 feeder 2, rank 8 worker 2"; do
             grep -q "$want\$" "$work/ppn-$launcher.out" ||
                 { grep "host .*: rank" "$work/ppn-$launcher.out"; bad "PS_PER_NODE $launcher: no line '$want'"; }
         done

@@ -16,8 +16,7 @@
 #   WORKERS    worker counts; 1 is added when missing, it is every column's
 #              base (>= 16 cores: "1 2 4 8 13 14"; fewer: "1 2")
 #   FEEDERS    feeder counts F (1 2): the root and F-1 feeder ranks
-#   LAYOUTS    classic colocated; colocated does not combine with F > 1
-#              (pstrain refuses it): those columns are skipped
+#   LAYOUTS    classic colocated
 #   PS         parameter servers P (1)
 #   MODES      sync async
 #   STEPS      steps per worker (sync: --steps STEPS; async: --steps
@@ -92,10 +91,6 @@ workers=$(printf '%s\n' $workers | sort -nu | tr '\n' ' ')
 columns=() configs=()
 for f in $feeders; do
     for l in $layouts; do
-        if [ "$l" = colocated ] && [ "$f" -gt 1 ]; then
-            echo "skip F=$f colocated: feeders do not combine with --ps-per-node"
-            continue
-        fi
         columns+=("$f:$l")
         for w in $workers; do
             n=$((1 + P + f - 1 + w))

@@ -26,17 +26,31 @@
  * Tickets are dense and each is taken once, so each batch goes to exactly
  * one worker: every example exactly once per epoch across all workers.
  *
- * Several feeders (F > 1, geometry nfeeders): the ticket counter stays in
- * the root's header, and ticket t lives in feeder t mod F's K slots (slot
- * (t div F) mod K of the same window on that rank; the root is feeder 0).
- * Each feeder publishes only its own tickets, in order, dropping the
- * source's batches of the other feeders' tickets, so ticket t carries the
- * same batch whatever F is. The root grants publication with two header
- * words that feeders read atomically: limit (feeders publish data only
- * below it; the root keeps it at head + F*K, under total) and total (-1
- * unknown; tickets >= total get end markers). A stop lowers total to no
- * less than the limit already granted, written before the new limit, so no
- * feeder has published data at or beyond a total it is told.
+ * Several feeders (F > 1, geometry nfeeders), the global counter: the
+ * ticket counter stays in the root's header, and ticket t lives in feeder
+ * t mod F's K slots (slot (t div F) mod K of the same window on that rank;
+ * the root is feeder 0). Each feeder publishes only its own tickets, in
+ * order, dropping the source's batches of the other feeders' tickets, so
+ * ticket t carries the same batch whatever F is. The root grants
+ * publication with two header words that feeders read atomically: limit
+ * (feeders publish data only below it; the root keeps it at head + F*K,
+ * under total) and total (-1 unknown; tickets >= total get end markers). A
+ * stop lowers total to no less than the limit already granted, written
+ * before the new limit, so no feeder has published data at or beyond a
+ * total it is told.
+ *
+ * Local counters (F > 1 with geometry attach, which lockstep sync gives):
+ * each worker is attached to one feeder (attach[rank]); W_f workers to
+ * feeder f, c_f = W_0 + ... + W_{f-1}. Feeder f has its own counter
+ * (header word LHEAD of its part of the window): a worker attached to f
+ * takes local ticket j there, which is the global ticket
+ *   t = first_ticket + (j div W_f)*W + c_f + (j mod W_f),
+ * in slot j mod K of feeder f. So feeder f serves positions c_f .. c_f +
+ * W_f - 1 of every W consecutive tickets (one version of lockstep sync),
+ * the map is a bijection onto the tickets, monotone in j, and ticket t
+ * still carries the same batch. The limit is granted in global tickets
+ * from the feeders' counters (whole versions: every feeder may fill its K
+ * slots past its counter), and a stop works as above.
  *
  * Only the main thread calls MPI (MPI_THREAD_FUNNELED).
  */
@@ -61,6 +75,10 @@ typedef struct feed_geom {
     int64_t first_step;      /* resume: the async global step counter's start (0) */
     int nfeeders;            /* F: ranks holding ring slots (0 or 1: the root alone) */
     const int *feeder_ranks; /* F ranks of comm, [0] = root (unused when F <= 1) */
+    /* F > 1: NULL (the global counter), or per rank of comm the feeder index
+     * it takes tickets from (workers: 0 .. F-1, nworkers of them; others:
+     * -1): local counters. */
+    const int *attach;
 } feed_geom;
 
 typedef struct feed feed;
@@ -99,7 +117,10 @@ typedef struct feed_serve_stats {
  * later ones end-of-data markers. Returns 0, or -1 when the source or the
  * poll hook fails (the caller must abort the job: workers are waiting). */
 int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stats *st, pst_err *e);
-/* Root, from a hook: the next ticket to be published (all below it are). */
+/* Root, from a hook: a ticket no rank has published yet, and none will
+ * before the root publishes or grants again: the next one the root
+ * publishes (global counter: all below it are published), or with local
+ * counters and no worker attached to the root, the limit. */
 int64_t feed_root_next_ticket(const feed *f);
 /* Root, from a hook: publish data only below `total` (never below the next
  * ticket, never raising an earlier limit): how a stop is made. */

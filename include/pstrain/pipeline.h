@@ -99,13 +99,15 @@ typedef struct pipe_cfg {
     /* Batches without pixels (a consumer that needs only some batches'
      * images: a feeder rank, a resumed run): batch i (pipe_batch.index) gets
      * its images only if i >= skip_batches and, when share_count > 1,
-     * i mod share_count == share_index; the others carry their ids and
+     * (i - share_index) mod share_count < share_span (span 1: i mod
+     * share_count == share_index; span 0: none); the others carry their ids and
      * labels but no pixels (pipe_batch.has_pixels false), and their examples
      * are neither decoded nor augmented. Which examples make up each batch
      * never changes. */
     int64_t skip_batches; /* 0: none */
     int share_count;      /* 0 or 1: every batch from skip_batches on */
     int share_index;      /* 0 .. share_count - 1 */
+    int share_span;       /* share_count > 1: 0 .. share_count batches of every share_count */
 } pipe_cfg;
 
 /* The default memory budget: PIPE_BUDGET_FRACTION (1/4) of the node's

@@ -8,8 +8,9 @@
  * ring, metrics, summary), ranks 1..P parameter servers (ps.c), or with
  * --ps-per-node N, N parameter servers on every node; with --feeders F,
  * F-1 feeders placed one per node round-robin from the root's next node
- * (feeder.c: ticket t is served by feeder t mod F, the root being feeder 0);
- * the rest workers.
+ * (feeder.c; the root is feeder 0: lockstep sync, each worker draws from
+ * the feeder on its node, layout_attach; otherwise ticket t is served by
+ * feeder t mod F); the rest workers.
  * Every rank builds the same model from the same seed (so initial
  * variables agree without a broadcast; a resumed run broadcasts the
  * checkpoint's), the same placement plan, and joins two windows: the root's
@@ -136,8 +137,9 @@ static void role_name(char *out, size_t n, int role, int index)
  * role map, one line per host in the order of its first rank ("host h2:
  * rank 3 worker 1, rank 4 worker 2"), hosts named by dist_host_name
  * (layout.h); NULL on the other ranks. roles: {role, index}
- * per world rank. */
-static char *host_map(const int *roles, int size, int rank)
+ * per world rank; attach (may be NULL): the feeder each worker draws from
+ * ("rank 4 worker 2 (from feeder 1)"). */
+static char *host_map(const int *roles, const int *attach, int size, int rank)
 {
     enum { NAME = MPI_MAX_PROCESSOR_NAME };
     char mine[NAME] = "";
@@ -160,6 +162,7 @@ static char *host_map(const int *roles, int size, int rank)
             char role[32];
             role_name(role, sizeof role, roles[2 * j], roles[2 * j + 1]);
             fprintf(f, "%srank %d %s", sep, j, role);
+            if (attach && attach[j] >= 0) fprintf(f, " (from feeder %d)", attach[j]);
             done[j] = true, sep = ", ";
         }
     }
@@ -197,7 +200,8 @@ static void assign_roles(dist_run *r)
     }
     if (nf != r->F || r->feeder_ranks[0] != r->root_rank)
         dist_fatal("role assignment: %d feeders (expected %d)", nf, r->F);
-    if (nroot == 1 && nps == r->P && nw == r->W) r->host_map = host_map(all, r->size, r->rank);
+    if (nroot == 1 && nps == r->P && nw == r->W)
+        r->host_map = host_map(all, r->attach, r->size, r->rank);
     free(all);
     if (nroot != 1 || nps != r->P || nw != r->W)
         dist_fatal("role assignment: %d root, %d PS, %d workers (expected 1, %d, %d)", nroot, nps,
@@ -382,7 +386,8 @@ static void open_windows(dist_run *r, pst_err *e)
                     .first_ticket = r->info.first_ticket,
                     .first_step = cfg->mode == TRAIN_ASYNC ? r->info.first_version : 0,
                     .nfeeders = r->F,
-                    .feeder_ranks = r->feeder_ranks};
+                    .feeder_ranks = r->feeder_ranks,
+                    .attach = r->attach};
     if (feed_new(&r->f, MPI_COMM_WORLD, r->root_rank, &fg, e) < 0) dist_fatal("%s", e->msg);
     ps_layout lay = {.ps_ranks = r->ps_ranks,
                      .nworkers = W,
@@ -417,8 +422,8 @@ static void open_windows(dist_run *r, pst_err *e)
  * or the colocated layout (--ps-per-node sets P from the nodes), checked
  * (check_config), then the feeders placed by node. Returns -1 with e, the
  * same on every rank, before any window exists. */
-static int set_roles(const train_cfg *cfg, int size, int **roles, int **feeder_ranks, int *P,
-                     pst_err *e)
+static int set_roles(const train_cfg *cfg, int size, int **roles, int **feeder_ranks, int **attach,
+                     int *P, pst_err *e)
 {
     const int F = PST_MAX(cfg->feeders, 1);
     int *role = NULL, *franks = NULL;
@@ -429,7 +434,7 @@ static int set_roles(const train_cfg *cfg, int size, int **roles, int **feeder_r
         layout_classic(size, *P, role);
     }
     if (F > 1) {
-        if (layout_place_feeders(F, role, &franks, e) < 0) goto fail;
+        if (layout_place_feeders(F, role, &franks, attach, e) < 0) goto fail;
     } else {
         franks = pst_malloc(sizeof *franks);
         franks[0] = 0; /* the root: world rank 0 in both layouts */
@@ -451,6 +456,7 @@ static void dist_run_free(dist_run *r)
     free(r->log.a), free(r->prior.a);
     free(r->slots), free(r->averages), free(r->mtext);
     free(r->ps_ranks), free(r->worker_ranks), free(r->feeder_ranks), free(r->roles);
+    free(r->attach);
     if (r->role_comm != MPI_COMM_NULL) MPI_Comm_free(&r->role_comm);
     free(r->host_map);
     place_plan_free(r->plan);
@@ -465,12 +471,12 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int P = cfg->ps, *roles = NULL, *feeder_ranks = NULL;
-    if (set_roles(cfg, size, &roles, &feeder_ranks, &P, e) < 0) return -1;
+    int P = cfg->ps, *roles = NULL, *feeder_ranks = NULL, *attach = NULL;
+    if (set_roles(cfg, size, &roles, &feeder_ranks, &attach, &P, e) < 0) return -1;
     int thread_level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&thread_level);
     if (thread_level < MPI_THREAD_FUNNELED) {
-        free(roles), free(feeder_ranks);
+        free(roles), free(feeder_ranks), free(attach);
         return pst_fail(e, "MPI was initialised without MPI_THREAD_FUNNELED (the input "
                            "pipeline's threads run beside MPI on the root)");
     }
@@ -482,6 +488,12 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     const int W = r->W = size - 1 - P - (r->F - 1);
     const int R = r->R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
     r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
+    /* workers draw from the feeder on their node in lockstep sync only: its
+     * versions fix which tickets each feeder serves (feed.h) */
+    if (r->lockstep)
+        r->attach = attach;
+    else
+        free(attach);
     assign_roles(r);
     const bool is_root = r->is_root, is_ps = r->is_ps; /* else a feeder or a worker */
     const char *old_progname = enter_role(r);

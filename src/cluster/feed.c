@@ -2,13 +2,15 @@
  * feed.c - the batch ring in the root's RMA window (protocol in feed.h).
  *
  * Window layout (bytes, disp_unit 1), every part 64-byte aligned:
- *   [0, 64)                header: int64 head, step, finished, total, limit
+ *   [0, 64)                header: int64 head, step, finished, total, limit,
+ *                          lhead (local counters: this feeder's counter)
  *   [64, 64 + R*128)       report records: FEED_REPORT_WORDS doubles per rank
  *   then K slots of slot_bytes:
  *     ctl int64[8]: seq (ticket+1 once filled), release (ticket+1 once read),
  *                   epoch, count
  *     ids int64[B] | labels int32[B] (padded to 8) | pixels uint8[B*px]
- * Feeders 1..F-1 allocate the same layout (header and reports unused).
+ * Feeders 1..F-1 allocate the same layout (of the header only lhead used;
+ * reports unused).
  */
 #include "pstrain/feed.h"
 
@@ -18,7 +20,7 @@
 #include "dist_internal.h"
 #include "pstrain/timeline.h"
 
-enum { HDR_HEAD = 0, HDR_STEP = 1, HDR_FINISHED = 2, HDR_TOTAL = 3, HDR_LIMIT = 4 };
+enum { HDR_HEAD = 0, HDR_STEP = 1, HDR_FINISHED = 2, HDR_TOTAL = 3, HDR_LIMIT = 4, HDR_LHEAD = 5 };
 enum { CTL_SEQ = 0, CTL_RELEASE = 1, CTL_EPOCH = 2, CTL_COUNT = 3 };
 #define CTL_BYTES 64
 
@@ -36,9 +38,51 @@ struct feed {
     int64_t src_pos;     /* feeder: the ticket of the source's next batch */
     int64_t limit;       /* feeder: data only below it (F = 1: no limit) */
     int64_t src_end;     /* feeder: the ticket at which its source ended (-1) */
+    bool local;          /* local counters (feed.h); prod is then a local ticket */
+    int *wf, *cf;        /* local: W_f and c_f of each feeder */
+    int att;             /* local: the feeder this rank takes from (-1: none) */
 };
 
-/* The slot of ticket t in its feeder's ring. */
+/* Local counters: feeder fi's local ticket j as a global ticket. */
+static int64_t global_of(const feed *f, int fi, int64_t j)
+{
+    const int64_t w = f->wf[fi];
+    return f->g.first_ticket + j / w * f->g.nworkers + f->cf[fi] + j % w;
+}
+
+/* Local counters: feeder fi's first local ticket whose global ticket is at
+ * or after t (the map is monotone). */
+static int64_t local_at(const feed *f, int fi, int64_t t)
+{
+    if (t <= f->g.first_ticket) return 0;
+    const int64_t d = t - f->g.first_ticket, W = f->g.nworkers, w = f->wf[fi];
+    return d / W * w + PST_MIN(PST_MAX(d % W - f->cf[fi], (int64_t)0), w);
+}
+
+/* Local counters: W_f and c_f from the geometry's attachments, checked. */
+static int local_setup(feed *f, pst_err *e)
+{
+    f->local = true;
+    f->wf = pst_calloc((size_t)f->F, sizeof *f->wf);
+    f->cf = pst_calloc((size_t)f->F, sizeof *f->cf);
+    f->att = f->g.attach[f->rank];
+    int n = 0, bad = -1;
+    for (int r = 0; r < f->nranks; r++) {
+        const int a = f->g.attach[r];
+        if (a >= f->F || a < -1) bad = r;
+        if (a >= 0 && a < f->F) f->wf[a]++, n++;
+    }
+    for (int i = 1; i < f->F; i++) f->cf[i] = f->cf[i - 1] + f->wf[i - 1];
+    if (bad < 0 && n == f->g.nworkers) return 0;
+    free(f->wf), free(f->cf);
+    if (bad >= 0)
+        return pst_fail(e, "feed: rank %d attached to feeder %d, expected -1 .. %d", bad,
+                        f->g.attach[bad], f->F - 1);
+    return pst_fail(e, "feed: %d ranks attached to feeders, expected the %d workers", n,
+                    f->g.nworkers);
+}
+
+/* The slot of ticket t in its feeder's ring (the global counter). */
 static int slot_of(const feed *f, int64_t t)
 {
     return (int)((t / f->F) % f->g.nslots);
@@ -76,6 +120,10 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
         return pst_fail(e, "feed: feeder 0 is rank %d, expected the root (rank %d)",
                         g->feeder_ranks[0], root);
     }
+    if (f->F > 1 && g->attach && local_setup(f, e) < 0) {
+        free(f->franks), free(f);
+        return -1;
+    }
     f->reports_off = 64;
     f->slots_off = align64(f->reports_off +
                            (MPI_Aint)f->nranks * FEED_REPORT_WORDS * (MPI_Aint)sizeof(double));
@@ -105,9 +153,11 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
         ((int64_t *)f->base)[HDR_TOTAL] = -1;
         ((int64_t *)f->base)[HDR_LIMIT] = g->first_ticket; /* nothing granted yet */
     }
-    /* a feeder's first ticket: the first at or after first_ticket of its stride */
-    f->prod = g->first_ticket;
-    if (f->findex >= 0) f->prod += ((f->findex - g->first_ticket) % f->F + f->F) % f->F;
+    /* a feeder's first ticket: the first at or after first_ticket of its
+     * stride (local counters: local ticket 0) */
+    f->prod = f->local ? 0 : g->first_ticket;
+    if (!f->local && f->findex >= 0)
+        f->prod += ((f->findex - g->first_ticket) % f->F + f->F) % f->F;
     f->src_pos = g->first_ticket;
     f->limit = f->F > 1 ? g->first_ticket : INT64_MAX;
     f->src_end = -1;
@@ -127,6 +177,7 @@ void feed_free(feed *f)
     MPI_OK(MPI_Win_free(&f->win));
     free(f->buf);
     free(f->franks);
+    free(f->wf), free(f->cf);
     free(f);
 }
 
@@ -168,7 +219,8 @@ static void fill_slot(feed *f, int k, int64_t ticket, const pipe_batch *b)
 
 int64_t feed_root_next_ticket(const feed *f)
 {
-    return f->prod;
+    if (!f->local) return f->prod;
+    return f->wf[0] > 0 ? global_of(f, 0, f->prod) : f->limit;
 }
 
 int64_t feed_root_total(const feed *f)
@@ -178,17 +230,24 @@ int64_t feed_root_total(const feed *f)
 
 int64_t feed_root_published_end(const feed *f)
 {
-    return f->F > 1 ? PST_MAX(f->prod, f->limit) : f->prod;
+    const int64_t next = feed_root_next_ticket(f);
+    return f->F > 1 ? PST_MAX(next, f->limit) : next;
 }
 
-/* A header word of the root's window, read atomically from any rank. */
+/* A header word of rank `owner`'s part of the window, read atomically from
+ * any rank. */
+static int64_t header_word(feed *f, int owner, int idx)
+{
+    if (f->rank == owner) return dist_load64(&((volatile int64_t *)f->base)[idx]);
+    int64_t v = 0;
+    MPI_OK(MPI_Fetch_and_op(NULL, &v, MPI_INT64_T, owner, idx * 8, MPI_NO_OP, f->win));
+    MPI_OK(MPI_Win_flush(owner, f->win));
+    return v;
+}
+
 static int64_t root_word(feed *f, int idx)
 {
-    if (f->rank == f->root) return dist_load64(&((volatile int64_t *)f->base)[idx]);
-    int64_t v = 0;
-    MPI_OK(MPI_Fetch_and_op(NULL, &v, MPI_INT64_T, f->root, idx * 8, MPI_NO_OP, f->win));
-    MPI_OK(MPI_Win_flush(f->root, f->win));
-    return v;
+    return header_word(f, f->root, idx);
 }
 
 static void root_store(feed *f, int idx, int64_t v)
@@ -205,11 +264,25 @@ void feed_root_set_total(feed *f, int64_t total)
     if (f->F > 1) root_store(f, HDR_TOTAL, f->total); /* before any new limit */
 }
 
+/* Local counters: the tickets below the end of the furthest version that
+ * some feeder's K slots past its counter reach. */
+static int64_t local_reach(feed *f)
+{
+    int64_t v = 0;
+    for (int i = 0; i < f->F; i++) {
+        if (!f->wf[i]) continue;
+        const int64_t h = header_word(f, f->franks[i], HDR_LHEAD);
+        v = PST_MAX(v, (h + f->g.nslots - 1) / f->wf[i] + 1);
+    }
+    return f->g.first_ticket + v * f->g.nworkers;
+}
+
 /* Root, F > 1: grants feeders the tickets below head + F*K (their rings'
- * reach), never at or past the total. The limit only grows. */
+ * reach; local counters: local_reach), never at or past the total. The
+ * limit only grows. */
 static void root_grant(feed *f)
 {
-    int64_t lim = root_word(f, HDR_HEAD) + (int64_t)f->F * f->g.nslots;
+    int64_t lim = f->local ? local_reach(f) : root_word(f, HDR_HEAD) + (int64_t)f->F * f->g.nslots;
     if (f->total >= 0) lim = PST_MIN(lim, f->total);
     if (lim > f->limit) {
         f->limit = lim;
@@ -244,48 +317,51 @@ static int64_t data_end(const feed *f)
 }
 
 /* Fills every free slot of this feeder in ticket order: data below the end
- * and the limit, end markers from the end on (W of them cover every
- * worker). Returns 1 if it published, 0 if not, -1 when the source fails. */
+ * and the limit, end markers from the end on (one per worker that takes
+ * from this feeder: W, or W_f with local counters). Returns 1 if it
+ * published, 0 if not, -1 when the source fails. */
 static int publish(feed *f, const feed_hooks *h, int64_t *filled, feed_serve_stats *st, pst_err *e)
 {
-    const int W = f->g.nworkers;
+    const int W = f->local ? f->wf[f->findex] : f->g.nworkers;
     int did = 0;
     for (;;) {
         /* the root grants before each of its own (possibly slow) batches */
         if (f->F > 1 && f->rank == f->root) root_grant(f);
+        if (W == 0) break; /* no worker takes from this feeder */
         const int64_t end = data_end(f);
-        if (end >= 0 && f->prod >= end + W) break;
-        const int k = slot_of(f, f->prod);
+        const int64_t t = f->local ? global_of(f, f->findex, f->prod) : f->prod;
+        if (end >= 0 && f->prod >= (f->local ? local_at(f, f->findex, end) : end) + W) break;
+        const int k = f->local ? (int)(f->prod % f->g.nslots) : slot_of(f, f->prod);
         if (filled[k] >= 0 && dist_load64(&slot_ctl(f, k)[CTL_RELEASE]) != filled[k] + 1) break;
-        if (end < 0 || f->prod < end) {
-            if (f->prod >= f->limit) break; /* not granted yet */
+        if (end < 0 || t < end) {
+            if (t >= f->limit) break; /* not granted yet */
             pipe_batch b;
             const double ts = pst_now();
-            int got = source_at(f, h, f->prod, &b, e);
+            int got = source_at(f, h, t, &b, e);
             const double tb = pst_now();
             st->source_wait += tb - ts;
             if (got < 0) return -1;
             if (got > 0) {
-                fill_slot(f, k, f->prod, &b);
+                fill_slot(f, k, t, &b);
                 tl_add(TL_WAIT_INPUT, ts, tb, 0);
-                tl_add(TL_PUBLISH, tb, tl_now(), f->prod);
+                tl_add(TL_PUBLISH, tb, tl_now(), t);
                 st->batches++;
             } else { /* the source ended: the rest are end markers */
                 /* no data anywhere from here (every feeder's source is the
                  * same sequence): the root lowers the total below its limit */
-                f->src_end = f->prod;
-                if (f->rank == f->root && (f->total < 0 || f->prod < f->total)) {
-                    f->total = f->prod;
+                f->src_end = t;
+                if (f->rank == f->root && (f->total < 0 || t < f->total)) {
+                    f->total = t;
                     if (f->F > 1) root_store(f, HDR_TOTAL, f->total);
                 }
                 continue;
             }
         } else {
-            fill_slot(f, k, f->prod, NULL);
+            fill_slot(f, k, t, NULL);
             st->end_markers++;
         }
-        filled[k] = f->prod;
-        f->prod += f->F;
+        filled[k] = t;
+        f->prod += f->local ? 1 : f->F;
         did = 1;
         dist_progress();
     }
@@ -362,9 +438,19 @@ int feed_take(feed *f, feed_batch *b, double *wait)
 {
     const int64_t one = 1;
     int64_t t = 0, seq = 0;
-    MPI_OK(MPI_Fetch_and_op(&one, &t, MPI_INT64_T, f->root, HDR_HEAD * 8, MPI_SUM, f->win));
-    MPI_OK(MPI_Win_flush(f->root, f->win));
-    const int k = slot_of(f, t), src = f->franks[t % f->F];
+    int k, src;
+    if (f->local) { /* local ticket j from this worker's feeder */
+        int64_t j = 0;
+        src = f->franks[f->att];
+        MPI_OK(MPI_Fetch_and_op(&one, &j, MPI_INT64_T, src, HDR_LHEAD * 8, MPI_SUM, f->win));
+        MPI_OK(MPI_Win_flush(src, f->win));
+        t = global_of(f, f->att, j);
+        k = (int)(j % f->g.nslots);
+    } else {
+        MPI_OK(MPI_Fetch_and_op(&one, &t, MPI_INT64_T, f->root, HDR_HEAD * 8, MPI_SUM, f->win));
+        MPI_OK(MPI_Win_flush(f->root, f->win));
+        k = slot_of(f, t), src = f->franks[t % f->F];
+    }
     const MPI_Aint slot = f->slots_off + (MPI_Aint)k * f->slot_bytes;
     dist_backoff bo;
     dist_backoff_init(&bo, 2, 200);

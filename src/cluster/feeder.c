@@ -1,8 +1,10 @@
 /*
  * feeder.c - feeder ranks 1..F-1 (--feeders F): each runs the same input
  * pipeline as the root, from the run's data cursor, and serves the batches
- * of its own tickets (ticket t from feeder t mod F) through its slots of the
- * batch ring (feed.h; docs/design.md §3). The pipeline's batches depend
+ * of its own tickets through its slots of the batch ring (feed.h;
+ * docs/design.md §3): lockstep sync, positions c_f .. c_f + W_f - 1 of every
+ * W tickets (the workers attached to it); otherwise ticket t from feeder t
+ * mod F. The pipeline's batches depend
  * only on the data, the seed and the epoch, so every feeder's copy of the
  * sequence is the root's, and ticket t carries the same batch for any F;
  * each feeder (the root included) prepares only its own tickets' images.
@@ -26,8 +28,20 @@ int feeder_pipe_new(dist_run *r, const pipe_cfg *base, int f, int64_t t0, i64vec
     /* batch index i of this pipeline is ticket t_first + i */
     const int64_t t_first = (int64_t)pc.first_epoch * bpe;
     pc.skip_batches = PST_MAX(t0 - t_first, (int64_t)0);
-    pc.share_count = r->F;
-    pc.share_index = (int)(((f - t_first) % r->F + r->F) % r->F);
+    if (r->attach) { /* local counters: positions c_f .. c_f + W_f - 1 of each W tickets */
+        int wf = 0, cf = 0;
+        for (int k = 0; k < r->size; k++) {
+            wf += r->attach[k] == f;
+            cf += r->attach[k] >= 0 && r->attach[k] < f;
+        }
+        pc.share_count = PST_MAX(r->W, 2); /* (W = 1: the one worker's feeder keeps all) */
+        pc.share_index = (int)(((cf + t0 - t_first) % r->W + r->W) % r->W);
+        pc.share_span = r->W == 1 ? 2 * wf : wf; /* 0: a feeder without workers */
+    } else {
+        pc.share_count = r->F;
+        pc.share_index = (int)(((f - t_first) % r->F + r->F) % r->F);
+        pc.share_span = 1;
+    }
     if (pipe_new(&r->pl, &r->ds, &pc, e) < 0) return -1;
     for (int64_t i = 0; i < pc.skip_batches; i++) {
         pipe_batch b;

@@ -209,18 +209,45 @@ int layout_colocated(const train_cfg *c, int **role, int *P, pst_err *e)
     return 0;
 }
 
-int layout_place_feeders(int F, int *role, int **feeder_rank, pst_err *e)
+void layout_attach(const dist_nodes *nd, int F, const int *role, const int *feeder_rank,
+                   int *attach)
 {
-    *feeder_rank = NULL;
+    int *turn = pst_calloc((size_t)nd->n, sizeof *turn); /* workers attached per node */
+    int rr = 0;                                          /* workers on nodes without a feeder */
+    for (int r = 0; r < nd->size; r++) {
+        attach[r] = -1;
+        if (role[r] != ROLE_WORKER) continue;
+        const int k = nd->of_rank[r];
+        int here = 0; /* the feeders on node k */
+        for (int f = 0; f < F; f++) here += nd->of_rank[feeder_rank[f]] == k;
+        if (here == 0) {
+            attach[r] = rr++ % F;
+            continue;
+        }
+        for (int f = 0, i = turn[k]++ % here; f < F; f++)
+            if (nd->of_rank[feeder_rank[f]] == k && i-- == 0) {
+                attach[r] = f;
+                break;
+            }
+    }
+    free(turn);
+}
+
+int layout_place_feeders(int F, int *role, int **feeder_rank, int **attach, pst_err *e)
+{
+    *feeder_rank = NULL, *attach = NULL;
     dist_nodes nd;
     if (dist_nodes_find(&nd, e) < 0) return -1;
     int *ranks = pst_malloc(sizeof *ranks * (size_t)F);
     const int rc = layout_feeders(&nd, F, role, ranks, e);
-    dist_nodes_free(&nd);
     if (rc < 0) {
+        dist_nodes_free(&nd);
         free(ranks);
         return -1;
     }
+    *attach = pst_malloc(sizeof **attach * (size_t)nd.size);
+    layout_attach(&nd, F, role, ranks, *attach);
+    dist_nodes_free(&nd);
     *feeder_rank = ranks;
     return 0;
 }

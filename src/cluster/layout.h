@@ -63,6 +63,15 @@ void layout_classic(int size, int P, int *role);
  * is left. */
 int layout_feeders(const dist_nodes *nd, int F, int *role, int *feeder_rank, pst_err *e);
 
+/* Worker attachment, pure (lockstep sync with F > 1 feeders draws each
+ * worker's batches from one feeder, feed.h): attach[r] (nd->size entries)
+ * for each worker rank r in world-rank order is the next feeder on its
+ * node, in turn over the feeders there (by feeder index), or on a node
+ * without a feeder, the next of all F feeders in turn; -1 for the other
+ * ranks. feeder_rank: F world ranks, [0] the root's. */
+void layout_attach(const dist_nodes *nd, int F, const int *role, const int *feeder_rank,
+                   int *attach);
+
 /* Collective: the roles of --ps-per-node (c->ps_per_node > 0) on this
  * world: *role (owned, one per world rank) and *P. A --ps given beside it
  * (c->ps > 0) must equal N x nodes. Returns -1 with e, the same on every
@@ -71,7 +80,9 @@ int layout_colocated(const train_cfg *c, int **role, int *P, pst_err *e);
 
 /* Collective: places F > 1 feeders by node (layout_feeders) over the
  * roles in role[] (one per world rank, updated): *feeder_rank gets F world
- * ranks (owned), [0] the root's. Returns -1 with e, the same on every rank. */
-int layout_place_feeders(int F, int *role, int **feeder_rank, pst_err *e);
+ * ranks (owned), [0] the root's, and *attach (owned, one per world rank)
+ * the workers' feeders (layout_attach). Returns -1 with e, the same on
+ * every rank. */
+int layout_place_feeders(int F, int *role, int **feeder_rank, int **attach, pst_err *e);
 
 #endif

@@ -477,7 +477,12 @@ static void note_setup(const dist_run *r)
     const int P = r->P, W = r->W, R = r->R;
     metrics_note(r->mx, "%d ranks: root, %d PS, %d workers; mode %s, R = %d", r->size, P, W,
                  cfg->mode == TRAIN_SYNC ? "sync" : "async", R);
-    if (r->F > 1)
+    if (r->F > 1 && r->attach)
+        metrics_note(r->mx,
+                     "%d feeders: the root and %d feeder ranks; each worker draws from one "
+                     "(the one on its node, else in turn; the map below)",
+                     r->F, r->F - 1);
+    else if (r->F > 1)
         metrics_note(r->mx,
                      "%d feeders: the root and %d feeder ranks (ticket t from feeder t mod %d)",
                      r->F, r->F - 1, r->F);

@@ -152,6 +152,8 @@ typedef struct dist_run {
     int worker_id;
     int F;             /* feeders (--feeders): the root and F - 1 feeder ranks */
     int *feeder_ranks; /* F world ranks, [0] = the root */
+    int *attach;       /* lockstep with F > 1: each world rank's feeder (workers; others -1),
+                        * layout_attach; NULL: the global ticket counter (feed.h) */
     MPI_Comm role_comm;
     int index;
     int root_rank;

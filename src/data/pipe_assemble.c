@@ -36,7 +36,9 @@ bool pipe_batch_kept(const pipeline *p, int64_t index)
 {
     const pipe_cfg *c = &p->cfg;
     if (index < c->skip_batches) return false;
-    return c->share_count <= 1 || index % c->share_count == c->share_index;
+    if (c->share_count <= 1) return true;
+    const int64_t d = ((index - c->share_index) % c->share_count + c->share_count) % c->share_count;
+    return d < c->share_span;
 }
 
 /* pipe_keep_map's draw: one example out of the simulated buffer. */

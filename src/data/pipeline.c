@@ -130,6 +130,9 @@ static int check_cfg(const pipe_cfg *c, pst_err *e)
         (c->share_count > 1 && (c->share_index < 0 || c->share_index >= c->share_count)))
         return pst_fail(e, "pipeline: share %d of %d, expected 0 .. %d", c->share_index,
                         c->share_count, c->share_count - 1);
+    if (c->share_count > 1 && (c->share_span < 0 || c->share_span > c->share_count))
+        return pst_fail(e, "pipeline: share span %d, expected 0 .. %d", c->share_span,
+                        c->share_count);
     if (c->memory_budget < 0)
         return pst_fail(e, "pipeline: memory budget = %lld, expected >= 0 (0: default)",
                         (long long)c->memory_budget);

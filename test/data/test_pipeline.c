@@ -228,6 +228,34 @@ static int64_t collect_batches(h5ds *ds, const pipe_cfg *c, brec **out, int64_t 
     return n;
 }
 
+/* Spans (share_span, as lockstep feeders use them): positions c .. c+w-1 of
+ * every 5 batches for w = 2, 0, 3 keep exactly those batches, together all. */
+static void test_spans(h5ds *ds, const pipe_cfg *c, const brec *ref, int64_t nref, int64_t ref_prep)
+{
+    const int spans[] = {2, 0, 3};
+    int64_t sum = 0;
+    for (int k = 0, c0 = 0; k < 3; c0 += spans[k++]) {
+        pipe_cfg s = *c;
+        s.share_count = 5, s.share_index = c0, s.share_span = spans[k];
+        brec *got;
+        int64_t prep, ngot = collect_batches(ds, &s, &got, &prep), want = 0;
+        CHECK(ngot == nref, "span %d at %d: %lld batches, want %lld", spans[k], c0, (long long)ngot,
+              (long long)nref);
+        for (int64_t i = 0; i < ngot && i < nref; i++) {
+            const bool kept = ((i - c0) % 5 + 5) % 5 < spans[k];
+            want += kept ? ref[i].count : 0;
+            CHECK(got[i].has_pixels == kept && (!kept || got[i].pixels == ref[i].pixels),
+                  "span %d at %d: batch %lld differs", spans[k], c0, (long long)i);
+        }
+        CHECK(prep == want, "span %d at %d: prepared %lld, want %lld", spans[k], c0,
+              (long long)prep, (long long)want);
+        sum += prep;
+        free(got);
+    }
+    CHECK(sum == ref_prep, "spans prepared %lld together, want %lld", (long long)sum,
+          (long long)ref_prep);
+}
+
 /* Batches without pixels (skip_batches, share_count/index): the same
  * batches as the full run (ids, labels; pixels where kept), pixels exactly
  * for the kept batches, and only their examples prepared: the shares of F
@@ -258,7 +286,8 @@ static void test_shares(h5ds *ds)
                 for (int k = 0; k < F; k++)
                     for (int skip = 0; skip < 2; skip++) {
                         pipe_cfg s = c;
-                        s.share_count = F, s.share_index = k, s.skip_batches = skip ? 25 : 0;
+                        s.share_count = F, s.share_index = k, s.share_span = 1,
+                        s.skip_batches = skip ? 25 : 0;
                         brec *got;
                         int64_t prep, ngot = collect_batches(ds, &s, &got, &prep), want = 0;
                         CHECK(ngot == nref, "queue %zu share %d/%d: %lld batches, want %lld", qi, k,
@@ -282,6 +311,7 @@ static void test_shares(h5ds *ds)
                 CHECK(sum == ref_prep, "%d shares prepared %lld together, want %lld", F,
                       (long long)sum, (long long)ref_prep);
             }
+            if (qi == 1) test_spans(ds, &c, ref, nref, ref_prep);
             free(ref);
         }
 }

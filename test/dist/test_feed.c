@@ -6,7 +6,10 @@
  * With F feeders (ranks 0..F-1, each serving its tickets from its own copy
  * of the source) the same, and once more with a stop: the root lowers the
  * total mid-run, and exactly the tickets below the total it settles on
- * carry data.
+ * carry data. With F > 1 also with local counters (feed.h: each worker
+ * attached to one feeder, given here directly): worker i to feeder
+ * (i + 1) mod F, and every worker to the last feeder (the others, the root
+ * included, serve no ticket).
  * Usage: test_feed [examples] [batch] [epochs] [feeders] */
 #include <stdlib.h>
 #include <string.h>
@@ -91,20 +94,25 @@ static int stop_poll(void *ctx, pst_err *e)
     return 1;
 }
 
-static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop)
+enum { ATTACH_NONE, ATTACH_NEXT, ATTACH_LAST };
+
+static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, int mode)
 {
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const int W = size - F;
-    int franks[8];
+    int franks[8], *attach = malloc(sizeof(int) * (size_t)size);
     for (int i = 0; i < F; i++) franks[i] = i;
+    for (int r = 0; r < size; r++)
+        attach[r] = r < F ? -1 : mode == ATTACH_NEXT ? (r - F + 1) % F : F - 1;
     feed_geom g = {.batch = batch,
                    .example_bytes = PX,
                    .nslots = nslots,
                    .nworkers = W,
                    .nfeeders = F,
-                   .feeder_ranks = franks};
+                   .feeder_ranks = franks,
+                   .attach = mode == ATTACH_NONE ? NULL : attach};
     feed *f = NULL;
     pst_err e;
     if (feed_new(&f, MPI_COMM_WORLD, 0, &g, &e) < 0) {
@@ -233,11 +241,15 @@ static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop)
         free(tk);
         free(owner);
         free(seen);
-        fprintf(stderr, "K=%d W=%d F=%d%s (total %lld): %lld tickets, exactly once OK=%d\n", nslots,
-                W, F, stop ? " stop" : "", (long long)total, (long long)T, dup == 0 && miss == 0);
+        fprintf(stderr, "K=%d W=%d F=%d%s%s (total %lld): %lld tickets, exactly once OK=%d\n",
+                nslots, W, F, stop ? " stop" : "",
+                mode == ATTACH_NEXT   ? " local(next)"
+                : mode == ATTACH_LAST ? " local(last)"
+                                      : "",
+                (long long)total, (long long)T, dup == 0 && miss == 0);
     }
     free(all), free(allt), free(counts), free(displs), free(tcounts), free(tdispls);
-    free(log), free(tickets);
+    free(log), free(tickets), free(attach);
     feed_free(f);
 }
 
@@ -259,9 +271,16 @@ int main(int argc, char **argv)
         MPI_Finalize();
         CHECK_SKIP("needs 1 <= feeders <= 8 and fewer than the ranks");
     }
-    run(1, n, batch, epochs, F, false);
-    run(8, n, batch, epochs, F, false);
-    run(1, n, batch, epochs, F, true);
+    run(1, n, batch, epochs, F, false, ATTACH_NONE);
+    run(8, n, batch, epochs, F, false, ATTACH_NONE);
+    run(1, n, batch, epochs, F, true, ATTACH_NONE);
+    if (F > 1) {
+        run(1, n, batch, epochs, F, false, ATTACH_NEXT);
+        run(8, n, batch, epochs, F, false, ATTACH_NEXT);
+        run(8, n, batch, epochs, F, false, ATTACH_LAST);
+        run(1, n, batch, epochs, F, true, ATTACH_NEXT);
+        run(2, n, batch, epochs, F, true, ATTACH_LAST);
+    }
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int fails = check_failures_, all = 0;

@@ -6,7 +6,13 @@
 # bitwise equal for every F, for 1 and 2 PS and across two runs, checkpoints
 # written with F = 2 resumed with F = 1, 2, 3 bitwise equal to the
 # uninterrupted run, the same after SIGUSR1 stops an F = 2 run mid-run, and
-# the refusals (one line on the root, exit 1).
+# the refusals (one line on the root, exit 1). Lockstep sync draws each
+# worker's batches from one feeder, the one on its node (else in turn):
+# on nodes emulated by the test-only PSTRAIN_TEST_NODES (layout.h), the map
+# names each worker's feeder, exactly once and bitwise equal to F = 1 with
+# uneven groups, a node without a feeder and no worker on the root's node,
+# resumed with another F, and the SIGUSR1 stop with no worker on the root's
+# node.
 #
 # Environment (test_env): PSTRAIN, TEST_DIST (mkdata), PSTRAIN_SRC, MPIEXEC,
 # MPI_FLAVOUR.
@@ -35,15 +41,56 @@ same f3 f1
 # the map names the feeders (ranks after the PS)
 grep -q 'rank 0 root, rank 1 ps 1, rank 2 feeder 1, rank 3 feeder 2, rank 4 worker 0' \
     "$TMP/f3.log" || bad "f3: the map lacks the feeders"
+# one node: the workers draw from the feeders in turn
+grep -q 'rank 4 worker 0 (from feeder 0), rank 5 worker 1 (from feeder 1)' "$TMP/f3.log" ||
+    bad "f3: the map lacks the workers' feeders"
 # two PS, and a rerun
 train f2-ps2 6 --ps 2 --feeders 2
 once f2-ps2 2
 same f2-ps2 f1
 train f2-again 5 --ps 1 --feeders 2
 same f2-again f2
-# three workers, async: exactly once
+# three workers, async: exactly once (the global ticket counter: the map
+# names no feeder for a worker)
 train async3 7 --ps 1 --feeders 3 --mode async
 once async3 3
+grep -q 'worker [0-9]* (from feeder' "$TMP/async3.log" && bad "async3: a worker draws from one feeder"
+
+# emulated nodes: map NAME LINE... (the root's map has exactly these lines)
+map() {
+    local name=$1
+    shift
+    printf '%s\n' "$@" >"$TMP/want.map"
+    sed -n 's/^\[ *[0-9.]*s\] \(host .*\)$/\1/p' "$TMP/$name.log" >"$TMP/got.map"
+    cmp -s "$TMP/want.map" "$TMP/got.map" ||
+        { echo "expected:"; cat "$TMP/want.map"; echo "got:"; cat "$TMP/got.map"; bad "$name: the map"; }
+}
+train w4 6 --ps 1
+# 1 worker on the root's node, 3 on feeder 1's
+PSTRAIN_TEST_NODES=0,0,0,1,1,1,1 train local-a 7 --ps 1 --feeders 2
+map local-a "host node0: rank 0 root, rank 1 ps 1, rank 2 worker 0 (from feeder 0)" \
+    "host node1: rank 3 feeder 1, rank 4 worker 1 (from feeder 1), rank 5 worker 2 (from feeder 1), rank 6 worker 3 (from feeder 1)"
+once local-a 4
+same local-a w4
+# one ticket of every version from the root, three from feeder 1
+python3 - "$TMP/local-a.json" <<'PY' || bad "local-a: the feeders' shares"
+import json, sys
+fs = json.load(open(sys.argv[1]))["data"]["feeders"]
+assert [(f["rank"], f["batches"]) for f in fs] == [(0, 19), (3, 57)], fs
+PY
+# node 2 has no feeder: its workers go to feeders 0 and 1 in turn
+PSTRAIN_TEST_NODES=0,0,0,1,1,2,2 train local-b 7 --ps 1 --feeders 2
+map local-b "host node0: rank 0 root, rank 1 ps 1, rank 2 worker 0 (from feeder 0)" \
+    "host node1: rank 3 feeder 1, rank 4 worker 1 (from feeder 1)" \
+    "host node2: rank 5 worker 2 (from feeder 0), rank 6 worker 3 (from feeder 1)"
+once local-b 4
+same local-b w4
+# no worker on the root's node: the root serves no ticket
+PSTRAIN_TEST_NODES=0,0,1,1,1 train local-c 5 --ps 1 --feeders 2
+map local-c "host node0: rank 0 root, rank 1 ps 1" \
+    "host node1: rank 2 feeder 1, rank 3 worker 0 (from feeder 1), rank 4 worker 1 (from feeder 1)"
+once local-c 2
+same local-c f1
 
 # with augmentation each feeder prepares (crops and flips) only the examples
 # of its own tickets: together the 2 epochs' 1200, each at most its
@@ -56,7 +103,9 @@ import json, sys
 fs = json.load(open(sys.argv[1]))["data"]["feeders"]
 assert [f["rank"] for f in fs] == [0, 2, 3], fs
 assert sum(f["batches"] for f in fs) == 76 and sum(f["prepared"] for f in fs) == 1200, fs
-assert all(0 < f["prepared"] <= 16 * f["batches"] for f in fs), fs
+# (sync: 2 workers draw from the root and feeder 1, feeder 2 from none)
+assert all((f["prepared"] > 0) == (f["batches"] > 0) for f in fs), fs
+assert all(f["prepared"] <= 16 * f["batches"] for f in fs), fs
 PY
 
 # checkpoints of an F = 2 run, resumed with F = 1, 2, 3 (mid-epoch, at an
@@ -70,8 +119,18 @@ for c in 10 30; do
         same "resume$F-$c" f1
     done
 done
+# resumed on emulated nodes: F = 2 with no worker on the root's node, F = 3
+# with one worker on each feeder's node but the root's
+PSTRAIN_TEST_NODES=0,0,1,1,1 train resume-local2 5 --ps 1 --feeders 2 --resume "$TMP/ck/ckpt-30.h5"
+same resume-local2 f1
+PSTRAIN_TEST_NODES=0,0,1,1,2,2 train resume-local3 6 --ps 1 --feeders 3 --resume "$TMP/ck/ckpt-10.h5"
+grep -q 'rank 3 worker 0 (from feeder 1)' "$TMP/resume-local3.log" &&
+    grep -q 'rank 5 worker 1 (from feeder 2)' "$TMP/resume-local3.log" ||
+    bad "resume-local3: the map lacks the workers' feeders"
+same resume-local3 f1
 
-# SIGUSR1 mid-run to a sync run with F = 2 (the launcher forwards it): a
+# SIGUSR1 mid-run to a sync run with F = 2, both workers drawing from
+# feeder 1 (emulated nodes; the launcher forwards the signal): a
 # checkpoint and exit 0 before the end; resumed from it with F = 3 and F = 1,
 # bitwise equal to the uninterrupted run. A run that had ended before the
 # signal reached it proves nothing: it is tried again (3 tries).
@@ -83,7 +142,7 @@ for try in 1 2 3; do
     rm -rf "$TMP/sig" "$TMP/sig.jsonl"
     # the launcher itself in the background (timeout(1) would not pass USR1
     # on), with a watchdog
-    "${MPIEXEC_CMD[@]}" -n 5 "$PSTRAIN" train "${ARGS[@]}" "${LONG[@]}" --ps 1 --feeders 2 \
+    PSTRAIN_TEST_NODES=0,0,1,1,1 "${MPIEXEC_CMD[@]}" -n 5 "$PSTRAIN" train "${ARGS[@]}" "${LONG[@]}" --ps 1 --feeders 2 \
         --checkpoint-dir "$TMP/sig" --metrics "$TMP/sig.jsonl" >"$TMP/sig.log" 2>&1 &
     pid=$!
     (
@@ -108,6 +167,8 @@ for try in 1 2 3; do
 done
 [ $rc = 0 ] || { tail -5 "$TMP/sig.log"; bad "signal: exit $rc after SIGUSR1"; }
 [ -n "$stopped" ] && [ "$stopped" -lt "$total" ] || bad "signal: not stopped early (latest '$stopped')"
+grep -q 'rank 3 worker 0 (from feeder 1), rank 4 worker 1 (from feeder 1)' "$TMP/sig.log" ||
+    bad "signal: the workers do not draw from feeder 1"
 for F in 3 1; do
     train "sig-resume$F" $((3 + F)) --ps 1 --feeders $F "${LONG[@]}" --resume "$TMP/sig/ckpt-$stopped.h5"
     same "sig-resume$F" long

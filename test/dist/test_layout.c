@@ -2,7 +2,9 @@
  * given by hand (no MPI): the classic layout, the colocated one
  * (--ps-per-node), and the feeders placed by node (--feeders): feeder f on
  * node f mod nodes, the first worker rank there; one node gives the ranks
- * after the PS; the refusals name the node or say that no worker is left. */
+ * after the PS; the refusals name the node or say that no worker is left;
+ * and the workers' feeders (lockstep sync): the one on their node, in turn
+ * over several there, in turn over all for a node without one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,11 +162,43 @@ static void refusals(void)
            "+ 1 PS + 2 feeders");
 }
 
+/* layout_attach on the classic layout with P PS and F feeders: want[r]
+ * the feeder of rank r (-1: not a worker). */
+static void check_attach(const char *what, const int *ids, int size, int P, int F, const int *want)
+{
+    shape s;
+    shape_init(&s, ids, size);
+    int role[MAXR], fr[MAXR], at[MAXR];
+    pst_err e = {{0}};
+    layout_classic(size, P, role);
+    CHECK(layout_feeders(&s.nd, F, role, fr, &e) == 0, "%s: %s", what, e.msg);
+    layout_attach(&s.nd, F, role, fr, at);
+    for (int r = 0; r < size; r++)
+        CHECK(at[r] == want[r], "%s: rank %d draws from feeder %d, expected %d", what, r, at[r],
+              want[r]);
+}
+
+static void attachments(void)
+{
+    /* one node, F 3: the workers over feeders 0, 1, 2 in turn */
+    check_attach("one node", (int[]){0, 0, 0, 0, 0, 0, 0, 0}, 8, 1, 3,
+                 (int[]){-1, -1, -1, -1, 0, 1, 2, 0});
+    /* node 0: the root and feeder 2, node 1: feeder 1 */
+    check_attach("classic 2 nodes", (int[]){0, 0, 0, 0, 1, 1, 1}, 7, 1, 3,
+                 (int[]){-1, -1, -1, 0, -1, 1, 1});
+    /* node 2 has no feeder: its workers to feeders 0, 1, 0 */
+    check_attach("feederless node", (int[]){0, 0, 0, 1, 1, 2, 2, 2}, 8, 1, 2,
+                 (int[]){-1, -1, 0, -1, 1, 0, 1, 0});
+    /* no worker on the root's node */
+    check_attach("root alone", (int[]){0, 0, 1, 1, 1}, 5, 1, 2, (int[]){-1, -1, -1, 1, 1});
+}
+
 int main(void)
 {
     one_node();
     classic_nodes();
     colocated_nodes();
     refusals();
+    attachments();
     return check_exit();
 }

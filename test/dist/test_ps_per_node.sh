@@ -65,16 +65,17 @@ same interleaved classic2
 
 # with --feeders: one feeder per node beside its PS, round-robin from node 1
 # (feeder f on node f mod nodes, the node's first rank that is neither PS nor
-# root); exactly once, bitwise equal to the classic F = 1 run
+# root), each sync worker drawing from its node's feeder (async: none named);
+# exactly once, bitwise equal to the classic F = 1 run
 CHECK_TRACE="$(dirname "$0")/check_trace.py"
 once() { # NAME WORKERS
     python3 "$CHECK_TRACE" "$TMP/$1.jsonl" "$2" 1200 >/dev/null || bad "$1: not exactly once"
 }
 export PSTRAIN_TEST_NODES=0,0,0,1,1,1,2,2,2
 train feed3 9 --ps-per-node 1 --feeders 3
-map feed3 "host node0: rank 0 root, rank 1 ps 1, rank 2 worker 0" \
-    "host node1: rank 3 ps 2, rank 4 feeder 1, rank 5 worker 1" \
-    "host node2: rank 6 ps 3, rank 7 feeder 2, rank 8 worker 2"
+map feed3 "host node0: rank 0 root, rank 1 ps 1, rank 2 worker 0 (from feeder 0)" \
+    "host node1: rank 3 ps 2, rank 4 feeder 1, rank 5 worker 1 (from feeder 1)" \
+    "host node2: rank 6 ps 3, rank 7 feeder 2, rank 8 worker 2 (from feeder 2)"
 once feed3 3
 same feed3 classic1
 grep -q '"feeders": 3,' "$TMP/feed3.json" && grep -q '"nodes": 3,' "$TMP/feed3.json" ||
@@ -86,11 +87,12 @@ map feed-interleaved "host node0: rank 0 root, rank 2 ps 2, rank 4 feeder 2, ran
     "host node1: rank 1 ps 1, rank 3 feeder 1, rank 5 worker 0, rank 7 worker 2"
 once feed-interleaved 3
 # the classic layout's feeders go by node too (feeder 1 on node 1 after
-# feeder 2 in rank order)
+# feeder 2 in rank order); worker 0 draws from the root (the first feeder
+# on its node), workers 1 and 2 from feeder 1, none from feeder 2
 export PSTRAIN_TEST_NODES=0,0,0,0,1,1,1
 train feed-classic 7 --ps 1 --feeders 3
-map feed-classic "host node0: rank 0 root, rank 1 ps 1, rank 2 feeder 2, rank 3 worker 0" \
-    "host node1: rank 4 feeder 1, rank 5 worker 1, rank 6 worker 2"
+map feed-classic "host node0: rank 0 root, rank 1 ps 1, rank 2 feeder 2, rank 3 worker 0 (from feeder 0)" \
+    "host node1: rank 4 feeder 1, rank 5 worker 1 (from feeder 1), rank 6 worker 2 (from feeder 1)"
 once feed-classic 3
 same feed-classic classic1
 

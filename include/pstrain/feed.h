@@ -48,9 +48,10 @@
  * in slot j mod K of feeder f. So feeder f serves positions c_f .. c_f +
  * W_f - 1 of every W consecutive tickets (one version of lockstep sync),
  * the map is a bijection onto the tickets, monotone in j, and ticket t
- * still carries the same batch. The limit is granted in global tickets
- * from the feeders' counters (whole versions: every feeder may fill its K
- * slots past its counter), and a stop works as above.
+ * still carries the same batch. The limit is granted in global tickets:
+ * head + F*K with head the first ticket not yet taken (the least of
+ * g_f(counter of f), which the root reads atomically), and a stop works as
+ * above.
  *
  * Only the main thread calls MPI (MPI_THREAD_FUNNELED).
  */

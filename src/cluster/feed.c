@@ -133,7 +133,7 @@ int feed_new(feed **out, MPI_Comm comm, int root, const feed_geom *g, pst_err *e
     f->slot_bytes = align64(f->pixels_off + (MPI_Aint)g->batch * g->example_bytes);
     MPI_Aint size = f->findex >= 0 ? f->slots_off + (MPI_Aint)g->nslots * f->slot_bytes : 0;
 
-    /* Each word sees one accumulate op only (head and finished MPI_SUM,
+    /* Each word sees one accumulate op only (head, lhead and finished MPI_SUM,
      * release MPI_REPLACE), as the default accumulate_ops=same_op_no_op asks. */
     int rc = MPI_Win_allocate(size, 1, MPI_INFO_NULL, comm, &f->base, &f->win);
     if (rc != MPI_SUCCESS) {
@@ -264,25 +264,29 @@ void feed_root_set_total(feed *f, int64_t total)
     if (f->F > 1) root_store(f, HDR_TOTAL, f->total); /* before any new limit */
 }
 
-/* Local counters: the tickets below the end of the furthest version that
- * some feeder's K slots past its counter reach. */
-static int64_t local_reach(feed *f)
+/* Local counters: the first ticket not yet taken (all below it are, as
+ * below head with the global counter): the least of the feeders' next
+ * global tickets, from their counters. */
+static int64_t local_head(feed *f)
 {
-    int64_t v = 0;
-    for (int i = 0; i < f->F; i++) {
-        if (!f->wf[i]) continue;
-        const int64_t h = header_word(f, f->franks[i], HDR_LHEAD);
-        v = PST_MAX(v, (h + f->g.nslots - 1) / f->wf[i] + 1);
-    }
-    return f->g.first_ticket + v * f->g.nworkers;
+    int64_t head = INT64_MAX;
+    for (int i = 0; i < f->F; i++)
+        if (f->wf[i])
+            head = PST_MIN(head, global_of(f, i, header_word(f, f->franks[i], HDR_LHEAD)));
+    return head;
 }
 
 /* Root, F > 1: grants feeders the tickets below head + F*K (their rings'
- * reach; local counters: local_reach), never at or past the total. The
- * limit only grows. */
+ * reach), never at or past the total. With local counters head is
+ * local_head: every ticket below it is taken, and the feeder that serves
+ * it can publish it, so no worker waits forever; a feeder's next ticket is
+ * less than 3 versions (3W tickets) past it, as a worker's consecutive
+ * tickets are at most a version apart, so with pstrain's K >= 2W + 2 no
+ * taken ticket waits for the grant. The limit only grows. */
 static void root_grant(feed *f)
 {
-    int64_t lim = f->local ? local_reach(f) : root_word(f, HDR_HEAD) + (int64_t)f->F * f->g.nslots;
+    const int64_t head = f->local ? local_head(f) : root_word(f, HDR_HEAD);
+    int64_t lim = head + (int64_t)f->F * f->g.nslots;
     if (f->total >= 0) lim = PST_MIN(lim, f->total);
     if (lim > f->limit) {
         f->limit = lim;

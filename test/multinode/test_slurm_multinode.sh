@@ -16,7 +16,8 @@
 #           job; a failing load ends a job with 2 and an error line) and
 #           THREADS=3 on --cpus-per-task=2 (a warning, same bits).
 #           Then PS_PER_NODE=1 on 3 nodes x 3 tasks of 1 CPU, with each
-#           launcher: a PS and a feeder on every node (the map), bitwise
+#           launcher: a PS and a feeder on every node, each worker drawing
+#           from its node's (the map), bitwise
 #           equal to the classic layout's 3 PS, 3 feeders and 3 workers on
 #           one host.
 #           MPICH: hydra's mpiexec only (srun --mpi=pmi2: see below)
@@ -75,12 +76,12 @@ ref() {
 
 # check_map LOG: pstrain's rank -> host -> role map, block placement: root
 # and PS on node 1, feeder 1 and worker 0 on node 2, feeder 2 and worker 1
-# on node 3
+# on node 3, each worker drawing from the feeder on its node (lockstep)
 check_map() {
     local n=("${SLURM_MN_NODES[@]}")
     grep -q "host ${n[0]}: rank 0 root, rank 1 ps 1$" "$1" &&
-        grep -q "host ${n[1]}: rank 2 feeder 1, rank 3 worker 0$" "$1" &&
-        grep -q "host ${n[2]}: rank 4 feeder 2, rank 5 worker 1$" "$1" ||
+        grep -q "host ${n[1]}: rank 2 feeder 1, rank 3 worker 0 (from feeder 1)$" "$1" &&
+        grep -q "host ${n[2]}: rank 4 feeder 2, rank 5 worker 1 (from feeder 2)$" "$1" ||
         { show_log "$1"; bad "$1: no rank -> host -> role map over the 3 nodes"; }
 }
 
@@ -190,9 +191,9 @@ train)
         [ $rc = 0 ] || continue
         grep -q "9 ranks on 3 node(s), 1 PS per node, 3 feeders," "$work/ppn-$launcher.out" ||
             bad "PS_PER_NODE $launcher: the job log's launch line"
-        for want in "host ${n[0]}: rank 0 root, rank 1 ps 1, rank 2 worker 0" \
-            "host ${n[1]}: rank 3 ps 2, rank 4 feeder 1, rank 5 worker 1" \
-            "host ${n[2]}: rank 6 ps 3, rank 7 feeder 2, rank 8 worker 2"; do
+        for want in "host ${n[0]}: rank 0 root, rank 1 ps 1, rank 2 worker 0 (from feeder 0)" \
+            "host ${n[1]}: rank 3 ps 2, rank 4 feeder 1, rank 5 worker 1 (from feeder 1)" \
+            "host ${n[2]}: rank 6 ps 3, rank 7 feeder 2, rank 8 worker 2 (from feeder 2)"; do
             grep -q "$want\$" "$work/ppn-$launcher.out" ||
                 { grep "host .*: rank" "$work/ppn-$launcher.out"; bad "PS_PER_NODE $launcher: no line '$want'"; }
         done

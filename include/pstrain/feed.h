@@ -39,7 +39,8 @@
  * before the new limit, so no feeder has published data at or beyond a
  * total it is told.
  *
- * Local counters (F > 1 with geometry attach, which lockstep sync gives):
+ * Local counters (F > 1 with geometry attach, which lockstep sync and async
+ * give):
  * each worker is attached to one feeder (attach[rank]); W_f workers to
  * feeder f, c_f = W_0 + ... + W_{f-1}. Feeder f has its own counter
  * (header word LHEAD of its part of the window): a worker attached to f
@@ -51,7 +52,19 @@
  * still carries the same batch. The limit is granted in global tickets:
  * head + F*K with head the first ticket not yet taken (the least of
  * g_f(counter of f), which the root reads atomically), and a stop works as
- * above.
+ * above. Feeder f publishes W_f end markers, from local_at(total) on.
+ *
+ * Moving on (local counters with geometry move_on, which async gives):
+ * groups take at their own pace. A worker that gets an end marker from a
+ * feeder moves on to the next feeder with W_f > 0 (in index order,
+ * cyclically) and takes from its counter until that one gives it an end
+ * marker too; it is done (feed_take returns 0) when every feeder with
+ * W_f > 0 has given it one. So no worker idles while data remains, every
+ * data ticket below the total is taken, and each such feeder publishes W
+ * end markers (one per worker). The grant does not couple the groups: the
+ * limit is the greatest g_f(counter of f) over the feeders with W_f > 0,
+ * plus K*W (K local tickets of one feeder reach at most K*W global tickets
+ * ahead), under total; it only grows, so a stop works as above.
  *
  * Only the main thread calls MPI (MPI_THREAD_FUNNELED).
  */
@@ -80,6 +93,9 @@ typedef struct feed_geom {
      * it takes tickets from (workers: 0 .. F-1, nworkers of them; others:
      * -1): local counters. */
     const int *attach;
+    /* local counters: a worker whose feeder gave it an end marker moves on
+     * to the other feeders' counters (async: groups drift apart) */
+    bool move_on;
 } feed_geom;
 
 typedef struct feed feed;
@@ -123,6 +139,11 @@ int feed_root_serve(feed *f, int64_t total, const feed_hooks *h, feed_serve_stat
  * publishes (global counter: all below it are published), or with local
  * counters and no worker attached to the root, the limit. */
 int64_t feed_root_next_ticket(const feed *f);
+/* Root, from a hook: with local counters the first ticket not yet taken
+ * (every ticket below it is in a worker's hands or done, whatever the
+ * groups' pace); with the global counter feed_root_next_ticket (the ring's
+ * K slots then hold the last tickets not yet read). */
+int64_t feed_root_taken_end(feed *f);
 /* Root, from a hook: publish data only below `total` (never below the next
  * ticket, never raising an earlier limit): how a stop is made. */
 void feed_root_set_total(feed *f, int64_t total);
@@ -155,7 +176,8 @@ typedef struct feed_batch {
 } feed_batch;
 
 /* Takes the next ticket and waits for its batch. Returns 1 with *b filled
- * (valid until the next call), or 0 at the end of data. MPI failures are
+ * (valid until the next call), or 0 at the end of data (move_on: the last
+ * feeder's end marker; the ones before it are not returned). MPI failures are
  * fatal. `wait` (may be NULL) accumulates seconds spent waiting for data. */
 int feed_take(feed *f, feed_batch *b, double *wait);
 /* Tells the root this worker takes no more tickets. */

@@ -41,6 +41,8 @@ struct feed {
     bool local;          /* local counters (feed.h); prod is then a local ticket */
     int *wf, *cf;        /* local: W_f and c_f of each feeder */
     int att;             /* local: the feeder this rank takes from (-1: none) */
+    bool move_on;        /* local: workers move on to other feeders (feed.h) */
+    int home;            /* local: the feeder this rank is attached to */
 };
 
 /* Local counters: feeder fi's local ticket j as a global ticket. */
@@ -65,7 +67,8 @@ static int local_setup(feed *f, pst_err *e)
     f->local = true;
     f->wf = pst_calloc((size_t)f->F, sizeof *f->wf);
     f->cf = pst_calloc((size_t)f->F, sizeof *f->cf);
-    f->att = f->g.attach[f->rank];
+    f->att = f->home = f->g.attach[f->rank];
+    f->move_on = f->g.move_on;
     int n = 0, bad = -1;
     for (int r = 0; r < f->nranks; r++) {
         const int a = f->g.attach[r];
@@ -276,17 +279,38 @@ static int64_t local_head(feed *f)
     return head;
 }
 
+/* Moving on: the greatest of the feeders' next global tickets (every
+ * ticket any worker has taken is below it). */
+static int64_t local_front(feed *f)
+{
+    int64_t front = f->g.first_ticket;
+    for (int i = 0; i < f->F; i++)
+        if (f->wf[i])
+            front = PST_MAX(front, global_of(f, i, header_word(f, f->franks[i], HDR_LHEAD)));
+    return front;
+}
+
+int64_t feed_root_taken_end(feed *f)
+{
+    return f->local ? local_head(f) : feed_root_next_ticket(f);
+}
+
 /* Root, F > 1: grants feeders the tickets below head + F*K (their rings'
  * reach), never at or past the total. With local counters head is
  * local_head: every ticket below it is taken, and the feeder that serves
  * it can publish it, so no worker waits forever; a feeder's next ticket is
  * less than 3 versions (3W tickets) past it, as a worker's consecutive
  * tickets are at most a version apart, so with pstrain's K >= 2W + 2 no
- * taken ticket waits for the grant. The limit only grows. */
+ * taken ticket waits for the grant. Moving on, the groups do not wait for
+ * the slowest: the tickets below local_front + K*W, which covers every
+ * taken ticket and every feeder's full ring. The limit only grows. */
 static void root_grant(feed *f)
 {
-    const int64_t head = f->local ? local_head(f) : root_word(f, HDR_HEAD);
-    int64_t lim = head + (int64_t)f->F * f->g.nslots;
+    int64_t lim;
+    if (f->move_on)
+        lim = local_front(f) + (int64_t)f->g.nworkers * f->g.nslots;
+    else
+        lim = (f->local ? local_head(f) : root_word(f, HDR_HEAD)) + (int64_t)f->F * f->g.nslots;
     if (f->total >= 0) lim = PST_MIN(lim, f->total);
     if (lim > f->limit) {
         f->limit = lim;
@@ -322,11 +346,15 @@ static int64_t data_end(const feed *f)
 
 /* Fills every free slot of this feeder in ticket order: data below the end
  * and the limit, end markers from the end on (one per worker that takes
- * from this feeder: W, or W_f with local counters). Returns 1 if it
+ * from this feeder: W, or W_f with local counters, W again when workers
+ * move on, and none on a feeder without workers). Returns 1 if it
  * published, 0 if not, -1 when the source fails. */
 static int publish(feed *f, const feed_hooks *h, int64_t *filled, feed_serve_stats *st, pst_err *e)
 {
-    const int W = f->local ? f->wf[f->findex] : f->g.nworkers;
+    const int W = !f->local           ? f->g.nworkers
+                  : !f->wf[f->findex] ? 0
+                  : f->move_on        ? f->g.nworkers
+                                      : f->wf[f->findex];
     int did = 0;
     for (;;) {
         /* the root grants before each of its own (possibly slow) batches */
@@ -438,12 +466,14 @@ int feed_feeder_serve(feed *f, const feed_hooks *h, feed_serve_stats *st, pst_er
 
 /* ---- workers ------------------------------------------------------------- */
 
-int feed_take(feed *f, feed_batch *b, double *wait)
+/* Takes one ticket (local counters: from feeder f->att) and waits for its
+ * batch in f->buf. */
+static void take_one(feed *f, feed_batch *b, double *wait)
 {
     const int64_t one = 1;
     int64_t t = 0, seq = 0;
     int k, src;
-    if (f->local) { /* local ticket j from this worker's feeder */
+    if (f->local) { /* local ticket j from feeder att */
         int64_t j = 0;
         src = f->franks[f->att];
         MPI_OK(MPI_Fetch_and_op(&one, &j, MPI_INT64_T, src, HDR_LHEAD * 8, MPI_SUM, f->win));
@@ -485,7 +515,21 @@ int feed_take(feed *f, feed_batch *b, double *wait)
     b->ids = (const int64_t *)(f->buf + f->ids_off);
     b->labels = (const int32_t *)(f->buf + f->labels_off);
     b->pixels = f->buf + f->pixels_off;
-    return b->count > 0;
+}
+
+int feed_take(feed *f, feed_batch *b, double *wait)
+{
+    for (;;) {
+        take_one(f, b, wait);
+        if (b->count > 0 || !f->move_on) return b->count > 0;
+        /* this feeder's data are all taken: the next one with workers,
+         * until every one has given this worker its end marker */
+        int n = f->att;
+        do n = (n + 1) % f->F;
+        while (!f->wf[n]);
+        if (n == f->home) return 0;
+        f->att = n;
+    }
 }
 
 void feed_finish(feed *f)

@@ -9,7 +9,11 @@
  * carry data. With F > 1 also with local counters (feed.h: each worker
  * attached to one feeder, given here directly): worker i to feeder
  * (i + 1) mod F, and every worker to the last feeder (the others, the root
- * included, serve no ticket).
+ * included, serve no ticket). And moving on (async): attached as
+ * (i + 1) mod F, with the workers of feeder 1 slow, so that the others run
+ * out of their own feeder's tickets and move on to feeder 1's ring: still
+ * exactly once, the data tickets a dense prefix, every worker ends once,
+ * and some of feeder 1's tickets go to workers attached elsewhere.
  * Usage: test_feed [examples] [batch] [epochs] [feeders] */
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +98,7 @@ static int stop_poll(void *ctx, pst_err *e)
     return 1;
 }
 
-enum { ATTACH_NONE, ATTACH_NEXT, ATTACH_LAST };
+enum { ATTACH_NONE, ATTACH_NEXT, ATTACH_LAST, ATTACH_MOVE };
 
 static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, int mode)
 {
@@ -105,14 +109,19 @@ static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, 
     int franks[8], *attach = malloc(sizeof(int) * (size_t)size);
     for (int i = 0; i < F; i++) franks[i] = i;
     for (int r = 0; r < size; r++)
-        attach[r] = r < F ? -1 : mode == ATTACH_NEXT ? (r - F + 1) % F : F - 1;
+        attach[r] = r < F ? -1 : mode == ATTACH_LAST ? F - 1 : (r - F + 1) % F;
+    const bool move = mode == ATTACH_MOVE;
+    /* moving on: feeder 1's positions in each W tickets, c1 .. c1 + w1 - 1 */
+    int c1 = 0, w1 = 0;
+    for (int r = F; r < size; r++) c1 += attach[r] < 1, w1 += attach[r] == 1;
     feed_geom g = {.batch = batch,
                    .example_bytes = PX,
                    .nslots = nslots,
                    .nworkers = W,
                    .nfeeders = F,
                    .feeder_ranks = franks,
-                   .attach = mode == ATTACH_NONE ? NULL : attach};
+                   .attach = mode == ATTACH_NONE ? NULL : attach,
+                   .move_on = move};
     feed *f = NULL;
     pst_err e;
     if (feed_new(&f, MPI_COMM_WORLD, 0, &g, &e) < 0) {
@@ -124,6 +133,7 @@ static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, 
     int64_t *log = malloc(sizeof(int64_t) * (size_t)cap * 2);
     int64_t *tickets = malloc(sizeof(int64_t) * (size_t)cap);
     int ends = 0, bad_payload = 0;
+    int64_t away = 0; /* moving on: feeder 1's data tickets taken by others */
     const int64_t want = epochs * ((n + batch - 1) / batch);
     int64_t published = 0, total = -1;
     if (rank < F) {
@@ -146,13 +156,19 @@ static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, 
         free(perm);
     } else {
         feed_batch b;
+        const bool slow = move && attach[rank] == 1;
         for (;;) {
             int got = feed_take(f, &b, NULL);
-            tickets[nt++] = b.ticket;
+            /* moving on, the end markers before the last are not returned:
+             * the data tickets alone are checked */
+            if (got || !move) tickets[nt++] = b.ticket;
             if (!got) {
                 ends++;
                 break;
             }
+            const int64_t pos = b.ticket % W;
+            if (move && attach[rank] != 1 && pos >= c1 && pos < c1 + w1) away++;
+            if (slow) nanosleep(&(struct timespec){0, 5000000}, NULL);
             for (int i = 0; i < b.count; i++) {
                 log[2 * nlog] = b.epoch;
                 log[2 * nlog + 1] = b.ids[i];
@@ -166,8 +182,12 @@ static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, 
         CHECK(bad_payload == 0, "worker %d: %d corrupted payload bytes", rank, bad_payload);
         CHECK(ends == 1, "worker %d: %d end markers", rank, ends);
     }
-    int64_t all_published = 0;
+    int64_t all_published = 0, all_away = 0;
     MPI_Reduce(&published, &all_published, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&away, &all_away, 1, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0 && move && !stop)
+        CHECK(all_away > 0, "moving on: no worker took feeder 1's tickets but its own");
+
     if (rank == 0 && !stop)
         CHECK(all_published == want, "F=%d: feeders published %lld batches, expected %lld", F,
               (long long)all_published, (long long)want);
@@ -238,6 +258,9 @@ static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, 
                 tk[allt[i]] = 1;
         }
         CHECK(bad == 0, "tickets not dense/unique (%d bad of %lld)", bad, (long long)T);
+        if (move) /* the data tickets: exactly those below the total */
+            CHECK(T == total, "moving on: %lld data tickets, total %lld", (long long)T,
+                  (long long)total);
         free(tk);
         free(owner);
         free(seen);
@@ -245,6 +268,7 @@ static void run(int nslots, int64_t n, int batch, int epochs, int F, bool stop, 
                 nslots, W, F, stop ? " stop" : "",
                 mode == ATTACH_NEXT   ? " local(next)"
                 : mode == ATTACH_LAST ? " local(last)"
+                : move                ? " local(move on)"
                                       : "",
                 (long long)total, (long long)T, dup == 0 && miss == 0);
     }
@@ -280,6 +304,10 @@ int main(int argc, char **argv)
         run(8, n, batch, epochs, F, false, ATTACH_LAST);
         run(1, n, batch, epochs, F, true, ATTACH_NEXT);
         run(2, n, batch, epochs, F, true, ATTACH_LAST);
+        run(1, n, batch, epochs, F, false, ATTACH_MOVE);
+        run(8, n, batch, epochs, F, false, ATTACH_MOVE);
+        run(1, n, batch, epochs, F, true, ATTACH_MOVE);
+        run(2, n, batch, epochs, F, true, ATTACH_MOVE);
     }
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -8,9 +8,10 @@
  * ring, metrics, summary), ranks 1..P parameter servers (ps.c), or with
  * --ps-per-node N, N parameter servers on every node; with --feeders F,
  * F-1 feeders placed one per node round-robin from the root's next node
- * (feeder.c; the root is feeder 0: lockstep sync, each worker draws from
- * the feeder on its node, layout_attach; otherwise ticket t is served by
- * feeder t mod F); the rest workers.
+ * (feeder.c; the root is feeder 0: lockstep sync and async, each worker
+ * draws from the feeder on its node, layout_attach, async workers moving on
+ * to the others' rings once theirs is exhausted; sync with backup workers,
+ * ticket t is served by feeder t mod F); the rest workers.
  * Every rank builds the same model from the same seed (so initial
  * variables agree without a broadcast; a resumed run broadcasts the
  * checkpoint's), the same placement plan, and joins two windows: the root's
@@ -387,7 +388,8 @@ static void open_windows(dist_run *r, pst_err *e)
                     .first_step = cfg->mode == TRAIN_ASYNC ? r->info.first_version : 0,
                     .nfeeders = r->F,
                     .feeder_ranks = r->feeder_ranks,
-                    .attach = r->attach};
+                    .attach = r->attach,
+                    .move_on = cfg->mode == TRAIN_ASYNC};
     if (feed_new(&r->f, MPI_COMM_WORLD, r->root_rank, &fg, e) < 0) dist_fatal("%s", e->msg);
     ps_layout lay = {.ps_ranks = r->ps_ranks,
                      .nworkers = W,
@@ -488,9 +490,13 @@ int dist_train(const train_cfg *cfg, train_result *res, pst_err *e)
     const int W = r->W = size - 1 - P - (r->F - 1);
     const int R = r->R = cfg->replicas_to_aggregate ? cfg->replicas_to_aggregate : W;
     r->lockstep = cfg->mode == TRAIN_SYNC && R == W;
-    /* workers draw from the feeder on their node in lockstep sync only: its
-     * versions fix which tickets each feeder serves (feed.h) */
-    if (r->lockstep)
+    /* workers draw from the feeder on their node in lockstep sync (its
+     * versions fix which tickets each feeder serves) and in async (each
+     * group at its own pace, moving on at the end: feed.h). With backup
+     * workers a run at --steps ends by the PS's flag, each worker where it
+     * is: the global counter keeps the taken tickets a prefix (the data
+     * cursor), where groups stopped at their own pace would leave holes */
+    if (r->lockstep || cfg->mode == TRAIN_ASYNC)
         r->attach = attach;
     else
         free(attach);

@@ -97,10 +97,12 @@ static void close_epochs(train_result *res, int nep, const uint8_t *seen, int64_
 /* Per-epoch accounting from the gathered logs (epochs that saw examples
  * only), final_loss, and the trace file. *data_end: the data cursor after
  * this run, first_ticket + the batches the workers took. Workers take
- * tickets with one atomic counter and log every data batch they take, so
- * the taken tickets are [first_ticket, *data_end) (checked); batches the
- * root published but nobody took (backup workers stopping at --steps) are
- * not consumed and come first in a resumed run. */
+ * tickets with one atomic counter, or with local counters every ticket
+ * below the total (lockstep: whole versions; async: moving on to the
+ * other feeders' rings), and log every data batch they take, so the taken
+ * tickets are [first_ticket, *data_end) (checked); batches the root
+ * published but nobody took (backup workers stopping at --steps) are not
+ * consumed and come first in a resumed run. */
 static int account(const train_cfg *cfg, train_result *res, const int64_t *all, const int *counts,
                    const int *displs, const int *worker_ranks, int W, int64_t per_epoch,
                    const i64vec *prior, int prior_epoch, int64_t first_ticket, int64_t *data_end,

@@ -310,7 +310,8 @@ static int root_poll(void *vctx, pst_err *e)
         did = take_snapshots(c, e);
         if (did < 0) return -1;
         request_snapshots(c, prod);
-    } else if (next_eval_ticket(c) >= 0 && prod >= next_eval_ticket(c) + c->nring) {
+    } else if (next_eval_ticket(c) >= 0 &&
+               feed_root_taken_end(c->f) >= next_eval_ticket(c) + c->nring) {
         if (eval_current(c, e) < 0) return -1;
         did = 1;
     }

@@ -65,8 +65,8 @@ same interleaved classic2
 
 # with --feeders: one feeder per node beside its PS, round-robin from node 1
 # (feeder f on node f mod nodes, the node's first rank that is neither PS nor
-# root), each sync worker drawing from its node's feeder (async: none named);
-# exactly once, bitwise equal to the classic F = 1 run
+# root), each worker drawing from its node's feeder (sync and async);
+# exactly once, sync bitwise equal to the classic F = 1 run
 CHECK_TRACE="$(dirname "$0")/check_trace.py"
 once() { # NAME WORKERS
     python3 "$CHECK_TRACE" "$TMP/$1.jsonl" "$2" 1200 >/dev/null || bad "$1: not exactly once"
@@ -80,11 +80,12 @@ once feed3 3
 same feed3 classic1
 grep -q '"feeders": 3,' "$TMP/feed3.json" && grep -q '"nodes": 3,' "$TMP/feed3.json" ||
     bad "feed3: the summary lacks feeders 3 and nodes 3"
-# interleaved ranks, 2 nodes, 3 feeders: feeder 2 back on the root's node
+# interleaved ranks, 2 nodes, 3 feeders: feeder 2 back on the root's node,
+# serving no worker (async: the root's worker draws from the root)
 export PSTRAIN_TEST_NODES=0,1,0,1,0,1,0,1
 train feed-interleaved 8 --ps-per-node 1 --feeders 3 --mode async
-map feed-interleaved "host node0: rank 0 root, rank 2 ps 2, rank 4 feeder 2, rank 6 worker 1" \
-    "host node1: rank 1 ps 1, rank 3 feeder 1, rank 5 worker 0, rank 7 worker 2"
+map feed-interleaved "host node0: rank 0 root, rank 2 ps 2, rank 4 feeder 2, rank 6 worker 1 (from feeder 0)" \
+    "host node1: rank 1 ps 1, rank 3 feeder 1, rank 5 worker 0 (from feeder 1), rank 7 worker 2 (from feeder 1)"
 once feed-interleaved 3
 # the classic layout's feeders go by node too (feeder 1 on node 1 after
 # feeder 2 in rank order); worker 0 draws from the root (the first feeder

@@ -2,9 +2,9 @@
  * feeder.c - feeder ranks 1..F-1 (--feeders F): each runs the same input
  * pipeline as the root, from the run's data cursor, and serves the batches
  * of its own tickets through its slots of the batch ring (feed.h;
- * docs/design.md §3): lockstep sync, positions c_f .. c_f + W_f - 1 of every
- * W tickets (the workers attached to it); otherwise ticket t from feeder t
- * mod F. The pipeline's batches depend
+ * docs/design.md §3): lockstep sync and async, positions c_f .. c_f + W_f - 1
+ * of every W tickets (the workers attached to it); with backup workers
+ * ticket t from feeder t mod F. The pipeline's batches depend
  * only on the data, the seed and the epoch, so every feeder's copy of the
  * sequence is the root's, and ticket t carries the same batch for any F;
  * each feeder (the root included) prepares only its own tickets' images.

@@ -78,7 +78,7 @@ static const char train_usage_more[] =
     "                          ranks workers (P = N x nodes; a --ps beside it must match)\n"
     "  --feeders F             ranks serving batches: the root and F-1 ranks, one per node\n"
     "                          from the root's next node, round-robin (default 1);\n"
-    "                          sync workers draw from the feeder on their node\n"
+    "                          workers draw from the feeder on their node\n"
     "  --placement S           round-robin | greedy | partition (default round-robin)\n"
     "  --partition-bytes N     split variables larger than N bytes (default 262144)\n"
     "  --mode M                sync | async (default sync)\n"

@@ -481,8 +481,9 @@ static void note_setup(const dist_run *r)
     if (r->F > 1 && r->attach)
         metrics_note(r->mx,
                      "%d feeders: the root and %d feeder ranks; each worker draws from one "
-                     "(the one on its node, else in turn; the map below)",
-                     r->F, r->F - 1);
+                     "(the one on its node, else in turn; the map below)%s",
+                     r->F, r->F - 1,
+                     cfg->mode == TRAIN_ASYNC ? ", then from the others once it is exhausted" : "");
     else if (r->F > 1)
         metrics_note(r->mx,
                      "%d feeders: the root and %d feeder ranks (ticket t from feeder t mod %d)",

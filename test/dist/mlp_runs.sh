@@ -6,6 +6,8 @@
 #   same NAME REF          NAME's parameters bitwise equal to REF's
 #   refuse NAME NP TEXT ARGS...  the run exits 1 within 60 s with one error
 #                          line on the root containing TEXT
+#   map NAME LINE...       the root's rank -> host -> role map in NAME.log has
+#                          exactly these host lines
 #   bad MESSAGE            report a failure (the test exits 1 at its end)
 # Environment (test_env): PSTRAIN, TEST_DIST (mkdata), PSTRAIN_SRC, MPIEXEC,
 # MPI_FLAVOUR. Sets TMP, ARGS, fail.
@@ -43,4 +45,12 @@ refuse() {
     [ $rc = 1 ] || bad "$name: exit $rc, expected 1"
     [ "$(grep -c '^pstrain train: ' "$TMP/$name.log")" = 1 ] || bad "$name: not one error line"
     grep -qF "pstrain train: $text" "$TMP/$name.log" || { cat "$TMP/$name.log"; bad "$name: no '$text'"; }
+}
+map() {
+    local name=$1
+    shift
+    printf '%s\n' "$@" >"$TMP/want.map"
+    sed -n 's/^\[ *[0-9.]*s\] \(host .*\)$/\1/p' "$TMP/$name.log" >"$TMP/got.map"
+    cmp -s "$TMP/want.map" "$TMP/got.map" ||
+        { echo "expected:"; cat "$TMP/want.map"; echo "got:"; cat "$TMP/got.map"; bad "$name: the map"; }
 }

@@ -59,15 +59,7 @@ once async3 3
 grep -q 'rank 4 worker 0 (from feeder 0), rank 5 worker 1 (from feeder 1), rank 6 worker 2 (from feeder 2)' \
     "$TMP/async3.log" || bad "async3: the map lacks the workers' feeders"
 
-# emulated nodes: map NAME LINE... (the root's map has exactly these lines)
-map() {
-    local name=$1
-    shift
-    printf '%s\n' "$@" >"$TMP/want.map"
-    sed -n 's/^\[ *[0-9.]*s\] \(host .*\)$/\1/p' "$TMP/$name.log" >"$TMP/got.map"
-    cmp -s "$TMP/want.map" "$TMP/got.map" ||
-        { echo "expected:"; cat "$TMP/want.map"; echo "got:"; cat "$TMP/got.map"; bad "$name: the map"; }
-}
+# emulated nodes
 train w4 6 --ps 1
 # 1 worker on the root's node, 3 on feeder 1's
 PSTRAIN_TEST_NODES=0,0,0,1,1,1,1 train local-a 7 --ps 1 --feeders 2

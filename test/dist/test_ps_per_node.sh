@@ -17,16 +17,6 @@
 set -u
 . "$(dirname "$0")/mlp_runs.sh"
 
-# map NAME LINE...: the root's map in NAME.log has exactly these host lines
-map() {
-    local name=$1
-    shift
-    printf '%s\n' "$@" >"$TMP/want.map"
-    sed -n 's/^\[ *[0-9.]*s\] \(host .*\)$/\1/p' "$TMP/$name.log" >"$TMP/got.map"
-    cmp -s "$TMP/want.map" "$TMP/got.map" ||
-        { echo "expected:"; cat "$TMP/want.map"; echo "got:"; cat "$TMP/got.map"; bad "$name: the map"; }
-}
-
 host=$(hostname)
 # the classic layouts: 1 and 2 PS, 3 workers
 train classic1 5 --ps 1

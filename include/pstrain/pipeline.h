@@ -162,6 +162,12 @@ void pipe_get_info(const pipeline *p, pipe_info *out);
  * output): with share_count F about 1/F of what the full sequence needs. */
 int64_t pipe_examples_prepared(pipeline *p);
 
+/* Examples per epoch of cfg's split in ds (its count, or cfg->limit when
+ * smaller; split NULL: "train"), without starting a pipeline: what
+ * pipe_examples_per_epoch says of a pipeline of cfg. 0 when ds lacks the
+ * split. */
+int64_t pipe_split_examples(const h5ds *ds, const pipe_cfg *cfg);
+
 /* Number of batches per epoch (ceil(count / B)). */
 int64_t pipe_batches_per_epoch(const pipeline *p);
 int64_t pipe_examples_per_epoch(const pipeline *p);

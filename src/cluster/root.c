@@ -422,23 +422,9 @@ void root_prepare(dist_run *r, pst_err *e)
         memcpy(r->info.std, r->ds.std, sizeof r->info.std);
     }
     if (r->info.ok && !cfg->dry_run) {
-        /* a pipeline that prepares nothing tells the batches per epoch; then
-         * the one that serves the root's tickets from the data cursor (the
-         * ids the interrupted epoch had consumed noted) */
-        pipe_cfg pc = r->input;
-        pc.batch = cfg->batch;
-        pc.epochs = cfg->epochs;
-        pc.skip_batches = INT64_MAX;
-        if (pipe_new(&r->pl, &r->ds, &pc, e) < 0) r->info.ok = 0;
-    }
-    if (r->info.ok && !cfg->dry_run) {
-        r->info.bpe = pipe_batches_per_epoch(r->pl);
-        r->info.per_epoch = pipe_examples_per_epoch(r->pl);
-        pipe_free(r->pl), r->pl = NULL;
+        r->info.per_epoch = pipe_split_examples(&r->ds, &r->input);
+        r->info.bpe = (r->info.per_epoch + cfg->batch - 1) / cfg->batch;
         r->prior_epoch = (int)(r->info.first_ticket / PST_MAX(r->info.bpe, 1));
-        if (feeder_pipe_new(r, &r->input, 0, r->info.first_ticket,
-                            r->info.resumed ? &r->prior : NULL, e) < 0)
-            r->info.ok = 0;
     }
     if (r->info.ok && r->info.per_epoch > 0 && cfg->batch > r->info.per_epoch) {
         /* every worker's activations and every ring slot are sized by
@@ -447,6 +433,12 @@ void root_prepare(dist_run *r, pst_err *e)
                  cfg->batch, (long long)r->info.per_epoch);
         r->info.ok = 0;
     }
+    /* the pipeline of the root's tickets from the data cursor (the ids the
+     * interrupted epoch had consumed noted) */
+    if (r->info.ok && !cfg->dry_run &&
+        feeder_pipe_new(r, &r->input, 0, r->info.first_ticket, r->info.resumed ? &r->prior : NULL,
+                        e) < 0)
+        r->info.ok = 0;
     if (r->info.ok && cfg->checkpoint_dir && !cfg->dry_run &&
         ckpt_prepare_dir(cfg->checkpoint_dir, e) < 0)
         r->info.ok = 0; /* an unusable --checkpoint-dir, found before training */

@@ -17,6 +17,19 @@ static void jnum(FILE *f, double v)
         fputs("null", f);
 }
 
+/* An evaluation's fields: PREFIX_accuracy, _top5_accuracy, _loss, _examples. */
+static void write_eval(FILE *f, const char *prefix, double acc, double top5, double loss,
+                       int64_t examples)
+{
+    fprintf(f, ",\n  \"%s_accuracy\": ", prefix);
+    jnum(f, acc);
+    fprintf(f, ",\n  \"%s_top5_accuracy\": ", prefix);
+    jnum(f, top5);
+    fprintf(f, ",\n  \"%s_loss\": ", prefix);
+    jnum(f, loss);
+    fprintf(f, ",\n  \"%s_examples\": %lld", prefix, (long long)examples);
+}
+
 /* The data section: each epoch's example accounting and each feeder's
  * share of the input work. */
 static void write_data(FILE *f, const train_result *r)
@@ -92,23 +105,12 @@ int train_write_summary(const char *path, const train_cfg *cfg, const train_resu
     if (r->has_eval) {
         fprintf(f, ",\n  \"eval_split\": ");
         pst_json_str(f, r->eval_split);
-        fprintf(f, ",\n  \"eval_accuracy\": ");
-        jnum(f, r->eval_accuracy);
-        fprintf(f, ",\n  \"eval_top5_accuracy\": ");
-        jnum(f, r->eval_top5_accuracy);
-        fprintf(f, ",\n  \"eval_loss\": ");
-        jnum(f, r->eval_loss);
-        fprintf(f, ",\n  \"eval_examples\": %lld", (long long)r->eval_examples);
+        write_eval(f, "eval", r->eval_accuracy, r->eval_top5_accuracy, r->eval_loss,
+                   r->eval_examples);
     }
-    if (r->has_test) {
-        fprintf(f, ",\n  \"test_accuracy\": ");
-        jnum(f, r->test_accuracy);
-        fprintf(f, ",\n  \"test_top5_accuracy\": ");
-        jnum(f, r->test_top5_accuracy);
-        fprintf(f, ",\n  \"test_loss\": ");
-        jnum(f, r->test_loss);
-        fprintf(f, ",\n  \"test_examples\": %lld", (long long)r->test_examples);
-    }
+    if (r->has_test)
+        write_eval(f, "test", r->test_accuracy, r->test_top5_accuracy, r->test_loss,
+                   r->test_examples);
     fprintf(f, ",\n  \"dropped_stale\": %lld", (long long)r->dropped_stale);
     if (r->has_staleness) write_staleness(f, r);
     write_data(f, r);

@@ -313,7 +313,7 @@ int pipe_new(pipeline **out, h5ds *ds, const pipe_cfg *cfg, pst_err *e)
     p->ow = cfg->out_w ? cfg->out_w : p->W;
     p->img = (size_t)p->H * (size_t)p->W * (size_t)p->C;
     p->out_img = (size_t)p->oh * (size_t)p->ow * (size_t)p->C;
-    p->n = cfg->limit > 0 ? PST_MIN(cfg->limit, sp->count) : sp->count;
+    p->n = pipe_split_examples(ds, cfg);
     p->end_epoch = cfg->epochs > 0 ? cfg->epochs : INT_MAX;
     p->crop_flip = (cfg->aug_crop || cfg->aug_flip) && !cfg->eval_transform;
     if (encoded)
@@ -405,6 +405,13 @@ int pipe_next(pipeline *p, pipe_batch *b, pst_err *e)
 void pipe_get_info(const pipeline *p, pipe_info *out)
 {
     *out = p->info;
+}
+
+int64_t pipe_split_examples(const h5ds *ds, const pipe_cfg *cfg)
+{
+    const h5ds_split *sp = h5ds_find_split(ds, cfg->split ? cfg->split : "train");
+    if (!sp) return 0;
+    return cfg->limit > 0 ? PST_MIN(cfg->limit, sp->count) : sp->count;
 }
 
 int64_t pipe_examples_prepared(pipeline *p)
